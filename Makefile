@@ -1,0 +1,58 @@
+# askdb: the two commands a newcomer needs.
+#   make demo   install, start the embedded services, load demo data, serve on 127.0.0.1:8000
+#   make test   install (incl. Chromium for browser tests), ruff, the whole pytest suite
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test install lint format smoke services-stop bench clean browser
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || command -v python3 >/dev/null 2>&1 || { echo "askdb: Python 3.11 is required (python3.11 not found); install it and retry"; exit 1; }
+	@py=$$(command -v $(PYTHON) || command -v python3); \
+	  $$py -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' || { echo "askdb: Python 3.11 is required, found $$($$py --version); set PYTHON=/path/to/python3.11"; exit 1; }; \
+	  [ -x $(PY) ] || $$py -m venv $(VENV) || { echo "askdb: could not create $(VENV); install the python3-venv package"; exit 1; }
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	# The CPU build of torch first, so sentence-transformers does not pull a CUDA build.
+	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	@$(PY) manage.py demo
+
+smoke: install
+	@$(PY) manage.py demo --smoke
+
+# Debian's chromium drives the browser tests (Playwright never downloads a browser here).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing Debian's chromium for the browser tests…"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  ($$SUDO apt-get update -qq && $$SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	  || { echo "askdb: could not install chromium; browser tests will be skipped"; }; }
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+test: install browser lint
+	$(VENV)/bin/pytest
+
+bench: install
+	$(PY) benchmarks/run.py
+
+services-stop: install
+	@$(PY) manage.py services stop
+
+clean:
+	-$(PY) manage.py services stop 2>/dev/null
+	rm -rf $(VENV) .askdb

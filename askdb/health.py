@@ -1,0 +1,150 @@
+"""Probes of every part askdb depends on, shared by /healthz, system checks and `demo`.
+
+Each probe answers quickly (short connect timeouts) and never raises: it returns a Probe.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+from django.conf import settings
+from django.db import connection
+
+CONNECT_TIMEOUT_S = 3
+
+
+@dataclass(frozen=True)
+class Probe:
+    ok: bool
+    detail: str
+    ms: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _timed(fn) -> Probe:
+    start = time.perf_counter()
+    try:
+        ok, detail = fn()
+    except Exception as exc:  # a probe reports, it never raises
+        ok, detail = False, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
+    return Probe(ok=ok, detail=detail, ms=round((time.perf_counter() - start) * 1000, 1))
+
+
+def app_database() -> Probe:
+    def probe():
+        with connection.cursor() as cur:
+            cur.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+            row = cur.fetchone()
+        return (True, f"pgvector {row[0]}") if row else (False, "pgvector extension not created")
+
+    return _timed(probe)
+
+
+def pgvector_available() -> Probe:
+    def probe():
+        with connection.cursor() as cur:
+            cur.execute("SELECT default_version FROM pg_available_extensions WHERE name = 'vector'")
+            row = cur.fetchone()
+        return (True, f"pgvector {row[0]} available") if row else (False, "pgvector is not installed")
+
+    return _timed(probe)
+
+
+def _clinical_connect():
+    import psycopg
+
+    return psycopg.connect(settings.CLINICAL_DATABASE_URL, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True)
+
+
+def clinical_database() -> Probe:
+    def probe():
+        with _clinical_connect() as conn:
+            user, db = conn.execute("SELECT current_user, current_database()").fetchone()
+        return True, f"{db} as {user}"
+
+    return _timed(probe)
+
+
+# True when the role behind CLINICAL_DATABASE_URL could change anything in the database.
+CLINICAL_WRITE_PROBE = """
+SELECT
+  (SELECT rolsuper OR rolcreaterole OR rolcreatedb FROM pg_roles WHERE rolname = current_user)
+  OR has_database_privilege(current_database(), 'CREATE')
+  OR EXISTS (
+    SELECT 1 FROM pg_namespace n
+    WHERE n.nspname NOT LIKE 'pg\\_%' AND n.nspname <> 'information_schema'
+      AND has_schema_privilege(n.oid, 'CREATE'))
+  OR EXISTS (
+    SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.relkind IN ('r', 'p', 'v', 'm', 'S')
+      AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+      AND (has_table_privilege(c.oid, 'INSERT') OR has_table_privilege(c.oid, 'UPDATE')
+           OR has_table_privilege(c.oid, 'DELETE') OR has_table_privilege(c.oid, 'TRUNCATE')))
+"""
+
+
+def clinical_role_read_only() -> Probe:
+    def probe():
+        if not settings.CLINICAL_DATABASE_URL.startswith(("postgres://", "postgresql://")):
+            return True, "not a PostgreSQL source; opened read-only by the executor"
+        with _clinical_connect() as conn:
+            can_write = conn.execute(CLINICAL_WRITE_PROBE).fetchone()[0]
+            user = conn.execute("SELECT current_user").fetchone()[0]
+        if can_write:
+            return False, f"role {user!r} can write to the clinical database"
+        return True, f"role {user!r} is read-only"
+
+    return _timed(probe)
+
+
+def broker() -> Probe:
+    def probe():
+        from config.celery import app
+
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=CONNECT_TIMEOUT_S)
+        return True, "reachable"
+
+    return _timed(probe)
+
+
+def worker(timeout: float = 1.0) -> Probe:
+    def probe():
+        from config.celery import app
+
+        replies = app.control.ping(timeout=timeout) or []
+        if not replies:
+            return False, "no worker answered"
+        return True, f"{len(replies)} worker(s): " + ", ".join(sorted(k for r in replies for k in r))
+
+    return _timed(probe)
+
+
+def llm_configured() -> bool:
+    return bool(settings.LLM_MODEL)
+
+
+def llm() -> Probe:
+    if llm_configured():
+        return Probe(ok=True, detail=f"{settings.LLM_MODEL} at {settings.LLM_BASE_URL or 'api.openai.com'}")
+    return Probe(ok=False, detail="no LLM configured: set LLM_BASE_URL, LLM_MODEL and LLM_API_KEY")
+
+
+def system_health() -> dict:
+    """Everything /healthz reports. `ok` is false when a part askdb cannot work without is down."""
+    parts = {
+        "app_database": app_database(),
+        "clinical_database": clinical_database(),
+        "broker": broker(),
+        "worker": worker(),
+        "llm": llm(),
+    }
+    essential = ("app_database", "clinical_database", "broker")
+    return {
+        "ok": all(parts[name].ok for name in essential),
+        "llm_configured": llm_configured(),
+        **{name: probe.as_dict() for name, probe in parts.items()},
+    }

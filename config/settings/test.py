@@ -1,0 +1,16 @@
+"""pytest: its own embedded state folder (so tests never touch demo data), fast hashing."""
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("ASKDB_HOME", str(Path(__file__).resolve().parents[2] / ".askdb" / "test"))
+os.environ.setdefault("ASKDB_PG_FAST", "1")
+
+from .base import *  # noqa: F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+WHITENOISE_AUTOREFRESH = True

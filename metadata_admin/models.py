@@ -1,0 +1,1 @@
+"""The schema catalog: clinical sources and their curated table and column documentation."""

@@ -1,0 +1,88 @@
+"""/healthz reports every part; system checks explain misconfiguration with stable ids."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+
+from askdb import checks
+from config import embedded
+
+pytestmark = pytest.mark.django_db
+
+
+def test_healthz_reports_each_part_anonymously(client):
+    response = client.get("/healthz")
+    report = json.loads(response.content)
+    assert set(report) >= {
+        "ok",
+        "app_database",
+        "clinical_database",
+        "broker",
+        "worker",
+        "llm",
+        "llm_configured",
+    }
+    assert report["app_database"]["ok"] and "pgvector" in report["app_database"]["detail"]
+    assert report["clinical_database"]["ok"]
+    assert report["broker"]["ok"]
+    assert report["ok"] is True and response.status_code == 200
+
+
+def test_healthz_says_plainly_when_no_llm_is_configured(client, settings):
+    settings.LLM_MODEL = ""
+    report = json.loads(client.get("/healthz").content)
+    assert report["llm_configured"] is False
+    assert "LLM_BASE_URL" in report["llm"]["detail"]
+
+
+def test_healthz_is_503_when_the_broker_is_down(client, settings):
+    settings.CELERY_BROKER_URL = "redis+socket:///nonexistent/redis.sock"
+    from config.celery import app
+
+    app.conf.broker_url = settings.CELERY_BROKER_URL
+    try:
+        response = client.get("/healthz")
+    finally:
+        app.conf.broker_url = embedded.redis_url()
+    assert response.status_code == 503
+    assert json.loads(response.content)["broker"]["ok"] is False
+
+
+def test_configured_system_passes_checks():
+    assert checks.check_app_database() == []
+    assert checks.check_clinical_database() == []
+    assert checks.check_state_folder() == []
+
+
+def test_clinical_role_that_can_write_is_an_error(settings):
+    settings.CLINICAL_DATABASE_URL = embedded.pg_dsn(embedded.CLINICAL_DB)  # the superuser
+    errors = checks.check_clinical_database()
+    assert [e.id for e in errors] == ["askdb.E002"]
+    assert "write" in errors[0].msg
+    with pytest.raises(SystemCheckError, match=r"askdb\.E002"):
+        call_command("check")
+
+
+def test_unreachable_clinical_database_is_an_error(settings):
+    settings.CLINICAL_DATABASE_URL = "postgresql://nobody@/nowhere?host=/nonexistent"
+    assert [e.id for e in checks.check_clinical_database()] == ["askdb.E004"]
+
+
+def test_missing_state_folder_is_an_error(settings, tmp_path):
+    settings.ASKDB_HOME = tmp_path / "missing"
+    assert [e.id for e in checks.check_state_folder()] == ["askdb.E003"]
+
+
+def test_unreachable_broker_is_a_warning(settings):
+    from config.celery import app
+
+    app.conf.broker_url = "redis+socket:///nonexistent/redis.sock"
+    try:
+        warnings = checks.check_broker()
+    finally:
+        app.conf.broker_url = embedded.redis_url()
+    assert [w.id for w in warnings] == ["askdb.W001"]

@@ -1,0 +1,51 @@
+"""Test-wide fixtures: the embedded PostgreSQL and Redis of the test state folder (.askdb/test).
+
+The suite runs against real services: pytest-django's test database lives on the embedded
+PostgreSQL, scratch clinical databases are created on the same server, and Celery tests use
+the embedded Redis with a real worker.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import psycopg
+import pytest
+
+
+def pytest_configure(config):
+    from django.conf import settings
+
+    settings.DATABASES  # noqa: B018 - loads config.settings.test, which fixes ASKDB_HOME
+    from config import embedded
+
+    config._askdb_started = embedded.ensure_started()
+
+
+def pytest_unconfigure(config):
+    started = getattr(config, "_askdb_started", None)
+    if started:
+        from config import embedded
+
+        embedded.stop(started)
+
+
+@pytest.fixture
+def scratch_database():
+    """A new, empty database on the embedded server: yields its superuser DSN, then drops it."""
+    from config import embedded
+
+    name = f"scratch_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(embedded.pg_dsn("postgres"), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield embedded.pg_dsn(name)
+    finally:
+        with psycopg.connect(embedded.pg_dsn("postgres"), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def clinical_admin_dsn(scratch_database):
+    """Alias used by loader tests: a writable, empty clinical database."""
+    return scratch_database

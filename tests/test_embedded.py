@@ -1,0 +1,76 @@
+"""The embedded services start, are reused, stop cleanly, and recover from a crash's leftovers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import psutil
+import psycopg
+import pytest
+
+from config import embedded
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def home(tmp_path):
+    yield tmp_path / "state"
+    embedded.stop(home=tmp_path / "state")
+
+
+def _pid(path):
+    return int(path.read_text().split()[0])
+
+
+def test_start_reuse_stop(home):
+    assert sorted(embedded.ensure_started(home)) == ["postgresql", "redis"]
+    p = embedded.paths(home)
+    pg_pid = _pid(p.pgdata / "postmaster.pid")
+    assert embedded.ensure_started(home) == []  # reused, not restarted
+    assert _pid(p.pgdata / "postmaster.pid") == pg_pid
+    with psycopg.connect(embedded.pg_dsn("askdb", home=home)) as conn:
+        assert conn.execute("SELECT extname FROM pg_extension WHERE extname = 'vector'").fetchone()
+        owner = conn.execute("SELECT current_setting('data_directory')").fetchone()
+        assert owner
+    assert sorted(embedded.stop(home=home)) == ["postgresql", "redis"]
+    assert embedded.status(home) == {"postgresql": False, "redis": False}
+    assert not psutil.pid_exists(pg_pid) or psutil.Process(pg_pid).status() == psutil.STATUS_ZOMBIE
+    assert embedded.stop(home=home) == []
+
+
+def test_postgres_never_runs_as_root(home):
+    embedded.ensure_started(home)
+    proc = psutil.Process(_pid(embedded.paths(home).pgdata / "postmaster.pid"))
+    assert proc.uids().effective != 0
+
+
+def test_stale_pid_files_after_a_crash_are_recovered(home):
+    embedded.ensure_started(home)
+    p = embedded.paths(home)
+    pg_pid, redis_pid = _pid(p.pgdata / "postmaster.pid"), _pid(p.redis_pidfile)
+    # A crash: both servers die without cleaning up their pid files.
+    os.kill(pg_pid, signal.SIGKILL)
+    os.kill(redis_pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (psutil.pid_exists(pg_pid) or psutil.pid_exists(redis_pid)):
+        for pid in (pg_pid, redis_pid):
+            try:
+                if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.NoSuchProcess:
+                pass
+        time.sleep(0.1)
+    assert (p.pgdata / "postmaster.pid").exists() and p.redis_pidfile.exists()
+    assert sorted(embedded.ensure_started(home)) == ["postgresql", "redis"]
+    with psycopg.connect(embedded.pg_dsn("askdb", home=home)) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_long_state_paths_use_short_socket_folders(tmp_path):
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    p = embedded.paths(deep)
+    assert len(str(p.pg_socket)) < 108 and str(p.run_dir).startswith("/tmp/askdb-")
+    assert embedded.paths(deep).run_dir == p.run_dir  # stable, so settings can compute it
