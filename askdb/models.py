@@ -68,3 +68,140 @@ class AuditEvent(models.Model):
 
     def delete(self, *args, **kwargs):
         raise PermissionError("the audit log is append-only")
+
+
+class Question(models.Model):
+    """What a user asked, of which source. Runs are the attempts to answer it."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="questions")
+    source = models.ForeignKey(
+        "metadata_admin.ClinicalSource", on_delete=models.PROTECT, related_name="questions"
+    )
+    text = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.text[:80]
+
+
+class Run(models.Model):
+    """One pass of the pipeline over a question; every stage leaves a StageEvent."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "queued"
+        RUNNING = "running", "running"
+        SUCCEEDED = "succeeded", "answered"
+        DECLINED = "declined", "not answerable"  # the gate stopped it, politely, with a reason
+        FAILED = "failed", "failed"
+        CANCELLED = "cancelled", "cancelled"
+
+    TERMINAL = (Status.SUCCEEDED, Status.DECLINED, Status.FAILED, Status.CANCELLED)
+
+    question = models.ForeignKey(Question, on_delete=models.CASCADE, related_name="runs")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    # Why it ended as it did, machine-readable: answered, no_rows, no_data, out_of_scope, non_medical,
+    # future_data, private_data, no_llm, sql_invalid, execution_error, llm_error, worker_lost, cancelled…
+    outcome = models.CharField(max_length=32, blank=True)
+    message = models.TextField(blank=True)  # the human sentence shown to the user
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    deliveries = models.PositiveIntegerField(default=0)  # how often a worker picked it up
+    worker = models.CharField(max_length=200, blank=True)
+    task_id = models.CharField(max_length=64, blank=True)
+
+    gate_category = models.CharField(max_length=32, blank=True)
+    gate_reason = models.TextField(blank=True)
+    retrieval = models.JSONField(default=dict, blank=True)  # tables with scores, linked values
+
+    sql = models.TextField(blank=True)  # the SQL that ran
+    result_columns = models.JSONField(default=list, blank=True)
+    result_rows = models.JSONField(default=list, blank=True)
+    result_truncated = models.BooleanField(default=False)
+    row_count = models.IntegerField(null=True, blank=True)
+    summary = models.TextField(blank=True)
+
+    prompt_version = models.CharField(max_length=32, blank=True)
+    tokens_prompt = models.IntegerField(default=0)
+    tokens_completion = models.IntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=10, decimal_places=6, default=0)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in self.TERMINAL
+
+
+class StageEvent(models.Model):
+    class Status(models.TextChoices):
+        RUNNING = "running", "running"
+        OK = "ok", "ok"
+        FAILED = "failed", "failed"
+        SKIPPED = "skipped", "skipped"
+        STOPPED = "stopped", "stopped the run"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="stages")
+    name = models.CharField(max_length=32)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
+    started_at = models.DateTimeField()
+    duration_ms = models.FloatField(null=True, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["run", "started_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.status}"
+
+
+class SqlAttempt(models.Model):
+    """Every SQL the run produced, valid or not, with the error that was fed back."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    sql = models.TextField()
+    origin = models.CharField(max_length=16, default="llm")  # llm | repair | example
+    valid = models.BooleanField(default=False)
+    error_code = models.CharField(max_length=32, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "number"]
+        constraints = [models.UniqueConstraint(fields=["run", "number"], name="uniq_attempt_number")]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of run {self.run_id}"
+
+
+class LlmCall(models.Model):
+    """A request to the LLM: prompt, response, tokens and estimated cost, for audit and replay."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, null=True, blank=True, related_name="llm_calls")
+    purpose = models.CharField(max_length=32)  # gate | generate | repair | summarize
+    model = models.CharField(max_length=200)
+    prompt_version = models.CharField(max_length=32, blank=True)
+    messages = models.JSONField(default=list)
+    response = models.TextField(blank=True)
+    prompt_tokens = models.IntegerField(default=0)
+    completion_tokens = models.IntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=10, decimal_places=6, default=0)
+    duration_ms = models.FloatField(default=0)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.purpose} via {self.model}"

@@ -61,3 +61,235 @@ def demo_users_ensure() -> list[tuple[str, str, str]]:
             if created:
                 audit_record(action="user.created", target=user, message=f"demo {role} user")
     return list(DEMO_USERS)
+
+
+# --------------------------------------------------------------------------- questions and runs
+
+
+class QuestionError(ValueError):
+    """A question that cannot be accepted, with a sentence the user can act on."""
+
+
+def _clean_question(text: str) -> str:
+    from django.conf import settings
+
+    if not isinstance(text, str):
+        raise QuestionError("The question must be text.")
+    cleaned = " ".join("".join(ch for ch in text if ch.isprintable() or ch.isspace()).split())
+    if len(cleaned) < 3:
+        raise QuestionError("Please type a question (at least a few words).")
+    if len(cleaned) > settings.ASKDB_QUESTION_MAX_CHARS:
+        raise QuestionError(
+            f"The question is too long ({len(cleaned)} characters; at most {settings.ASKDB_QUESTION_MAX_CHARS})."
+        )
+    return cleaned
+
+
+def question_submit(*, user, text: str, source=None, ip: str | None = None):
+    """Accept a question and queue its first run; the worker picks it up after commit."""
+    from django.db import transaction
+
+    from askdb.models import Question, Run
+    from metadata_admin.services import source_get
+
+    cleaned = _clean_question(text)
+    source = source or source_get(None)
+    with transaction.atomic():
+        question = Question.objects.create(user=user, source=source, text=cleaned)
+        run = Run.objects.create(question=question)
+        audit_record(action="question.asked", actor=user, target=run, message=cleaned[:500], ip=ip)
+        transaction.on_commit(lambda: _enqueue(run.pk))
+    return run
+
+
+def _enqueue(run_id: int) -> None:
+    from askdb.models import Run
+    from askdb.tasks import run_question as run_question_task
+
+    result = run_question_task.delay(run_id)
+    Run.objects.filter(pk=run_id).update(task_id=result.id or "")
+
+
+def run_retry(*, run, user, ip: str | None = None):
+    """A new run of the same question (after a failure, a lost worker or a cancel)."""
+    from django.db import transaction
+
+    from askdb.models import Run
+
+    with transaction.atomic():
+        new = Run.objects.create(question=run.question)
+        audit_record(action="run.retried", actor=user, target=new, message=f"retry of run {run.pk}", ip=ip)
+        transaction.on_commit(lambda: _enqueue(new.pk))
+    return new
+
+
+def run_cancel(*, run, user) -> bool:
+    """Stop a queued or running run at the next stage boundary. False if it already ended."""
+    from django.db import transaction
+    from django.utils import timezone
+
+    from askdb.models import Run
+
+    with transaction.atomic():
+        updated = (
+            Run.objects.filter(pk=run.pk)
+            .exclude(status__in=Run.TERMINAL)
+            .update(
+                status=Run.Status.CANCELLED,
+                outcome="cancelled",
+                message="Cancelled by the user.",
+                finished_at=timezone.now(),
+            )
+        )
+        if updated:
+            audit_record(action="run.cancelled", actor=user, target=run)
+    return bool(updated)
+
+
+def run_execute(*, run_id: int, worker: str = "", sync: bool = False):
+    """The pipeline for one run. Idempotent: an ended run is left alone, and a run found already
+    'running' was started by a worker that died, so it is failed (retryable), not re-run."""
+    from django.conf import settings
+    from django.db import transaction
+    from django.utils import timezone
+
+    from askdb.models import Run
+    from askdb.pipeline.engine import Pipeline, PipelineConfig, PipelineRequest
+    from askdb.providers.llm import get_chat_model
+    from askdb.runner import DjangoPorts, DjangoRecorder
+
+    with transaction.atomic():
+        run = (
+            Run.objects.select_for_update()
+            .select_related("question__source", "question__user")
+            .get(pk=run_id)
+        )
+        if run.is_terminal:
+            return run
+        if run.status == Run.Status.RUNNING:
+            _run_finish(run, status=Run.Status.FAILED, outcome="worker_lost",
+                        message="The worker running this question stopped before it finished. Nothing was lost: ask again to retry.")  # fmt: skip
+            return run
+        run.status, run.started_at, run.heartbeat_at = Run.Status.RUNNING, timezone.now(), timezone.now()
+        run.deliveries += 1
+        run.worker = worker[:200]
+        run.save(update_fields=["status", "started_at", "heartbeat_at", "deliveries", "worker"])
+
+    source = run.question.source
+    config = PipelineConfig(
+        k=settings.ASKDB_RETRIEVAL_K,
+        similarity_floor=settings.ASKDB_SIMILARITY_FLOOR,
+        max_repairs=settings.ASKDB_MAX_REPAIRS,
+        row_cap=settings.CLINICAL_ROW_CAP,
+        timeout_s=settings.CLINICAL_STATEMENT_TIMEOUT_S,
+        row_level_to_llm=source.row_level_to_llm,
+    )
+    try:
+        ports = DjangoPorts(source, chat=get_chat_model(), timeout_s=config.timeout_s, row_cap=config.row_cap)
+        outcome = Pipeline(ports, DjangoRecorder(run), config).run(
+            PipelineRequest(
+                question=run.question.text,
+                dialect=source.dialect,
+                as_of=source.as_of.strftime("%Y-%m-%d %H:%M:%S") if source.as_of else "",
+            )
+        )
+    except Exception as exc:  # an unexpected bug must still end the run, with its reason
+        import logging
+
+        from celery.exceptions import SoftTimeLimitExceeded
+
+        run.refresh_from_db()
+        if isinstance(exc, SoftTimeLimitExceeded):
+            outcome, message = (
+                "time_limit",
+                "Answering took longer than askdb allows and was stopped; try a narrower question.",
+            )
+        else:
+            logging.getLogger(__name__).exception("run %s crashed", run_id)
+            outcome, message = (
+                "error",
+                f"askdb hit an internal error ({type(exc).__name__}); the question is kept, try again.",
+            )
+        if not run.is_terminal:
+            _run_finish(run, status=Run.Status.FAILED, outcome=outcome, message=message)
+        return run
+    run.refresh_from_db()
+    if run.status == Run.Status.CANCELLED:
+        return run
+    fields = {
+        "outcome": outcome.outcome,
+        "message": outcome.message,
+        "sql": outcome.sql,
+        "summary": outcome.summary,
+        "gate_category": outcome.gate_category,
+        "gate_reason": outcome.gate_reason,
+    }
+    if outcome.result is not None:
+        fields.update(
+            result_columns=list(outcome.result.columns),
+            result_rows=[list(r) for r in outcome.result.rows],
+            result_truncated=outcome.result.truncated,
+            row_count=outcome.result.row_count,
+        )
+    _run_finish(run, status=outcome.status, **fields)
+    return run
+
+
+def _run_finish(run, *, status: str, **fields) -> None:
+    from django.db import transaction
+    from django.utils import timezone
+
+    from askdb.pipeline import prompts
+
+    with transaction.atomic():
+        for key, value in fields.items():
+            setattr(run, key, value)
+        run.status = status
+        run.finished_at = timezone.now()
+        run.prompt_version = prompts.PROMPT_VERSION
+        run.save()
+        audit_record(
+            action=f"run.{status}",
+            target=run,
+            message=(fields.get("message") or fields.get("outcome") or "")[:500],
+            detail={
+                "outcome": fields.get("outcome", ""),
+                "sql": fields.get("sql", "")[:4000],
+                "rows": fields.get("row_count"),
+            },
+        )
+
+
+def runs_reap_stale(*, older_than_s: int | None = None) -> int:
+    """Fail runs whose worker died: running with no heartbeat for longer than any task may take."""
+    import datetime as dt
+
+    from django.conf import settings
+    from django.utils import timezone
+
+    from askdb.models import Run
+
+    limit = older_than_s if older_than_s is not None else settings.ASKDB_STALE_RUN_SECONDS
+    cutoff = timezone.now() - dt.timedelta(seconds=limit)
+    stale = Run.objects.filter(status=Run.Status.RUNNING, heartbeat_at__lt=cutoff)
+    count = 0
+    for run in stale:
+        _run_finish(run, status=Run.Status.FAILED, outcome="worker_lost",
+                    message="The worker running this question stopped before it finished. Nothing was lost: ask again to retry.")  # fmt: skip
+        count += 1
+    return count
+
+
+def question_submit_sync(*, user, text: str, source=None):
+    """The same use case as question_submit, run in this process (the `ask` command, benchmarks)."""
+    from django.db import transaction
+
+    from askdb.models import Question, Run
+    from metadata_admin.services import source_get
+
+    cleaned = _clean_question(text)
+    with transaction.atomic():
+        question = Question.objects.create(user=user, source=source or source_get(None), text=cleaned)
+        run = Run.objects.create(question=question)
+        audit_record(action="question.asked", actor=user, target=run, message=cleaned[:500])
+    return run_execute(run_id=run.pk, worker="manage.py ask", sync=True)

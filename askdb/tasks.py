@@ -5,7 +5,19 @@ from __future__ import annotations
 import socket
 
 from celery import shared_task
+from celery.signals import worker_process_init
 from django.db import connection
+
+
+@worker_process_init.connect
+def _warm_up(**kwargs) -> None:
+    """Load the local embedding model when a worker process starts, not in the first question."""
+    from django.conf import settings
+
+    if settings.EMBEDDING_PROVIDER == "local":
+        from askdb.providers.embeddings import get_embedder
+
+        get_embedder().warm_up()
 
 
 @shared_task(name="askdb.ping", acks_late=True, soft_time_limit=10, time_limit=20)
@@ -15,3 +27,18 @@ def ping() -> dict:
         cur.execute("SELECT 1")
         db_ok = cur.fetchone()[0] == 1
     return {"pong": True, "worker": socket.gethostname(), "database": db_ok}
+
+
+@shared_task(
+    name="askdb.run_question",
+    bind=True,
+    acks_late=True,
+    # Retrying here would repeat LLM calls; the openai client already retried with backoff, and
+    # a run that failed for a transient reason is retried by the user as a new run.
+    max_retries=0,
+)
+def run_question(self, run_id: int) -> dict:
+    from askdb.services import run_execute
+
+    run = run_execute(run_id=run_id, worker=self.request.hostname or socket.gethostname())
+    return {"run": run.pk, "status": run.status, "outcome": run.outcome}

@@ -1,1 +1,171 @@
-"""The schema catalog: clinical sources and their curated table and column documentation."""
+"""The schema catalog: clinical sources and their curated table and column documentation.
+
+Retrieval and prompting depend on this text, so edits keep history (DocRevision) and every
+embedding records the model that made it; a vector of another model or dimension is stale.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+from django.conf import settings
+from django.db import models
+from pgvector.django import VectorField
+
+
+class ClinicalSource(models.Model):
+    """A clinical database askdb can answer from, opened through a read-only connection."""
+
+    class Engine(models.TextChoices):
+        POSTGRESQL = "postgresql", "PostgreSQL"
+        SQLITE = "sqlite", "SQLite"
+
+    name = models.SlugField(max_length=64, unique=True)
+    engine = models.CharField(max_length=16, choices=Engine.choices, default=Engine.POSTGRESQL)
+    # A URL, or "env:VARIABLE" so that secrets stay in the environment, not in the database.
+    url = models.CharField(max_length=500)
+    dialect = models.CharField(max_length=16, default="postgres", help_text="sqlglot dialect")
+    as_of = models.DateTimeField(
+        null=True, blank=True, help_text="'now' for this data: MIMIC shifts dates into the future"
+    )
+    description = models.TextField(blank=True)
+    row_level_to_llm = models.BooleanField(
+        default=False, help_text="send result rows (not just schema and aggregates) to the LLM"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def resolved_url(self) -> str:
+        if self.url.startswith("env:"):
+            name = self.url[4:]
+            if name == "CLINICAL_DATABASE_URL":
+                return settings.CLINICAL_DATABASE_URL
+            return os.environ.get(name, "")
+        return self.url
+
+
+class TableDoc(models.Model):
+    """What one table holds, in the words researchers use, plus its embedding."""
+
+    source = models.ForeignKey(ClinicalSource, on_delete=models.CASCADE, related_name="tables")
+    schema_name = models.CharField(max_length=128, blank=True)
+    name = models.CharField(max_length=128)
+    description = models.TextField(blank=True)
+    purpose = models.TextField(blank=True)
+    grain = models.CharField(max_length=300, blank=True)
+    considerations = models.JSONField(default=list, blank=True)
+    synonyms = models.JSONField(default=list, blank=True)
+    example_questions = models.JSONField(default=list, blank=True)
+    row_count = models.BigIntegerField(null=True, blank=True)
+    exists_in_source = models.BooleanField(default=True)
+    # An LLM-written description waits here until an admin accepts it.
+    draft_description = models.TextField(blank=True)
+
+    embedding = VectorField(null=True, blank=True)  # no fixed dimension: providers differ
+    embedding_model = models.CharField(max_length=200, blank=True)
+    content_hash = models.CharField(max_length=64, blank=True)  # of the text that was embedded
+    embedding_error = models.TextField(blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["schema_name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["source", "schema_name", "name"], name="uniq_table_doc"),
+        ]
+
+    def __str__(self) -> str:
+        return self.qualified_name
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.schema_name}.{self.name}" if self.schema_name else self.name
+
+
+class ColumnDoc(models.Model):
+    table = models.ForeignKey(TableDoc, on_delete=models.CASCADE, related_name="columns")
+    name = models.CharField(max_length=128)
+    position = models.PositiveIntegerField(default=0)
+    data_type = models.CharField(max_length=64, blank=True)
+    meaning = models.TextField(blank=True)
+    draft_meaning = models.TextField(blank=True)
+    example_values = models.TextField(blank=True)
+    is_primary_key = models.BooleanField(default=False)
+    is_foreign_key = models.BooleanField(default=False)
+    sensitive = models.BooleanField(default=False)
+    # Distinct values of this column go into the value index (value linking).
+    value_index = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["table", "position", "name"]
+        constraints = [models.UniqueConstraint(fields=["table", "name"], name="uniq_column_doc")]
+
+    def __str__(self) -> str:
+        return f"{self.table.qualified_name}.{self.name}"
+
+
+class Relationship(models.Model):
+    """A foreign key or a common join, with a note the prompt shows the LLM."""
+
+    class Kind(models.TextChoices):
+        FOREIGN_KEY = "foreign_key", "foreign key"
+        COMMON_JOIN = "common_join", "common join"
+
+    from_table = models.ForeignKey(TableDoc, on_delete=models.CASCADE, related_name="relationships")
+    to_table = models.ForeignKey(TableDoc, on_delete=models.CASCADE, related_name="+")
+    column_pairs = models.JSONField(
+        default=list
+    )  # [["icd_code", "icd_code"], ["icd_version", "icd_version"]]
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.FOREIGN_KEY)
+    note = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["from_table", "to_table"]
+
+    def __str__(self) -> str:
+        on = " AND ".join(f"{a} = {b}" for a, b in self.column_pairs)
+        return f"{self.from_table.qualified_name} → {self.to_table.qualified_name} ON {on}"
+
+
+class DocRevision(models.Model):
+    """A snapshot of a table doc (with its columns) before each edit: curated text is never lost."""
+
+    table = models.ForeignKey(TableDoc, on_delete=models.CASCADE, related_name="revisions")
+    at = models.DateTimeField(auto_now_add=True)
+    by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    note = models.CharField(max_length=200, blank=True)
+    snapshot = models.JSONField()
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.table} @ {self.at:%Y-%m-%d %H:%M}"
+
+
+class ValueEntry(models.Model):
+    """One distinct value of a categorical column, for fuzzy (pg_trgm) and semantic linking."""
+
+    source = models.ForeignKey(ClinicalSource, on_delete=models.CASCADE, related_name="values")
+    table = models.ForeignKey(TableDoc, on_delete=models.CASCADE, related_name="values")
+    column = models.CharField(max_length=128)
+    value = models.TextField()
+    code = models.CharField(max_length=200, blank=True)  # e.g. the icd_code or itemid behind a title
+    frequency = models.BigIntegerField(default=0)
+    embedding = VectorField(null=True, blank=True)
+    embedding_model = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["source", "table", "column"])]
+
+    def __str__(self) -> str:
+        return f"{self.table.qualified_name}.{self.column} = {self.value!r}"
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -1,7 +1,724 @@
-"""Schema catalog use cases: clinical data loading and documentation curation."""
+"""Schema catalog use cases: sources, curated docs, introspection, embeddings, the value index.
+
+Views, admin actions, Celery tasks and management commands call these functions, so they
+cannot disagree. Writes record an audit event in the same transaction; embedding (slow, may
+call a remote provider) always happens outside any transaction.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+import logging
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
 
-def clinical_demo_ensure(*, stdout=None) -> str:
-    return "not yet available"
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from askdb.adapters.clinical import ExecutionError, LiveTable, SqlExecutor, executor_for
+from askdb.pipeline.types import CatalogSchema, TableSchema
+from askdb.providers.embeddings import EmbeddingError, get_embedder
+from askdb.services import audit_record
+from metadata_admin.docs import (
+    BUNDLED_DOCS,
+    VALUE_COLUMNS,
+    DocColumn,
+    DocRelationship,
+    DocTable,
+    dump_docs,
+    read_docs,
+)
+from metadata_admin.models import (
+    ClinicalSource,
+    ColumnDoc,
+    DocRevision,
+    Relationship,
+    TableDoc,
+    ValueEntry,
+    content_hash,
+)
+
+log = logging.getLogger(__name__)
+
+MIMIC_SCHEMAS = ("mimiciv_hosp", "mimiciv_icu")
+
+
+# --------------------------------------------------------------------------- sources
+
+
+def source_register(
+    *,
+    name: str,
+    url: str,
+    as_of: dt.datetime | None = None,
+    description: str = "",
+    actor=None,
+) -> ClinicalSource:
+    """Register (or update) a clinical source; the connection is tested before it is saved."""
+    engine = ClinicalSource.Engine.SQLITE if url.startswith("sqlite:") else ClinicalSource.Engine.POSTGRESQL
+    probe = ClinicalSource(name=name, url=url, engine=engine)
+    executor_for(probe.resolved_url(), engine=engine).ping()  # raises ExecutionError with a clear line
+    with transaction.atomic():
+        source, created = ClinicalSource.objects.update_or_create(
+            name=name,
+            defaults={
+                "url": url,
+                "engine": engine,
+                "dialect": "sqlite" if engine == ClinicalSource.Engine.SQLITE else "postgres",
+                "description": description,
+                **({"as_of": as_of} if as_of else {}),
+            },
+        )
+        audit_record(
+            action="source.registered" if created else "source.updated",
+            actor=actor,
+            target=source,
+            message=f"{name} ({engine})",
+        )
+    return source
+
+
+def source_get(name: str | None = None) -> ClinicalSource:
+    """The named source, or the default one (CLINICAL_SOURCE_NAME, else the only one)."""
+    if name:
+        try:
+            return ClinicalSource.objects.get(name=name)
+        except ClinicalSource.DoesNotExist:
+            known = ", ".join(ClinicalSource.objects.values_list("name", flat=True)) or "none"
+            raise ValueError(f"no clinical source named {name!r} (known: {known})") from None
+    source = ClinicalSource.objects.filter(name=settings.CLINICAL_SOURCE_NAME).first()
+    if source is None:
+        sources = list(ClinicalSource.objects.all()[:2])
+        if len(sources) != 1:
+            raise ValueError(
+                "no clinical source is registered; run `make demo` or `python manage.py add_source NAME --url URL`"
+            )
+        source = sources[0]
+    return source
+
+
+def source_schemas(source: ClinicalSource) -> tuple[str, ...]:
+    names = TableDoc.objects.filter(source=source, exists_in_source=True).values_list(
+        "schema_name", flat=True
+    )
+    return tuple(sorted({n for n in names if n}))
+
+
+def source_executor(source: ClinicalSource) -> SqlExecutor:
+    return executor_for(source.resolved_url(), engine=source.engine, search_path=source_schemas(source))
+
+
+def source_catalog_schema(source: ClinicalSource) -> CatalogSchema:
+    """The tables and columns generated SQL may use: what exists in the source and is documented."""
+    tables = []
+    docs = TableDoc.objects.filter(source=source, exists_in_source=True).prefetch_related("columns")
+    for doc in docs:
+        tables.append(
+            TableSchema(
+                schema=doc.schema_name, name=doc.name, columns=tuple(c.name for c in doc.columns.all())
+            )
+        )
+    return CatalogSchema(tables=tuple(tables), dialect=source.dialect)
+
+
+# --------------------------------------------------------------------------- docs
+
+
+@dataclass
+class DocsReport:
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (
+            f"{len(self.created)} created, {len(self.updated)} updated, {len(self.unchanged)} unchanged, "
+            f"{len(self.warnings)} warnings"
+        )
+
+
+def table_doc_snapshot(doc: TableDoc) -> dict:
+    return {
+        "description": doc.description,
+        "purpose": doc.purpose,
+        "grain": doc.grain,
+        "considerations": doc.considerations,
+        "synonyms": doc.synonyms,
+        "example_questions": doc.example_questions,
+        "columns": [
+            {
+                "name": c.name,
+                "type": c.data_type,
+                "meaning": c.meaning,
+                "example_values": c.example_values,
+                "primary": c.is_primary_key,
+                "foreign": c.is_foreign_key,
+                "sensitive": c.sensitive,
+                "value_index": c.value_index,
+            }
+            for c in doc.columns.all()
+        ],
+    }
+
+
+def _live_tables(source: ClinicalSource) -> dict[str, LiveTable] | None:
+    try:
+        return {t.qualified: t for t in source_executor(source).tables()}
+    except ExecutionError as exc:
+        log.warning("cannot read the live catalog of %s: %s", source.name, exc)
+        return None
+
+
+def docs_import(
+    *,
+    source: ClinicalSource,
+    paths: Iterable[Path] | None = None,
+    actor=None,
+    tables: list[DocTable] | None = None,
+) -> DocsReport:
+    """Import curated YAML docs into the catalog. Curated text from the file wins; history is kept.
+
+    A documented table that the live database lacks is kept but marked absent (retrieval skips
+    it) and reported, so loading the data later needs no re-import. Raises DocsError for a
+    broken file before anything is written.
+    """
+    tables = tables if tables is not None else read_docs(list(paths or [BUNDLED_DOCS]))
+    live = _live_tables(source)
+    report = DocsReport()
+    with transaction.atomic():
+        docs_by_name: dict[str, TableDoc] = {}
+        for t in tables:
+            exists = live is None or t.qualified in live
+            if not exists:
+                report.warnings.append(f"{t.qualified} is documented but not in source {source.name}")
+            elif live is not None:
+                live_cols = {c.name for c in live[t.qualified].columns}
+                unknown = [c.name for c in t.columns if c.name not in live_cols]
+                if unknown:
+                    report.warnings.append(
+                        f"{t.qualified}: documented columns not in the database: {', '.join(unknown)}"
+                    )
+            doc, created = TableDoc.objects.get_or_create(source=source, schema_name=t.schema, name=t.name)
+            before = None if created else table_doc_snapshot(doc)
+            doc.description, doc.purpose, doc.grain = t.description, t.purpose, t.grain
+            doc.considerations, doc.synonyms, doc.example_questions = (
+                t.considerations,
+                t.synonyms,
+                t.example_questions,
+            )
+            doc.exists_in_source = exists
+            if live is not None and exists:
+                doc.row_count = live[t.qualified].row_estimate
+            doc.save()
+            _columns_apply(doc, t.columns, live[t.qualified] if live and exists else None)
+            after = table_doc_snapshot(doc)
+            if created:
+                report.created.append(t.qualified)
+            elif before != after:
+                DocRevision.objects.create(
+                    table=doc,
+                    by=actor if getattr(actor, "pk", None) else None,
+                    note="before import",
+                    snapshot=before,
+                )
+                report.updated.append(t.qualified)
+            else:
+                report.unchanged.append(t.qualified)
+            docs_by_name[t.qualified] = doc
+        for t in tables:
+            _relationships_apply(source, docs_by_name[t.qualified], t.relationships, report)
+        audit_record(
+            action="docs.imported",
+            actor=actor,
+            target=source,
+            message=report.summary(),
+            detail={"warnings": report.warnings[:50]},
+        )
+    return report
+
+
+def _columns_apply(doc: TableDoc, columns: list[DocColumn], live: LiveTable | None) -> None:
+    existing = {c.name: c for c in doc.columns.all()}
+    order = [c.name for c in live.columns] if live else [c.name for c in columns]
+    documented = {c.name: c for c in columns}
+    live_types = {c.name: c.data_type for c in live.columns} if live else {}
+    pk = set(live.primary_key) if live else set()
+    for position, name in enumerate(order + [n for n in documented if n not in order]):
+        dc = documented.get(name)
+        col = existing.get(name) or ColumnDoc(table=doc, name=name)
+        col.position = position
+        col.data_type = live_types.get(name) or (dc.type if dc else col.data_type)
+        if dc:
+            col.meaning = dc.meaning or col.meaning
+            col.example_values = dc.example_values or col.example_values
+            col.is_primary_key = dc.key == "primary" or name in pk
+            col.is_foreign_key = dc.key == "foreign"
+            col.sensitive = dc.sensitive
+            col.value_index = dc.value_index or col.value_index
+        else:
+            col.is_primary_key = name in pk
+        col.save()
+
+
+def _relationships_apply(
+    source, doc: TableDoc, relationships: list[DocRelationship], report: DocsReport
+) -> None:
+    doc.relationships.all().delete()
+    for rel in relationships:
+        schema, _, name = rel.to.rpartition(".")
+        target = TableDoc.objects.filter(source=source, schema_name=schema, name=name).first()
+        if target is None:
+            report.warnings.append(f"{doc.qualified_name}: relationship to unknown table {rel.to} ignored")
+            continue
+        Relationship.objects.create(
+            from_table=doc, to_table=target, column_pairs=rel.on, kind=rel.kind, note=rel.note
+        )
+
+
+def docs_export(*, source: ClinicalSource) -> dict[str, str]:
+    """YAML text per schema, in the bundled format (so export → edit → import round-trips)."""
+    by_schema: dict[str, list[DocTable]] = {}
+    docs = TableDoc.objects.filter(source=source).prefetch_related("columns", "relationships__to_table")
+    for doc in docs:
+        by_schema.setdefault(doc.schema_name, []).append(
+            DocTable(
+                schema=doc.schema_name,
+                name=doc.name,
+                description=doc.description,
+                purpose=doc.purpose,
+                grain=doc.grain,
+                considerations=list(doc.considerations),
+                synonyms=list(doc.synonyms),
+                example_questions=list(doc.example_questions),
+                columns=[
+                    DocColumn(
+                        name=c.name,
+                        type=c.data_type,
+                        meaning=c.meaning,
+                        example_values=c.example_values,
+                        key="primary" if c.is_primary_key else ("foreign" if c.is_foreign_key else ""),
+                        sensitive=c.sensitive,
+                        value_index=c.value_index,
+                    )
+                    for c in doc.columns.all()
+                ],
+                relationships=[
+                    DocRelationship(to=r.to_table.qualified_name, on=r.column_pairs, kind=r.kind, note=r.note)
+                    for r in doc.relationships.all()
+                ],
+            )
+        )
+    return {schema or "main": dump_docs(tables) for schema, tables in by_schema.items()}
+
+
+@transaction.atomic
+def table_doc_update(*, doc: TableDoc, data: dict, actor=None, note: str = "edited") -> TableDoc:
+    """Edit a table doc's curated fields; the previous text is kept as a revision."""
+    before = table_doc_snapshot(doc)
+    for key in ("description", "purpose", "grain", "considerations", "synonyms", "example_questions"):
+        if key in data:
+            setattr(doc, key, data[key])
+    doc.save()
+    DocRevision.objects.create(
+        table=doc, by=actor if getattr(actor, "pk", None) else None, note=note, snapshot=before
+    )
+    audit_record(action="docs.edited", actor=actor, target=doc, message=doc.qualified_name)
+    table_doc_schedule_embedding(doc)
+    return doc
+
+
+def table_doc_schedule_embedding(doc: TableDoc) -> None:
+    """Re-embed in the worker after commit, and only when the embedded text changed."""
+    if doc.content_hash == content_hash(table_doc_embedding_text(doc)) and not doc.embedding_error:
+        return
+    from metadata_admin.tasks import embed_table_doc as embed_table_doc_task
+
+    transaction.on_commit(lambda: embed_table_doc_task.delay(doc.pk))
+
+
+# --------------------------------------------------------------------------- introspection
+
+
+@dataclass
+class IntrospectReport:
+    tables_new: list[str] = field(default_factory=list)
+    tables_seen: list[str] = field(default_factory=list)
+    tables_gone: list[str] = field(default_factory=list)
+    columns_new: int = 0
+
+    def summary(self) -> str:
+        return (
+            f"{len(self.tables_seen)} tables ({len(self.tables_new)} new, {len(self.tables_gone)} no longer present), "
+            f"{self.columns_new} new columns"
+        )
+
+
+LOW_CARDINALITY = 50  # text columns with at most this many distinct values get example values
+
+
+def source_introspect(
+    *,
+    source: ClinicalSource,
+    sample_values: bool = True,
+    exact_counts: bool = False,
+    actor=None,
+    progress: Callable[[str], None] | None = None,
+) -> IntrospectReport:
+    """Read the live catalog into docs without overwriting curated text."""
+    executor = executor_for(source.resolved_url(), engine=source.engine)
+    live = executor.tables()
+    if source.engine == ClinicalSource.Engine.POSTGRESQL:
+        live = [t for t in live if t.schema != "public" or not any(x.schema != "public" for x in live)]
+    report = IntrospectReport()
+    samples: dict[tuple[str, str], str] = {}
+    counts: dict[str, int | None] = {}
+    for t in live:
+        if progress:
+            progress(t.qualified)
+        counts[t.qualified] = (
+            executor.count_rows(t.schema, t.name)
+            if exact_counts or t.row_estimate in (None, 0)
+            else t.row_estimate
+        )
+        if not sample_values:
+            continue
+        for col in t.columns:
+            if not any(k in col.data_type for k in ("char", "text")) or col.name in t.primary_key:
+                continue
+            try:
+                values = executor.distinct_values(t.schema, t.name, col.name, limit=LOW_CARDINALITY + 1)
+            except ExecutionError:
+                continue
+            if 0 < len(values) <= LOW_CARDINALITY:
+                samples[(t.qualified, col.name)] = ", ".join(str(v)[:60] for v, _ in values[:12])
+    with transaction.atomic():
+        seen = set()
+        for t in live:
+            doc, created = TableDoc.objects.get_or_create(source=source, schema_name=t.schema, name=t.name)
+            (report.tables_new if created else report.tables_seen).append(t.qualified)
+            if created:
+                report.tables_seen.append(t.qualified)
+            doc.exists_in_source = True
+            doc.row_count = counts.get(t.qualified)
+            doc.save()
+            seen.add(doc.pk)
+            existing = {c.name: c for c in doc.columns.all()}
+            fk_cols = {c for cols, _, _ in t.foreign_keys for c in cols}
+            for position, col in enumerate(t.columns):
+                cd = existing.get(col.name)
+                if cd is None:
+                    cd = ColumnDoc(table=doc, name=col.name)
+                    report.columns_new += 1
+                cd.position, cd.data_type = position, col.data_type
+                cd.is_primary_key = cd.is_primary_key or col.name in t.primary_key
+                cd.is_foreign_key = cd.is_foreign_key or col.name in fk_cols
+                sample = samples.get((t.qualified, col.name))
+                if sample:
+                    cd.value_index = True
+                    if not cd.example_values:
+                        cd.example_values = sample
+                cd.save()
+            for cols, ref, ref_cols in t.foreign_keys:
+                r_schema, _, r_name = ref.rpartition(".")
+                target = TableDoc.objects.filter(source=source, schema_name=r_schema, name=r_name).first()
+                pairs = [list(p) for p in zip(cols, ref_cols, strict=False)]
+                if target and not doc.relationships.filter(to_table=target, column_pairs=pairs).exists():
+                    Relationship.objects.create(
+                        from_table=doc,
+                        to_table=target,
+                        column_pairs=pairs,
+                        kind=Relationship.Kind.FOREIGN_KEY,
+                        note="foreign key in the database",
+                    )
+        gone = TableDoc.objects.filter(source=source, exists_in_source=True).exclude(pk__in=seen)
+        report.tables_gone = [d.qualified_name for d in gone]
+        gone.update(exists_in_source=False)
+        audit_record(action="source.introspected", actor=actor, target=source, message=report.summary())
+    return report
+
+
+# --------------------------------------------------------------------------- embeddings
+
+
+def table_doc_embedding_text(doc: TableDoc) -> str:
+    """The text a table is found by. Most telling first: the local model reads ~256 word pieces."""
+    parts = [
+        f"Table {doc.name} ({doc.qualified_name}).",
+        f"Also called: {', '.join(doc.synonyms)}." if doc.synonyms else "",
+        doc.description,
+        doc.purpose,
+        f"Grain: {doc.grain}." if doc.grain else "",
+        "Example questions: " + " ".join(doc.example_questions) if doc.example_questions else "",
+        "Columns: " + ", ".join(c.name for c in doc.columns.all()),
+    ]
+    return "\n".join(p for p in parts if p)
+
+
+@dataclass
+class ReembedReport:
+    embedded: int = 0
+    skipped: int = 0
+    failed: list[str] = field(default_factory=list)
+
+
+def table_docs_reembed(
+    *,
+    source: ClinicalSource | None = None,
+    force: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> ReembedReport:
+    """Embed docs whose text, model or dimension changed (all with force). Failures are kept
+    on the doc (embedding_error) and retried next time, never lost."""
+    embedder = get_embedder()
+    docs = TableDoc.objects.prefetch_related("columns")
+    if source is not None:
+        docs = docs.filter(source=source)
+    report = ReembedReport()
+    pending = []
+    for doc in docs:
+        text = table_doc_embedding_text(doc)
+        digest = content_hash(text)
+        stale = (
+            force
+            or doc.embedding is None
+            or doc.content_hash != digest
+            or doc.embedding_model != embedder.model
+        )
+        if stale or doc.embedding_error:
+            pending.append((doc, text, digest))
+        else:
+            report.skipped += 1
+    for start in range(0, len(pending), 32):
+        batch = pending[start : start + 32]
+        try:
+            vectors = embedder.embed([text for _, text, _ in batch])
+        except EmbeddingError as exc:
+            for doc, _, _ in batch:
+                TableDoc.objects.filter(pk=doc.pk).update(embedding_error=str(exc)[:1000])
+                report.failed.append(doc.qualified_name)
+            continue
+        for (doc, _, digest), vector in zip(batch, vectors, strict=True):
+            TableDoc.objects.filter(pk=doc.pk).update(
+                embedding=vector, embedding_model=embedder.model, content_hash=digest, embedding_error=""
+            )
+            report.embedded += 1
+        if progress:
+            progress(len(batch))
+    return report
+
+
+def embeddings_mismatched() -> dict[str, int]:
+    """Vectors made by another model or of another dimension than the configured provider's."""
+    embedder_model = settings.EMBEDDING_MODEL or (
+        "all-MiniLM-L6-v2" if settings.EMBEDDING_PROVIDER == "local" else "text-embedding-3-small"
+    )
+    dims = settings.EMBEDDING_DIMS
+    out = {}
+    with connection.cursor() as cur:
+        for label, table in (
+            ("table docs", "metadata_admin_tabledoc"),
+            ("values", "metadata_admin_valueentry"),
+        ):
+            cur.execute(
+                f"SELECT count(*) FROM {table} WHERE embedding IS NOT NULL "
+                "AND (embedding_model <> %s OR vector_dims(embedding) <> %s)",
+                [embedder_model, dims],
+            )
+            out[label] = cur.fetchone()[0]
+    return out
+
+
+# --------------------------------------------------------------------------- value index
+
+
+@dataclass
+class ValueIndexReport:
+    columns: list[str] = field(default_factory=list)
+    values: int = 0
+    embedded: int = 0
+
+
+def value_index_build(
+    *,
+    source: ClinicalSource,
+    per_column_limit: int = 20000,
+    embed_limit: int = 3000,
+    progress: Callable[[str], None] | None = None,
+) -> ValueIndexReport:
+    """Rebuild the distinct-value index of value-indexed columns (fuzzy for all, vectors for the
+    most frequent `embed_limit` per column, which keeps CPU embedding time bounded)."""
+    executor = source_executor(source)
+    embedder = get_embedder()
+    report = ValueIndexReport()
+    columns = ColumnDoc.objects.filter(table__source=source, table__exists_in_source=True, value_index=True)
+    for col in columns.select_related("table"):
+        doc = col.table
+        if progress:
+            progress(f"{doc.qualified_name}.{col.name}")
+        code_col = (
+            VALUE_COLUMNS.get(doc.name, ("", ""))[1]
+            if VALUE_COLUMNS.get(doc.name, ("",))[0] == col.name
+            else ""
+        )
+        try:
+            if code_col:
+                rows = _values_with_code(executor, doc, col.name, code_col, per_column_limit)
+            else:
+                rows = [
+                    (str(v), "", n)
+                    for v, n in executor.distinct_values(
+                        doc.schema_name, doc.name, col.name, limit=per_column_limit
+                    )
+                ]
+        except ExecutionError as exc:
+            log.warning("value index: %s.%s skipped: %s", doc.qualified_name, col.name, exc)
+            continue
+        rows = [(v.strip(), c, n) for v, c, n in rows if v and v.strip() and len(v) <= 300]
+        vectors: list = []
+        top = rows[:embed_limit]
+        try:
+            for start in range(0, len(top), 256):
+                vectors.extend(embedder.embed([v for v, _, _ in top[start : start + 256]]))
+        except EmbeddingError as exc:
+            log.warning("value index: no vectors for %s.%s: %s", doc.qualified_name, col.name, exc)
+            vectors = []
+        with transaction.atomic():
+            ValueEntry.objects.filter(source=source, table=doc, column=col.name).delete()
+            ValueEntry.objects.bulk_create(
+                [
+                    ValueEntry(
+                        source=source,
+                        table=doc,
+                        column=col.name,
+                        value=v,
+                        code=str(c or "")[:200],
+                        frequency=n,
+                        embedding=vectors[i] if i < len(vectors) else None,
+                        embedding_model=embedder.model if i < len(vectors) else "",
+                    )
+                    for i, (v, c, n) in enumerate(rows)
+                ],
+                batch_size=2000,
+            )
+        report.columns.append(f"{doc.qualified_name}.{col.name}")
+        report.values += len(rows)
+        report.embedded += len(vectors)
+    return report
+
+
+def _values_with_code(
+    executor, doc: TableDoc, column: str, code_col: str, limit: int
+) -> list[tuple[str, str, int]]:
+    """Dictionary tables: each label with its code (itemid, icd_code); frequency is 1 per row."""
+    sql = (
+        f'SELECT "{column}", string_agg(DISTINCT "{code_col}"::text, \',\'), count(*) FROM '
+        f'{doc.qualified_name} WHERE "{column}" IS NOT NULL GROUP BY "{column}" ORDER BY count(*) DESC LIMIT {int(limit)}'
+    )
+    if executor.dialect == "sqlite":
+        sql = sql.replace("string_agg(DISTINCT", "group_concat(DISTINCT").replace("::text, ','", "")
+    result = executor.execute(sql, timeout_s=120, row_cap=limit)
+    return [(str(v), str(c)[:200] if c is not None else "", int(n)) for v, c, n in result.rows]
+
+
+# --------------------------------------------------------------------------- demo data
+
+
+def clinical_demo_ensure(*, stdout=None, patients: int = 100, seed: int = 42) -> str:
+    """Make the demo source answerable: data loaded, docs imported, embeddings and values indexed.
+
+    Loads real MIMIC-IV from MIMIC_DIR when set, else deterministic synthetic data. Each step is
+    skipped when already done, so a second `make demo` is quick.
+    """
+    from metadata_admin.clinical import loader
+
+    write = (lambda s: stdout.write(s)) if stdout else (lambda s: None)
+    admin_url = settings.CLINICAL_ADMIN_DATABASE_URL
+    if not admin_url:
+        raise ValueError(
+            "CLINICAL_ADMIN_DATABASE_URL is needed to load demo data into an external clinical database"
+        )
+    loaded = loader.loaded_tables(admin_url)
+    mimic_dir = os.environ.get("MIMIC_DIR")
+    if not any(n.startswith("mimiciv_hosp.") and rows for n, rows in loaded.items()):
+        if mimic_dir:
+            write(f"loading MIMIC-IV from {mimic_dir} …")
+            release = Path(mimic_dir)
+            as_of = None
+        else:
+            from metadata_admin.clinical import synthetic
+
+            release = settings.ASKDB_HOME / "demo-data"
+            write(f"generating synthetic MIMIC-IV-shaped data ({patients} patients, seed {seed}) …")
+            result = synthetic.generate(release, patients=patients, seed=seed)
+            as_of = getattr(result, "as_of", None) or getattr(synthetic, "AS_OF", None)
+        report = loader.load_release(release, dsn=admin_url, progress=False, out=lambda s: None)
+        failed = [r for r in report.tables if r.status == "failed"]
+        if failed:
+            raise ValueError(
+                "demo data failed to load: " + "; ".join(f"{r.name}: {r.message}" for r in failed)
+            )
+        loader.grant_read(admin_url, _reader_role())
+    else:
+        as_of = None
+    return clinical_source_refresh(
+        as_of=as_of,
+        description="MIMIC-IV" if mimic_dir else "Synthetic MIMIC-IV-shaped demo data",
+        stdout=stdout,
+    )
+
+
+def clinical_source_refresh(
+    *, as_of: dt.datetime | None = None, description: str = "", force_values: bool = False, stdout=None
+) -> str:
+    """After data changed: register the default source if needed, import the bundled docs where
+    there are none (else refresh which tables exist), embed stale docs, (re)build the value index."""
+    write = (lambda s: stdout.write(s)) if stdout else (lambda s: None)
+    source = ClinicalSource.objects.filter(name=settings.CLINICAL_SOURCE_NAME).first()
+    if source is None:
+        source = source_register(
+            name=settings.CLINICAL_SOURCE_NAME, url="env:CLINICAL_DATABASE_URL", description=description
+        )
+    if source.as_of is None or as_of:
+        source.as_of = as_of or _latest_event(source) or timezone.now()
+        source.save(update_fields=["as_of"])
+    if not TableDoc.objects.filter(source=source).exists():
+        write("importing curated table documentation …")
+        docs_import(source=source)
+    else:
+        present = {t.qualified for t in source_executor(source).tables()}
+        for doc in TableDoc.objects.filter(source=source):
+            if doc.exists_in_source != (doc.qualified_name in present):
+                TableDoc.objects.filter(pk=doc.pk).update(exists_in_source=doc.qualified_name in present)
+    if TableDoc.objects.filter(source=source, embedding__isnull=True).exists():
+        write("embedding table documentation …")
+        table_docs_reembed(source=source)
+    if force_values or not ValueEntry.objects.filter(source=source).exists():
+        write("indexing values for value linking …")
+        value_index_build(source=source)
+    tables = TableDoc.objects.filter(source=source, exists_in_source=True).count()
+    return f"source {source.name}: {tables} tables, as of {source.as_of:%Y-%m-%d}"
+
+
+def _reader_role() -> str:
+    from urllib.parse import urlparse
+
+    return urlparse(settings.CLINICAL_DATABASE_URL).username or "askdb_reader"
+
+
+def _latest_event(source: ClinicalSource) -> dt.datetime | None:
+    """MIMIC's 'now': the last discharge in the data (dates are shifted per patient)."""
+    try:
+        result = source_executor(source).execute(
+            "SELECT max(dischtime) FROM mimiciv_hosp.admissions", timeout_s=30, row_cap=1
+        )
+    except ExecutionError:
+        return None
+    value = result.rows[0][0] if result.rows else None
+    if not value:
+        return None
+    parsed = dt.datetime.fromisoformat(str(value))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)

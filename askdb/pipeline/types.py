@@ -7,6 +7,7 @@ dataclasses, stages turn them into other dataclasses, and tests build them by ha
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -47,3 +48,68 @@ class ValidatedSql:
     tables: tuple[str, ...] = ()  # qualified table names it reads, sorted
     columns: tuple[str, ...] = ()  # "schema.table.column" it references, sorted
     warnings: tuple[str, ...] = field(default=())
+
+
+class LLMError(RuntimeError):
+    """The LLM failed or answered garbage; `message` is one line for the user and the audit."""
+
+    def __init__(self, message: str, *, transient: bool = False):
+        super().__init__(message)
+        self.message = message
+        self.transient = transient  # timeouts, 429, 5xx: worth trying again later
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    texts: tuple[str, ...]  # one per choice (n)
+    model: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    duration_ms: float = 0.0
+
+    @property
+    def text(self) -> str:
+        return self.texts[0] if self.texts else ""
+
+
+@dataclass(frozen=True)
+class ColumnContext:
+    name: str
+    type: str = ""
+    meaning: str = ""
+    example_values: str = ""
+    key: str = ""  # "PK", "FK" or ""
+    sensitive: bool = False
+
+
+@dataclass(frozen=True)
+class TableContext:
+    """A table doc as the SQL prompt shows it."""
+
+    qualified: str
+    description: str = ""
+    purpose: str = ""
+    grain: str = ""
+    considerations: tuple[str, ...] = ()
+    synonyms: tuple[str, ...] = ()
+    columns: tuple[ColumnContext, ...] = ()
+    joins: tuple[str, ...] = ()  # "diagnoses_icd.icd_code = d_icd_diagnoses.icd_code AND … — note"
+
+
+@dataclass(frozen=True)
+class ExampleContext:
+    """A reviewer-approved question/SQL pair used as a few-shot example."""
+
+    question: str
+    sql: str
+    score: float = 0.0
+    example_id: int | None = None
+
+
+class ChatModel(Protocol):
+    model: str
+
+    def complete(
+        self, messages: list[dict], *, temperature: float = 0.0, n: int = 1, max_tokens: int | None = None
+    ) -> ChatResult: ...

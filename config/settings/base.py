@@ -166,11 +166,20 @@ LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 3)
 LLM_PRICE_PROMPT_PER_1K = env_float("LLM_PRICE_PROMPT_PER_1K", 0.0)
 LLM_PRICE_COMPLETION_PER_1K = env_float("LLM_PRICE_COMPLETION_PER_1K", 0.0)
 
+# --- Pipeline -----------------------------------------------------------------------------
+ASKDB_RETRIEVAL_K = env_int("ASKDB_RETRIEVAL_K", 5)
+ASKDB_SIMILARITY_FLOOR = env_float("ASKDB_SIMILARITY_FLOOR", 0.15)  # best table-doc cosine below: "no data"
+ASKDB_MAX_REPAIRS = env_int("ASKDB_MAX_REPAIRS", 3)
+ASKDB_QUESTION_MAX_CHARS = env_int("ASKDB_QUESTION_MAX_CHARS", 2000)
+# A running run whose heartbeat is older than this lost its worker (past the hard time limit).
+ASKDB_STALE_RUN_SECONDS = env_int("ASKDB_STALE_RUN_SECONDS", 420)
+
 # --- Embeddings ---------------------------------------------------------------------------
 EMBEDDING_PROVIDER = env("EMBEDDING_PROVIDER", "local")  # "local" (all-MiniLM-L6-v2) or "openai"
 EMBEDDING_MODEL = env("EMBEDDING_MODEL", "")  # default per provider
 EMBEDDING_BASE_URL = env("EMBEDDING_BASE_URL") or LLM_BASE_URL
 EMBEDDING_API_KEY = env("EMBEDDING_API_KEY") or LLM_API_KEY
+EMBEDDING_DIMS = env_int("EMBEDDING_DIMS", 384 if EMBEDDING_PROVIDER == "local" else 1536)
 
 # --- REST framework -----------------------------------------------------------------------
 REST_FRAMEWORK = {

@@ -1,0 +1,311 @@
+"""The question pipeline as a chain of small named stages, free of Django and openai.
+
+embed → retrieve → gate → prompt → generate → validate (repair loop) → execute → summarize
+
+Everything outside the pure stages comes in through `Ports` (retrieval, catalog, executor,
+LLM) and everything worth keeping goes out through a `Recorder` (stage events, SQL attempts,
+LLM calls), so the same engine serves the Celery task, the `ask` command and the benchmarks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from askdb.pipeline import prompts
+from askdb.pipeline.extraction import (
+    JsonExtractionError,
+    SqlExtractionError,
+    extract_json_object,
+    extract_sql,
+)
+from askdb.pipeline.results import is_aggregate_query, result_preview
+from askdb.pipeline.retrieval import LinkedValue, RankedTable
+from askdb.pipeline.types import CatalogSchema, ChatModel, ChatResult, ExampleContext, LLMError, TableContext
+from askdb.pipeline.validation import SqlValidationError, validate_sql
+
+NO_LLM_MESSAGE = (
+    "No LLM is configured, so askdb cannot write SQL for this question. The tables and values it found are "
+    "shown below. An admin can enable answering by setting LLM_BASE_URL, LLM_MODEL and LLM_API_KEY."
+)
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    k: int = 5
+    similarity_floor: float = 0.15
+    max_repairs: int = 3
+    row_cap: int = 10_000
+    timeout_s: float = 30.0
+    row_level_to_llm: bool = False
+    summarize: bool = True
+
+
+@dataclass(frozen=True)
+class PipelineRequest:
+    question: str
+    dialect: str = "postgres"
+    as_of: str = ""
+
+
+@dataclass(frozen=True)
+class RetrievalView:
+    tables: list[RankedTable]
+    values: list[LinkedValue]
+    best_doc_score: float
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+class ExecutionFailure(Exception):
+    """Raised by Ports.execute: `code` is "timeout", "sql_error", "connection" or "permission"."""
+
+    def __init__(self, message: str, code: str = "sql_error"):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+class Ports(Protocol):
+    chat: ChatModel | None
+
+    def embed(self, question: str) -> list[float]: ...
+    def retrieve(self, question: str, vector: list[float], k: int) -> RetrievalView: ...
+    def examples(self, question: str, vector: list[float]) -> list[ExampleContext]: ...
+    def table_context(self, tables: list[str]) -> list[TableContext]: ...
+    def catalog(self) -> CatalogSchema: ...
+    def explain(self, sql: str) -> None: ...  # raises ExecutionFailure
+    def execute(self, sql: str) -> Any: ...  # returns a QueryResult-like object, raises ExecutionFailure
+
+
+class StageHandle(Protocol):
+    def note(self, **detail: Any) -> None: ...
+    def finish(self, status: str) -> None: ...  # "ok" (default), "failed", "skipped", "stopped"
+
+
+class Recorder(Protocol):
+    def stage(self, name: str) -> contextlib.AbstractContextManager[StageHandle]: ...
+    def attempt(
+        self, *, number: int, sql: str, origin: str, valid: bool, error_code: str = "", error: str = ""
+    ) -> None: ...
+    def llm_call(
+        self, *, purpose: str, messages: list[dict], result: ChatResult | None, error: str = ""
+    ) -> None: ...
+    def retrieval(self, view: RetrievalView) -> None: ...
+    def cancelled(self) -> bool: ...
+
+
+@dataclass
+class Outcome:
+    status: str  # "succeeded" | "declined" | "failed" | "cancelled"
+    outcome: str  # answered, no_rows, no_data, <gate category>, no_llm, sql_invalid, execution_error, timeout, llm_error
+    message: str = ""
+    sql: str = ""
+    result: Any = None
+    summary: str = ""
+    gate_category: str = ""
+    gate_reason: str = ""
+
+
+class Cancelled(Exception):
+    pass
+
+
+class Pipeline:
+    def __init__(self, ports: Ports, recorder: Recorder, config: PipelineConfig | None = None):
+        self.ports = ports
+        self.rec = recorder
+        self.config = config or PipelineConfig()
+
+    # -- helpers -------------------------------------------------------------------------
+    def _check_cancel(self) -> None:
+        if self.rec.cancelled():
+            raise Cancelled
+
+    def _chat(self, purpose: str, messages: list[dict], **kwargs) -> ChatResult:
+        assert self.ports.chat is not None
+        try:
+            result = self.ports.chat.complete(messages, **kwargs)
+        except LLMError as exc:
+            self.rec.llm_call(purpose=purpose, messages=messages, result=None, error=exc.message)
+            raise
+        self.rec.llm_call(purpose=purpose, messages=messages, result=result)
+        return result
+
+    @contextlib.contextmanager
+    def _stage(self, name: str) -> Iterator[StageHandle]:
+        self._check_cancel()
+        with self.rec.stage(name) as handle:
+            yield handle
+
+    # -- the run ---------------------------------------------------------------------------
+    def run(self, request: PipelineRequest) -> Outcome:
+        try:
+            return self._run(request)
+        except Cancelled:
+            return Outcome("cancelled", "cancelled", "The question was cancelled.")
+        except LLMError as exc:
+            return Outcome(
+                "failed", "llm_error", f"The LLM could not be used: {exc.message}. Try again later."
+            )
+
+    def _run(self, req: PipelineRequest) -> Outcome:
+        cfg = self.config
+        with self._stage("embed") as st:
+            vector = self.ports.embed(req.question)
+            st.note(dims=len(vector))
+        with self._stage("retrieve") as st:
+            view = self.ports.retrieve(req.question, vector, cfg.k)
+            examples = self.ports.examples(req.question, vector)
+            self.rec.retrieval(view)
+            st.note(
+                tables=[{"table": t.qualified, "score": t.score, "via": t.via} for t in view.tables],
+                values=[f"{v.table}.{v.column} = {v.value}" for v in view.values[:8]],
+                examples=len(examples),
+                best_doc_score=round(view.best_doc_score, 4),
+            )
+        table_names = [t.qualified for t in view.tables]
+
+        with self._stage("gate") as st:
+            if view.best_doc_score < cfg.similarity_floor:
+                st.note(decision="no_data", best_doc_score=view.best_doc_score, floor=cfg.similarity_floor)
+                st.finish("stopped")
+                reason = "I don't have the data to answer that: no table in this database is about what the question asks."
+                return Outcome("declined", "no_data", reason, gate_category="no_data", gate_reason=reason)
+            if self.ports.chat is None:
+                st.note(decision="not checked", reason="no LLM configured")
+                st.finish("skipped")
+            else:
+                category, reason = self._gate(req, table_names)
+                st.note(category=category, reason=reason)
+                if category != "answerable":
+                    st.finish("stopped")
+                    return Outcome("declined", category, reason, gate_category=category, gate_reason=reason)
+                gate = (category, reason)
+        if self.ports.chat is None:
+            with self._stage("generate") as st:
+                st.note(reason="no LLM configured")
+                st.finish("skipped")
+            return Outcome("declined", "no_llm", NO_LLM_MESSAGE)
+
+        with self._stage("prompt") as st:
+            contexts = self.ports.table_context(table_names)
+            messages = prompts.sql_messages(
+                question=req.question, tables=contexts, examples=examples, values=view.values,
+                dialect=req.dialect, as_of=req.as_of,
+            )  # fmt: skip
+            st.note(version=prompts.PROMPT_VERSION, tables=table_names, examples=len(examples),
+                    chars=sum(len(m["content"]) for m in messages))  # fmt: skip
+
+        with self._stage("generate") as st:
+            reply = self._chat("generate", messages)
+            sql, extract_error = self._extract(reply.text)
+            st.note(tokens=reply.prompt_tokens + reply.completion_tokens)
+
+        with self._stage("validate") as st:
+            sql, error = self._validate_and_repair(messages, sql, extract_error, st)
+            if error:
+                st.finish("failed")
+                return Outcome(
+                    "failed", "sql_invalid",
+                    f"askdb could not write valid SQL for this question after {cfg.max_repairs + 1} attempts. "
+                    f"Last error: {error}", sql=sql or "", gate_category=gate[0], gate_reason=gate[1],
+                )  # fmt: skip
+
+        with self._stage("execute") as st:
+            try:
+                result = self.ports.execute(sql)
+            except ExecutionFailure as exc:
+                st.note(error=exc.message, code=exc.code)
+                st.finish("failed")
+                outcome = "timeout" if exc.code == "timeout" else "execution_error"
+                return Outcome("failed", outcome, f"The query failed: {exc.message}", sql=sql,
+                               gate_category=gate[0], gate_reason=gate[1])  # fmt: skip
+            st.note(rows=result.row_count, truncated=result.truncated, ms=round(result.elapsed_ms, 1))
+
+        outcome = Outcome("succeeded", "answered" if result.row_count else "no_rows", sql=sql, result=result,
+                          gate_category=gate[0], gate_reason=gate[1])  # fmt: skip
+        if not result.row_count:
+            outcome.message = "The query ran and returned no rows: nothing in the data matches."
+        with self._stage("summarize") as st:
+            if not cfg.summarize:
+                st.finish("skipped")
+                return outcome
+            try:
+                outcome.summary = self._summarize(req, sql, result)
+            except LLMError as exc:
+                st.note(error=exc.message)
+                st.finish("failed")  # the answer stands without a summary
+        return outcome
+
+    # -- stages with logic ---------------------------------------------------------------
+    def _gate(self, req: PipelineRequest, table_names: list[str]) -> tuple[str, str]:
+        contexts = self.ports.table_context(table_names)
+        reply = self._chat(
+            "gate", prompts.gate_messages(question=req.question, tables=contexts, as_of=req.as_of)
+        )
+        try:
+            data = extract_json_object(reply.text)
+            category = str(data.get("category", "")).strip().lower()
+            reason = str(data.get("reason", "")).strip()
+        except JsonExtractionError:
+            category, reason = "", ""
+        if category not in prompts.GATE_CATEGORIES:
+            # An unreadable verdict must not block a question: validation and read-only
+            # execution still stand between it and the data.
+            return "answerable", "the screening reply was unreadable; answering anyway"
+        return category, reason or prompts.GATE_CATEGORIES[0]
+
+    @staticmethod
+    def _extract(text: str) -> tuple[str | None, str]:
+        try:
+            return extract_sql(text), ""
+        except SqlExtractionError as exc:
+            return None, str(exc)
+
+    def _validate_and_repair(self, messages: list[dict], sql: str | None, error: str, st: StageHandle):
+        catalog = self.ports.catalog()
+        conversation = messages
+        for attempt in range(1, self.config.max_repairs + 2):
+            code = "no_sql" if sql is None else ""
+            if sql is not None:
+                try:
+                    validate_sql(sql, catalog)
+                    self.ports.explain(sql)
+                    error = ""
+                except SqlValidationError as exc:
+                    error, code = exc.message, exc.code
+                except ExecutionFailure as exc:
+                    error, code = exc.message, f"explain_{exc.code}"
+            self.rec.attempt(
+                number=attempt, sql=sql or "", origin="llm" if attempt == 1 else "repair",
+                valid=not error, error_code=code, error=error,
+            )  # fmt: skip
+            if not error:
+                st.note(attempts=attempt)
+                return sql, ""
+            if attempt > self.config.max_repairs:
+                break
+            self._check_cancel()
+            conversation = prompts.repair_messages(conversation, sql or "(no SQL)", error)
+            reply = self._chat("repair", conversation)
+            sql, extract_error = self._extract(reply.text)
+            if sql is None:
+                error = extract_error
+        st.note(attempts=self.config.max_repairs + 1, last_error=error)
+        return sql, error
+
+    def _summarize(self, req: PipelineRequest, sql: str, result) -> str:
+        preview = result_preview(
+            list(result.columns), [list(r) for r in result.rows],
+            aggregate=is_aggregate_query(sql, req.dialect), row_level_allowed=self.config.row_level_to_llm,
+        )  # fmt: skip
+        messages = prompts.summary_messages(
+            question=req.question,
+            sql=sql,
+            preview=preview,
+            row_count=result.row_count,
+            truncated=result.truncated,
+        )
+        return self._chat("summarize", messages).text.strip()

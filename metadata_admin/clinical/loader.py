@@ -1,0 +1,646 @@
+"""Load a MIMIC-IV release (the credentialed v2.2 files or the open demo) into PostgreSQL.
+
+Why it is written this way:
+
+- The full release is large (labevents alone is ~120 M rows, ~18 GB of CSV), so nothing is
+  ever read whole: each ``.csv.gz`` is decompressed in 1 MiB chunks that go straight into a
+  ``COPY ... FROM STDIN`` through psycopg, whose writer waits for the socket to drain. Memory
+  stays flat whatever the file size.
+- One transaction per table (create/truncate + COPY + primary key + indexes + ANALYZE): a
+  failure leaves the table exactly as it was before, never half loaded. Indexes are built after
+  the COPY because that is much faster than maintaining them row by row.
+- Foreign keys are added at the very end, like the community build scripts do, one statement
+  each, so an orphan row costs one reported constraint and not the whole load.
+- A bad row must be findable by a person with ``zcat | sed -n``: PostgreSQL reports the record
+  number of the data it received (``COPY admissions, line 56``); we skipped the header line,
+  so we turn that into the physical line of the file, which is what the report shows.
+- A bad table never raises: ``load_release`` returns a report and the caller (the management
+  command) decides the exit code.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import re
+import select
+import sys
+import time
+import zipfile
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import BinaryIO, Literal
+
+import psycopg
+from psycopg import sql
+from tqdm import tqdm
+
+from . import schema
+from .schema import Table
+
+CHUNK_SIZE = 1 << 20
+_MAX_HEADER_BYTES = 64 * 1024
+# loaded_tables() counts exactly below this many (estimated) rows; above, count(*) would scan
+# gigabytes just to show a number, so the planner's estimate (fresh after ANALYZE) is used.
+_EXACT_COUNT_BELOW = 1_000_000
+_MODULES = ("hosp", "icu")
+
+Out = Callable[[str], object]
+Status = Literal["loaded", "skipped", "missing", "failed"]
+
+
+class LoadError(Exception):
+    """A release or a file that cannot be loaded, in words a person can act on."""
+
+
+@dataclass(frozen=True)
+class TableResult:
+    name: str  # "mimiciv_hosp.admissions"
+    status: Status
+    rows: int = 0
+    seconds: float = 0.0
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class ConstraintResult:
+    name: str  # constraint name, e.g. "admissions_patients_fk"
+    table: str  # the table that owns it, "mimiciv_hosp.admissions"
+    status: Literal["added", "exists", "skipped", "failed"]
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    source: str
+    tables: tuple[TableResult, ...]
+    constraints: tuple[ConstraintResult, ...] = ()
+    seconds: float = 0.0
+
+    def _with(self, status: str) -> tuple[TableResult, ...]:
+        return tuple(r for r in self.tables if r.status == status)
+
+    @property
+    def loaded(self) -> tuple[TableResult, ...]:
+        return self._with("loaded")
+
+    @property
+    def skipped(self) -> tuple[TableResult, ...]:
+        return self._with("skipped")
+
+    @property
+    def missing(self) -> tuple[TableResult, ...]:
+        return self._with("missing")
+
+    @property
+    def failed(self) -> tuple[TableResult, ...]:
+        return self._with("failed")
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def result(self, name: str) -> TableResult:
+        qualified = schema.table(name).qualified_name
+        for r in self.tables:
+            if r.name == qualified:
+                return r
+        raise KeyError(name)
+
+    def summary(self) -> str:
+        rows = sum(r.rows for r in self.loaded)
+        fks = {s: sum(1 for c in self.constraints if c.status == s) for s in ("added", "skipped", "failed")}
+        return (
+            f"{len(self.loaded)} loaded ({rows:,} rows), {len(self.skipped)} skipped, "
+            f"{len(self.missing)} missing, {len(self.failed)} failed in {self.seconds:.1f} s; "
+            f"foreign keys: {fks['added']} added, {fks['skipped']} skipped, "
+            f"{fks['failed']} failed"
+        )
+
+
+# --------------------------------------------------------------------------- the release
+
+
+@dataclass(frozen=True)
+class _Member:
+    """One table's file inside the release, wherever it lives (folder or zip)."""
+
+    relpath: str  # as shown to people: "hosp/admissions.csv.gz"
+    size: int  # bytes as stored, i.e. compressed for .csv.gz: what the progress bar counts
+    gzipped: bool
+    opener: Callable[[], BinaryIO]
+
+
+class _Release:
+    """A release folder or .zip; finds ``<module>/<table>.csv[.gz]`` under one root."""
+
+    _ZIP_NAME = re.compile(r"^(?P<prefix>(?:[^/]+/)*?)(?P<module>hosp|icu)/(?P<file>[^/]+\.csv(?:\.gz)?)$")
+
+    def __init__(self, path: Path, stack: ExitStack):
+        self.path = path
+        self._members: dict[str, _Member] = {}
+        if not path.exists():
+            raise LoadError(f"{path}: no such file or folder")
+        if path.is_dir():
+            self._index_folder(self._folder_root(path))
+        elif zipfile.is_zipfile(path):
+            self._index_zip(stack.enter_context(zipfile.ZipFile(path)))
+        else:
+            raise LoadError(f"{path}: expected a folder or a .zip holding hosp/ and icu/")
+
+    @staticmethod
+    def _folder_root(path: Path) -> Path:
+        # Downloads nest the release differently (mimic-iv-2.2/, physionet.org/files/mimiciv/2.2/),
+        # so accept one unambiguous root a few levels down.
+        for depth in range(4):
+            pattern = "/".join(["*"] * depth)
+            roots = {
+                m.parent
+                for module in _MODULES
+                for m in (path.glob(f"{pattern}/{module}") if depth else [path / module])
+                if m.is_dir()
+            }
+            if len(roots) == 1:
+                return roots.pop()
+            if len(roots) > 1:
+                listed = ", ".join(sorted(str(r) for r in roots))
+                raise LoadError(f"{path}: several MIMIC-IV releases inside ({listed}); point at one")
+        raise LoadError(f"{path}: no hosp/ or icu/ folder found")
+
+    def _index_folder(self, root: Path) -> None:
+        for module in _MODULES:
+            folder = root / module
+            if not folder.is_dir():
+                continue
+            for f in sorted(folder.iterdir()):
+                if f.is_file() and (f.name.endswith(".csv") or f.name.endswith(".csv.gz")):
+                    self._add(
+                        module,
+                        f.name,
+                        _Member(
+                            f"{module}/{f.name}",
+                            f.stat().st_size,
+                            f.name.endswith(".gz"),
+                            partial(f.open, "rb", buffering=0),
+                        ),
+                    )
+
+    def _index_zip(self, zf: zipfile.ZipFile) -> None:
+        found: dict[str, list[tuple[str, str, zipfile.ZipInfo]]] = {}
+        for info in zf.infolist():
+            if info.is_dir() or info.filename.startswith("__MACOSX/"):
+                continue
+            m = self._ZIP_NAME.match(info.filename)
+            if m:
+                found.setdefault(m["prefix"], []).append((m["module"], m["file"], info))
+        if not found:
+            raise LoadError(f"{self.path}: no hosp/ or icu/ folder with CSV files inside the zip")
+        if len(found) > 1:
+            listed = ", ".join(sorted(p or "(top level)" for p in found))
+            raise LoadError(f"{self.path}: several MIMIC-IV releases inside the zip ({listed})")
+        for module, name, info in next(iter(found.values())):
+            self._add(
+                module,
+                name,
+                _Member(
+                    f"{module}/{name}",
+                    info.file_size,
+                    name.endswith(".gz"),
+                    partial(zf.open, info),
+                ),
+            )
+
+    def _add(self, module: str, filename: str, member: _Member) -> None:
+        table_name = filename.removesuffix(".gz").removesuffix(".csv")
+        key = f"{module}/{table_name}"
+        # Prefer the compressed file when both exist: it is what PhysioNet publishes.
+        if key not in self._members or member.gzipped:
+            self._members[key] = member
+
+    def find(self, table: Table) -> _Member | None:
+        return self._members.get(f"{table.module}/{table.name}")
+
+
+class _CountingReader(io.RawIOBase):
+    """Counts the stored (compressed) bytes consumed, which is what the progress bar shows."""
+
+    def __init__(self, raw: BinaryIO):
+        self._raw = raw
+        self.bytes_read = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = self._raw.readinto(buffer)  # type: ignore[attr-defined]
+        self.bytes_read += n or 0
+        return n
+
+
+@contextmanager
+def _open_stream(member: _Member) -> Iterator[tuple[BinaryIO, _CountingReader]]:
+    """The decompressed bytes of a member, read lazily, plus the stored-bytes counter."""
+    with member.opener() as raw:
+        counter = _CountingReader(raw)
+        stream: BinaryIO
+        if member.gzipped:
+            stream = gzip.GzipFile(fileobj=counter, mode="rb")  # type: ignore[assignment]
+        else:
+            stream = io.BufferedReader(counter, CHUNK_SIZE)  # type: ignore[assignment]
+        with stream:
+            yield stream, counter
+
+
+# --------------------------------------------------------------------------- one table
+
+
+def _read_header(stream: BinaryIO, table: Table, relpath: str) -> tuple[list[str], list[str]]:
+    """Column names from the first line, checked against the table; also the absent columns."""
+    line = stream.readline(_MAX_HEADER_BYTES)
+    if not line:
+        raise LoadError(f"{relpath}: the file is empty (no header line)")
+    if not line.endswith(b"\n") and len(line) >= _MAX_HEADER_BYTES:
+        raise LoadError(f"{relpath} line 1: no end of header line in the first {_MAX_HEADER_BYTES} bytes")
+    try:
+        text = line.decode("utf-8-sig").rstrip("\r\n")
+    except UnicodeDecodeError as exc:
+        raise LoadError(f"{relpath} line 1: the header is not UTF-8 ({exc.reason})") from None
+    # Release headers are lower case, except e.g. procedureevents' ORIGINALAMOUNT: match loosely.
+    names = [n.strip().lower() for n in next(csv.reader([text]))]
+    known = set(table.column_names)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise LoadError(
+            f"{relpath} line 1: unknown column{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(repr(n) for n in unknown)} in the header; {table.qualified_name} has "
+            f"{', '.join(table.column_names)}"
+        )
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        raise LoadError(f"{relpath} line 1: column {', '.join(map(repr, duplicated))} appears twice")
+    absent = [c for c in table.columns if c.name not in names]
+    required = [c.name for c in absent if not c.nullable]
+    if required:
+        raise LoadError(
+            f"{relpath} line 1: the header lacks {', '.join(map(repr, required))}, which "
+            f"{table.qualified_name} requires (NOT NULL)"
+        )
+    return names, [c.name for c in absent]
+
+
+def _table_state(conn: psycopg.Connection, table: Table) -> tuple[bool, bool]:
+    """(exists, has at least one row)."""
+    if conn.execute("SELECT to_regclass(%s)", (table.qualified_name,)).fetchone()[0] is None:
+        return False, False
+    has_rows = conn.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {})").format(table.ident)).fetchone()[0]
+    return True, bool(has_rows)
+
+
+def _existing_columns(conn: psycopg.Connection, table: Table) -> tuple[str, ...]:
+    rows = conn.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+        "AND NOT attisdropped ORDER BY attnum",
+        (table.qualified_name,),
+    ).fetchall()
+    return tuple(r[0] for r in rows)
+
+
+def _prepare_empty_table(conn: psycopg.Connection, table: Table, exists: bool) -> None:
+    """Leave an empty table without keys or indexes, ready for a fast COPY (inside the transaction).
+
+    An existing table is emptied rather than dropped so views and grants on it survive; its
+    keys and indexes are dropped and rebuilt after the COPY, and foreign keys touching it are
+    re-added by add_constraints at the end.
+    """
+    if exists and _existing_columns(conn, table) != table.column_names:
+        # Another layout (an older release, a hand-made table): rebuild it from the spec. Plain
+        # DROP, no CASCADE, so a view depending on it fails this table loudly instead of vanishing.
+        conn.execute(sql.SQL("DROP TABLE {}").format(table.ident))
+        exists = False
+    if not exists:
+        conn.execute(table.create_sql())
+        return
+    for owner, fk in schema.foreign_keys():
+        if table in (owner, schema.table(fk.references)):
+            conn.execute(
+                sql.SQL("ALTER TABLE IF EXISTS {} DROP CONSTRAINT IF EXISTS {}").format(
+                    owner.ident, sql.Identifier(fk.name)
+                )
+            )
+    if table.primary_key:
+        conn.execute(
+            sql.SQL("ALTER TABLE {} DROP CONSTRAINT IF EXISTS {}").format(
+                table.ident, sql.Identifier(table.pk_name)
+            )
+        )
+    for ix in table.indexes:
+        conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(table.schema, ix.name)))
+    conn.execute(sql.SQL("TRUNCATE {}").format(table.ident))
+
+
+def _server_has_spoken(conn: psycopg.Connection) -> bool:
+    # During COPY FROM STDIN the server is silent unless it has rejected the data; libpq only
+    # notices that when the COPY ends, so without this a bad row on line 57 of labevents would
+    # still stream the remaining 18 GB before the error surfaced.
+    return bool(select.select([conn.fileno()], [], [], 0)[0])
+
+
+def _copy(
+    conn: psycopg.Connection,
+    table: Table,
+    columns: list[str],
+    stream: BinaryIO,
+    counter: _CountingReader,
+    bar: tqdm,
+) -> int:
+    statement = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT csv, HEADER false)").format(
+        table.ident, sql.SQL(", ").join(map(sql.Identifier, columns))
+    )
+    newlines = 0
+    shown = 0
+    interrupted = False
+    cur = conn.cursor()
+    with cur.copy(statement) as copy:
+        while chunk := stream.read(CHUNK_SIZE):
+            copy.write(chunk)
+            newlines += chunk.count(b"\n")
+            bar.update(counter.bytes_read - shown)
+            shown = counter.bytes_read
+            # Rough (a quoted field may hold a newline); the exact count comes from the server.
+            bar.set_postfix_str(f"~{newlines:,} rows", refresh=False)
+            if _server_has_spoken(conn):
+                interrupted = True
+                break
+    # Reached only if the server accepted the COPY: an error would have been raised on exit.
+    if interrupted:
+        raise LoadError("the server interrupted the COPY without reporting an error")
+    return max(cur.rowcount, 0)
+
+
+def _build_keys_and_indexes(conn: psycopg.Connection, table: Table) -> None:
+    if (pk := table.primary_key_sql()) is not None:
+        conn.execute(pk)
+    for statement in table.index_sql():
+        conn.execute(statement)
+    # Fresh statistics: the planner (and loaded_tables' estimates) would otherwise see 0 rows.
+    conn.execute(sql.SQL("ANALYZE {}").format(table.ident))
+
+
+_COPY_CONTEXT = re.compile(r"COPY [^,]+, line (?P<record>\d+)(?:, column (?P<column>[^:]+))?")
+
+
+def _file_line(member: _Member, record: int) -> int:
+    """The physical line of the file where data record `record` (1-based, after the header) starts.
+
+    It is record + 1 unless a quoted field spans lines earlier in the file, so re-read the
+    file with a CSV parser up to that record. Only runs when a table has already failed.
+    """
+    try:
+        with _open_stream(member) as (stream, _):
+            reader = csv.reader(io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline=""))
+            next(reader)  # header
+            for _ in range(record - 1):
+                next(reader)
+            return reader.line_num + 1
+    except (StopIteration, OSError, EOFError, zlib.error, csv.Error):
+        return record + 1
+
+
+def _describe_pg_error(exc: psycopg.Error, member: _Member) -> str:
+    diag = exc.diag
+    primary = diag.message_primary or str(exc).strip()
+    m = _COPY_CONTEXT.search(diag.context or "")
+    if m:
+        message = f"{member.relpath} line {_file_line(member, int(m['record']))}: {primary}"
+        if m["column"]:
+            message += f" (column {m['column'].strip()})"
+        return message
+    message = f"{member.relpath}: {primary}"
+    if diag.message_detail:
+        message += f" ({diag.message_detail})"
+    return message
+
+
+def _load_table(
+    conn: psycopg.Connection,
+    table: Table,
+    member: _Member,
+    *,
+    replace: bool,
+    progress: bool,
+) -> TableResult:
+    started = time.monotonic()
+
+    def result(status: Status, rows: int = 0, message: str = "") -> TableResult:
+        return TableResult(table.qualified_name, status, rows, round(time.monotonic() - started, 3), message)
+
+    exists, has_rows = _table_state(conn, table)
+    if has_rows and not replace:
+        rows = _count_rows(conn, table.schema, table.name)
+        return result("skipped", rows, f"already holds {rows:,} rows; replace=True reloads it")
+
+    try:
+        with _open_stream(member) as (stream, counter):
+            columns, absent = _read_header(stream, table, member.relpath)
+            with (
+                tqdm(
+                    total=member.size,
+                    unit="B",
+                    unit_scale=True,
+                    desc=table.qualified_name,
+                    disable=not progress,
+                    file=sys.stderr,
+                    leave=True,
+                    dynamic_ncols=True,
+                ) as bar,
+                conn.transaction(),
+            ):
+                _prepare_empty_table(conn, table, exists)
+                rows = _copy(conn, table, columns, stream, counter, bar)
+                bar.set_postfix_str(f"{rows:,} rows, building indexes", refresh=True)
+                _build_keys_and_indexes(conn, table)
+                bar.set_postfix_str(f"{rows:,} rows", refresh=True)
+    except LoadError as exc:
+        text = str(exc)
+        if not text.startswith(member.relpath):
+            text = f"{member.relpath}: {text}"
+        return result("failed", message=text)
+    except psycopg.Error as exc:
+        return result("failed", message=_describe_pg_error(exc, member))
+    except (OSError, EOFError, zlib.error) as exc:  # a truncated or corrupt download
+        return result("failed", message=f"{member.relpath}: cannot read the file: {exc}")
+
+    note = f"columns not in the file, left empty: {', '.join(absent)}" if absent else ""
+    return result("loaded", rows, note)
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def _connect(dsn: str) -> psycopg.Connection:
+    conn = psycopg.connect(dsn, autocommit=True, client_encoding="UTF8")
+    # A loader role may carry the reader's limits; a COPY of labevents takes far longer.
+    conn.execute("SET statement_timeout = 0")
+    conn.execute("SET maintenance_work_mem = '256MB'")
+    return conn
+
+
+def _targets(tables: list[str] | None) -> list[Table]:
+    if not tables:
+        return list(schema.TABLES)
+    try:
+        wanted = {schema.table(name) for name in tables}
+    except KeyError as exc:
+        raise LoadError(str(exc.args[0])) from None
+    return [t for t in schema.TABLES if t in wanted]
+
+
+def _line(r: TableResult) -> str:
+    if r.status == "loaded":
+        extra = f" ({r.message})" if r.message else ""
+        return f"loaded  {r.name}: {r.rows:,} rows in {r.seconds:.1f} s{extra}"
+    if r.status == "skipped":
+        return f"skipped {r.name}: {r.message}"
+    if r.status == "missing":
+        return f"warning: {r.name} skipped: {r.message}"
+    return f"FAILED  {r.name}: {r.message}"
+
+
+def load_release(
+    path: Path,
+    *,
+    dsn: str,
+    replace: bool = False,
+    progress: bool = True,
+    tables: list[str] | None = None,
+    out: Out = print,
+) -> LoadReport:
+    """Load every table file found in a MIMIC-IV release folder or .zip; report, never raise per table.
+
+    `tables` restricts the load ("admissions", "hosp.admissions" or "mimiciv_hosp.admissions").
+    Raises LoadError only when the release itself is unusable (no such path, no hosp/ or icu/).
+    """
+    started = time.monotonic()
+    path = Path(path)
+    targets = _targets(tables)
+    results: list[TableResult] = []
+    with ExitStack() as stack:
+        release = _Release(path, stack)
+        conn = stack.enter_context(_connect(dsn))
+        for schema_name in schema.SCHEMAS:
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema_name)))
+        for table in targets:
+            member = release.find(table)
+            if member is None:
+                r = TableResult(
+                    table.qualified_name,
+                    "missing",
+                    message=f"no {table.module}/{table.name}.csv.gz (or .csv) in {path}",
+                )
+            else:
+                r = _load_table(conn, table, member, replace=replace, progress=progress)
+            results.append(r)
+            # With progress bars the bar already shows a loaded table; anything else is news.
+            if not progress or r.status != "loaded":
+                out(_line(r))
+
+    constraints = add_constraints(dsn)
+    for c in constraints:
+        if c.status == "failed":
+            out(f"warning: foreign key {c.table}.{c.name} not added: {c.message}")
+    skipped = [c for c in constraints if c.status == "skipped"]
+    if skipped:
+        out(f"note: {len(skipped)} foreign key(s) not added because a table is not loaded")
+
+    report = LoadReport(str(path), tuple(results), tuple(constraints), round(time.monotonic() - started, 3))
+    out(report.summary())
+    return report
+
+
+def add_constraints(dsn: str) -> list[ConstraintResult]:
+    """Add the community foreign keys whose two tables both exist; report each one, never raise.
+
+    Safe to re-run: constraints already present are reported as 'exists'.
+    """
+    results: list[ConstraintResult] = []
+    with _connect(dsn) as conn:
+        present = {t.qualified_name for t in schema.TABLES if _table_state(conn, t)[0]}
+        for owner, fk in schema.foreign_keys():
+            absent = [n for n in (owner.qualified_name, fk.references) if n not in present]
+            if absent:
+                message = f"{', '.join(absent)} not loaded"
+                results.append(ConstraintResult(fk.name, owner.qualified_name, "skipped", message))
+                continue
+            already = conn.execute(
+                "SELECT 1 FROM pg_constraint WHERE conrelid = %s::regclass AND conname = %s",
+                (owner.qualified_name, fk.name),
+            ).fetchone()
+            if already:
+                results.append(ConstraintResult(fk.name, owner.qualified_name, "exists"))
+                continue
+            try:
+                conn.execute(owner.foreign_key_sql(fk))
+            except psycopg.Error as exc:
+                detail = exc.diag.message_detail
+                message = (exc.diag.message_primary or str(exc)) + (f" ({detail})" if detail else "")
+                results.append(ConstraintResult(fk.name, owner.qualified_name, "failed", message))
+            else:
+                results.append(ConstraintResult(fk.name, owner.qualified_name, "added"))
+    return results
+
+
+def grant_read(dsn: str, role: str) -> None:
+    """Let `role` read every table of both schemas, now and after any reload; nothing more.
+
+    Default privileges cover tables this (loading) role creates later, e.g. a table rebuilt by a
+    reload. Write privileges are revoked explicitly in case someone granted them by hand.
+    """
+    r = sql.Identifier(role)
+    with _connect(dsn) as conn, conn.transaction():
+        conn.execute(
+            sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(sql.Identifier(conn.info.dbname), r)
+        )
+        for schema_name in schema.SCHEMAS:
+            s = sql.Identifier(schema_name)
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(s))
+            conn.execute(sql.SQL("REVOKE CREATE ON SCHEMA {} FROM {}").format(s, r))
+            conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(s, r))
+            conn.execute(
+                sql.SQL(
+                    "REVOKE INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER "
+                    "ON ALL TABLES IN SCHEMA {} FROM {}"
+                ).format(s, r)
+            )
+            conn.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(s, r))
+            conn.execute(
+                sql.SQL("ALTER DEFAULT PRIVILEGES IN SCHEMA {} GRANT SELECT ON TABLES TO {}").format(s, r)
+            )
+
+
+def _count_rows(conn: psycopg.Connection, schema_name: str, table_name: str) -> int:
+    estimate = conn.execute(
+        "SELECT c.reltuples::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = %s",
+        (schema_name, table_name),
+    ).fetchone()
+    if estimate and estimate[0] >= _EXACT_COUNT_BELOW:
+        return int(estimate[0])
+    # reltuples is -1 for a never-analyzed table, and estimates are coarse for small ones.
+    ident = sql.Identifier(schema_name, table_name)
+    return int(conn.execute(sql.SQL("SELECT count(*) FROM {}").format(ident)).fetchone()[0])
+
+
+def loaded_tables(dsn: str) -> dict[str, int]:
+    """'schema.table' -> row count (exact when small, the planner's estimate when large)."""
+    with _connect(dsn) as conn:
+        names = conn.execute(
+            "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = ANY(%s) AND c.relkind IN ('r', 'p') ORDER BY 1, 2",
+            (list(schema.SCHEMAS),),
+        ).fetchall()
+        return {f"{s}.{t}": _count_rows(conn, s, t) for s, t in names}

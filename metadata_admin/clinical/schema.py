@@ -1,0 +1,850 @@
+"""The MIMIC-IV v2.2 table layout (schemas mimiciv_hosp and mimiciv_icu), as Python data.
+
+Why data and not a .sql file: the loader needs each table's column order and nullability to
+check a CSV header before COPY, the app needs to know which tables exist, and constraints must
+be applied one by one (a failed foreign key is reported, not fatal). Everything here is
+transcribed from the MIT-LCP community build scripts for v2.2 (mimic-code,
+mimic-iv/buildmimic/postgres: create.sql, constraint.sql, index.sql) so that queries written
+against a community-built database run here unchanged: same types, same constraint and index
+names. Index names are the community ones lower-cased, which is what PostgreSQL stores anyway
+because the community scripts leave them unquoted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from psycopg import sql
+
+HOSP = "mimiciv_hosp"
+ICU = "mimiciv_icu"
+SCHEMAS: tuple[str, ...] = (HOSP, ICU)
+# Release folder of each schema inside a MIMIC-IV download (hosp/admissions.csv.gz, ...).
+MODULE_OF_SCHEMA: dict[str, str] = {HOSP: "hosp", ICU: "icu"}
+
+_NOT_NULL = " NOT NULL"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # SQL type without the NOT NULL, e.g. "VARCHAR(40)"
+    nullable: bool = True
+
+    @property
+    def ddl(self) -> str:
+        return f"{self.name} {self.type}" + ("" if self.nullable else _NOT_NULL)
+
+
+@dataclass(frozen=True)
+class ForeignKey:
+    name: str
+    columns: tuple[str, ...]
+    references: str  # "schema.table"
+    ref_columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Index:
+    name: str
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Table:
+    schema: str
+    name: str
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...] = ()
+    foreign_keys: tuple[ForeignKey, ...] = ()
+    indexes: tuple[Index, ...] = ()
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+    @property
+    def module(self) -> str:
+        """The release folder holding this table's CSV: 'hosp' or 'icu'."""
+        return MODULE_OF_SCHEMA[self.schema]
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def column(self, name: str) -> Column:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(f"{self.qualified_name} has no column {name!r}")
+
+    @property
+    def pk_name(self) -> str:
+        return f"{self.name}_pk"
+
+    @property
+    def ident(self) -> sql.Identifier:
+        return sql.Identifier(self.schema, self.name)
+
+    # SQL generation. Identifiers come from this module only, but they still go through
+    # psycopg.sql so that nothing here depends on them being tame.
+
+    def create_sql(self, if_not_exists: bool = True) -> sql.Composed:
+        cols = sql.SQL(",\n  ").join(
+            sql.SQL("{} {}").format(
+                sql.Identifier(c.name), sql.SQL(c.type + ("" if c.nullable else _NOT_NULL))
+            )
+            for c in self.columns
+        )
+        return sql.SQL("CREATE TABLE {ine}{table} (\n  {cols}\n)").format(
+            ine=sql.SQL("IF NOT EXISTS " if if_not_exists else ""), table=self.ident, cols=cols
+        )
+
+    def primary_key_sql(self) -> sql.Composed | None:
+        if not self.primary_key:
+            return None
+        return sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY ({})").format(
+            self.ident,
+            sql.Identifier(self.pk_name),
+            sql.SQL(", ").join(map(sql.Identifier, self.primary_key)),
+        )
+
+    def index_sql(self) -> list[sql.Composed]:
+        return [
+            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({})").format(
+                sql.Identifier(ix.name), self.ident, sql.SQL(", ").join(map(sql.Identifier, ix.columns))
+            )
+            for ix in self.indexes
+        ]
+
+    def foreign_key_sql(self, fk: ForeignKey) -> sql.Composed:
+        ref_schema, ref_table = fk.references.split(".")
+        return sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} FOREIGN KEY ({}) REFERENCES {} ({})").format(
+            self.ident,
+            sql.Identifier(fk.name),
+            sql.SQL(", ").join(map(sql.Identifier, fk.columns)),
+            sql.Identifier(ref_schema, ref_table),
+            sql.SQL(", ").join(map(sql.Identifier, fk.ref_columns)),
+        )
+
+
+# --------------------------------------------------------------------------- builders
+# Columns are written as (name, "TYPE [NOT NULL]") pairs so each table reads like, and can be
+# diffed line by line against, the community create.sql.
+
+
+def _fk(table: str, column: str, references: str) -> ForeignKey:
+    """A community-named foreign key: <table>_<referenced table>_fk on one column."""
+    ref_schema_table, ref_column = references.rsplit(".", 1)
+    ref_name = ref_schema_table.split(".")[1]
+    return ForeignKey(f"{table}_{ref_name}_fk", (column,), ref_schema_table, (ref_column,))
+
+
+def _table(
+    schema: str,
+    name: str,
+    columns: list[tuple[str, str]],
+    pk: tuple[str, ...] = (),
+    fks: list[tuple[str, str]] | None = None,
+    indexes: list[tuple[str, tuple[str, ...]]] | None = None,
+) -> Table:
+    cols = []
+    for col_name, col_type in columns:
+        nullable = not col_type.endswith(_NOT_NULL)
+        cols.append(Column(col_name, col_type.removesuffix(_NOT_NULL), nullable))
+    return Table(
+        schema=schema,
+        name=name,
+        columns=tuple(cols),
+        primary_key=pk,
+        foreign_keys=tuple(_fk(name, col, ref) for col, ref in (fks or [])),
+        indexes=tuple(Index(ix_name, ix_cols) for ix_name, ix_cols in (indexes or [])),
+    )
+
+
+_PATIENT = ("subject_id", "mimiciv_hosp.patients.subject_id")
+_ADMISSION = ("hadm_id", "mimiciv_hosp.admissions.hadm_id")
+_STAY = ("stay_id", "mimiciv_icu.icustays.stay_id")
+_ITEM = ("itemid", "mimiciv_icu.d_items.itemid")
+
+# --------------------------------------------------------------------------- hosp
+
+_HOSP_TABLES = [
+    _table(
+        HOSP,
+        "admissions",
+        [
+            ("subject_id", "INTEGER NOT NULL"),
+            ("hadm_id", "INTEGER NOT NULL"),
+            ("admittime", "TIMESTAMP NOT NULL"),
+            ("dischtime", "TIMESTAMP"),
+            ("deathtime", "TIMESTAMP"),
+            ("admission_type", "VARCHAR(40) NOT NULL"),
+            ("admit_provider_id", "VARCHAR(10)"),
+            ("admission_location", "VARCHAR(60)"),
+            ("discharge_location", "VARCHAR(60)"),
+            ("insurance", "VARCHAR(255)"),
+            ("language", "VARCHAR(10)"),
+            ("marital_status", "VARCHAR(30)"),
+            ("race", "VARCHAR(80)"),
+            ("edregtime", "TIMESTAMP"),
+            ("edouttime", "TIMESTAMP"),
+            ("hospital_expire_flag", "SMALLINT"),
+        ],
+        pk=("hadm_id",),
+        fks=[_PATIENT],
+        indexes=[("admissions_idx01", ("admittime", "dischtime", "deathtime"))],
+    ),
+    _table(
+        HOSP,
+        "d_hcpcs",
+        [
+            ("code", "CHAR(5) NOT NULL"),
+            ("category", "SMALLINT"),
+            ("long_description", "TEXT"),
+            ("short_description", "VARCHAR(180)"),
+        ],
+        pk=("code",),
+    ),
+    _table(
+        HOSP,
+        "diagnoses_icd",
+        [
+            ("subject_id", "INTEGER NOT NULL"),
+            ("hadm_id", "INTEGER NOT NULL"),
+            ("seq_num", "INTEGER NOT NULL"),
+            ("icd_code", "CHAR(7)"),
+            ("icd_version", "SMALLINT"),
+        ],
+        pk=("hadm_id", "seq_num", "icd_code", "icd_version"),
+        fks=[_PATIENT, _ADMISSION],
+    ),
+    _table(
+        HOSP,
+        "d_icd_diagnoses",
+        [
+            ("icd_code", "CHAR(7) NOT NULL"),
+            ("icd_version", "SMALLINT NOT NULL"),
+            ("long_title", "VARCHAR(255)"),
+        ],
+        pk=("icd_code", "icd_version"),
+        indexes=[("d_icd_diag_idx02", ("long_title",))],
+    ),
+    _table(
+        HOSP,
+        "d_icd_procedures",
+        [
+            ("icd_code", "CHAR(7) NOT NULL"),
+            ("icd_version", "SMALLINT NOT NULL"),
+            ("long_title", "VARCHAR(222)"),
+        ],
+        pk=("icd_code", "icd_version"),
+        indexes=[("d_icd_proc_idx02", ("long_title",))],
+    ),
+    _table(
+        HOSP,
+        "d_labitems",
+        [
+            ("itemid", "INTEGER NOT NULL"),
+            ("label", "VARCHAR(50)"),
+            ("fluid", "VARCHAR(50)"),
+            ("category", "VARCHAR(50)"),
+        ],
+        pk=("itemid",),
+        indexes=[("d_labitems_idx01", ("label", "fluid", "category"))],
+    ),
+    _table(
+        HOSP,
+        "drgcodes",
+        [
+            ("subject_id", "INTEGER NOT NULL"),
+            ("hadm_id", "INTEGER NOT NULL"),
+            ("drg_type", "VARCHAR(4)"),
+            ("drg_code", "VARCHAR(10) NOT NULL"),
+            ("description", "VARCHAR(195)"),
+            ("drg_severity", "SMALLINT"),
+            ("drg_mortality", "SMALLINT"),
+        ],
+        fks=[_PATIENT, _ADMISSION],
+        indexes=[
+            ("drgcodes_idx01", ("drg_code", "drg_type")),
+            ("drgcodes_idx02", ("description", "drg_severity")),
+        ],
+    ),
+    _table(
+        HOSP,
+        "emar_detail",
+        [
+            ("subject_id", "INTEGER NOT NULL"),
+            ("emar_id", "VARCHAR(25) NOT NULL"),
+            ("emar_seq", "INTEGER NOT NULL"),
+            ("parent_field_ordinal", "VARCHAR(10)"),
+            ("administration_type", "VARCHAR(50)"),
+            ("pharmacy_id", "INTEGER"),
+            ("barcode_type", "VARCHAR(4)"),
+            ("reason_for_no_barcode", "TEXT"),
+            ("complete_dose_not_given", "VARCHAR(5)"),
+            ("dose_due", "VARCHAR(100)"),
+            ("dose_due_unit", "VARCHAR(50)"),
+            ("dose_given", "VARCHAR(255)"),
+            ("dose_given_unit", "VARCHAR(50)"),
+            ("will_remainder_of_dose_be_given", "VARCHAR(5)"),
+            ("product_amount_given", "VARCHAR(30)"),
+            ("product_unit", "VARCHAR(30)"),
+            ("product_code", "VARCHAR(30)"),
+            ("product_description", "VARCHAR(255)"),
+            ("product_description_other", "VARCHAR(255)"),
+            ("prior_infusion_rate", "VARCHAR(40)"),
+            ("infusion_rate", "VARCHAR(40)"),
+            ("infusion_rate_adjustment", "VARCHAR(50)"),
+            ("infusion_rate_adjustment_amount", "VARCHAR(30)"),
+            ("infusion_rate_unit", "VARCHAR(30)"),
+            ("route", "VARCHAR(10)"),
+            ("infusion_complete", "VARCHAR(1)"),
+            ("completion_interval", "VARCHAR(50)"),
+            ("new_iv_bag_hung", "VARCHAR(1)"),
+            ("continued_infusion_in_other_location", "VARCHAR(1)"),
+            ("restart_interval", "VARCHAR(2305)"),
+            ("side", "VARCHAR(10)"),
+            ("site", "VARCHAR(255)"),
+            ("non_formulary_visual_verification", "VARCHAR(1)"),
+        ],
+        # No primary key: the community constraint.sql leaves (emar_id, parent_field_ordinal)
+        # commented out because it is not unique in the release.
+        fks=[_PATIENT, ("emar_id", "mimiciv_hosp.emar.emar_id")],
+        indexes=[
+            ("emar_detail_idx01", ("pharmacy_id",)),
+            ("emar_detail_idx02", ("product_code",)),
+            ("emar_detail_idx03", ("route", "site", "side")),
+            ("emar_det_idx04", ("product_description",)),
+        ],
+    ),
+    _table(
+        HOSP,
+        "emar",
+        [
+            ("subject_id", "INTEGER NOT NULL"),
+            ("hadm_id", "INTEGER"),
+            ("emar_id", "VARCHAR(25) NOT NULL"),
+            ("emar_seq", "INTEGER NOT NULL"),
+            ("poe_id", "VARCHAR(25) NOT NULL"),
+            ("pharmacy_id", "INTEGER"),
+            ("enter_provider_id", "VARCHAR(10)"),
+            ("charttime", "TIMESTAMP NOT NULL"),
+            ("medication", "TEXT"),
+            ("event_txt", "VARCHAR(100)"),
+            ("scheduletime", "TIMESTAMP"),
+            ("storetime", "TIMESTAMP NOT NULL"),
+        ],
+        pk=("emar_id",),
+        fks=[_PATIENT, _ADMISSION],
+        indexes=[
+            ("emar_idx01", ("poe_id",)),
+            ("emar_idx02", ("pharmacy_id",)),
+            ("emar_idx03", ("charttime", "scheduletime", "storetime")),
+            ("emar_idx04", ("medication",)),
+        ],
+    ),
+    _table(
+        HOSP,
+        "hcpcsevents",
+        [
+            ("subject_id", "INTEGER NOT NULL"),
+            ("hadm_id", "INTEGER NOT NULL"),
+            ("chartdate", "DATE"),
+            ("hcpcs_cd", "CHAR(5) NOT NULL"),
+            ("seq_num", "INTEGER NOT NULL"),
+            ("short_description", "VARCHAR(180)"),
+        ],
+        pk=("hadm_id", "hcpcs_cd", "seq_num"),
+        fks=[_PATIENT, _ADMISSION, ("hcpcs_cd", "mimiciv_hosp.d_hcpcs.code")],
+        indexes=[("hcpcsevents_idx04", ("short_description",))],
+    ),
+    _table(
+        HOSP,
+        "labevents",
+        [
+            ("labevent_id", "INTEGER NOT NULL"),
+            ("subject_id", "INTEGER NOT NULL"),
+            ("hadm_id", "INTEGER"),
+            ("specimen_id", "INTEGER NOT NULL"),
+            ("itemid", "INTEGER NOT NULL"),
+            ("order_provider_id", "VARCHAR(10)"),
+            ("charttime", "TIMESTAMP(0)"),
+            ("storetime", "TIMESTAMP(0)"),
+            ("value", "VARCHAR(200)"),
+            ("valuenum", "DOUBLE PRECISION"),
+            ("valueuom", "VARCHAR(20)"),
+            ("ref_range_lower", "DOUBLE PRECISION"),
+            ("ref_range_upper", "DOUBLE PRECISION"),
+            ("flag", "VARCHAR(10)"),
+            ("priority", "VARCHAR(7)"),
+            ("comments", "TEXT"),
+        ],
+        pk=("labevent_id",),
+        fks=[_PATIENT, ("itemid", "mimiciv_hosp.d_labitems.itemid")],
+        indexes=[
+            ("labevents_idx01", ("charttime", "storetime")),
+            ("labevents_idx02", ("specimen_id",)),
+        ],
+    ),
+    _table(
+        HOSP,
+        "microbiologyevents",
+        [
+            ("microevent_id", "INTEGER NOT NULL"),
+            ("subject_id", "INTEGER NOT NULL"),
+            ("hadm_id", "INTEGER"),
+            ("micro_specimen_id", "INTEGER NOT NULL"),
+            ("order_provider_id", "VARCHAR(10)"),
+            ("chartdate", "TIMESTAMP(0) NOT NULL"),
+            ("charttime", "TIMESTAMP(0)"),
+            ("spec_itemid", "INTEGER NOT NULL"),
+            ("spec_type_desc", "VARCHAR(100) NOT NULL"),
+            ("test_seq", "INTEGER NOT NULL"),
+            ("storedate", "TIMESTAMP(0)"),
+            ("storetime", "TIMESTAMP(0)"),
+            ("test_itemid", "INTEGER"),
+            ("test_name", "VARCHAR(100)"),
+            ("org_itemid", "INTEGER"),
+            ("org_name", "VARCHAR(100)"),
+            ("isolate_num", "SMALLINT"),
+            ("quantity", "VARCHAR(50)"),
+            ("ab_itemid", "INTEGER"),
+            ("ab_name", "VARCHAR(30)"),
+            ("dilution_text", "VARCHAR(10)"),
+            ("dilution_comparison", "VARCHAR(20)"),
+            ("dilution_value", "DOUBLE PRECISION"),
+            ("interpretation", "VARCHAR(5)"),
+            ("comments", "TEXT"),
+        ],
+        pk=("microevent_id",),
+        fks=[_PATIENT, _ADMISSION],
+        indexes=[
+            ("microbiologyevents_idx01", ("chartdate", "charttime", "storedate", "storetime")),
+            ("microbiologyevents_idx02", ("spec_itemid", "test_itemid", "org_itemid", "ab_itemid")),
+            ("microbiologyevents_idx03", ("micro_specimen_id",)),
+        ],
+    ),
+    _table(
+        HOSP,
+        "omr",
+        [
+            ("subject_id", "INTEGER NOT NULL"),
+            ("chartdate", "DATE NOT NULL"),
+            ("seq_num", "INTEGER NOT NULL"),
+            ("result_name", "VARCHAR(100) NOT NULL"),
+            ("result_value", "TEXT NOT NULL"),
+        ],
+    ),
+    _table(
+        HOSP,
+        "patients",
+        [
+            ("subject_id", "INTEGER NOT NULL"),
+            ("gender", "CHAR(1) NOT NULL"),
+            ("anchor_age", "SMALLINT"),
+            ("anchor_year", "SMALLINT NOT NULL"),
+            ("anchor_year_group", "VARCHAR(20) NOT NULL"),
+            ("dod", "DATE"),
+        ],
+        pk=("subject_id",),
+        indexes=[("patients_idx01", ("anchor_age",)), ("patients_idx02", ("anchor_year",))],
+    ),
+    _table(
+        HOSP,
+        "pharmacy",
+        [
+            ("subject_id", "INTEGER NOT NULL"),
+            ("hadm_id", "INTEGER NOT NULL"),
+            ("pharmacy_id", "INTEGER NOT NULL"),
+            ("poe_id", "VARCHAR(25)"),
+            ("starttime", "TIMESTAMP(3)"),
+            ("stoptime", "TIMESTAMP(3)"),
+            ("medication", "TEXT"),
+            ("proc_type", "VARCHAR(50) NOT NULL"),
+            ("status", "VARCHAR(50)"),
+            ("entertime", "TIMESTAMP(3) NOT NULL"),
+            ("verifiedtime", "TIMESTAMP(3)"),
+            ("route", "VARCHAR(50)"),
+            ("frequency", "VARCHAR(50)"),
+            ("disp_sched", "VARCHAR(255)"),
+            ("infusion_type", "VARCHAR(15)"),
+            ("sliding_scale", "VARCHAR(1)"),
+            ("lockout_interval", "VARCHAR(50)"),
+            ("basal_rate", "REAL"),
+            ("one_hr_max", "VARCHAR(10)"),
+            ("doses_per_24_hrs", "REAL"),
+            ("duration", "REAL"),
+            ("duration_interval", "VARCHAR(50)"),
+            ("expiration_value", "INTEGER"),
+            ("expiration_unit", "VARCHAR(50)"),
+            ("expirationdate", "TIMESTAMP(3)"),
+            ("dispensation", "VARCHAR(50)"),
+            ("fill_quantity", "VARCHAR(50)"),
+        ],
+        pk=("pharmacy_id",),
+        fks=[_PATIENT, _ADMISSION],
+        indexes=[
+            ("pharmacy_idx01", ("poe_id",)),
+            ("pharmacy_idx02", ("starttime", "stoptime")),
+            ("pharmacy_idx03", ("medication",)),
+            ("pharmacy_idx04", ("route",)),
+        ],
+    ),
+    _table(
+        HOSP,
+        "poe_detail",
+        [
+            ("poe_id", "VARCHAR(25) NOT NULL"),
+            ("poe_seq", "INTEGER NOT NULL"),
+            ("subject_id", "INTEGER NOT NULL"),
+            ("field_name", "VARCHAR(255) NOT NULL"),
+            ("field_value", "TEXT"),
+        ],
+        pk=("poe_id", "field_name"),
+        fks=[_PATIENT, ("poe_id", "mimiciv_hosp.poe.poe_id")],
+    ),
+    _table(
+        HOSP,
+        "poe",
+        [
+            ("poe_id", "VARCHAR(25) NOT NULL"),
+            ("poe_seq", "INTEGER NOT NULL"),
+            ("subject_id", "INTEGER NOT NULL"),
+            ("hadm_id", "INTEGER"),
+            ("ordertime", "TIMESTAMP(0) NOT NULL"),
+            ("order_type", "VARCHAR(25) NOT NULL"),
+            ("order_subtype", "VARCHAR(50)"),
+            ("transaction_type", "VARCHAR(15)"),
+            ("discontinue_of_poe_id", "VARCHAR(25)"),
+            ("discontinued_by_poe_id", "VARCHAR(25)"),
+            ("order_provider_id", "VARCHAR(10)"),
+            ("order_status", "VARCHAR(15)"),
+        ],
+        pk=("poe_id",),
+        fks=[_PATIENT, _ADMISSION],
+        indexes=[("poe_idx01", ("order_type",))],
+    ),
+    _table(
+        HOSP,
+        "prescriptions",
+        [
+            ("subject_id", "INTEGER NOT NULL"),
+            ("hadm_id", "INTEGER NOT NULL"),
+            ("pharmacy_id", "INTEGER NOT NULL"),
+            ("poe_id", "VARCHAR(25)"),
+            ("poe_seq", "INTEGER"),
+            ("order_provider_id", "VARCHAR(10)"),
+            ("starttime", "TIMESTAMP(3)"),
+            ("stoptime", "TIMESTAMP(3)"),
+            ("drug_type", "VARCHAR(20) NOT NULL"),
+            ("drug", "VARCHAR(255) NOT NULL"),
+            ("formulary_drug_cd", "VARCHAR(50)"),
+            ("gsn", "VARCHAR(255)"),
+            ("ndc", "VARCHAR(25)"),
+            ("prod_strength", "VARCHAR(255)"),
+            ("form_rx", "VARCHAR(25)"),
+            ("dose_val_rx", "VARCHAR(100)"),
+            ("dose_unit_rx", "VARCHAR(50)"),
+            ("form_val_disp", "VARCHAR(50)"),
+            ("form_unit_disp", "VARCHAR(50)"),
+            ("doses_per_24_hrs", "REAL"),
+            ("route", "VARCHAR(50)"),
+        ],
+        pk=("pharmacy_id", "drug_type", "drug"),
+        fks=[_PATIENT, _ADMISSION],
+        indexes=[("prescriptions_idx01", ("starttime", "stoptime"))],
+    ),
+    _table(
+        HOSP,
+        "procedures_icd",
+        [
+            ("subject_id", "INTEGER NOT NULL"),
+            ("hadm_id", "INTEGER NOT NULL"),
+            ("seq_num", "INTEGER NOT NULL"),
+            ("chartdate", "DATE NOT NULL"),
+            ("icd_code", "VARCHAR(7)"),
+            ("icd_version", "SMALLINT"),
+        ],
+        pk=("hadm_id", "seq_num", "icd_code", "icd_version"),
+        fks=[_PATIENT, _ADMISSION],
+    ),
+    _table(HOSP, "provider", [("provider_id", "VARCHAR(10) NOT NULL")]),
+    _table(
+        HOSP,
+        "services",
+        [
+            ("subject_id", "INTEGER NOT NULL"),
+            ("hadm_id", "INTEGER NOT NULL"),
+            ("transfertime", "TIMESTAMP NOT NULL"),
+            ("prev_service", "VARCHAR(10)"),
+            ("curr_service", "VARCHAR(10)"),
+        ],
+        pk=("hadm_id", "transfertime", "curr_service"),
+        fks=[_PATIENT, _ADMISSION],
+    ),
+    _table(
+        HOSP,
+        "transfers",
+        [
+            ("subject_id", "INTEGER NOT NULL"),
+            ("hadm_id", "INTEGER"),
+            ("transfer_id", "INTEGER NOT NULL"),
+            ("eventtype", "VARCHAR(10)"),
+            ("careunit", "VARCHAR(255)"),
+            ("intime", "TIMESTAMP"),
+            ("outtime", "TIMESTAMP"),
+        ],
+        pk=("transfer_id",),
+        fks=[_PATIENT],
+        indexes=[
+            ("transfers_idx01", ("hadm_id",)),
+            ("transfers_idx02", ("intime",)),
+            ("transfers_idx03", ("careunit",)),
+        ],
+    ),
+]
+
+# --------------------------------------------------------------------------- icu
+
+_ICU_TABLES = [
+    _table(ICU, "caregiver", [("caregiver_id", "INTEGER NOT NULL")]),
+    _table(
+        ICU,
+        "chartevents",
+        [
+            ("subject_id", "INTEGER NOT NULL"),
+            ("hadm_id", "INTEGER NOT NULL"),
+            ("stay_id", "INTEGER NOT NULL"),
+            ("caregiver_id", "INTEGER"),
+            ("charttime", "TIMESTAMP NOT NULL"),
+            ("storetime", "TIMESTAMP"),
+            ("itemid", "INTEGER NOT NULL"),
+            ("value", "VARCHAR(200)"),
+            ("valuenum", "FLOAT"),
+            ("valueuom", "VARCHAR(20)"),
+            ("warning", "SMALLINT"),
+        ],
+        fks=[_PATIENT, _ADMISSION, _STAY, _ITEM],
+        indexes=[("chartevents_idx01", ("charttime", "storetime"))],
+    ),
+    _table(
+        ICU,
+        "datetimeevents",
+        [
+            ("subject_id", "INTEGER NOT NULL"),
+            ("hadm_id", "INTEGER NOT NULL"),
+            ("stay_id", "INTEGER NOT NULL"),
+            ("caregiver_id", "INTEGER"),
+            ("charttime", "TIMESTAMP NOT NULL"),
+            ("storetime", "TIMESTAMP"),
+            ("itemid", "INTEGER NOT NULL"),
+            ("value", "TIMESTAMP NOT NULL"),
+            ("valueuom", "VARCHAR(20)"),
+            ("warning", "SMALLINT"),
+        ],
+        pk=("stay_id", "itemid", "charttime"),
+        fks=[_PATIENT, _ADMISSION, _STAY, _ITEM],
+        indexes=[
+            ("datetimeevents_idx01", ("charttime", "storetime")),
+            ("datetimeevents_idx02", ("value",)),
+        ],
+    ),
+    _table(
+        ICU,
+        "d_items",
+        [
+            ("itemid", "INTEGER NOT NULL"),
+            ("label", "VARCHAR(100) NOT NULL"),
+            ("abbreviation", "VARCHAR(50) NOT NULL"),
+            ("linksto", "VARCHAR(30) NOT NULL"),
+            ("category", "VARCHAR(50) NOT NULL"),
+            ("unitname", "VARCHAR(50)"),
+            ("param_type", "VARCHAR(20) NOT NULL"),
+            ("lownormalvalue", "FLOAT"),
+            ("highnormalvalue", "FLOAT"),
+        ],
+        pk=("itemid",),
+        indexes=[("d_items_idx01", ("label", "abbreviation")), ("d_items_idx02", ("category",))],
+    ),
+    _table(
+        ICU,
+        "icustays",
+        [
+            ("subject_id", "INTEGER NOT NULL"),
+            ("hadm_id", "INTEGER NOT NULL"),
+            ("stay_id", "INTEGER NOT NULL"),
+            ("first_careunit", "VARCHAR(255)"),
+            ("last_careunit", "VARCHAR(255)"),
+            ("intime", "TIMESTAMP"),
+            ("outtime", "TIMESTAMP"),
+            ("los", "FLOAT"),
+        ],
+        pk=("stay_id",),
+        fks=[_PATIENT, _ADMISSION],
+        indexes=[
+            ("icustays_idx01", ("first_careunit", "last_careunit")),
+            ("icustays_idx02", ("intime", "outtime")),
+        ],
+    ),
+    _table(
+        ICU,
+        "ingredientevents",
+        [
+            ("subject_id", "INTEGER NOT NULL"),
+            ("hadm_id", "INTEGER NOT NULL"),
+            ("stay_id", "INTEGER"),
+            ("caregiver_id", "INTEGER"),
+            ("starttime", "TIMESTAMP NOT NULL"),
+            ("endtime", "TIMESTAMP NOT NULL"),
+            ("storetime", "TIMESTAMP"),
+            ("itemid", "INTEGER NOT NULL"),
+            ("amount", "FLOAT"),
+            ("amountuom", "VARCHAR(20)"),
+            ("rate", "FLOAT"),
+            ("rateuom", "VARCHAR(20)"),
+            ("orderid", "INTEGER NOT NULL"),
+            ("linkorderid", "INTEGER"),
+            ("statusdescription", "VARCHAR(20)"),
+            ("originalamount", "FLOAT"),
+            ("originalrate", "FLOAT"),
+        ],
+        # The community v2.2 scripts define no keys or indexes for ingredientevents.
+    ),
+    _table(
+        ICU,
+        "inputevents",
+        [
+            ("subject_id", "INTEGER NOT NULL"),
+            ("hadm_id", "INTEGER NOT NULL"),
+            ("stay_id", "INTEGER"),
+            ("caregiver_id", "INTEGER"),
+            ("starttime", "TIMESTAMP NOT NULL"),
+            ("endtime", "TIMESTAMP NOT NULL"),
+            ("storetime", "TIMESTAMP"),
+            ("itemid", "INTEGER NOT NULL"),
+            ("amount", "FLOAT"),
+            ("amountuom", "VARCHAR(20)"),
+            ("rate", "FLOAT"),
+            ("rateuom", "VARCHAR(20)"),
+            ("orderid", "INTEGER NOT NULL"),
+            ("linkorderid", "INTEGER"),
+            ("ordercategoryname", "VARCHAR(50)"),
+            ("secondaryordercategoryname", "VARCHAR(50)"),
+            ("ordercomponenttypedescription", "VARCHAR(100)"),
+            ("ordercategorydescription", "VARCHAR(30)"),
+            ("patientweight", "FLOAT"),
+            ("totalamount", "FLOAT"),
+            ("totalamountuom", "VARCHAR(50)"),
+            ("isopenbag", "SMALLINT"),
+            ("continueinnextdept", "SMALLINT"),
+            ("statusdescription", "VARCHAR(20)"),
+            ("originalamount", "FLOAT"),
+            ("originalrate", "FLOAT"),
+        ],
+        pk=("orderid", "itemid"),
+        fks=[_PATIENT, _ADMISSION, _STAY, _ITEM],
+        indexes=[
+            ("inputevents_idx01", ("starttime", "endtime")),
+            ("inputevents_idx02", ("ordercategorydescription",)),
+        ],
+    ),
+    _table(
+        ICU,
+        "outputevents",
+        [
+            ("subject_id", "INTEGER NOT NULL"),
+            ("hadm_id", "INTEGER NOT NULL"),
+            ("stay_id", "INTEGER NOT NULL"),
+            ("caregiver_id", "INTEGER"),
+            ("charttime", "TIMESTAMP(3) NOT NULL"),
+            ("storetime", "TIMESTAMP(3) NOT NULL"),
+            ("itemid", "INTEGER NOT NULL"),
+            ("value", "FLOAT NOT NULL"),
+            ("valueuom", "VARCHAR(20)"),
+        ],
+        pk=("stay_id", "charttime", "itemid"),
+        fks=[_PATIENT, _ADMISSION, _STAY, _ITEM],
+        indexes=[("outputevents_idx01", ("charttime", "storetime"))],
+    ),
+    _table(
+        ICU,
+        "procedureevents",
+        [
+            ("subject_id", "INTEGER NOT NULL"),
+            ("hadm_id", "INTEGER NOT NULL"),
+            ("stay_id", "INTEGER NOT NULL"),
+            ("caregiver_id", "INTEGER"),
+            ("starttime", "TIMESTAMP NOT NULL"),
+            ("endtime", "TIMESTAMP NOT NULL"),
+            ("storetime", "TIMESTAMP NOT NULL"),
+            ("itemid", "INTEGER NOT NULL"),
+            ("value", "FLOAT"),
+            ("valueuom", "VARCHAR(20)"),
+            ("location", "VARCHAR(100)"),
+            ("locationcategory", "VARCHAR(50)"),
+            ("orderid", "INTEGER"),
+            ("linkorderid", "INTEGER"),
+            ("ordercategoryname", "VARCHAR(50)"),
+            ("ordercategorydescription", "VARCHAR(30)"),
+            ("patientweight", "FLOAT"),
+            ("isopenbag", "SMALLINT"),
+            ("continueinnextdept", "SMALLINT"),
+            ("statusdescription", "VARCHAR(20)"),
+            ("originalamount", "FLOAT"),
+            ("originalrate", "FLOAT"),
+        ],
+        pk=("orderid",),
+        fks=[_PATIENT, _ADMISSION, _STAY, _ITEM],
+        indexes=[
+            ("procedureevents_idx01", ("starttime", "endtime")),
+            ("procedureevents_idx02", ("ordercategoryname",)),
+        ],
+    ),
+]
+
+TABLES: tuple[Table, ...] = (*_HOSP_TABLES, *_ICU_TABLES)
+_BY_QUALIFIED = {t.qualified_name: t for t in TABLES}
+
+
+def table(name: str) -> Table:
+    """Look a table up by 'admissions', 'hosp.admissions' or 'mimiciv_hosp.admissions'."""
+    key = name.strip().lower()
+    if key in _BY_QUALIFIED:
+        return _BY_QUALIFIED[key]
+    if "." in key:
+        module, _, bare = key.partition(".")
+        schema = {v: k for k, v in MODULE_OF_SCHEMA.items()}.get(module)
+        if schema and f"{schema}.{bare}" in _BY_QUALIFIED:
+            return _BY_QUALIFIED[f"{schema}.{bare}"]
+    else:
+        # Bare names are unique across hosp and icu in MIMIC-IV.
+        matches = [t for t in TABLES if t.name == key]
+        if len(matches) == 1:
+            return matches[0]
+    raise KeyError(f"unknown MIMIC-IV table {name!r}")
+
+
+def foreign_keys() -> list[tuple[Table, ForeignKey]]:
+    """Every foreign key of the layout with the table that owns it, in community order."""
+    return [(t, fk) for t in TABLES for fk in t.foreign_keys]
+
+
+def ddl(conn=None) -> str:
+    """The whole layout as one SQL script (tables, primary keys, indexes, foreign keys).
+
+    For reading and for building a database by hand; the loader applies the same statements
+    piecewise. `conn` is only needed to render identifiers exactly as psycopg would quote them
+    for a given connection; without it they are rendered for a UTF-8 connection.
+    """
+    parts: list[sql.Composable] = [
+        sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(s)) for s in SCHEMAS
+    ]
+    for t in TABLES:
+        parts.append(t.create_sql())
+        if (pk := t.primary_key_sql()) is not None:
+            parts.append(pk)
+        parts.extend(t.index_sql())
+    parts.extend(t.foreign_key_sql(fk) for t, fk in foreign_keys())
+    return "".join(p.as_string(conn) + ";\n" for p in parts)
