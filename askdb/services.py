@@ -162,8 +162,11 @@ def run_execute(*, run_id: int, worker: str = "", sync: bool = False):
         run = (
             Run.objects.select_for_update()
             .select_related("question__source", "question__user")
-            .get(pk=run_id)
+            .filter(pk=run_id)
+            .first()
         )
+        if run is None:  # deleted, or a message redelivered from another database's life
+            return None
         if run.is_terminal:
             return run
         if run.status == Run.Status.RUNNING:

@@ -41,4 +41,6 @@ def run_question(self, run_id: int) -> dict:
     from askdb.services import run_execute
 
     run = run_execute(run_id=run_id, worker=self.request.hostname or socket.gethostname())
+    if run is None:
+        return {"run": run_id, "status": "missing"}
     return {"run": run.pk, "status": run.status, "outcome": run.outcome}

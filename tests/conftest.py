@@ -49,3 +49,6 @@ def scratch_database():
 def clinical_admin_dsn(scratch_database):
     """Alias used by loader tests: a writable, empty clinical database."""
     return scratch_database
+
+
+from tests.clinical_fixtures import _session_catalog, clinical_data, source  # noqa: E402,F401
