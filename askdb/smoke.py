@@ -23,7 +23,9 @@ def smoke_question(question: str, *, stdout, timeout_s: float = 120) -> bool:
             break
         time.sleep(0.2)
     stages = ", ".join(f"{s.name} {s.status} {s.duration_ms or 0:.0f} ms" for s in run.stages.all())
-    stdout.write(f"question: {question!r}\n  run {run.pk}: {run.status} ({run.outcome or 'unfinished'})\n  stages: {stages}")
+    stdout.write(
+        f"question: {question!r}\n  run {run.pk}: {run.status} ({run.outcome or 'unfinished'})\n  stages: {stages}"
+    )
     if run.message:
         stdout.write(f"  {run.message}")
     if run.sql:

@@ -654,7 +654,9 @@ def clinical_demo_ensure(*, stdout=None, patients: int = 100, seed: int = 42) ->
             release = settings.ASKDB_HOME / "demo-data"
             write(f"generating synthetic MIMIC-IV-shaped data ({patients} patients, seed {seed}) …")
             result = synthetic.generate(release, patients=patients, seed=seed)
-            as_of = getattr(result, "as_of", None) or getattr(synthetic, "AS_OF", None)
+            as_of = getattr(result, "as_of", None) or synthetic.AS_OF
+            if as_of is not None and as_of.tzinfo is None:
+                as_of = as_of.replace(tzinfo=dt.UTC)
         report = loader.load_release(release, dsn=admin_url, progress=False, out=lambda s: None)
         failed = [r for r in report.tables if r.status == "failed"]
         if failed:

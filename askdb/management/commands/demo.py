@@ -88,12 +88,6 @@ class Command(BaseCommand):
         home: Path = settings.ASKDB_HOME
         home.mkdir(parents=True, exist_ok=True)
         pidfile = home / ("smoke.pid" if smoke else "demo.pid")
-        self._claim_pidfile(pidfile)
-        if not smoke and not _port_free(host, port):
-            raise CommandError(
-                f"port {port} on {host} is already in use{_who_listens(port)}; stop that program "
-                f"or choose another port: ASKDB_PORT={port + 1} make demo"
-            )
         supervisor = Supervisor()
         started_services = [s for s in os.environ.get("ASKDB_STARTED_SERVICES", "").split(",") if s]
         stopping = {"now": False}
@@ -104,18 +98,25 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
         t0 = time.monotonic()
-        ok = False
+        ok, claimed = False, False
         try:
+            self._claim_pidfile(pidfile)
+            claimed = True
+            if not smoke and not _port_free(host, port):
+                raise CommandError(
+                    f"port {port} on {host} is already in use{_who_listens(port)}; stop that program "
+                    f"or choose another port: ASKDB_PORT={port + 1} make demo"
+                )
             ok = self._run(supervisor, smoke, host, port, question, stopping, t0)
         finally:
-            self.stdout.write("Stopping…")
             supervisor.stop_all()
             if smoke or started_services:
                 # The demo owns the services it started; `--smoke` always leaves nothing behind.
                 stopped = embedded.stop(None if smoke else started_services)
                 if stopped:
                     self.stdout.write(f"stopped {', '.join(stopped)}")
-            pidfile.unlink(missing_ok=True)
+            if claimed:
+                pidfile.unlink(missing_ok=True)
         if smoke and not ok:
             raise CommandError("smoke test failed")
 
