@@ -21,6 +21,7 @@ urlpatterns = [
     path("audit/", views.audit_log, name="audit_log"),
     path("healthz", views.healthz, name="healthz"),
     path("accounts/", include(auth_patterns)),
+    path("catalog/", include("metadata_admin.urls")),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api_schema"),
     path("api/docs/", login_required(SpectacularSwaggerView.as_view(url_name="api_schema")), name="api_docs"),
