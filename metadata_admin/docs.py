@@ -46,7 +46,7 @@ class DocColumn:
     type: str = ""
     meaning: str = ""
     example_values: str = ""
-    key: str = ""  # "primary" | "foreign" | ""
+    key: str = ""  # "primary", "foreign", "primary, foreign" or ""
     sensitive: bool = False
     value_index: bool = False
 
@@ -127,7 +127,7 @@ def parse_docs(text: str, where: str = "<docs>") -> list[DocTable]:
             if not isinstance(col, dict) or not col.get("name"):
                 raise DocsError(f"{at} columns[{j}]", "each column needs a 'name'")
             key = _text(col.get("key"), at, "key")
-            if key not in ("", "primary", "foreign"):
+            if not set(key.replace(",", " ").split()) <= {"primary", "foreign"}:
                 raise DocsError(f"{at} column {col['name']}", f"key must be primary or foreign, not {key!r}")
             columns.append(
                 DocColumn(

@@ -255,8 +255,8 @@ def _columns_apply(doc: TableDoc, columns: list[DocColumn], live: LiveTable | No
         if dc:
             col.meaning = dc.meaning or col.meaning
             col.example_values = dc.example_values or col.example_values
-            col.is_primary_key = dc.key == "primary" or name in pk
-            col.is_foreign_key = dc.key == "foreign"
+            col.is_primary_key = "primary" in dc.key or name in pk
+            col.is_foreign_key = "foreign" in dc.key
             col.sensitive = dc.sensitive
             col.value_index = dc.value_index or col.value_index
         else:
@@ -300,7 +300,11 @@ def docs_export(*, source: ClinicalSource) -> dict[str, str]:
                         type=c.data_type,
                         meaning=c.meaning,
                         example_values=c.example_values,
-                        key="primary" if c.is_primary_key else ("foreign" if c.is_foreign_key else ""),
+                        key=", ".join(
+                            k
+                            for k, on in (("primary", c.is_primary_key), ("foreign", c.is_foreign_key))
+                            if on
+                        ),
                         sensitive=c.sensitive,
                         value_index=c.value_index,
                     )

@@ -1,0 +1,248 @@
+"""The schema catalog: docs import/export, introspection, embeddings, retrieval and value linking,
+against the real embedded PostgreSQL and the synthetic MIMIC-IV-shaped clinical data."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from askdb.adapters.clinical import ExecutionError, executor_for
+from metadata_admin import checks as catalog_checks
+from metadata_admin.docs import BUNDLED_DOCS, DocsError, parse_docs, read_docs
+from metadata_admin.models import ClinicalSource, ColumnDoc, DocRevision, TableDoc, ValueEntry
+from metadata_admin.selectors import link_values, retrieve
+from metadata_admin.services import (
+    docs_export,
+    docs_import,
+    source_introspect,
+    source_register,
+    table_doc_update,
+    table_docs_reembed,
+)
+from tests.support.scripted_llm import ScriptedLLM
+
+MINIMAL = """
+version: 1
+schema: mimiciv_hosp
+tables:
+  - name: patients
+    description: People.
+    columns:
+      - {name: subject_id, type: integer, key: primary}
+    relationships:
+      - to: admissions
+        "on": [[subject_id, subject_id]]
+"""
+
+
+# ---------------------------------------------------------------- docs (pure)
+
+
+def test_bundled_docs_cover_every_mimic_table_with_every_column():
+    from metadata_admin.clinical.schema import TABLES
+
+    docs = {t.qualified: t for t in read_docs([BUNDLED_DOCS])}
+    for spec in TABLES:
+        qualified = f"{spec.schema}.{spec.name}"
+        assert qualified in docs, f"{qualified} is not documented"
+        assert [c.name for c in docs[qualified].columns] == [c.name for c in spec.columns], qualified
+        assert docs[qualified].description and docs[qualified].example_questions
+
+
+def test_broken_yaml_names_the_file_and_line():
+    with pytest.raises(DocsError) as err:
+        parse_docs("version: 1\ntables:\n  - name: x\n    description: [unclosed\n", where="hosp.yaml")
+    assert "hosp.yaml line" in str(err.value) and "invalid YAML" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("version: 2\ntables: []", "unsupported docs version"),
+        ("tables:\n  - description: no name", "needs a 'name'"),
+        ("tables:\n  - name: a\n  - name: a", "documented twice"),
+        ("tables:\n  - name: a\n    relationships:\n      - to: b", "needs 'to' and 'on'"),
+        (
+            "tables:\n  - name: a\n    columns:\n      - {name: c, key: secondary}",
+            "key must be primary or foreign",
+        ),
+        ("just a string", "expected a mapping"),
+    ],
+)
+def test_malformed_docs_get_a_clear_error(text, message):
+    with pytest.raises(DocsError, match=message):
+        parse_docs(text)
+
+
+def test_relationships_accept_the_bare_on_key_yaml_reads_as_true():
+    tables = parse_docs(MINIMAL.replace('"on"', "on"))
+    assert tables[0].relationships[0].on == [["subject_id", "subject_id"]]
+    assert tables[0].relationships[0].to == "mimiciv_hosp.admissions"
+
+
+# ---------------------------------------------------------------- catalog services
+
+
+@pytest.mark.django_db
+def test_docs_import_marks_tables_missing_from_the_source_and_says_so(source):
+    tables = parse_docs(MINIMAL.replace("name: patients", "name: not_a_table"))
+    report = docs_import(source=source, tables=tables)
+    assert any("not_a_table is documented but not in source" in w for w in report.warnings)
+    doc = TableDoc.objects.get(source=source, name="not_a_table")
+    assert doc.exists_in_source is False
+    assert "mimiciv_hosp.not_a_table" not in {
+        t.qualified for t in retrieve(source=source, question="not a table").tables
+    }
+
+
+@pytest.mark.django_db
+def test_export_then_import_round_trips_unchanged(source, tmp_path):
+    for schema, text in docs_export(source=source).items():
+        (tmp_path / f"{schema}.yaml").write_text(text)
+    report = docs_import(source=source, paths=[tmp_path])
+    assert report.created == [] and report.updated == []
+    assert len(report.unchanged) == TableDoc.objects.filter(source=source).count()
+
+
+@pytest.mark.django_db
+def test_import_keeps_history_of_the_text_it_replaces(source):
+    doc = TableDoc.objects.get(source=source, name="patients")
+    original = doc.description
+    tables = [t for t in read_docs([BUNDLED_DOCS]) if t.name == "patients"]
+    tables[0].description = "Rewritten by a curator."
+    docs_import(source=source, tables=tables)
+    doc.refresh_from_db()
+    assert doc.description == "Rewritten by a curator."
+    assert DocRevision.objects.filter(table=doc).latest("at").snapshot["description"] == original
+
+
+@pytest.mark.django_db
+def test_reembed_touches_only_docs_whose_text_changed(source):
+    assert table_docs_reembed(source=source).embedded == 0
+    doc = TableDoc.objects.get(source=source, name="admissions")
+    table_doc_update(doc=doc, data={"synonyms": [*doc.synonyms, "inpatient episode"]})
+    report = table_docs_reembed(source=source)
+    assert report.embedded == 1 and report.skipped >= 10
+    assert DocRevision.objects.filter(table=doc).exists()
+
+
+@pytest.mark.django_db
+def test_an_embedding_provider_that_is_down_marks_docs_stale_and_they_are_retried(source, settings):
+    doc = TableDoc.objects.get(source=source, name="transfers")
+    table_doc_update(doc=doc, data={"description": doc.description + " Also: ward moves."})
+    with ScriptedLLM() as server:
+        dead_url = server.base_url  # nothing listens there once the server stops
+    settings.EMBEDDING_PROVIDER, settings.EMBEDDING_BASE_URL, settings.EMBEDDING_DIMS = (
+        "openai",
+        dead_url,
+        384,
+    )
+    report = table_docs_reembed(source=source)
+    doc.refresh_from_db()
+    assert report.failed and "embedding endpoint failed" in doc.embedding_error
+    assert "Also: ward moves." in doc.description  # the edit is kept
+    settings.EMBEDDING_PROVIDER, settings.EMBEDDING_DIMS = "local", 384
+    report = table_docs_reembed(source=source)
+    doc.refresh_from_db()
+    assert doc.embedding_error == "" and doc.qualified_name not in report.failed
+
+
+@pytest.mark.django_db
+def test_vectors_of_another_model_are_flagged_by_a_system_check(source, settings):
+    assert catalog_checks.check_embeddings_match_provider() == []
+    settings.EMBEDDING_PROVIDER, settings.EMBEDDING_DIMS = "openai", 1536
+    warnings = catalog_checks.check_embeddings_match_provider()
+    assert [w.id for w in warnings] == ["askdb.W002"] and "reembed --all" in warnings[0].hint
+
+
+@pytest.mark.django_db
+def test_introspection_keeps_curated_text_and_samples_low_cardinality_values(source):
+    col = ColumnDoc.objects.get(table__source=source, table__name="admissions", name="admission_type")
+    col.meaning, col.example_values = "Curated meaning.", ""
+    col.save()
+    report = source_introspect(source=source)
+    col.refresh_from_db()
+    assert col.meaning == "Curated meaning."
+    assert col.example_values and col.value_index
+    assert "mimiciv_hosp.admissions" in report.tables_seen and not report.tables_new
+
+
+# ---------------------------------------------------------------- retrieval and values
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("question", "needed"),
+    [
+        ("What was the average creatinine of patients diagnosed with sepsis?",
+         {"mimiciv_hosp.labevents", "mimiciv_hosp.d_labitems", "mimiciv_hosp.diagnoses_icd", "mimiciv_hosp.d_icd_diagnoses"}),
+        ("What was the last heart rate recorded for patient 10000032?", {"mimiciv_icu.chartevents", "mimiciv_icu.d_items"}),
+        ("How many patients received vancomycin?", {"mimiciv_hosp.prescriptions"}),
+        ("How many people died in hospital in 2150?", {"mimiciv_hosp.admissions"}),
+    ],
+)  # fmt: skip
+def test_retrieval_finds_every_needed_table(source, question, needed):
+    got = {t.qualified for t in retrieve(source=source, question=question, k=5).tables}
+    assert needed <= got, f"missing {needed - got}"
+
+
+@pytest.mark.django_db
+def test_value_linking_finds_real_values_and_codes(source):
+    values = link_values(source=source, question="patients with sepsis and a high lactate")
+    found = {(v.table, v.column) for v in values}
+    assert ("mimiciv_hosp.d_icd_diagnoses", "long_title") in found
+    lactate = next(v for v in values if v.table == "mimiciv_hosp.d_labitems")
+    assert lactate.value.lower().startswith("lactate") and lactate.code
+    assert ValueEntry.objects.filter(source=source, embedding__isnull=False).exists()
+
+
+@pytest.mark.django_db
+def test_retrieve_command_prints_json(source):
+    out = StringIO()
+    call_command("retrieve", "average hemoglobin by sex", "--json", stdout=out)
+    payload = json.loads(out.getvalue())
+    assert payload["tables"] and {"qualified", "score", "reasons"} <= set(payload["tables"][0])
+    assert set(payload["timings_ms"]) == {"embed", "tables", "values"}
+
+
+# ---------------------------------------------------------------- sources
+
+
+@pytest.fixture
+def sqlite_db(tmp_path):
+    path = tmp_path / "clinic.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE visits (visit_id INTEGER PRIMARY KEY, ward TEXT, los REAL)")
+        conn.executemany(
+            "INSERT INTO visits VALUES (?, ?, ?)", [(1, "MICU", 2.5), (2, "SICU", 1.0), (3, "MICU", 4.0)]
+        )
+    return path
+
+
+@pytest.mark.django_db
+def test_a_sqlite_source_is_registered_introspected_and_opened_read_only(sqlite_db):
+    source = source_register(name="clinic", url=f"sqlite:///{sqlite_db}")
+    assert source.engine == "sqlite" and source.dialect == "sqlite"
+    source_introspect(source=source)
+    doc = TableDoc.objects.get(source=source, name="visits")
+    assert [c.name for c in doc.columns.all()] == ["visit_id", "ward", "los"] and doc.row_count == 3
+    assert "MICU" in ColumnDoc.objects.get(table=doc, name="ward").example_values
+    executor = executor_for(source.resolved_url(), engine="sqlite")
+    result = executor.execute(
+        "SELECT ward, count(*) FROM visits GROUP BY ward ORDER BY ward", timeout_s=5, row_cap=10
+    )
+    assert result.rows == [("MICU", 2), ("SICU", 1)]
+    with pytest.raises(ExecutionError, match="readonly"):
+        executor.execute("DELETE FROM visits", timeout_s=5, row_cap=10)
+
+
+@pytest.mark.django_db
+def test_add_source_refuses_an_unreachable_database_with_one_line():
+    with pytest.raises(CommandError, match="cannot use"):
+        call_command("add_source", "broken", "--url", "postgresql://nobody@/nowhere?host=/nonexistent")
+    assert not ClinicalSource.objects.filter(name="broken").exists()
