@@ -66,6 +66,11 @@ def demo_users_ensure() -> list[tuple[str, str, str]]:
 # --------------------------------------------------------------------------- questions and runs
 
 
+WORKER_LOST_MESSAGE = (
+    "The worker running this question stopped before it finished. Nothing was lost: ask again to retry."
+)
+
+
 class QuestionError(ValueError):
     """A question that cannot be accepted, with a sentence the user can act on."""
 
@@ -171,7 +176,7 @@ def run_execute(*, run_id: int, worker: str = "", sync: bool = False):
             return run
         if run.status == Run.Status.RUNNING:
             _run_finish(run, status=Run.Status.FAILED, outcome="worker_lost",
-                        message="The worker running this question stopped before it finished. Nothing was lost: ask again to retry.")  # fmt: skip
+                        message=WORKER_LOST_MESSAGE)  # fmt: skip
             return run
         run.status, run.started_at, run.heartbeat_at = Run.Status.RUNNING, timezone.now(), timezone.now()
         run.deliveries += 1
@@ -278,7 +283,7 @@ def runs_reap_stale(*, older_than_s: int | None = None) -> int:
     count = 0
     for run in stale:
         _run_finish(run, status=Run.Status.FAILED, outcome="worker_lost",
-                    message="The worker running this question stopped before it finished. Nothing was lost: ask again to retry.")  # fmt: skip
+                    message=WORKER_LOST_MESSAGE)  # fmt: skip
         count += 1
     return count
 

@@ -7,12 +7,14 @@ SQLite files are opened read-only. Both speak the same small interface.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import decimal
 import sqlite3
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlparse
@@ -130,25 +132,15 @@ class PostgresExecutor:
                 )
             )
 
-    def execute(self, sql: str, *, timeout_s: float, row_cap: int) -> QueryResult:
-        start = time.perf_counter()
+    @contextlib.contextmanager
+    def _read_only(self, timeout_s: float, timeout_message: str) -> Iterator[psycopg.Connection]:
+        """A READ ONLY transaction with a statement timeout; psycopg errors become ExecutionError."""
         with self._connect() as conn:
             try:
                 self._begin(conn, timeout_s)
-                # A named (server-side) cursor: rows arrive in batches, so the cap bounds memory.
-                with conn.cursor(name=f"askdb_{uuid.uuid4().hex[:12]}") as cur:
-                    cur.itersize = min(max(row_cap + 1, 1), 2000)
-                    cur.execute(sql)
-                    rows = cur.fetchmany(row_cap + 1)
-                    description = cur.description or []
-                columns = tuple(d.name for d in description)
-                types = tuple(self._type_name(conn, d.type_code) for d in description)
+                yield conn
             except psycopg.errors.QueryCanceled as exc:
-                raise ExecutionError(
-                    f"the query ran longer than {timeout_s:g} s and was stopped; narrow it down "
-                    "(filter by patient, admission or time) or aggregate",
-                    code="timeout",
-                ) from exc
+                raise ExecutionError(timeout_message, code="timeout") from exc
             except psycopg.errors.InsufficientPrivilege as exc:
                 raise ExecutionError(f"not permitted: {_one_line(exc)}", code="permission") from exc
             except psycopg.Error as exc:
@@ -156,6 +148,22 @@ class PostgresExecutor:
             finally:
                 if not conn.closed:
                     conn.rollback()  # read-only anyway; nothing is ever committed
+
+    def execute(self, sql: str, *, timeout_s: float, row_cap: int) -> QueryResult:
+        start = time.perf_counter()
+        too_long = (
+            f"the query ran longer than {timeout_s:g} s and was stopped; narrow it down "
+            "(filter by patient, admission or time) or aggregate"
+        )
+        with self._read_only(timeout_s, too_long) as conn:
+            # A named (server-side) cursor: rows arrive in batches, so the cap bounds memory.
+            with conn.cursor(name=f"askdb_{uuid.uuid4().hex[:12]}") as cur:
+                cur.itersize = min(max(row_cap + 1, 1), 2000)
+                cur.execute(sql)
+                rows = cur.fetchmany(row_cap + 1)
+                description = cur.description or []
+            columns = tuple(d.name for d in description)
+            types = tuple(self._type_name(conn, d.type_code) for d in description)
         truncated = len(rows) > row_cap
         return QueryResult(
             columns=columns,
@@ -179,17 +187,8 @@ class PostgresExecutor:
         return name
 
     def explain(self, sql: str, *, timeout_s: float) -> str:
-        with self._connect() as conn:
-            try:
-                self._begin(conn, timeout_s)
-                rows = conn.execute(f"EXPLAIN {sql}").fetchall()
-            except psycopg.errors.QueryCanceled as exc:
-                raise ExecutionError(f"planning took longer than {timeout_s:g} s", code="timeout") from exc
-            except psycopg.Error as exc:
-                raise ExecutionError(_one_line(exc)) from exc
-            finally:
-                if not conn.closed:
-                    conn.rollback()
+        with self._read_only(timeout_s, f"planning took longer than {timeout_s:g} s") as conn:
+            rows = conn.execute(f"EXPLAIN {sql}").fetchall()
         return "\n".join(r[0] for r in rows)
 
     def ping(self) -> str:
@@ -272,26 +271,14 @@ class PostgresExecutor:
             tbl=psql.Identifier(schema, table) if schema else psql.Identifier(table),
             lim=psql.Literal(limit),
         )
-        with self._connect() as conn:
-            try:
-                self._begin(conn, 120)
-                rows = conn.execute(query).fetchall()
-            except psycopg.Error as exc:
-                raise ExecutionError(_one_line(exc)) from exc
-            finally:
-                if not conn.closed:
-                    conn.rollback()
+        with self._read_only(120, "sampling values took longer than 120 s") as conn:
+            rows = conn.execute(query).fetchall()
         return [(jsonable(v), int(n)) for v, n in rows]
 
     def count_rows(self, schema: str, table: str) -> int:
-        with self._connect() as conn:
-            try:
-                self._begin(conn, 300)
-                tbl = psql.Identifier(schema, table) if schema else psql.Identifier(table)
-                return int(conn.execute(psql.SQL("SELECT count(*) FROM {}").format(tbl)).fetchone()[0])
-            finally:
-                if not conn.closed:
-                    conn.rollback()
+        tbl = psql.Identifier(schema, table) if schema else psql.Identifier(table)
+        with self._read_only(300, f"counting {table} took longer than 300 s") as conn:
+            return int(conn.execute(psql.SQL("SELECT count(*) FROM {}").format(tbl)).fetchone()[0])
 
 
 class SqliteExecutor:
