@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from django.db.models import Count, Prefetch
+
 from askdb.adapters import catalog_search
 from askdb.pipeline.retrieval import (
     Edge,
@@ -16,7 +18,8 @@ from askdb.pipeline.retrieval import (
     rank_tables,
 )
 from askdb.providers.embeddings import get_embedder
-from metadata_admin.models import ClinicalSource, Relationship, TableDoc
+from metadata_admin.models import ClinicalSource, ColumnDoc, Relationship, TableDoc, content_hash
+from metadata_admin.services import table_doc_embedding_text
 
 
 @dataclass
@@ -111,3 +114,39 @@ def retrieve(
         weights=weights,
     )
     return Retrieval(tables=tables, values=values, question_vector=vector, timings_ms=timings)
+
+
+def current_embedding_model() -> str:
+    # The embedder loads its weights lazily, so asking for its name costs nothing.
+    return get_embedder().model
+
+
+def table_doc_embedding_status(doc: TableDoc, *, model: str) -> str:
+    """The doc's embedding: current, stale (text or model changed since embedding) or error: …"""
+    if doc.embedding_error:
+        return f"error: {doc.embedding_error[:120]}"
+    if doc.embedding_model != model or doc.content_hash != content_hash(table_doc_embedding_text(doc)):
+        return "stale"
+    return "current"
+
+
+@dataclass(frozen=True)
+class TableRow:
+    doc: TableDoc
+    column_count: int
+    status: str
+
+
+def catalog_overview() -> list[tuple[ClinicalSource, list[TableRow]]]:
+    """Every source with its documented tables, for the overview page."""
+    model = current_embedding_model()
+    columns = Prefetch("columns", queryset=ColumnDoc.objects.only("id", "table", "name", "position"))
+    docs = TableDoc.objects.defer("embedding").prefetch_related(columns).annotate(n_columns=Count("columns"))
+    out = []
+    for source in ClinicalSource.objects.all():
+        rows = [
+            TableRow(doc=d, column_count=d.n_columns, status=table_doc_embedding_status(d, model=model))
+            for d in docs.filter(source=source)
+        ]
+        out.append((source, rows))
+    return out

@@ -2,5 +2,10 @@
 
 from django.urls import path
 
+from metadata_admin import views
+
 app_name = "catalog"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("playground/", views.playground, name="playground"),
+]
