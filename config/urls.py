@@ -23,6 +23,7 @@ urlpatterns = [
     path("accounts/", include(auth_patterns)),
     path("catalog/", include("metadata_admin.urls")),
     path("admin/", admin.site.urls),
+    path("api/", include("askdb.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api_schema"),
     path("api/docs/", login_required(SpectacularSwaggerView.as_view(url_name="api_schema")), name="api_docs"),
 ]

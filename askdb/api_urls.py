@@ -1,0 +1,4 @@
+"""REST API routes (see askdb/apis.py)."""
+
+app_name = "api"
+urlpatterns: list = []
