@@ -59,7 +59,9 @@ def _sort_key(value):
     return (1, 0, str(value).lower())
 
 
-def run_result_page(*, run, page: int = 1, per_page: int = 50, sort: str = "", descending: bool = False) -> dict:
+def run_result_page(
+    *, run, page: int = 1, per_page: int = 50, sort: str = "", descending: bool = False
+) -> dict:
     """One page of a run's stored result, sorted on the server by a column name."""
     columns = list(run.result_columns or [])
     rows = list(run.result_rows or [])

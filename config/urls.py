@@ -17,6 +17,13 @@ auth_patterns = [
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("runs/", views.history, name="history"),
+    path("runs/<int:run_id>/", views.run_detail, name="run_detail"),
+    path("runs/<int:run_id>/result/", views.run_result, name="run_result"),
+    path("runs/<int:run_id>/result.csv", views.run_csv, name="run_csv"),
+    path("runs/<int:run_id>/result.xlsx", views.run_xlsx, name="run_xlsx"),
+    path("runs/<int:run_id>/cancel/", views.run_cancel_view, name="run_cancel"),
+    path("runs/<int:run_id>/retry/", views.run_retry_view, name="run_retry"),
     path("review/", views.review_queue, name="review_queue"),
     path("audit/", views.audit_log, name="audit_log"),
     path("healthz", views.healthz, name="healthz"),

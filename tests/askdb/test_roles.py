@@ -47,10 +47,11 @@ def test_roles_are_groups_with_exactly_their_permissions():
     assert researcher == {"ask_questions"}
 
 
-def test_user_without_a_role_can_log_in_but_not_review(client):
+def test_user_without_a_role_can_log_in_but_is_told_they_lack_one(client):
     user = make_user("norole")
     client.force_login(user)
-    assert client.get("/").status_code == 200
+    response = client.get("/")
+    assert response.status_code == 403 and b"Ask an admin" in response.content
     assert client.get("/review/").status_code == 403
 
 
