@@ -44,7 +44,7 @@ format: install
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-test: install lint
+test: install browser lint
 	$(VENV)/bin/pytest
 
 bench: install

@@ -52,3 +52,11 @@ def clinical_admin_dsn(scratch_database):
 
 
 from tests.clinical_fixtures import _session_catalog, clinical_data, source  # noqa: E402,F401
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    """Keep each phase's report on the test item, so fixtures can act on failure (screenshots)."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
