@@ -1,4 +1,15 @@
-"""REST API routes (see askdb/apis.py)."""
+"""REST API routes (see askdb/apis.py). The path says "questions" for clients; each id is a Run's."""
+
+from django.urls import path
+
+from askdb import apis
 
 app_name = "api"
-urlpatterns: list = []
+urlpatterns = [
+    path("token/", apis.TokenObtainApi.as_view(), name="token"),
+    path("questions/", apis.RunListApi.as_view(), name="run_list"),
+    path("questions/<int:run_id>/", apis.RunDetailApi.as_view(), name="run_detail"),
+    path("questions/<int:run_id>/result.csv", apis.RunResultCsvApi.as_view(), name="run_result_csv"),
+    path("questions/<int:run_id>/cancel/", apis.RunCancelApi.as_view(), name="run_cancel"),
+    path("questions/<int:run_id>/retry/", apis.RunRetryApi.as_view(), name="run_retry"),
+]

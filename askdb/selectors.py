@@ -138,3 +138,10 @@ def run_chart_spec(*, run) -> dict | None:
         kind = "bar"
     return {"type": kind, "labels": ["NULL" if x is None else str(x) for x in xs], "values": ys,
             "x": columns[0], "y": columns[1]}  # fmt: skip
+
+
+def run_may_act(*, user, run) -> bool:
+    """Cancelling or re-asking a run is for the person who asked it, or an admin."""
+    from askdb.roles import ADMIN, user_role
+
+    return run.question.user_id == user.pk or user_role(user) == ADMIN

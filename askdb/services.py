@@ -301,3 +301,15 @@ def question_submit_sync(*, user, text: str, source=None):
         run = Run.objects.create(question=question)
         audit_record(action="question.asked", actor=user, target=run, message=cleaned[:500])
     return run_execute(run_id=run.pk, worker="manage.py ask", sync=True)
+
+
+def user_token_issue(*, user, ip: str | None = None):
+    """An API token for scripts (created once, handed out again after), audited."""
+    from django.db import transaction
+    from rest_framework.authtoken.models import Token
+
+    with transaction.atomic():
+        token, created = Token.objects.get_or_create(user=user)
+        audit_record(action="auth.token", actor=user, target=user,
+                     message="API token created" if created else "API token handed out", ip=ip)  # fmt: skip
+    return token

@@ -91,7 +91,7 @@ def _run_context(request: HttpRequest, run: Run) -> dict:
 
 
 def _may_act(request: HttpRequest, run: Run) -> bool:
-    return run.question.user_id == request.user.pk or request.user.has_perm("askdb.manage_users")
+    return selectors.run_may_act(user=request.user, run=run)
 
 
 def _result_page(request: HttpRequest, run: Run) -> dict:

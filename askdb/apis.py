@@ -1,0 +1,328 @@
+"""The REST API: ask questions, follow their runs, download results, for scripts and notebooks.
+
+Thin like the pages: each endpoint checks permission, calls the service or selector the pages
+call, and shapes the answer with askdb/serializers.py. Every error answers {"error": sentence}
+(validation errors add "fields"), so a script has one thing to print.
+
+Who may do what:
+- anyone with a role may ask (askdb.ask_questions) and list/open the runs they may see —
+  their own, or everyone's with askdb.view_all_runs (reviewers, admins);
+- a run a user may not see answers 404, exactly like a run that does not exist;
+- only the person who asked, or an admin, may cancel or retry a run; a reviewer who can see
+  someone else's run gets 403 (seeing a run is review, stopping or re-running it spends the
+  asker's work and LLM budget). Retrying also needs askdb.ask_questions, since it asks again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import StreamingHttpResponse
+from django.urls import reverse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework import exceptions, status
+from rest_framework.authtoken.serializers import AuthTokenSerializer
+from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework.generics import GenericAPIView
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.permissions import BasePermission, IsAuthenticated
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.throttling import UserRateThrottle
+from rest_framework.views import APIView, exception_handler
+
+from askdb import selectors, services
+from askdb.models import Run
+from askdb.serializers import (
+    ErrorSerializer,
+    QuestionSubmitInputSerializer,
+    ResultPageQuerySerializer,
+    RunCancelSerializer,
+    RunDetailSerializer,
+    RunListFilterSerializer,
+    RunListSerializer,
+    RunQueuedSerializer,
+    TokenSerializer,
+)
+from metadata_admin.services import source_get
+
+# --------------------------------------------------------------------------- errors
+
+
+def _first_message(errors: Any) -> str:
+    """The first message of a DRF validation error, prefixed by its field, as one sentence."""
+    if isinstance(errors, dict):
+        for field, value in errors.items():
+            message = _first_message(value)
+            return message if field in ("non_field_errors", "detail") else f"{field}: {message}"
+    if isinstance(errors, list) and errors:
+        return _first_message(errors[0])
+    return str(errors)
+
+
+def api_exception_handler(exc: Exception, context: dict) -> Response | None:
+    """DRF's handler, with its answers reshaped to the API's one error shape."""
+    response = exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        response.data = {"error": _first_message(response.data), "fields": response.data}
+    elif isinstance(response.data, dict) and "detail" in response.data:
+        response.data = {"error": str(response.data["detail"])}
+    return response
+
+
+class ApiErrorsMixin:
+    def get_exception_handler(self):
+        return api_exception_handler
+
+
+def _error(message: str, code: int) -> Response:
+    return Response({"error": message}, status=code)
+
+
+# --------------------------------------------------------------------------- permissions
+
+
+class CanAskQuestions(BasePermission):
+    message = "Your account has no role that may ask questions; ask an administrator for one."
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return request.user.has_perm("askdb.ask_questions")
+
+
+class IsRunOwnerOrAdmin(BasePermission):
+    """Acting on a run (cancel, retry) is for the person who asked it, or an admin."""
+
+    message = "Only the person who asked this question, or an administrator, may do that."
+
+    def has_object_permission(self, request: Request, view: APIView, obj: Run) -> bool:
+        return selectors.run_may_act(user=request.user, run=obj)
+
+
+class PostAnonymously(BasePermission):
+    """The token endpoint takes a password, so it must accept anonymous POSTs; anything else
+    on it is refused like every other API route (401/403, not 405) to anonymous clients."""
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return request.method == "POST" or bool(request.user and request.user.is_authenticated)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _client_ip(request: Request) -> str | None:
+    return request.META.get("REMOTE_ADDR") or None
+
+
+def _run_or_404(request: Request, run_id: int) -> Run:
+    run = selectors.run_get_for_user(user=request.user, run_id=run_id)
+    if run is None:  # missing and not-yours look the same, so ids reveal nothing
+        raise exceptions.NotFound(f"There is no run {run_id} that you can see.")
+    return run
+
+
+def _queued(run: Run) -> Response:
+    url = reverse("api:run_detail", args=[run.pk])
+    return Response(
+        {"run": run.pk, "status": run.status, "url": url},
+        status=status.HTTP_202_ACCEPTED,
+        headers={"Location": url},
+    )
+
+
+# --------------------------------------------------------------------------- questions and runs
+
+
+class RunListApi(ApiErrorsMixin, GenericAPIView):
+    """GET: the runs the user may see, newest first. POST: ask a question."""
+
+    serializer_class = RunListSerializer
+
+    def get_permissions(self):
+        if self.request.method == "POST":
+            return [IsAuthenticated(), CanAskQuestions()]
+        return [IsAuthenticated()]
+
+    @extend_schema(
+        operation_id="questions_list",
+        summary="List runs",
+        description="Your runs, or everyone's for reviewers and admins; newest first.",
+        parameters=[RunListFilterSerializer],
+        responses={200: RunListSerializer(many=True), 400: ErrorSerializer},
+    )
+    def get(self, request: Request) -> Response:
+        filters = RunListFilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        runs = selectors.run_list_for_user(
+            user=request.user,
+            search=filters.validated_data.get("search", "").strip(),
+            status=filters.validated_data.get("status", ""),
+            mine_only=filters.validated_data["mine"],
+        )
+        page = self.paginate_queryset(runs)
+        return self.get_paginated_response(RunListSerializer(page, many=True).data)
+
+    @extend_schema(
+        operation_id="questions_create",
+        summary="Ask a question",
+        description="Queues a run and answers at once; poll the returned url until the status has ended.",
+        request=QuestionSubmitInputSerializer,
+        responses={202: RunQueuedSerializer, 400: ErrorSerializer, 403: ErrorSerializer},
+    )
+    def post(self, request: Request) -> Response:
+        data = QuestionSubmitInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            source = source_get(data.validated_data.get("source") or None)
+        except ValueError as exc:  # unknown name, or no source registered at all
+            return _error(f"{str(exc)[:1].upper()}{str(exc)[1:]}.", status.HTTP_400_BAD_REQUEST)
+        try:
+            run = services.question_submit(
+                user=request.user,
+                text=data.validated_data["question"],
+                source=source,
+                ip=_client_ip(request),
+            )
+        except services.QuestionError as exc:
+            return _error(str(exc), status.HTTP_400_BAD_REQUEST)
+        return _queued(run)
+
+
+class RunDetailApi(ApiErrorsMixin, APIView):
+    """One run with its stages, SQL attempts, answer and a page of its result."""
+
+    @extend_schema(
+        operation_id="questions_retrieve",
+        summary="Get a run",
+        description="`result` is null until the run has a stored result; page and sort it with the parameters.",
+        parameters=[ResultPageQuerySerializer],
+        responses={200: RunDetailSerializer, 400: ErrorSerializer, 404: ErrorSerializer},
+    )
+    def get(self, request: Request, run_id: int) -> Response:
+        run = _run_or_404(request, run_id)
+        query = ResultPageQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        result = None
+        if run.result_columns:
+            result = selectors.run_result_page(
+                run=run,
+                page=query.validated_data["page"],
+                per_page=query.validated_data["per_page"],
+                sort=query.validated_data["sort"],
+                descending=query.validated_data["desc"],
+            )
+        return Response(RunDetailSerializer(run, context={"result": result}).data)
+
+
+class JsonOnlyNegotiation(BaseContentNegotiation):
+    """For the CSV download: the body is a CSV stream whatever the client accepts, so an
+    `Accept: text/csv` header (or a ?format=) must not end in 406/404; errors stay JSON."""
+
+    def select_parser(self, request, parsers):
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
+class RunResultCsvApi(ApiErrorsMixin, APIView):
+    """The whole stored result as CSV, streamed (it may hold the full row cap)."""
+
+    renderer_classes = [JSONRenderer]
+    content_negotiation_class = JsonOnlyNegotiation
+
+    @extend_schema(
+        operation_id="questions_result_csv",
+        summary="Download a run's result as CSV",
+        description="Header row, then every stored row; NULL is an empty field.",
+        responses={(200, "text/csv"): OpenApiTypes.STR, 404: ErrorSerializer, 409: ErrorSerializer},
+    )
+    def get(self, request: Request, run_id: int) -> StreamingHttpResponse | Response:
+        run = _run_or_404(request, run_id)
+        if not run.result_columns:
+            if run.is_terminal:
+                message = f"Run {run.pk} ended {run.get_status_display()} and has no result to download."
+            else:
+                message = (
+                    f"Run {run.pk} is still {run.status}; its result can be downloaded once it is answered."
+                )
+            return _error(message, status.HTTP_409_CONFLICT)
+        response = StreamingHttpResponse(
+            selectors.run_result_csv_lines(run=run), content_type="text/csv; charset=utf-8"
+        )
+        response["Content-Disposition"] = f'attachment; filename="askdb-run-{run.pk}.csv"'
+        return response
+
+
+class RunCancelApi(ApiErrorsMixin, APIView):
+    permission_classes = [IsAuthenticated, IsRunOwnerOrAdmin]
+
+    @extend_schema(
+        operation_id="questions_cancel",
+        summary="Cancel a run",
+        description="Stops a queued or running run at its next stage. Only the asker or an admin may cancel.",
+        request=None,
+        responses={200: RunCancelSerializer, 403: ErrorSerializer, 404: ErrorSerializer},
+    )
+    def post(self, request: Request, run_id: int) -> Response:
+        run = _run_or_404(request, run_id)
+        self.check_object_permissions(request, run)
+        return Response({"cancelled": services.run_cancel(run=run, user=request.user)})
+
+
+class RunRetryApi(ApiErrorsMixin, APIView):
+    permission_classes = [IsAuthenticated, CanAskQuestions, IsRunOwnerOrAdmin]
+
+    @extend_schema(
+        operation_id="questions_retry",
+        summary="Retry a run",
+        description=(
+            "Queues a new run of the same question once this one has ended (failed, cancelled, or "
+            "answered). Only the asker or an admin may retry."
+        ),
+        request=None,
+        responses={
+            202: RunQueuedSerializer,
+            403: ErrorSerializer,
+            404: ErrorSerializer,
+            409: ErrorSerializer,
+        },
+    )
+    def post(self, request: Request, run_id: int) -> Response:
+        run = _run_or_404(request, run_id)
+        self.check_object_permissions(request, run)
+        if not run.is_terminal:  # two live runs of one question would race for the same answer
+            return _error(
+                f"Run {run.pk} is still {run.status}; cancel it or wait for it to end before retrying.",
+                status.HTTP_409_CONFLICT,
+            )
+        return _queued(services.run_retry(run=run, user=request.user, ip=_client_ip(request)))
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+class TokenObtainApi(ApiErrorsMixin, ObtainAuthToken):
+    """Username and password in, the user's API token out (the same token on every call)."""
+
+    permission_classes = [PostAnonymously]
+    # DRF leaves this endpoint unthrottled; it checks passwords, so it gets the per-client limit
+    # (by IP for anonymous callers) like the rest of the API.
+    throttle_classes = [UserRateThrottle]
+
+    @extend_schema(
+        operation_id="token_create",
+        summary="Get an API token",
+        auth=[{}],  # no credentials needed: this is where they come from
+        request=AuthTokenSerializer,
+        responses={200: TokenSerializer, 400: ErrorSerializer},
+    )
+    def post(self, request: Request, *args, **kwargs) -> Response:
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)  # a wrong password is audited by the auth signals
+        user = serializer.validated_data["user"]
+        token = services.user_token_issue(user=user, ip=_client_ip(request))
+        return Response({"token": token.key})
