@@ -33,6 +33,7 @@ class DjangoPorts:
         self._catalog = source_catalog_schema(source)
         self.timeout_s = timeout_s
         self.row_cap = row_cap
+        self._contexts: dict[tuple[str, ...], list[TableContext]] = {}
 
     def embed(self, question: str) -> list[float]:
         return self.embedder.embed([question])[0]
@@ -49,11 +50,28 @@ class DjangoPorts:
         return []  # the reviewed example library arrives with the review workflow
 
     def table_context(self, tables: list[str]) -> list[TableContext]:
+        key = tuple(tables)
+        if key not in self._contexts:  # the gate and the prompt ask for the same tables
+            self._contexts[key] = self._table_context(tables)
+        return self._contexts[key]
+
+    def _table_context(self, tables: list[str]) -> list[TableContext]:
+        from django.db.models import Prefetch
+
+        from metadata_admin.models import Relationship
+
+        wanted = [t.rpartition(".") for t in tables]
+        relationships = Prefetch(
+            "relationships",
+            queryset=Relationship.objects.select_related("to_table").defer("to_table__embedding"),
+        )
         docs = {
             d.qualified_name: d
-            for d in TableDoc.objects.filter(source=self.source, exists_in_source=True)
+            for d in TableDoc.objects.filter(
+                source=self.source, exists_in_source=True, name__in=[n for _, _, n in wanted]
+            )
             .defer("embedding")
-            .prefetch_related("columns", "relationships__to_table")
+            .prefetch_related("columns", relationships)
         }
         out = []
         for name in tables:

@@ -165,7 +165,9 @@ def run_execute(*, run_id: int, worker: str = "", sync: bool = False):
 
     with transaction.atomic():
         run = (
-            Run.objects.select_for_update()
+            # of=("self",): lock only the run, not the source and user rows joined in (a shared
+            # source row locked by every starting run deadlocked concurrent submissions).
+            Run.objects.select_for_update(of=("self",))
             .select_related("question__source", "question__user")
             .filter(pk=run_id)
             .first()

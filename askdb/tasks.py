@@ -6,7 +6,7 @@ import socket
 
 from celery import shared_task
 from celery.signals import worker_process_init
-from django.db import connection
+from django.db import DatabaseError, connection
 
 
 @worker_process_init.connect
@@ -33,9 +33,12 @@ def ping() -> dict:
     name="askdb.run_question",
     bind=True,
     acks_late=True,
-    # Retrying here would repeat LLM calls; the openai client already retried with backoff, and
-    # a run that failed for a transient reason is retried by the user as a new run.
-    max_retries=0,
+    # Only claiming the run can raise here (the pipeline's own failures end the run with a reason),
+    # and claiming is idempotent, so a database hiccup at that moment is simply tried again. LLM
+    # calls are never repeated this way: the openai client already retried them with backoff.
+    autoretry_for=(DatabaseError,),
+    retry_backoff=1,
+    max_retries=5,
 )
 def run_question(self, run_id: int) -> dict:
     from askdb.services import run_execute

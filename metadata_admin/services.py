@@ -114,7 +114,11 @@ def source_executor(source: ClinicalSource) -> SqlExecutor:
 def source_catalog_schema(source: ClinicalSource) -> CatalogSchema:
     """The tables and columns generated SQL may use: what exists in the source and is documented."""
     tables = []
-    docs = TableDoc.objects.filter(source=source, exists_in_source=True).prefetch_related("columns")
+    docs = (
+        TableDoc.objects.filter(source=source, exists_in_source=True)
+        .defer("embedding")
+        .prefetch_related("columns")
+    )
     for doc in docs:
         tables.append(
             TableSchema(

@@ -1,0 +1,59 @@
+"""Every benchmark, one after another: `python benchmarks/run.py [--home DIR]` (what `make bench` runs).
+
+Prepares the benchmark state folder first (embedded PostgreSQL + Redis under --home, default
+`.askdb/bench`, with synthetic MIMIC-IV-shaped data, docs, embeddings and value index; see
+pipeline.py), so it works from a fresh clone and never touches the `make demo` state. Then runs
+retrieval.py and pipeline.py as subprocesses against that folder, their tables going straight
+to stdout, and stops the services it started. Exits non-zero when a benchmark failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pipeline
+from _django import ROOT
+
+HERE = Path(__file__).resolve().parent
+
+BENCHMARKS = ("retrieval.py", "pipeline.py")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--home", type=Path, default=pipeline.DEFAULT_HOME, help="benchmark state folder")
+    args = parser.parse_args(argv)
+    home = args.home.resolve()
+    print(f"preparing {home} …", file=sys.stderr, flush=True)
+    started = pipeline.prepare(home)  # sets ASKDB_HOME (and the LLM model) in os.environ
+    failed = []
+    try:
+        for script in BENCHMARKS:
+            cmd = [sys.executable, str(HERE / script)]
+            if script == "pipeline.py":  # retrieval.py finds the folder through ASKDB_HOME
+                cmd += ["--home", str(home)]
+            print(f"\n# {script}\n", flush=True)
+            t0 = time.monotonic()
+            rc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ)).returncode
+            print(f"\n({script} exited {rc} after {time.monotonic() - t0:.0f} s)", flush=True)
+            if rc != 0:
+                failed.append(script)
+    except KeyboardInterrupt:
+        failed.append("interrupted")
+    finally:
+        from config import embedded
+
+        embedded.stop(started)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
