@@ -60,3 +60,18 @@ def pytest_runtest_makereport(item, call):
     report = yield
     setattr(item, f"rep_{report.when}", report)
     return report
+
+
+@pytest.fixture
+def scripted_llm(settings):
+    """askdb's LLM settings pointed at a scripted OpenAI-compatible server on loopback, so the
+    real openai client path runs. No retries and a short timeout unless a test says otherwise."""
+    from tests.support.scripted_llm import ScriptedLLM
+
+    with ScriptedLLM() as server:
+        settings.LLM_BASE_URL = server.base_url
+        settings.LLM_MODEL = "scripted"
+        settings.LLM_API_KEY = "test"
+        settings.LLM_MAX_RETRIES = 0
+        settings.LLM_TIMEOUT_S = 5
+        yield server

@@ -17,7 +17,7 @@ import pytest
 from askdb.models import Run
 from tests.celery_worker import running_worker
 from tests.factories import PASSWORD, make_user
-from tests.support.scripted_llm import Delay, Reply, ScriptedLLM
+from tests.support.scripted_llm import Delay, Reply
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
@@ -62,16 +62,14 @@ def page(browser, request, live_server):
 
 
 @pytest.fixture
-def llm(settings):
-    with ScriptedLLM() as server:
-        settings.LLM_BASE_URL, settings.LLM_MODEL, settings.LLM_MAX_RETRIES = server.base_url, "scripted", 0
-        server.when(
-            "You screen questions", Reply('{"category": "answerable", "reason": "ICU stays are recorded"}')
-        )
-        # A little latency on generation, so the browser sees the stages arrive one by one.
-        server.when("You write one", Delay(1.0, Reply(f"```sql\n{SQL}\n```")))
-        server.when("You explain the result", Reply("The MICU had the most ICU stays."))
-        yield server
+def llm(scripted_llm):
+    scripted_llm.when(
+        "You screen questions", Reply('{"category": "answerable", "reason": "ICU stays are recorded"}')
+    )
+    # A little latency on generation, so the browser sees the stages arrive one by one.
+    scripted_llm.when("You write one", Delay(1.0, Reply(f"```sql\n{SQL}\n```")))
+    scripted_llm.when("You explain the result", Reply("The MICU had the most ICU stays."))
+    return scripted_llm
 
 
 def log_in(page, username: str) -> None:

@@ -25,7 +25,7 @@ from askdb.roles import ADMIN, RESEARCHER, REVIEWER
 from config import embedded
 from tests.celery_worker import running_worker
 from tests.factories import PASSWORD, make_user
-from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.scripted_llm import Reply
 
 pytestmark = pytest.mark.django_db
 
@@ -456,13 +456,11 @@ def test_too_many_requests_are_throttled_per_user(source, monkeypatch):
 
 
 @pytest.fixture
-def llm(settings):
-    with ScriptedLLM() as server:
-        settings.LLM_BASE_URL, settings.LLM_MODEL, settings.LLM_MAX_RETRIES = server.base_url, "scripted", 0
-        server.when("You screen questions", Reply('{"category": "answerable", "reason": "ok"}'))
-        server.when("You write one", Reply("SELECT count(*) AS n FROM mimiciv_hosp.patients"))
-        server.when("You explain the result", Reply("Forty."))
-        yield server
+def llm(scripted_llm):
+    scripted_llm.when("You screen questions", Reply('{"category": "answerable", "reason": "ok"}'))
+    scripted_llm.when("You write one", Reply("SELECT count(*) AS n FROM mimiciv_hosp.patients"))
+    scripted_llm.when("You explain the result", Reply("Forty."))
+    return scripted_llm
 
 
 @pytest.mark.django_db(transaction=True)

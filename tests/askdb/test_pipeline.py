@@ -10,7 +10,7 @@ from askdb.models import LlmCall, Run
 from askdb.services import QuestionError, question_submit_sync
 from config import embedded
 from tests.factories import make_user
-from tests.support.scripted_llm import Delay, Malformed, Reply, ScriptedLLM
+from tests.support.scripted_llm import Delay, Malformed, Reply
 
 pytestmark = pytest.mark.django_db
 
@@ -21,14 +21,8 @@ COUNT_SQL = "SELECT count(*) AS patients FROM mimiciv_hosp.patients"
 
 
 @pytest.fixture
-def llm(settings):
-    with ScriptedLLM() as server:
-        settings.LLM_BASE_URL = server.base_url
-        settings.LLM_MODEL = "scripted"
-        settings.LLM_API_KEY = "test"
-        settings.LLM_MAX_RETRIES = 0
-        settings.LLM_TIMEOUT_S = 5
-        yield server
+def llm(scripted_llm):
+    return scripted_llm
 
 
 def answerable(llm, reason: str = "the patients table holds this") -> None:

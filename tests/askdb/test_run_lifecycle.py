@@ -16,19 +16,17 @@ from askdb.models import Run
 from askdb.services import question_submit, run_cancel, run_execute, run_retry, runs_reap_stale
 from tests.celery_worker import running_worker
 from tests.factories import make_user
-from tests.support.scripted_llm import Delay, Hang, Reply, ScriptedLLM
+from tests.support.scripted_llm import Delay, Hang, Reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def llm(settings):
-    with ScriptedLLM() as server:
-        settings.LLM_BASE_URL, settings.LLM_MODEL, settings.LLM_MAX_RETRIES = server.base_url, "scripted", 0
-        server.when("You screen questions", Reply('{"category": "answerable", "reason": "ok"}'))
-        server.when("You explain the result", Reply("Forty patients."))
-        yield server
+def llm(scripted_llm):
+    scripted_llm.when("You screen questions", Reply('{"category": "answerable", "reason": "ok"}'))
+    scripted_llm.when("You explain the result", Reply("Forty patients."))
+    return scripted_llm
 
 
 def wait_for(predicate, timeout: float = 30.0):

@@ -17,7 +17,7 @@ from metadata_admin.models import ColumnDoc, DocRevision, TableDoc, content_hash
 from metadata_admin.selectors import current_embedding_model, table_doc_embedding_status
 from metadata_admin.services import table_doc_embedding_text
 from tests.factories import make_user
-from tests.support.scripted_llm import Malformed, Reply, ScriptedLLM
+from tests.support.scripted_llm import Malformed, Reply
 
 pytestmark = pytest.mark.django_db
 
@@ -105,14 +105,8 @@ def admin_client(client):
 
 
 @pytest.fixture
-def llm(settings):
-    with ScriptedLLM() as server:
-        settings.LLM_BASE_URL = server.base_url
-        settings.LLM_MODEL = "scripted"
-        settings.LLM_API_KEY = "test"
-        settings.LLM_MAX_RETRIES = 0
-        settings.LLM_TIMEOUT_S = 5
-        yield server
+def llm(scripted_llm):
+    return scripted_llm
 
 
 # ---------------------------------------------------------------- editing in the Django admin
