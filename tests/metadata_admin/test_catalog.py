@@ -4,14 +4,12 @@ against the real embedded PostgreSQL and the synthetic MIMIC-IV-shaped clinical 
 from __future__ import annotations
 
 import json
-import sqlite3
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from askdb.adapters.clinical import ExecutionError, executor_for
 from metadata_admin import checks as catalog_checks
 from metadata_admin.docs import BUNDLED_DOCS, DocsError, parse_docs, read_docs
 from metadata_admin.models import ClinicalSource, ColumnDoc, DocRevision, TableDoc, ValueEntry
@@ -20,7 +18,6 @@ from metadata_admin.services import (
     docs_export,
     docs_import,
     source_introspect,
-    source_register,
     table_doc_update,
     table_docs_reembed,
 )
@@ -211,34 +208,6 @@ def test_retrieve_command_prints_json(source):
 
 
 # ---------------------------------------------------------------- sources
-
-
-@pytest.fixture
-def sqlite_db(tmp_path):
-    path = tmp_path / "clinic.sqlite"
-    with sqlite3.connect(path) as conn:
-        conn.execute("CREATE TABLE visits (visit_id INTEGER PRIMARY KEY, ward TEXT, los REAL)")
-        conn.executemany(
-            "INSERT INTO visits VALUES (?, ?, ?)", [(1, "MICU", 2.5), (2, "SICU", 1.0), (3, "MICU", 4.0)]
-        )
-    return path
-
-
-@pytest.mark.django_db
-def test_a_sqlite_source_is_registered_introspected_and_opened_read_only(sqlite_db):
-    source = source_register(name="clinic", url=f"sqlite:///{sqlite_db}")
-    assert source.engine == "sqlite" and source.dialect == "sqlite"
-    source_introspect(source=source)
-    doc = TableDoc.objects.get(source=source, name="visits")
-    assert [c.name for c in doc.columns.all()] == ["visit_id", "ward", "los"] and doc.row_count == 3
-    assert "MICU" in ColumnDoc.objects.get(table=doc, name="ward").example_values
-    executor = executor_for(source.resolved_url(), engine="sqlite")
-    result = executor.execute(
-        "SELECT ward, count(*) FROM visits GROUP BY ward ORDER BY ward", timeout_s=5, row_cap=10
-    )
-    assert result.rows == [("MICU", 2), ("SICU", 1)]
-    with pytest.raises(ExecutionError, match="readonly"):
-        executor.execute("DELETE FROM visits", timeout_s=5, row_cap=10)
 
 
 @pytest.mark.django_db
