@@ -94,16 +94,21 @@ def question_submit(*, user, text: str, source=None, ip: str | None = None):
     """Accept a question and queue its first run; the worker picks it up after commit."""
     from django.db import transaction
 
+    with transaction.atomic():
+        run = _question_create(user=user, text=text, source=source, ip=ip)
+        transaction.on_commit(lambda: _enqueue(run.pk))
+    return run
+
+
+def _question_create(*, user, text: str, source=None, ip: str | None = None):
+    """A question and its first (queued) run, audited; the caller owns the transaction."""
     from askdb.models import Question, Run
     from metadata_admin.services import source_get
 
     cleaned = _clean_question(text)
-    source = source or source_get(None)
-    with transaction.atomic():
-        question = Question.objects.create(user=user, source=source, text=cleaned)
-        run = Run.objects.create(question=question)
-        audit_record(action="question.asked", actor=user, target=run, message=cleaned[:500], ip=ip)
-        transaction.on_commit(lambda: _enqueue(run.pk))
+    question = Question.objects.create(user=user, source=source or source_get(None), text=cleaned)
+    run = Run.objects.create(question=question)
+    audit_record(action="question.asked", actor=user, target=run, message=cleaned[:500], ip=ip)
     return run
 
 
@@ -151,7 +156,7 @@ def run_cancel(*, run, user) -> bool:
     return bool(updated)
 
 
-def run_execute(*, run_id: int, worker: str = "", sync: bool = False):
+def run_execute(*, run_id: int, worker: str = ""):
     """The pipeline for one run. Idempotent: an ended run is left alone, and a run found already
     'running' was started by a worker that died, so it is failed (retryable), not re-run."""
     from django.conf import settings
@@ -294,15 +299,9 @@ def question_submit_sync(*, user, text: str, source=None):
     """The same use case as question_submit, run in this process (the `ask` command, benchmarks)."""
     from django.db import transaction
 
-    from askdb.models import Question, Run
-    from metadata_admin.services import source_get
-
-    cleaned = _clean_question(text)
     with transaction.atomic():
-        question = Question.objects.create(user=user, source=source or source_get(None), text=cleaned)
-        run = Run.objects.create(question=question)
-        audit_record(action="question.asked", actor=user, target=run, message=cleaned[:500])
-    return run_execute(run_id=run.pk, worker="manage.py ask", sync=True)
+        run = _question_create(user=user, text=text, source=source)
+    return run_execute(run_id=run.pk, worker="manage.py ask")
 
 
 def user_token_issue(*, user, ip: str | None = None):

@@ -129,12 +129,16 @@ def run_result(request: HttpRequest, run_id: int) -> HttpResponse:
     )
 
 
+def _NO_RESULT() -> HttpResponse:
+    return HttpResponse("This run has no result to export yet.", status=409, content_type="text/plain")
+
+
 @require_GET
 @permission_required("askdb.ask_questions", raise_exception=True)
 def run_csv(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _run_or_404(request, run_id)
     if not run.result_columns:
-        return HttpResponse("This run has no result to export.", status=409, content_type="text/plain")
+        return _NO_RESULT()
     response = StreamingHttpResponse(selectors.run_result_csv_lines(run=run), content_type="text/csv")
     response["Content-Disposition"] = f'attachment; filename="askdb-run-{run.pk}.csv"'
     return response
@@ -149,7 +153,7 @@ def run_xlsx(request: HttpRequest, run_id: int) -> HttpResponse:
 
     run = _run_or_404(request, run_id)
     if not run.result_columns:
-        return HttpResponse("This run has no result to export.", status=409, content_type="text/plain")
+        return _NO_RESULT()
     book = Workbook(write_only=True)
     sheet = book.create_sheet("result")
     sheet.append(list(run.result_columns))

@@ -44,6 +44,19 @@ def url_without_password(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Browse and search only: these rows are derived or historical."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
 @admin.register(ClinicalSource)
 class ClinicalSourceAdmin(admin.ModelAdmin):
     list_display = ("name", "engine", "dialect", "as_of", "table_count", "safe_url")
@@ -270,7 +283,9 @@ class TableDocAdmin(admin.ModelAdmin):
 
 
 @admin.register(DocRevision)
-class DocRevisionAdmin(admin.ModelAdmin):
+class DocRevisionAdmin(ReadOnlyAdmin):
+    """History is written by the services only."""
+
     list_display = ("table", "at", "by", "note")
     list_filter = ("table__source",)
     search_fields = ("table__name", "note")
@@ -285,19 +300,11 @@ class DocRevisionAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).defer("table__embedding")
 
-    # History is written by the services only.
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
-
 
 @admin.register(ValueEntry)
-class ValueEntryAdmin(admin.ModelAdmin):
+class ValueEntryAdmin(ReadOnlyAdmin):
+    """The index is rebuilt from the data (value_index_build), never edited by hand."""
+
     list_display = ("table", "column", "value", "code", "frequency", "embedding_model")
     list_filter = ("source", "column")
     search_fields = ("value", "code", "column")
@@ -306,13 +313,3 @@ class ValueEntryAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).defer("embedding", "table__embedding")
-
-    # The index is rebuilt from the data (value_index_build), never edited by hand.
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False

@@ -665,13 +665,11 @@ def clinical_demo_ensure(*, stdout=None, patients: int = 100, seed: int = 42) ->
             as_of = getattr(result, "as_of", None) or synthetic.AS_OF
             if as_of is not None and as_of.tzinfo is None:
                 as_of = as_of.replace(tzinfo=dt.UTC)
-        report = loader.load_release(release, dsn=admin_url, progress=False, out=lambda s: None)
-        failed = [r for r in report.tables if r.status == "failed"]
-        if failed:
+        report = clinical_release_load(release, dsn=admin_url, progress=False)
+        if report.failed:
             raise ValueError(
-                "demo data failed to load: " + "; ".join(f"{r.name}: {r.message}" for r in failed)
+                "demo data failed to load: " + "; ".join(f"{r.name}: {r.message}" for r in report.failed)
             )
-        loader.grant_read(admin_url, _reader_role())
     else:
         as_of = None
     return clinical_source_refresh(
@@ -713,10 +711,27 @@ def clinical_source_refresh(
     return f"source {source.name}: {tables} tables, as of {source.as_of:%Y-%m-%d}"
 
 
-def _reader_role() -> str:
+def clinical_release_load(
+    path: Path,
+    *,
+    dsn: str,
+    replace: bool = False,
+    progress: bool = True,
+    tables: list[str] | None = None,
+    out=None,
+):
+    """Load a MIMIC-IV-layout release and let the read-only role read what was loaded.
+
+    Returns the loader's report; a failed table is in `report.failed`, nothing of it kept.
+    Raises loader.LoadError when the release itself is unusable."""
     from urllib.parse import urlparse
 
-    return urlparse(settings.CLINICAL_DATABASE_URL).username or "askdb_reader"
+    from metadata_admin.clinical import loader
+
+    report = loader.load_release(path, dsn=dsn, replace=replace, progress=progress, tables=tables,
+                                 out=out or (lambda s: None))  # fmt: skip
+    loader.grant_read(dsn, urlparse(settings.CLINICAL_DATABASE_URL).username or "askdb_reader")
+    return report
 
 
 def _latest_event(source: ClinicalSource) -> dt.datetime | None:

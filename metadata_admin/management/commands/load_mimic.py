@@ -6,7 +6,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from metadata_admin.clinical import loader
-from metadata_admin.services import clinical_source_refresh
+from metadata_admin.services import clinical_release_load, clinical_source_refresh
 
 
 class Command(BaseCommand):
@@ -28,20 +28,13 @@ class Command(BaseCommand):
                 "set CLINICAL_ADMIN_DATABASE_URL (a role that may create tables) or pass --dsn"
             )
         try:
-            report = loader.load_release(
+            report = clinical_release_load(
                 path, dsn=dsn, replace=replace, progress=not no_progress, tables=tables, out=self.stdout.write
             )
         except loader.LoadError as exc:
             raise CommandError(str(exc)) from exc
-        loader.grant_read(dsn, settings_reader_role())
         self.stdout.write(clinical_source_refresh(force_values=True))
         if report.failed:
             for r in report.failed:
                 self.stderr.write(f"failed: {r.name}: {r.message}")
             raise CommandError(f"{len(report.failed)} table(s) failed to load; nothing of them was kept")
-
-
-def settings_reader_role() -> str:
-    from urllib.parse import urlparse
-
-    return urlparse(settings.CLINICAL_DATABASE_URL).username or "askdb_reader"
