@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from pgvector.django import VectorField
 
 
 class Access(models.Model):
@@ -78,6 +79,8 @@ class Question(models.Model):
         "metadata_admin.ClinicalSource", on_delete=models.PROTECT, related_name="questions"
     )
     text = models.TextField()
+    # Where it came from. Evaluation questions are kept out of history and the review queue.
+    channel = models.CharField(max_length=16, default="web", db_index=True)  # web | api | cli | evaluation
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
@@ -126,7 +129,35 @@ class Run(models.Model):
     row_count = models.IntegerField(null=True, blank=True)
     summary = models.TextField(blank=True)
 
+    # Provenance: what produced the answer, so it can be cited and reproduced.
     prompt_version = models.CharField(max_length=32, blank=True)
+    model = models.CharField(max_length=200, blank=True)  # the LLM that wrote the SQL ("" for none)
+    catalog_version = models.CharField(max_length=64, blank=True)  # hash of the docs retrieval saw
+    answered_by = models.CharField(max_length=16, blank=True)  # "llm" | "library" | ""
+    example = models.ForeignKey(  # the verified example a library answer was built from
+        "Example", null=True, blank=True, on_delete=models.SET_NULL, related_name="answered_runs"
+    )
+    examples_used = models.JSONField(default=list, blank=True)  # few-shot example ids in the prompt
+    # The offline matcher's best verified template: example id, confidence, threshold, bindings
+    # (the values that changed) and its SQL, kept even when it did not answer (for calibration).
+    library_match = models.JSONField(default=dict, blank=True)
+    confidence = models.FloatField(null=True, blank=True)  # 0..1; agreement of sampled candidates
+    candidates = models.JSONField(default=list, blank=True)  # sampled SQL candidates, grouped
+    answerability = models.JSONField(default=dict, blank=True)  # score, threshold, per-table relevance
+
+    # Review: every successful run waits for a reviewer unless the policy says otherwise.
+    class Review(models.TextChoices):
+        NONE = "", "not for review"
+        PENDING = "pending", "awaiting review"
+        APPROVED = "approved", "approved"
+        CORRECTED = "corrected", "corrected"
+        FLAGGED = "flagged", "flagged"
+
+    review_status = models.CharField(max_length=16, choices=Review.choices, blank=True, db_index=True)
+    assigned_to = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
     tokens_prompt = models.IntegerField(default=0)
     tokens_completion = models.IntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=10, decimal_places=6, default=0)
@@ -205,3 +236,96 @@ class LlmCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.purpose} via {self.model}"
+
+
+class Example(models.Model):
+    """A reviewer-verified question/SQL pair: a few-shot example, a template, a gate negative.
+
+    Only verified pairs live here (unverified ones measurably hurt accuracy). `kind` says whether
+    the question is answerable (it has SQL) or a question reviewers judged unanswerable, kept as a
+    negative example for the answerability gate.
+    """
+
+    class Kind(models.TextChoices):
+        ANSWERABLE = "answerable", "answerable"
+        UNANSWERABLE = "unanswerable", "unanswerable"
+
+    class Status(models.TextChoices):
+        ACTIVE = "active", "active"
+        NEEDS_REVIEW = "needs_review", "needs review"  # broke after a catalog or schema change
+        RETIRED = "retired", "retired"
+
+    source = models.ForeignKey(
+        "metadata_admin.ClinicalSource", on_delete=models.CASCADE, related_name="examples"
+    )
+    question = models.TextField()
+    sql = models.TextField(blank=True)  # "" for unanswerable examples
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.ANSWERABLE, db_index=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE, db_index=True)
+    tables = models.JSONField(default=list, blank=True)  # qualified tables the SQL reads (sqlglot)
+    columns = models.JSONField(default=list, blank=True)  # "schema.table.column" it references
+    paraphrases = models.JSONField(default=list, blank=True)  # merged near-duplicate questions
+    embedding = VectorField(null=True, blank=True)
+    embedding_model = models.CharField(max_length=200, blank=True)
+    template = models.JSONField(default=dict, blank=True)  # slots for offline answering, rebuilt on change
+    origin = models.CharField(max_length=16, default="review")  # review | correction | import | demo
+    origin_run = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="library_examples"
+    )
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    approved_at = models.DateTimeField(null=True, blank=True)
+    note = models.TextField(blank=True)  # why it is unanswerable, or what it was corrected for
+    validation_error = models.TextField(blank=True)  # set when re-validation against the catalog fails
+    validated_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-approved_at", "-id"]
+        indexes = [models.Index(fields=["source", "status", "kind"])]
+
+    def __str__(self) -> str:
+        return f"example {self.pk}: {self.question[:60]}"
+
+    @property
+    def usable(self) -> bool:
+        return self.status == self.Status.ACTIVE
+
+
+class Review(models.Model):
+    """One reviewer action on a run: approve, correct (with the SQL diff), flag, or reassign."""
+
+    class Action(models.TextChoices):
+        APPROVE = "approve", "approved"
+        CORRECT = "correct", "corrected"
+        FLAG = "flag", "flagged"
+        REASSIGN = "reassign", "reassigned"
+
+    class Category(models.TextChoices):
+        WRONG_LOGIC = "wrong_logic", "wrong logic"
+        WRONG_TABLE = "wrong_table", "wrong table"
+        WRONG_VALUES = "wrong_values", "wrong values"
+        AMBIGUOUS = "ambiguous", "ambiguous"
+        UNANSWERABLE = "unanswerable", "unanswerable"
+        UNSAFE = "unsafe", "unsafe"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="reviews")
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="reviews"
+    )
+    action = models.CharField(max_length=16, choices=Action.choices)
+    category = models.CharField(max_length=16, choices=Category.choices, blank=True)
+    comment = models.TextField(blank=True)
+    sql_before = models.TextField(blank=True)
+    sql_after = models.TextField(blank=True)
+    diff = models.TextField(blank=True)  # unified diff of a correction
+    example = models.ForeignKey(Example, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.action} of run {self.run_id}"

@@ -29,6 +29,7 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("accounts/", include(auth_patterns)),
     path("catalog/", include("metadata_admin.urls")),
+    path("evaluations/", include("evaluation.urls")),
     path("admin/", admin.site.urls),
     path("api/", include("askdb.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api_schema"),
