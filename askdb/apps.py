@@ -13,3 +13,4 @@ class AskdbConfig(AppConfig):
         from askdb.roles import roles_sync_after_migrate
 
         post_migrate.connect(roles_sync_after_migrate, dispatch_uid="askdb.roles_sync")
+        signals.connect_group_signals()

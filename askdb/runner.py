@@ -22,11 +22,14 @@ from metadata_admin.models import ClinicalSource, TableDoc
 class DjangoPorts:
     """What the pipeline needs from the world, for one source."""
 
-    def __init__(self, source: ClinicalSource, *, chat, timeout_s: float, row_cap: int):
+    def __init__(
+        self, source: ClinicalSource, *, chat, timeout_s: float, row_cap: int, run: Run | None = None
+    ):
         from askdb.providers.embeddings import get_embedder
         from metadata_admin.services import source_catalog_schema, source_executor
 
         self.source = source
+        self.run = run  # for the audit of the SQL it executes
         self.chat = chat
         self.embedder = get_embedder()
         self.executor = source_executor(source)
@@ -38,16 +41,52 @@ class DjangoPorts:
     def embed(self, question: str) -> list[float]:
         return self.embedder.embed([question])[0]
 
-    def retrieve(self, question: str, vector: list[float], k: int) -> RetrievalView:
+    def retrieve(
+        self, question: str, vector: list[float], k: int, examples: list[ExampleContext]
+    ) -> RetrievalView:
         from metadata_admin.selectors import retrieve
 
-        r = retrieve(source=self.source, question=question, k=k, question_vector=vector)
+        example_tables: dict[str, float] = {}
+        for e in examples:  # a table read by a close verified example is likely needed again
+            for table in e.tables:
+                example_tables[table] = max(example_tables.get(table, 0.0), e.score)
+        r = retrieve(
+            source=self.source, question=question, k=k, question_vector=vector, example_tables=example_tables
+        )
         return RetrievalView(
             tables=r.tables, values=r.values, best_doc_score=r.best_doc_score, timings_ms=r.timings_ms
         )
 
     def examples(self, question: str, vector: list[float]) -> list[ExampleContext]:
-        return []  # the reviewed example library arrives with the review workflow
+        """The closest reviewer-verified pairs, as few-shot examples. Never unverified ones: those
+        measurably hurt accuracy, so only active library examples are eligible."""
+        from django.conf import settings
+
+        from askdb.adapters.catalog_search import examples_nearest
+        from askdb.models import Example
+
+        nearest = [
+            (i, s)
+            for i, s in examples_nearest(
+                source_id=self.source.pk,
+                vector=vector,
+                model=self.embedder.model,
+                k=settings.ASKDB_EXAMPLES_K,
+            )
+            if s >= settings.ASKDB_EXAMPLE_MIN_SIMILARITY
+        ]
+        found = Example.objects.in_bulk([i for i, _ in nearest])
+        return [
+            ExampleContext(
+                question=found[i].question,
+                sql=found[i].sql,
+                score=s,
+                example_id=i,
+                tables=tuple(found[i].tables),
+            )
+            for i, s in nearest
+            if i in found
+        ]
 
     def table_context(self, tables: list[str]) -> list[TableContext]:
         key = tuple(tables)
@@ -116,10 +155,18 @@ class DjangoPorts:
             raise ExecutionFailure(exc.message, exc.code) from exc
 
     def execute(self, sql: str):
+        from askdb.services import audit_sql_executed
+
+        actor = self.run.question.user if self.run is not None else None
         try:
-            return self.executor.execute(sql, timeout_s=self.timeout_s, row_cap=self.row_cap)
+            result = self.executor.execute(sql, timeout_s=self.timeout_s, row_cap=self.row_cap)
         except ExecutionError as exc:
+            audit_sql_executed(actor=actor, source=self.source, sql=sql, purpose="question", rows=None,
+                               duration_ms=None, outcome=exc.code, run=self.run, error=exc.message)  # fmt: skip
             raise ExecutionFailure(exc.message, exc.code) from exc
+        audit_sql_executed(actor=actor, source=self.source, sql=sql, purpose="question", rows=result.row_count,
+                           duration_ms=result.elapsed_ms, outcome="ok", run=self.run)  # fmt: skip
+        return result
 
 
 class _Stage:
@@ -190,6 +237,18 @@ class DjangoRecorder:
             duration_ms=result.duration_ms if result else 0,
             error=error,
         )
+        from askdb.services import audit_record
+
+        audit_record(
+            action="llm.call", target=self.run, message=f"{purpose}: {error or 'ok'}"[:500],
+            detail={
+                "purpose": purpose, "model": result.model if result else "",
+                "prompt_version": prompts.PROMPT_VERSION,
+                "prompt_tokens": result.prompt_tokens if result else 0,
+                "completion_tokens": result.completion_tokens if result else 0,
+                "cost_usd": result.cost_usd if result else 0.0, "error": error[:500],
+            },
+        )  # fmt: skip
         if result:
             Run.objects.filter(pk=self.run.pk).update(
                 tokens_prompt=F("tokens_prompt") + result.prompt_tokens,
@@ -198,8 +257,11 @@ class DjangoRecorder:
                 heartbeat_at=timezone.now(),
             )
 
-    def retrieval(self, view: RetrievalView) -> None:
+    def retrieval(self, view: RetrievalView, examples: list[ExampleContext]) -> None:
         data = {
+            "examples": [
+                {"id": e.example_id, "score": round(e.score, 4), "question": e.question} for e in examples
+            ],
             "tables": [
                 {
                     "table": t.qualified,
@@ -223,7 +285,9 @@ class DjangoRecorder:
             ],
             "best_doc_score": view.best_doc_score,
         }
-        Run.objects.filter(pk=self.run.pk).update(retrieval=data)
+        Run.objects.filter(pk=self.run.pk).update(
+            retrieval=data, examples_used=[e.example_id for e in examples if e.example_id is not None]
+        )
 
     def cancelled(self) -> bool:
         return Run.objects.filter(pk=self.run.pk, status=Run.Status.CANCELLED).exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from askdb.models import AuditEvent
@@ -17,6 +18,13 @@ def audit_record(
     ip: str | None = None,
 ) -> AuditEvent:
     """Append one audit event. Call it inside the transaction of the write it records."""
+    from askdb.middleware import current_request
+
+    request = current_request()
+    if actor is None and request is not None:  # changes made through a page (the admin) name who made them
+        actor = getattr(request, "user", None)
+    if ip is None and request is not None:
+        ip = request.META.get("REMOTE_ADDR")
     target_type = target_id = ""
     if target is not None:
         target_type = getattr(getattr(target, "_meta", None), "label_lower", type(target).__name__)
@@ -53,13 +61,11 @@ def demo_users_ensure() -> list[tuple[str, str, str]]:
     roles_sync()
     with transaction.atomic():
         for username, password, role in DEMO_USERS:
-            user, created = User.objects.get_or_create(username=username)
+            user, _ = User.objects.get_or_create(username=username)  # audited by askdb.signals
             user.set_password(password)
             user.is_staff = role == "admin"  # admins use the Django admin for users and docs
             user.save()
             user.groups.set([Group.objects.get(name=role)])
-            if created:
-                audit_record(action="user.created", target=user, message=f"demo {role} user")
     return list(DEMO_USERS)
 
 
@@ -200,7 +206,8 @@ def run_execute(*, run_id: int, worker: str = ""):
         row_level_to_llm=source.row_level_to_llm,
     )
     try:
-        ports = DjangoPorts(source, chat=get_chat_model(), timeout_s=config.timeout_s, row_cap=config.row_cap)
+        chat = get_chat_model()
+        ports = DjangoPorts(source, chat=chat, timeout_s=config.timeout_s, row_cap=config.row_cap, run=run)
         outcome = Pipeline(ports, DjangoRecorder(run), config).run(
             PipelineRequest(
                 question=run.question.text,
@@ -238,6 +245,8 @@ def run_execute(*, run_id: int, worker: str = ""):
         "summary": outcome.summary,
         "gate_category": outcome.gate_category,
         "gate_reason": outcome.gate_reason,
+        "model": chat.model if chat is not None else "",
+        "catalog_version": catalog_version(source),
     }
     if outcome.result is not None:
         fields.update(
@@ -262,6 +271,8 @@ def _run_finish(run, *, status: str, **fields) -> None:
         run.status = status
         run.finished_at = timezone.now()
         run.prompt_version = prompts.PROMPT_VERSION
+        if review_required(run):
+            run.review_status = run.Review.PENDING
         run.save()
         audit_record(
             action=f"run.{status}",
@@ -314,3 +325,488 @@ def user_token_issue(*, user, ip: str | None = None):
         audit_record(action="auth.token", actor=user, target=user,
                      message="API token created" if created else "API token handed out", ip=ip)  # fmt: skip
     return token
+
+
+def catalog_version(source) -> str:
+    """A short fingerprint of the documentation retrieval and prompting saw (for provenance)."""
+    import hashlib
+
+    from metadata_admin.models import TableDoc
+
+    hashes = TableDoc.objects.filter(source=source, exists_in_source=True).order_by("schema_name", "name")
+    digest = hashlib.sha256("|".join(hashes.values_list("content_hash", flat=True)).encode()).hexdigest()
+    return digest[:12]
+
+
+def run_export_record(*, run, user, fmt: str, rows: int | None = None, ip: str | None = None) -> None:
+    """Every export of a result leaves an audit event: data left askdb, and who took it."""
+    audit_record(
+        action="run.exported", actor=user, target=run, message=f"{fmt} export",
+        detail={"format": fmt, "rows": rows if rows is not None else run.row_count}, ip=ip,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- review
+
+
+class ReviewError(ValueError):
+    """A review action that cannot be done, with a sentence the reviewer can act on."""
+
+
+def review_required(run) -> bool:
+    """Does this finished run wait for a reviewer, under ASKDB_REVIEW_POLICY?
+
+    "all": every answered run. "low_confidence": runs whose sampled candidates disagreed or whose
+    answerability score was low. "first_of_kind": runs no approved example is close to. Runs
+    answered from a verified example were reviewed already, through that example.
+    """
+    from django.conf import settings
+
+    if run.status != "succeeded" or not run.sql or run.question.channel == "evaluation":
+        return False
+    if run.answered_by == "library":
+        return False
+    policy = settings.ASKDB_REVIEW_POLICY
+    if policy == "low_confidence":
+        low = settings.ASKDB_LOW_CONFIDENCE
+        score = (run.answerability or {}).get("score")
+        return (run.confidence is not None and run.confidence < low) or (score is not None and score < low)
+    if policy == "first_of_kind":
+        nearest = max((e.get("score", 0.0) for e in (run.retrieval or {}).get("examples", [])), default=0.0)
+        return nearest < settings.ASKDB_FIRST_OF_KIND_SIMILARITY
+    return True
+
+
+def _review_guard(run, reviewer, *, approving: bool) -> None:
+    if not reviewer.has_perm("askdb.review_runs"):
+        raise ReviewError("Only reviewers can review runs.")
+    if approving and run.question.user_id == reviewer.pk:
+        raise ReviewError(
+            "You cannot approve or correct your own question; an admin can assign it to another reviewer."
+        )
+    if approving and (run.status != "succeeded" or not run.sql):
+        raise ReviewError("Only an answered run with SQL can be approved or corrected.")
+
+
+def _catalog_and_executor(source):
+    from metadata_admin.services import source_catalog_schema, source_executor
+
+    return source_catalog_schema(source), source_executor(source)
+
+
+def sql_check(
+    *, source, sql: str, execute: bool = True, row_cap: int | None = None, actor=None, purpose: str = "check",
+    run=None,
+):  # fmt: skip
+    """Validate SQL against a source's catalog and (optionally) run it read-only, audited.
+
+    Returns (ValidatedSql, QueryResult | None); raises ReviewError with the real error. The one
+    path by which people's SQL (corrections, imports, re-validation) reaches the database.
+    """
+    from django.conf import settings
+
+    from askdb.adapters.clinical import ExecutionError
+    from askdb.pipeline.validation import SqlValidationError, validate_sql
+
+    catalog, executor = _catalog_and_executor(source)
+    try:
+        validated = validate_sql(sql, catalog)
+    except SqlValidationError as exc:
+        raise ReviewError(f"The SQL is not valid: {exc.message}") from exc
+    if not execute:
+        return validated, None
+    try:
+        result = executor.execute(
+            validated.sql, timeout_s=settings.CLINICAL_STATEMENT_TIMEOUT_S,
+            row_cap=row_cap or settings.CLINICAL_ROW_CAP,
+        )  # fmt: skip
+    except ExecutionError as exc:
+        audit_sql_executed(actor=actor, source=source, sql=validated.sql, purpose=purpose, rows=None,
+                           duration_ms=None, outcome=exc.code, run=run, error=exc.message)  # fmt: skip
+        raise ReviewError(f"The SQL failed when run: {exc.message}") from exc
+    audit_sql_executed(actor=actor, source=source, sql=validated.sql, purpose=purpose, rows=result.row_count,
+                       duration_ms=result.elapsed_ms, outcome="ok", run=run)  # fmt: skip
+    return validated, result
+
+
+def _review_save(run, reviewer, action: str, **fields):
+    from askdb.models import Review
+
+    review = Review.objects.create(run=run, reviewer=reviewer, action=action, **fields)
+    audit_record(
+        action=f"review.{action}", actor=reviewer, target=run,
+        message=(fields.get("comment") or "")[:500],
+        detail={k: v for k, v in fields.items() if k in ("category", "diff") and v} | {"review": review.pk},
+    )  # fmt: skip
+    return review
+
+
+def review_approve(*, run, reviewer, comment: str = ""):
+    """Approve a run's SQL: the pair becomes (or strengthens) a verified library example."""
+    from django.db import transaction
+
+    from askdb.models import Review, Run
+
+    _review_guard(run, reviewer, approving=True)
+    with transaction.atomic():
+        example = example_upsert(
+            source=run.question.source, question=run.question.text, sql=run.sql,
+            approved_by=reviewer, origin="review", origin_run=run,
+        )  # fmt: skip
+        run.review_status = Run.Review.APPROVED
+        run.save(update_fields=["review_status"])
+        return _review_save(run, reviewer, Review.Action.APPROVE, comment=comment, example=example,
+                            sql_before=run.sql, sql_after=run.sql)  # fmt: skip
+
+
+def review_correct(*, run, reviewer, sql: str, comment: str = ""):
+    """Replace a run's SQL with a reviewer's: validated and executed first, so nothing broken is
+    saved; the run then shows the corrected result, and the diff is kept."""
+    import difflib
+
+    from django.db import transaction
+
+    from askdb.models import Review, Run
+
+    _review_guard(run, reviewer, approving=True)
+    if not isinstance(sql, str) or not sql.strip():
+        raise ReviewError("Type the corrected SQL.")
+    validated, result = sql_check(
+        source=run.question.source, sql=sql, actor=reviewer, purpose="correction", run=run
+    )
+    before = run.sql
+    diff = "".join(
+        difflib.unified_diff(
+            before.strip().splitlines(keepends=True), validated.sql.strip().splitlines(keepends=True),
+            fromfile="generated", tofile="corrected", lineterm="\n",
+        )
+    )  # fmt: skip
+    with transaction.atomic():
+        example = example_upsert(
+            source=run.question.source, question=run.question.text, sql=validated.sql,
+            approved_by=reviewer, origin="correction", origin_run=run, note=comment,
+        )  # fmt: skip
+        run.sql = validated.sql
+        run.result_columns = list(result.columns)
+        run.result_rows = [list(r) for r in result.rows]
+        run.result_truncated = result.truncated
+        run.row_count = result.row_count
+        run.review_status = Run.Review.CORRECTED
+        run.save(update_fields=["sql", "result_columns", "result_rows", "result_truncated", "row_count",
+                                "review_status"])  # fmt: skip
+        return _review_save(run, reviewer, Review.Action.CORRECT, comment=comment, example=example,
+                            sql_before=before, sql_after=validated.sql, diff=diff)  # fmt: skip
+
+
+def review_flag(*, run, reviewer, category: str, comment: str = ""):
+    """Flag a run as wrong. "unanswerable" keeps the question as a negative example for the gate."""
+    from django.db import transaction
+
+    from askdb.models import Example, Review, Run
+
+    _review_guard(run, reviewer, approving=False)
+    if category not in Review.Category.values:
+        raise ReviewError(f"Pick a category: {', '.join(Review.Category.values)}.")
+    with transaction.atomic():
+        example = None
+        if category == Review.Category.UNANSWERABLE:
+            example = example_upsert(
+                source=run.question.source, question=run.question.text, sql="",
+                kind=Example.Kind.UNANSWERABLE, approved_by=reviewer, origin="review", origin_run=run,
+                note=comment,
+            )  # fmt: skip
+        run.review_status = Run.Review.FLAGGED
+        run.save(update_fields=["review_status"])
+        return _review_save(run, reviewer, Review.Action.FLAG, category=category, comment=comment,
+                            example=example, sql_before=run.sql)  # fmt: skip
+
+
+def review_reassign(*, run, admin, reviewer):
+    """An admin hands a run to a reviewer (for instance when the only reviewer asked it)."""
+    from django.db import transaction
+
+    from askdb.models import Review
+
+    if not admin.has_perm("askdb.manage_users"):
+        raise ReviewError("Only admins can reassign reviews.")
+    if reviewer is None or not reviewer.has_perm("askdb.review_runs"):
+        raise ReviewError("Runs can only be assigned to reviewers.")
+    with transaction.atomic():
+        run.assigned_to = reviewer
+        run.save(update_fields=["assigned_to"])
+        return _review_save(run, admin, Review.Action.REASSIGN, comment=f"assigned to {reviewer.username}")
+
+
+# --------------------------------------------------------------------------- example library
+
+
+def _normalized(text: str) -> str:
+    """Text compared for duplicates: case, spacing and punctuation ignored ("?" and ";" alike)."""
+    import re
+
+    return " ".join(re.sub(r"[^\w'%.*<>=!-]+", " ", text.lower()).split()).rstrip(".")
+
+
+def example_upsert(
+    *,
+    source,
+    question: str,
+    sql: str,
+    kind: str = "answerable",
+    approved_by=None,
+    origin: str = "review",
+    origin_run=None,
+    note: str = "",
+    vector: list[float] | None = None,
+):
+    """Add a verified pair to the library, or merge it into its near-duplicate.
+
+    A near-duplicate is the same question (normalized), or a question at least
+    ASKDB_EXAMPLE_MERGE_SIMILARITY close with the same SQL: merging keeps one example (the newest
+    SQL and approver) and remembers the other wording as a paraphrase, so the few-shot slots are
+    not spent on one question asked three ways.
+    """
+    from django.conf import settings
+    from django.utils import timezone
+
+    from askdb.adapters import catalog_search
+    from askdb.models import Example
+    from askdb.providers.embeddings import get_embedder
+
+    question = " ".join(question.split())
+    parsed_tables: list[str] = []
+    parsed_columns: list[str] = []
+    if kind == Example.Kind.ANSWERABLE:
+        validated, _ = sql_check(source=source, sql=sql, execute=False)
+        sql, parsed_tables, parsed_columns = validated.sql, list(validated.tables), list(validated.columns)
+    else:
+        sql = ""
+    embedder = get_embedder()
+    vector = vector or embedder.embed([question])[0]
+
+    same = Example.objects.filter(source=source, kind=kind).exclude(status=Example.Status.RETIRED)
+    duplicate = next((e for e in same.filter(question__iexact=question)), None)
+    if duplicate is None:
+        for example_id, score in catalog_search.examples_nearest(
+            source_id=source.pk, vector=vector, model=embedder.model, k=3, kinds=(kind,)
+        ):
+            if score < settings.ASKDB_EXAMPLE_MERGE_SIMILARITY:
+                break
+            candidate = Example.objects.get(pk=example_id)
+            if _normalized(candidate.sql) == _normalized(sql):
+                duplicate = candidate
+                break
+    now = timezone.now()
+    if duplicate is not None:
+        if _normalized(duplicate.question) != _normalized(question) and question not in duplicate.paraphrases:
+            duplicate.paraphrases = [*duplicate.paraphrases, question]
+        duplicate.sql, duplicate.tables, duplicate.columns = sql, parsed_tables, parsed_columns
+        duplicate.approved_by, duplicate.approved_at = approved_by, now
+        duplicate.status, duplicate.validation_error, duplicate.validated_at = Example.Status.ACTIVE, "", now
+        duplicate.note = note or duplicate.note
+        duplicate.template = example_template(duplicate)
+        duplicate.save()
+        audit_record(action="example.merged", actor=approved_by, target=duplicate, message=question[:500])
+        return duplicate
+    example = Example(
+        source=source, question=question, sql=sql, kind=kind, tables=parsed_tables, columns=parsed_columns,
+        embedding=vector, embedding_model=embedder.model, origin=origin, origin_run=origin_run,
+        approved_by=approved_by, approved_at=now, note=note, validated_at=now,
+    )  # fmt: skip
+    example.template = example_template(example)
+    example.save()
+    audit_record(action="example.created", actor=approved_by, target=example, message=question[:500],
+                 detail={"kind": kind, "origin": origin, "tables": parsed_tables})  # fmt: skip
+    return example
+
+
+def example_template(example) -> dict:
+    """The offline-answering template of an answerable example ({} when there is none yet)."""
+    if example.kind != "answerable" or not example.sql:
+        return {}
+    try:
+        from askdb.pipeline.templates import build_template
+    except ImportError:  # the template builder is optional for the library itself
+        return {}
+    try:
+        return build_template(example.question, example.sql, dialect=example.source.dialect).to_dict()
+    except Exception:  # a template is an optimisation: an example without one is still an example
+        import logging
+
+        logging.getLogger(__name__).warning("no template for example %s", example.pk, exc_info=True)
+        return {}
+
+
+def example_set_status(*, example, actor, status: str, note: str = ""):
+    """Retire an example (never used again) or bring it back (after checking it still works)."""
+    from askdb.models import Example
+
+    if status not in Example.Status.values:
+        raise ReviewError(f"Unknown status {status!r}.")
+    if status == Example.Status.ACTIVE and example.kind == Example.Kind.ANSWERABLE:
+        sql_check(source=example.source, sql=example.sql, execute=False)
+        example.validation_error = ""
+    example.status = status
+    example.note = note or example.note
+    example.save(update_fields=["status", "note", "validation_error", "updated_at"])
+    audit_record(action=f"example.{status}", actor=actor, target=example, message=note[:500])
+    return example
+
+
+def examples_revalidate(*, source, execute: bool = False, actor=None) -> dict:
+    """Check every library example of a source against today's catalog (and data, if `execute`).
+
+    Broken examples are marked "needs_review" rather than used; examples broken by an earlier
+    change that work again are brought back. Called after every catalog or schema change.
+    """
+    from django.utils import timezone
+
+    from askdb.models import Example
+
+    report = {"checked": 0, "broken": [], "restored": []}
+    examples = Example.objects.filter(source=source, kind=Example.Kind.ANSWERABLE).exclude(
+        status=Example.Status.RETIRED
+    )
+    for example in examples:
+        report["checked"] += 1
+        try:
+            sql_check(source=source, sql=example.sql, execute=execute, row_cap=1, actor=actor,
+                      purpose="revalidation")  # fmt: skip
+            error = ""
+        except ReviewError as exc:
+            error = str(exc)
+        example.validated_at = timezone.now()
+        if error and example.status == Example.Status.ACTIVE:
+            example.status, example.validation_error = Example.Status.NEEDS_REVIEW, error
+            report["broken"].append(example.pk)
+        elif not error and example.status == Example.Status.NEEDS_REVIEW and example.validation_error:
+            example.status, example.validation_error = Example.Status.ACTIVE, ""
+            report["restored"].append(example.pk)
+        example.save(update_fields=["status", "validation_error", "validated_at", "updated_at"])
+    if report["broken"] or report["restored"]:
+        audit_record(
+            action="examples.revalidated", actor=actor, target=source,
+            message=f"{len(report['broken'])} broken, {len(report['restored'])} restored of {report['checked']}",
+            detail=report,
+        )  # fmt: skip
+    return report
+
+
+def examples_revalidate_later(source) -> None:
+    """Queue a re-validation after the current transaction commits (catalog and schema changes)."""
+    from django.db import transaction
+
+    def enqueue():
+        from askdb.tasks import revalidate_examples
+
+        try:
+            revalidate_examples.delay(source.pk)
+        except Exception:  # no broker (a management command on a stopped demo): check inline
+            examples_revalidate(source=source)
+
+    transaction.on_commit(enqueue)
+
+
+def audit_sql_executed(
+    *, actor=None, source, sql: str, purpose: str, rows: int | None, duration_ms: float | None,
+    outcome: str, run=None, error: str = "",
+) -> None:  # fmt: skip
+    """An audit event per SQL statement run against clinical data: text, hash, source, size, time."""
+    import hashlib
+
+    audit_record(
+        action="sql.executed", actor=actor, target=run if run is not None else source,
+        message=f"{purpose}: {outcome}",
+        detail={
+            "sql": sql[:8000], "sha256": hashlib.sha256(sql.encode()).hexdigest(), "source": source.name,
+            "rows": rows, "duration_ms": round(duration_ms, 1) if duration_ms is not None else None,
+            "outcome": outcome, "purpose": purpose, "error": error[:500],
+        },
+    )  # fmt: skip
+
+
+@dataclass
+class ImportReport:
+    """What an example import did: nothing is imported silently, and nothing fails silently."""
+
+    created: list[int] = field(default_factory=list)
+    merged: list[int] = field(default_factory=list)
+    failed: list[dict] = field(default_factory=list)  # {"id", "question", "error"}
+
+    @property
+    def total(self) -> int:
+        return len(self.created) + len(self.merged) + len(self.failed)
+
+    def summary(self) -> str:
+        return f"{len(self.created)} added, {len(self.merged)} merged into existing examples, {len(self.failed)} failed"
+
+
+def examples_import(
+    *,
+    source,
+    items: list[dict],
+    approved_by=None,
+    execute: bool = True,
+    origin: str = "import",
+    progress=None,
+) -> ImportReport:
+    """Add verified pairs in bulk (a file, the EHRSQL format, the demo seed).
+
+    Each item is {"id"?, "question", "sql"} with sql "" or None for an unanswerable question.
+    Every SQL is validated against the catalog and, with `execute`, run read-only (one row), so a
+    pair that does not work is reported with its error instead of entering the library. Each
+    item is its own transaction: one bad pair does not lose the good ones.
+    """
+    from django.db import transaction
+
+    from askdb.models import Example
+    from askdb.providers.embeddings import get_embedder
+
+    report = ImportReport()
+    questions = [" ".join(str(item.get("question") or "").split()) for item in items]
+    embedder = get_embedder()
+    vectors = embedder.embed([q or "-" for q in questions]) if items else []
+    before = set(Example.objects.filter(source=source).values_list("pk", flat=True))
+    for n, (item, question, vector) in enumerate(zip(items, questions, vectors, strict=True), start=1):
+        ident = str(item.get("id") or n)
+        sql = item.get("sql")
+        sql = "" if sql is None or str(sql).strip().lower() in ("", "null") else str(sql)
+        try:
+            if len(question) < 3:
+                raise ReviewError("the question is empty")
+            if sql and execute:
+                sql_check(source=source, sql=sql, row_cap=1, actor=approved_by, purpose="import")
+            with transaction.atomic():
+                example = example_upsert(
+                    source=source, question=question, sql=sql, approved_by=approved_by, origin=origin,
+                    kind=Example.Kind.ANSWERABLE if sql else Example.Kind.UNANSWERABLE, vector=vector,
+                    note=str(item.get("note") or ""),
+                )  # fmt: skip
+        except ReviewError as exc:
+            report.failed.append({"id": ident, "question": question[:300], "error": str(exc)})
+        else:
+            (report.merged if example.pk in before else report.created).append(example.pk)
+            before.add(example.pk)
+        if progress:
+            progress(n)
+    audit_record(action="examples.imported", actor=approved_by, target=source, message=report.summary(),
+                 detail={"failed": report.failed[:50]})  # fmt: skip
+    return report
+
+
+def examples_export(*, source, include_retired: bool = False) -> list[dict]:
+    """The library as plain data (the same shape examples_import reads), oldest first."""
+    from askdb.models import Example
+
+    qs = Example.objects.filter(source=source).select_related("approved_by").order_by("id")
+    if not include_retired:
+        qs = qs.exclude(status=Example.Status.RETIRED)
+    return [
+        {
+            "id": e.pk, "question": e.question, "sql": e.sql, "kind": e.kind, "status": e.status,
+            "tables": e.tables, "paraphrases": e.paraphrases, "note": e.note,
+            "approved_by": e.approved_by.username if e.approved_by else "",
+            "approved_at": e.approved_at.isoformat() if e.approved_at else "",
+        }
+        for e in qs
+    ]  # fmt: skip

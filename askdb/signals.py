@@ -1,6 +1,8 @@
-"""Authentication events go to the audit log."""
+"""Authentication, user and role changes go to the audit log, whichever screen or shell made them."""
 
+from django.conf import settings
 from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
+from django.db.models.signals import m2m_changed, post_save, pre_save
 from django.dispatch import receiver
 
 from askdb.services import audit_record
@@ -28,3 +30,49 @@ def _login_failed(sender, credentials, request=None, **kwargs):
         message=f"failed login for {credentials.get('username', '')!r}",
         ip=_ip(request),
     )
+
+
+_WATCHED = ("is_active", "is_staff", "is_superuser", "password", "email")
+
+
+@receiver(pre_save, sender=settings.AUTH_USER_MODEL)
+def _user_before(sender, instance, **kwargs):
+    old = sender.objects.filter(pk=instance.pk).values(*_WATCHED).first() if instance.pk else None
+    instance._askdb_before = old
+
+
+@receiver(post_save, sender=settings.AUTH_USER_MODEL)
+def _user_saved(sender, instance, created, **kwargs):
+    if created:
+        audit_record(action="user.created", target=instance, message=instance.username)
+        return
+    old = getattr(instance, "_askdb_before", None) or {}
+    changed = [f for f in _WATCHED if f in old and old[f] != getattr(instance, f)]
+    if changed:  # last_login and the like are not worth an event; these are
+        detail = {f: getattr(instance, f) for f in changed if f != "password"}
+        audit_record(action="user.changed", target=instance, message=f"{instance.username}: {', '.join(changed)}",
+                     detail=detail)  # fmt: skip
+
+
+def _groups_changed(sender, instance, action, pk_set, model, **kwargs):
+    if action not in ("post_add", "post_remove", "post_clear"):
+        return
+    from django.contrib.auth.models import Group
+
+    if isinstance(instance, Group):  # changed from the group's side
+        users = list(model.objects.filter(pk__in=pk_set or [])) if pk_set else []
+        groups = [instance]
+    else:
+        users, groups = [instance], list(Group.objects.filter(pk__in=pk_set or []))
+    for user in users:
+        audit_record(
+            action="user.roles_changed", target=user,
+            message=f"{user.username}: {action.removeprefix('post_')} {', '.join(g.name for g in groups) or 'all roles'}",
+            detail={"roles": list(user.groups.values_list("name", flat=True))},
+        )  # fmt: skip
+
+
+def connect_group_signals() -> None:
+    from django.contrib.auth import get_user_model
+
+    m2m_changed.connect(_groups_changed, sender=get_user_model().groups.through, dispatch_uid="askdb-roles")

@@ -47,3 +47,15 @@ def run_question(self, run_id: int) -> dict:
     if run is None:
         return {"run": run_id, "status": "missing"}
     return {"run": run.pk, "status": run.status, "outcome": run.outcome}
+
+
+@shared_task(name="askdb.revalidate_examples", acks_late=True, soft_time_limit=600, time_limit=660)
+def revalidate_examples(source_id: int, execute: bool = False) -> dict:
+    """After a catalog or schema change: mark library examples that no longer validate."""
+    from askdb.services import examples_revalidate
+    from metadata_admin.models import ClinicalSource
+
+    source = ClinicalSource.objects.filter(pk=source_id).first()
+    if source is None:
+        return {"source": source_id, "status": "missing"}
+    return examples_revalidate(source=source, execute=execute)

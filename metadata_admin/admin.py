@@ -17,7 +17,7 @@ from django.http import HttpRequest
 from django.template.defaultfilters import pluralize
 from django.utils.html import format_html
 
-from askdb.services import audit_record
+from askdb.services import audit_record, examples_revalidate_later
 from metadata_admin import drafting
 from metadata_admin.models import (
     ClinicalSource,
@@ -231,11 +231,15 @@ class TableDocAdmin(admin.ModelAdmin):
     def delete_model(self, request: HttpRequest, obj: TableDoc) -> None:
         audit_record(action="docs.deleted", actor=request.user, target=obj, message=obj.qualified_name)
         super().delete_model(request, obj)
+        examples_revalidate_later(obj.source)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
         for doc in queryset:
             audit_record(action="docs.deleted", actor=request.user, target=doc, message=doc.qualified_name)
+        sources = {doc.source for doc in queryset}
         super().delete_queryset(request, queryset)
+        for source in sources:
+            examples_revalidate_later(source)
 
     # Actions: each one calls a service, so the command line and the admin agree.
 

@@ -21,7 +21,7 @@ from django.utils import timezone
 from askdb.adapters.clinical import ExecutionError, LiveTable, SqlExecutor, executor_for
 from askdb.pipeline.types import CatalogSchema, TableSchema
 from askdb.providers.embeddings import EmbeddingError, get_embedder
-from askdb.services import audit_record
+from askdb.services import audit_record, examples_revalidate_later
 from metadata_admin.docs import (
     BUNDLED_DOCS,
     VALUE_COLUMNS,
@@ -242,6 +242,7 @@ def docs_import(
             message=report.summary(),
             detail={"warnings": report.warnings[:50]},
         )
+        examples_revalidate_later(source)
     return report
 
 
@@ -446,6 +447,7 @@ def source_introspect(
         report.tables_gone = [d.qualified_name for d in gone]
         gone.update(exists_in_source=False)
         audit_record(action="source.introspected", actor=actor, target=source, message=report.summary())
+        examples_revalidate_later(source)
     return report
 
 
@@ -698,9 +700,13 @@ def clinical_source_refresh(
         docs_import(source=source)
     else:
         present = {t.qualified for t in source_executor(source).tables()}
+        changed = False
         for doc in TableDoc.objects.filter(source=source):
             if doc.exists_in_source != (doc.qualified_name in present):
                 TableDoc.objects.filter(pk=doc.pk).update(exists_in_source=doc.qualified_name in present)
+                changed = True
+        if changed:  # the schema changed under the library: check its examples still hold
+            examples_revalidate_later(source)
     if TableDoc.objects.filter(source=source, embedding__isnull=True).exists():
         write("embedding table documentation …")
         table_docs_reembed(source=source)

@@ -105,3 +105,27 @@ def values_semantic(
                         LinkedValue(table, column, value, code, round(float(score), 4), term, "semantic")
                     )
     return out
+
+
+def examples_nearest(
+    *, source_id: int, vector: list[float], model: str, k: int, kinds: tuple[str, ...] = ("answerable",)
+) -> list[tuple[int, float]]:
+    """(example id, cosine similarity) of the k active library examples closest to a question.
+
+    An exact scan: a library holds hundreds to a few thousand verified pairs, where an exact
+    nearest-neighbour search is both fast and better than an approximate index.
+    """
+    dims = len(vector)
+    with connection.cursor() as cur:
+        cur.execute(
+            f"""
+            SELECT id, 1 - ((embedding::vector({dims})) <=> %s::vector({dims})) AS score
+            FROM askdb_example
+            WHERE source_id = %s AND status = 'active' AND kind = ANY(%s)
+              AND embedding_model = %s AND vector_dims(embedding) = {dims}
+            ORDER BY score DESC, id
+            LIMIT %s
+            """,
+            [_vec(vector), source_id, list(kinds), model, k],
+        )
+        return [(int(i), float(s)) for i, s in cur.fetchall()]

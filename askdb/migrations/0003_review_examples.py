@@ -7,124 +7,248 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('askdb', '0002_question_run_llmcall_stageevent_sqlattempt'),
-        ('metadata_admin', '0001_initial'),
+        ("askdb", "0002_question_run_llmcall_stageevent_sqlattempt"),
+        ("metadata_admin", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='question',
-            name='channel',
-            field=models.CharField(db_index=True, default='web', max_length=16),
+            model_name="question",
+            name="channel",
+            field=models.CharField(db_index=True, default="web", max_length=16),
         ),
         migrations.AddField(
-            model_name='run',
-            name='answerability',
+            model_name="run",
+            name="answerability",
             field=models.JSONField(blank=True, default=dict),
         ),
         migrations.AddField(
-            model_name='run',
-            name='answered_by',
+            model_name="run",
+            name="answered_by",
             field=models.CharField(blank=True, max_length=16),
         ),
         migrations.AddField(
-            model_name='run',
-            name='assigned_to',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL),
+            model_name="run",
+            name="assigned_to",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to=settings.AUTH_USER_MODEL,
+            ),
         ),
         migrations.AddField(
-            model_name='run',
-            name='candidates',
+            model_name="run",
+            name="candidates",
             field=models.JSONField(blank=True, default=list),
         ),
         migrations.AddField(
-            model_name='run',
-            name='catalog_version',
+            model_name="run",
+            name="catalog_version",
             field=models.CharField(blank=True, max_length=64),
         ),
         migrations.AddField(
-            model_name='run',
-            name='confidence',
+            model_name="run",
+            name="confidence",
             field=models.FloatField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='run',
-            name='examples_used',
+            model_name="run",
+            name="examples_used",
             field=models.JSONField(blank=True, default=list),
         ),
         migrations.AddField(
-            model_name='run',
-            name='library_match',
+            model_name="run",
+            name="library_match",
             field=models.JSONField(blank=True, default=dict),
         ),
         migrations.AddField(
-            model_name='run',
-            name='model',
+            model_name="run",
+            name="model",
             field=models.CharField(blank=True, max_length=200),
         ),
         migrations.AddField(
-            model_name='run',
-            name='review_status',
-            field=models.CharField(blank=True, choices=[('', 'not for review'), ('pending', 'awaiting review'), ('approved', 'approved'), ('corrected', 'corrected'), ('flagged', 'flagged')], db_index=True, max_length=16),
+            model_name="run",
+            name="review_status",
+            field=models.CharField(
+                blank=True,
+                choices=[
+                    ("", "not for review"),
+                    ("pending", "awaiting review"),
+                    ("approved", "approved"),
+                    ("corrected", "corrected"),
+                    ("flagged", "flagged"),
+                ],
+                db_index=True,
+                max_length=16,
+            ),
         ),
         migrations.CreateModel(
-            name='Example',
+            name="Example",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('question', models.TextField()),
-                ('sql', models.TextField(blank=True)),
-                ('kind', models.CharField(choices=[('answerable', 'answerable'), ('unanswerable', 'unanswerable')], db_index=True, default='answerable', max_length=16)),
-                ('status', models.CharField(choices=[('active', 'active'), ('needs_review', 'needs review'), ('retired', 'retired')], db_index=True, default='active', max_length=16)),
-                ('tables', models.JSONField(blank=True, default=list)),
-                ('columns', models.JSONField(blank=True, default=list)),
-                ('paraphrases', models.JSONField(blank=True, default=list)),
-                ('embedding', pgvector.django.vector.VectorField(blank=True, null=True)),
-                ('embedding_model', models.CharField(blank=True, max_length=200)),
-                ('template', models.JSONField(blank=True, default=dict)),
-                ('origin', models.CharField(default='review', max_length=16)),
-                ('approved_at', models.DateTimeField(blank=True, null=True)),
-                ('note', models.TextField(blank=True)),
-                ('validation_error', models.TextField(blank=True)),
-                ('validated_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('approved_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('origin_run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='library_examples', to='askdb.run')),
-                ('source', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='examples', to='metadata_admin.clinicalsource')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("question", models.TextField()),
+                ("sql", models.TextField(blank=True)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("answerable", "answerable"), ("unanswerable", "unanswerable")],
+                        db_index=True,
+                        default="answerable",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("active", "active"),
+                            ("needs_review", "needs review"),
+                            ("retired", "retired"),
+                        ],
+                        db_index=True,
+                        default="active",
+                        max_length=16,
+                    ),
+                ),
+                ("tables", models.JSONField(blank=True, default=list)),
+                ("columns", models.JSONField(blank=True, default=list)),
+                ("paraphrases", models.JSONField(blank=True, default=list)),
+                ("embedding", pgvector.django.vector.VectorField(blank=True, null=True)),
+                ("embedding_model", models.CharField(blank=True, max_length=200)),
+                ("template", models.JSONField(blank=True, default=dict)),
+                ("origin", models.CharField(default="review", max_length=16)),
+                ("approved_at", models.DateTimeField(blank=True, null=True)),
+                ("note", models.TextField(blank=True)),
+                ("validation_error", models.TextField(blank=True)),
+                ("validated_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "approved_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "origin_run",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="library_examples",
+                        to="askdb.run",
+                    ),
+                ),
+                (
+                    "source",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="examples",
+                        to="metadata_admin.clinicalsource",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-approved_at', '-id'],
+                "ordering": ["-approved_at", "-id"],
             },
         ),
         migrations.AddField(
-            model_name='run',
-            name='example',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='answered_runs', to='askdb.example'),
+            model_name="run",
+            name="example",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="answered_runs",
+                to="askdb.example",
+            ),
         ),
         migrations.CreateModel(
-            name='Review',
+            name="Review",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('action', models.CharField(choices=[('approve', 'approved'), ('correct', 'corrected'), ('flag', 'flagged'), ('reassign', 'reassigned')], max_length=16)),
-                ('category', models.CharField(blank=True, choices=[('wrong_logic', 'wrong logic'), ('wrong_table', 'wrong table'), ('wrong_values', 'wrong values'), ('ambiguous', 'ambiguous'), ('unanswerable', 'unanswerable'), ('unsafe', 'unsafe')], max_length=16)),
-                ('comment', models.TextField(blank=True)),
-                ('sql_before', models.TextField(blank=True)),
-                ('sql_after', models.TextField(blank=True)),
-                ('diff', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('example', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='askdb.example')),
-                ('reviewer', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='reviews', to=settings.AUTH_USER_MODEL)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='reviews', to='askdb.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "action",
+                    models.CharField(
+                        choices=[
+                            ("approve", "approved"),
+                            ("correct", "corrected"),
+                            ("flag", "flagged"),
+                            ("reassign", "reassigned"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "category",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("wrong_logic", "wrong logic"),
+                            ("wrong_table", "wrong table"),
+                            ("wrong_values", "wrong values"),
+                            ("ambiguous", "ambiguous"),
+                            ("unanswerable", "unanswerable"),
+                            ("unsafe", "unsafe"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("comment", models.TextField(blank=True)),
+                ("sql_before", models.TextField(blank=True)),
+                ("sql_after", models.TextField(blank=True)),
+                ("diff", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "example",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="askdb.example",
+                    ),
+                ),
+                (
+                    "reviewer",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="reviews",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="reviews", to="askdb.run"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.AddIndex(
-            model_name='example',
-            index=models.Index(fields=['source', 'status', 'kind'], name='askdb_examp_source__103f48_idx'),
+            model_name="example",
+            index=models.Index(fields=["source", "status", "kind"], name="askdb_examp_source__103f48_idx"),
         ),
     ]

@@ -71,7 +71,11 @@ def normalize_rows(
 
 
 def results_match(
-    a: Iterable[Sequence[Any]], b: Iterable[Sequence[Any]], *, digits: int = ROUND_DIGITS, limit: int = ROW_LIMIT
+    a: Iterable[Sequence[Any]],
+    b: Iterable[Sequence[Any]],
+    *,
+    digits: int = ROUND_DIGITS,
+    limit: int = ROW_LIMIT,
 ) -> bool:
     """True when two results are the same answer by the EHRSQL rules (column names ignored)."""
     return normalize_rows(a, digits=digits, limit=limit) == normalize_rows(b, digits=digits, limit=limit)

@@ -71,8 +71,10 @@ class Ports(Protocol):
     chat: ChatModel | None
 
     def embed(self, question: str) -> list[float]: ...
-    def retrieve(self, question: str, vector: list[float], k: int) -> RetrievalView: ...
     def examples(self, question: str, vector: list[float]) -> list[ExampleContext]: ...
+    def retrieve(
+        self, question: str, vector: list[float], k: int, examples: list[ExampleContext]
+    ) -> RetrievalView: ...
     def table_context(self, tables: list[str]) -> list[TableContext]: ...
     def catalog(self) -> CatalogSchema: ...
     def explain(self, sql: str) -> None: ...  # raises ExecutionFailure
@@ -92,7 +94,7 @@ class Recorder(Protocol):
     def llm_call(
         self, *, purpose: str, messages: list[dict], result: ChatResult | None, error: str = ""
     ) -> None: ...
-    def retrieval(self, view: RetrievalView) -> None: ...
+    def retrieval(self, view: RetrievalView, examples: list[ExampleContext]) -> None: ...
     def cancelled(self) -> bool: ...
 
 
@@ -156,13 +158,14 @@ class Pipeline:
             vector = self.ports.embed(req.question)
             st.note(dims=len(vector))
         with self._stage("retrieve") as st:
-            view = self.ports.retrieve(req.question, vector, cfg.k)
+            # Verified examples first: the tables their SQL reads are a retrieval signal.
             examples = self.ports.examples(req.question, vector)
-            self.rec.retrieval(view)
+            view = self.ports.retrieve(req.question, vector, cfg.k, examples)
+            self.rec.retrieval(view, examples)
             st.note(
                 tables=[{"table": t.qualified, "score": t.score, "via": t.via} for t in view.tables],
                 values=[f"{v.table}.{v.column} = {v.value}" for v in view.values[:8]],
-                examples=len(examples),
+                examples=[{"id": e.example_id, "score": round(e.score, 4)} for e in examples],
                 best_doc_score=round(view.best_doc_score, 4),
             )
         table_names = [t.qualified for t in view.tables]

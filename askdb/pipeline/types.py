@@ -105,6 +105,7 @@ class ExampleContext:
     sql: str
     score: float = 0.0
     example_id: int | None = None
+    tables: tuple[str, ...] = ()  # qualified tables its SQL reads
 
 
 class ChatModel(Protocol):

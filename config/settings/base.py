@@ -70,6 +70,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "askdb.middleware.AuditContextMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -174,6 +175,16 @@ ASKDB_MAX_REPAIRS = env_int("ASKDB_MAX_REPAIRS", 3)
 ASKDB_QUESTION_MAX_CHARS = env_int("ASKDB_QUESTION_MAX_CHARS", 2000)
 # A running run whose heartbeat is older than this lost its worker (past the hard time limit).
 ASKDB_STALE_RUN_SECONDS = env_int("ASKDB_STALE_RUN_SECONDS", 420)
+
+# --- Review and the example library -------------------------------------------------------
+# Which answered runs wait for a reviewer: "all", "low_confidence" (sampled candidates disagree, or
+# the answerability score is low) or "first_of_kind" (no approved example is close to the question).
+ASKDB_REVIEW_POLICY = env("ASKDB_REVIEW_POLICY", "all")
+ASKDB_EXAMPLES_K = env_int("ASKDB_EXAMPLES_K", 3)  # approved examples shown to the LLM as few-shot
+ASKDB_EXAMPLE_MIN_SIMILARITY = env_float("ASKDB_EXAMPLE_MIN_SIMILARITY", 0.45)  # cosine, question to example
+ASKDB_EXAMPLE_MERGE_SIMILARITY = env_float("ASKDB_EXAMPLE_MERGE_SIMILARITY", 0.9)  # with the same SQL: merged
+ASKDB_FIRST_OF_KIND_SIMILARITY = env_float("ASKDB_FIRST_OF_KIND_SIMILARITY", 0.85)
+ASKDB_LOW_CONFIDENCE = env_float("ASKDB_LOW_CONFIDENCE", 0.6)  # below: "low confidence" for review
 
 # --- Embeddings ---------------------------------------------------------------------------
 EMBEDDING_PROVIDER = env("EMBEDDING_PROVIDER", "local")  # "local" (all-MiniLM-L6-v2) or "openai"

@@ -1,0 +1,16 @@
+"""The example library's pages (askdb/views_library.py), under /library/."""
+
+from django.urls import path
+
+from askdb import views_library
+
+app_name = "library"
+urlpatterns = [
+    path("", views_library.example_list, name="list"),
+    path("<int:example_id>/", views_library.example_detail, name="detail"),
+    path("<int:example_id>/retire/", views_library.example_retire, name="retire"),
+    path("<int:example_id>/restore/", views_library.example_restore, name="restore"),
+    path("import/", views_library.examples_import_view, name="import"),
+    path("export/", views_library.examples_export_view, name="export"),
+    path("revalidate/", views_library.examples_revalidate_view, name="revalidate"),
+]
