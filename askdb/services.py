@@ -198,6 +198,9 @@ def run_execute(*, run_id: int, worker: str = ""):
 
     source = run.question.source
     config = PipelineConfig(
+        candidates=source.candidates or settings.ASKDB_CANDIDATES,
+        temperature=settings.ASKDB_CANDIDATES_TEMPERATURE,
+        confidence_threshold=source.confidence_threshold or settings.ASKDB_CONFIDENCE_THRESHOLD,
         k=settings.ASKDB_RETRIEVAL_K,
         similarity_floor=settings.ASKDB_SIMILARITY_FLOOR,
         max_repairs=settings.ASKDB_MAX_REPAIRS,
@@ -246,6 +249,8 @@ def run_execute(*, run_id: int, worker: str = ""):
         "gate_category": outcome.gate_category,
         "gate_reason": outcome.gate_reason,
         "model": chat.model if chat is not None else "",
+        "confidence": outcome.confidence,
+        "candidates": outcome.candidates,
         "catalog_version": catalog_version(source),
     }
     if outcome.result is not None:
@@ -362,13 +367,15 @@ def review_required(run) -> bool:
     """
     from django.conf import settings
 
-    if run.status != "succeeded" or not run.sql or run.question.channel == "evaluation":
+    if run.question.channel == "evaluation" or run.status != "succeeded":
         return False
-    if run.answered_by == "library":
+    if run.outcome == "ambiguous":  # the candidates disagreed: a person must look, whatever the policy
+        return True
+    if not run.sql or run.answered_by == "library":
         return False
     policy = settings.ASKDB_REVIEW_POLICY
     if policy == "low_confidence":
-        low = settings.ASKDB_LOW_CONFIDENCE
+        low = run.question.source.confidence_threshold or settings.ASKDB_CONFIDENCE_THRESHOLD
         score = (run.answerability or {}).get("score")
         return (run.confidence is not None and run.confidence < low) or (score is not None and score < low)
     if policy == "first_of_kind":
@@ -810,3 +817,39 @@ def examples_export(*, source, include_retired: bool = False) -> list[dict]:
         }
         for e in qs
     ]  # fmt: skip
+
+
+def run_pick_candidate(*, run, user, group: int):
+    """The researcher chooses one of the disagreeing candidates as the answer they meant.
+
+    Its SQL is validated and executed again (the run kept only a preview), the run then shows that
+    result, and it stays in the review queue: choosing is not the same as being verified.
+    """
+    from django.db import transaction
+
+    groups = (run.candidates or {}).get("groups") or []
+    if not isinstance(group, int) or not 0 <= group < len(groups):
+        raise ReviewError("That candidate does not exist.")
+    if run.question.user_id != user.pk and not user.has_perm("askdb.view_all_runs"):
+        raise ReviewError("Only the person who asked can choose an answer.")
+    _, result = sql_check(source=run.question.source, sql=groups[group]["sql"], actor=user,
+                          purpose="candidate", run=run)  # fmt: skip
+    with transaction.atomic():
+        run.sql = groups[group]["sql"]
+        run.result_columns = list(result.columns)
+        run.result_rows = [list(r) for r in result.rows]
+        run.result_truncated = result.truncated
+        run.row_count = result.row_count
+        run.outcome = "answered" if result.row_count else "no_rows"
+        run.candidates = {**run.candidates, "picked": group}
+        members = len(groups[group].get("members") or [])
+        run.message = (
+            f"You chose candidate {group + 1} ({members} of {run.candidates.get('k', '?')} candidates agreed on it). "
+            "It has not been verified yet: a reviewer will check it."
+        )
+        if run.review_status not in (run.Review.APPROVED, run.Review.CORRECTED):
+            run.review_status = run.Review.PENDING
+        run.save()
+        audit_record(action="run.candidate_picked", actor=user, target=run, message=f"group {group}",
+                     detail={"sql": run.sql[:4000]})  # fmt: skip
+    return run

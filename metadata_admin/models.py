@@ -33,6 +33,13 @@ class ClinicalSource(models.Model):
     row_level_to_llm = models.BooleanField(
         default=False, help_text="send result rows (not just schema and aggregates) to the LLM"
     )
+    # Cost control per source; empty = the ASKDB_CANDIDATES / ASKDB_CONFIDENCE_THRESHOLD settings.
+    candidates = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="SQL candidates sampled per question (1 = no sampling)"
+    )
+    confidence_threshold = models.FloatField(
+        null=True, blank=True, help_text="share of candidates that must agree for one answer to be shown"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from askdb.pipeline import prompts
+from askdb.pipeline.candidates import Candidate, choose_candidate, group_candidates
 from askdb.pipeline.extraction import (
     JsonExtractionError,
     SqlExtractionError,
@@ -41,6 +42,9 @@ class PipelineConfig:
     timeout_s: float = 30.0
     row_level_to_llm: bool = False
     summarize: bool = True
+    candidates: int = 1  # K SQL candidates sampled per question; 1 = no sampling
+    temperature: float = 0.7  # for sampling; a single candidate is always asked at temperature 0
+    confidence_threshold: float = 0.6  # below: the candidates are shown, not one answer
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,8 @@ class Outcome:
     summary: str = ""
     gate_category: str = ""
     gate_reason: str = ""
+    confidence: float | None = None  # share of sampled candidates agreeing with the answer
+    candidates: dict = field(default_factory=dict)  # the grouped candidates (candidates.to_json())
 
 
 class Cancelled(Exception):
@@ -201,6 +207,9 @@ class Pipeline:
             st.note(version=prompts.PROMPT_VERSION, tables=table_names, examples=len(examples),
                     chars=sum(len(m["content"]) for m in messages))  # fmt: skip
 
+        if cfg.candidates > 1:
+            return self._answer_sampled(req, messages, gate)
+
         with self._stage("generate") as st:
             reply = self._chat("generate", messages)
             sql, extract_error = self._extract(reply.text)
@@ -210,11 +219,7 @@ class Pipeline:
             sql, error = self._validate_and_repair(messages, sql, extract_error, st)
             if error:
                 st.finish("failed")
-                return Outcome(
-                    "failed", "sql_invalid",
-                    f"askdb could not write valid SQL for this question after {cfg.max_repairs + 1} attempts. "
-                    f"Last error: {error}", sql=sql or "", gate_category=gate[0], gate_reason=gate[1],
-                )  # fmt: skip
+                return self._invalid(error, sql, gate)
 
         with self._stage("execute") as st:
             try:
@@ -222,13 +227,14 @@ class Pipeline:
             except ExecutionFailure as exc:
                 st.note(error=exc.message, code=exc.code)
                 st.finish("failed")
-                outcome = "timeout" if exc.code == "timeout" else "execution_error"
-                return Outcome("failed", outcome, f"The query failed: {exc.message}", sql=sql,
-                               gate_category=gate[0], gate_reason=gate[1])  # fmt: skip
+                return self._execution_failed(exc, sql, gate)
             st.note(rows=result.row_count, truncated=result.truncated, ms=round(result.elapsed_ms, 1))
+        return self._answered(req, sql, result, gate)
 
+    def _answered(self, req: PipelineRequest, sql: str, result, gate: tuple[str, str], **extra) -> Outcome:
+        cfg = self.config
         outcome = Outcome("succeeded", "answered" if result.row_count else "no_rows", sql=sql, result=result,
-                          gate_category=gate[0], gate_reason=gate[1])  # fmt: skip
+                          gate_category=gate[0], gate_reason=gate[1], **extra)  # fmt: skip
         if not result.row_count:
             outcome.message = "The query ran and returned no rows: nothing in the data matches."
         with self._stage("summarize") as st:
@@ -241,6 +247,155 @@ class Pipeline:
                 st.note(error=exc.message)
                 st.finish("failed")  # the answer stands without a summary
         return outcome
+
+    def _invalid(self, error: str, sql: str | None, gate: tuple[str, str], **extra) -> Outcome:
+        return Outcome(
+            "failed", "sql_invalid",
+            f"askdb could not write valid SQL for this question after {self.config.max_repairs + 1} attempts. "
+            f"Last error: {error}", sql=sql or "", gate_category=gate[0], gate_reason=gate[1], **extra,
+        )  # fmt: skip
+
+    @staticmethod
+    def _execution_failed(exc: ExecutionFailure, sql: str, gate: tuple[str, str], **extra) -> Outcome:
+        outcome = "timeout" if exc.code == "timeout" else "execution_error"
+        return Outcome("failed", outcome, f"The query failed: {exc.message}", sql=sql,
+                       gate_category=gate[0], gate_reason=gate[1], **extra)  # fmt: skip
+
+    # -- several candidates: confidence from disagreement -----------------------------------
+    def _answer_sampled(self, req: PipelineRequest, messages: list[dict], gate: tuple[str, str]) -> Outcome:
+        """Sample K SQL candidates, validate and execute each, and group them by result.
+
+        The share of the largest group is the confidence. Below the threshold (or on a tie) no
+        answer is presented as fact: the run carries the distinct candidates for the researcher
+        to choose from, and waits for review. Candidates that fail count as disagreement.
+        """
+        cfg = self.config
+        with self._stage("generate") as st:
+            texts = self._sample(messages, cfg.candidates)
+            st.note(candidates=len(texts), temperature=cfg.temperature)
+
+        catalog = self.ports.catalog()
+        with self._stage("validate") as st:
+            sqls: list[str | None] = []
+            errors: list[tuple[str, str]] = []
+            for number, text in enumerate(texts, start=1):
+                sql, error = self._extract(text)
+                code = "no_sql" if sql is None else ""
+                if sql is not None:
+                    try:
+                        validate_sql(sql, catalog)
+                        self.ports.explain(sql)
+                    except SqlValidationError as exc:
+                        error, code = exc.message, exc.code
+                    except ExecutionFailure as exc:
+                        error, code = exc.message, f"explain_{exc.code}"
+                self.rec.attempt(number=number, sql=sql or "", origin="candidate", valid=not error,
+                                 error_code=code, error=error)  # fmt: skip
+                sqls.append(sql)
+                errors.append((error, code))
+            valid = sum(1 for e, _ in errors if not e)
+            if not valid:
+                # Nothing usable: give the first candidate the repair loop a single answer gets.
+                sql, error = self._validate_and_repair(
+                    messages, sqls[0], errors[0][0], st, first_number=len(texts) + 1
+                )
+                if error:
+                    st.finish("failed")
+                    return self._invalid(error, sql, gate)
+                sqls[0], errors[0] = sql, ("", "")
+            st.note(valid=max(valid, 1), invalid=len(texts) - max(valid, 1))
+
+        with self._stage("execute") as st:
+            candidates: list[Candidate] = []
+            results: dict[int, Any] = {}
+            seen: dict[str, tuple[Any, ExecutionFailure | None]] = {}
+            for index, (sql, (error, code)) in enumerate(zip(sqls, errors, strict=True)):
+                if sql is None or error:
+                    candidates.append(Candidate(index=index, sql=sql, error=error, error_code=code))
+                    continue
+                key = " ".join(sql.split()).rstrip(";")
+                if key not in seen:  # the same SQL twice is run once
+                    self._check_cancel()
+                    try:
+                        seen[key] = (self.ports.execute(sql), None)
+                    except ExecutionFailure as exc:
+                        seen[key] = (None, exc)
+                result, failure = seen[key]
+                if failure is not None:
+                    candidates.append(
+                        Candidate(index=index, sql=sql, error=failure.message, error_code=failure.code)
+                    )
+                    continue
+                results[index] = result
+                candidates.append(Candidate(
+                    index=index, sql=sql, columns=tuple(result.columns), rows=result.rows,
+                    row_count=result.row_count, duration_ms=result.elapsed_ms,
+                ))  # fmt: skip
+            report = group_candidates(
+                candidates, req.dialect, threshold=cfg.confidence_threshold, catalog=catalog
+            )
+            chosen, ambiguous = choose_candidate(report)
+            payload = report.to_json()
+            st.note(executed=len(seen), groups=len(report.groups), confidence=round(report.confidence, 4),
+                    disagreement=payload["disagreement"]["phrase"] if payload["disagreement"] else "")  # fmt: skip
+            extra = {"confidence": report.confidence, "candidates": payload}
+            if not report.groups:
+                st.finish("failed")
+                first = next(c for c in candidates if c.sql)
+                return self._execution_failed(
+                    ExecutionFailure(first.error, first.code), first.sql or "", gate, **extra
+                )
+            if ambiguous:
+                st.finish("stopped")
+                phrase = (
+                    payload["disagreement"]["phrase"]
+                    if payload["disagreement"]
+                    else "the candidates disagree"
+                )
+                message = (
+                    f"askdb is not sure what this question means: {phrase}. Only {report.groups[0].size} of "
+                    f"{report.k} candidate queries agree, so no single answer is shown as fact. Pick the "
+                    "candidate that matches what you meant, or rephrase the question; a reviewer will check it."
+                )
+                return Outcome("succeeded", "ambiguous", message, gate_category=gate[0], gate_reason=gate[1],
+                               **extra)  # fmt: skip
+            group = report.groups[chosen]
+            sql, result = group.sql, results[group.representative.index]
+        return self._answered(req, sql, result, gate, **extra)
+
+    def _sample(self, messages: list[dict], k: int) -> list[str]:
+        """K completions: one request with `n` where the endpoint supports it, else parallel requests."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        cfg = self.config
+        texts: list[str] = []
+        try:
+            texts = list(self._chat("generate", messages, n=k, temperature=cfg.temperature).texts)[:k]
+        except LLMError as exc:
+            if exc.transient:  # the endpoint is down or slow: more requests will not help
+                raise
+        missing = k - len(texts)
+        if missing > 0:  # `n` ignored or refused: ask for the rest one by one, side by side
+            chat = self.ports.chat
+            assert chat is not None
+
+            def one(_: int) -> ChatResult | LLMError:
+                try:
+                    return chat.complete(messages, temperature=cfg.temperature)
+                except LLMError as exc:
+                    return exc
+
+            with ThreadPoolExecutor(max_workers=min(missing, 8)) as pool:
+                replies = list(pool.map(one, range(missing)))
+            for reply in replies:  # recorded here, in the stage's own thread
+                if isinstance(reply, LLMError):
+                    self.rec.llm_call(purpose="generate", messages=messages, result=None, error=reply.message)
+                else:
+                    self.rec.llm_call(purpose="generate", messages=messages, result=reply)
+                    texts.append(reply.text)
+            if not texts:
+                raise next(r for r in replies if isinstance(r, LLMError))
+        return texts + [""] * (k - len(texts))  # a missing choice is a failed candidate
 
     # -- stages with logic ---------------------------------------------------------------
     def _gate(self, req: PipelineRequest, table_names: list[str]) -> tuple[str, str]:
@@ -267,7 +422,9 @@ class Pipeline:
         except SqlExtractionError as exc:
             return None, str(exc)
 
-    def _validate_and_repair(self, messages: list[dict], sql: str | None, error: str, st: StageHandle):
+    def _validate_and_repair(
+        self, messages: list[dict], sql: str | None, error: str, st: StageHandle, first_number: int = 1
+    ):
         catalog = self.ports.catalog()
         conversation = messages
         for attempt in range(1, self.config.max_repairs + 2):
@@ -282,7 +439,7 @@ class Pipeline:
                 except ExecutionFailure as exc:
                     error, code = exc.message, f"explain_{exc.code}"
             self.rec.attempt(
-                number=attempt, sql=sql or "", origin="llm" if attempt == 1 else "repair",
+                number=first_number + attempt - 1, sql=sql or "", origin="llm" if attempt == 1 else "repair",
                 valid=not error, error_code=code, error=error,
             )  # fmt: skip
             if not error:

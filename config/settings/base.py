@@ -184,7 +184,11 @@ ASKDB_EXAMPLES_K = env_int("ASKDB_EXAMPLES_K", 3)  # approved examples shown to 
 ASKDB_EXAMPLE_MIN_SIMILARITY = env_float("ASKDB_EXAMPLE_MIN_SIMILARITY", 0.45)  # cosine, question to example
 ASKDB_EXAMPLE_MERGE_SIMILARITY = env_float("ASKDB_EXAMPLE_MERGE_SIMILARITY", 0.9)  # with the same SQL: merged
 ASKDB_FIRST_OF_KIND_SIMILARITY = env_float("ASKDB_FIRST_OF_KIND_SIMILARITY", 0.85)
-ASKDB_LOW_CONFIDENCE = env_float("ASKDB_LOW_CONFIDENCE", 0.6)  # below: "low confidence" for review
+# Confidence from disagreement: K SQL candidates are sampled (1 = off); when fewer than the threshold
+# share agree, the run shows the candidates instead of one answer. Both can be set per source.
+ASKDB_CANDIDATES = env_int("ASKDB_CANDIDATES", 5)
+ASKDB_CANDIDATES_TEMPERATURE = env_float("ASKDB_CANDIDATES_TEMPERATURE", 0.7)
+ASKDB_CONFIDENCE_THRESHOLD = env_float("ASKDB_CONFIDENCE_THRESHOLD", 0.6)
 
 # --- Embeddings ---------------------------------------------------------------------------
 EMBEDDING_PROVIDER = env("EMBEDDING_PROVIDER", "local")  # "local" (all-MiniLM-L6-v2) or "openai"

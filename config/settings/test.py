@@ -14,3 +14,6 @@ STORAGES = {
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
 WHITENOISE_AUTOREFRESH = True
+
+# One SQL candidate unless a test asks for sampling: scripted replies stay one per request.
+ASKDB_CANDIDATES = 1
