@@ -88,6 +88,27 @@ class DjangoPorts:
             if i in found
         ]
 
+    def library_match(self, question: str, vector: list[float]) -> tuple[list, float]:
+        """Verified templates scored for this question (best first) and the answering threshold."""
+        from askdb.pipeline import offline
+
+        calibration = offline.Calibration.from_dict(self.source.library_calibration["calibration"]) if (
+            self.source.library_calibration.get("calibration")
+        ) else None  # fmt: skip
+        threshold = calibration.threshold if calibration else offline.DEFAULT_THRESHOLD
+        candidates = library_candidates(self.source, vector, model=self.embedder.model)
+        if not candidates:
+            return [], threshold
+        results = offline.match(
+            question, candidates, lookup=self.lookup_value, catalog=self._catalog, calibration=calibration
+        )
+        return results, threshold
+
+    def lookup_value(self, table_column: str, text: str) -> list[tuple[str, float]]:
+        """Real values of one column like `text`, from the clinical database itself (read-only):
+        exact (case-insensitive) matches score 1.0, values containing the text by fuzzy ratio."""
+        return column_values_like(self.executor, table_column, text, dialect=self.source.dialect)
+
     def table_context(self, tables: list[str]) -> list[TableContext]:
         key = tuple(tables)
         if key not in self._contexts:  # the gate and the prompt ask for the same tables
@@ -291,3 +312,67 @@ class DjangoRecorder:
 
     def cancelled(self) -> bool:
         return Run.objects.filter(pk=self.run.pk, status=Run.Status.CANCELLED).exists()
+
+
+def library_candidates(source: ClinicalSource, vector: list[float], *, model: str, k: int = 8) -> list:
+    """The k closest verified examples with a usable template (stale templates are rebuilt)."""
+    from askdb.adapters.catalog_search import examples_nearest
+    from askdb.models import Example
+    from askdb.pipeline.offline import TemplateCandidate
+    from askdb.pipeline.templates import Template, template_is_current
+    from askdb.services import example_template
+
+    nearest = examples_nearest(source_id=source.pk, vector=vector, model=model, k=k)
+    found = Example.objects.in_bulk([i for i, _ in nearest])
+    out = []
+    for example_id, score in nearest:
+        example = found.get(example_id)
+        if example is None:
+            continue
+        if not template_is_current(example.template):
+            example.template = example_template(example)
+            Example.objects.filter(pk=example.pk).update(template=example.template)
+        if not example.template:
+            continue
+        template = Template.from_dict(example.template)
+        if template.usable:
+            out.append(TemplateCandidate(example_id, template, score, example.question))
+    return out
+
+
+def column_values_like(executor, table_column: str, text: str, *, dialect: str, limit: int = 5):
+    """(value, score) of one column's values equal to or containing `text`, most frequent first."""
+    import sqlglot
+    from rapidfuzz import fuzz
+    from sqlglot import exp
+
+    from askdb.adapters.clinical import ExecutionError
+
+    table, _, column = table_column.rpartition(".")
+    text = text.strip()
+    if not table or not column or not text:
+        return []
+    col = exp.cast(exp.column(column, quoted=True), "text")
+    pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    query = (
+        sqlglot.select(col.as_("v"), exp.Count(this=exp.Star()).as_("n"))
+        .from_(exp.to_table(table))
+        .where(exp.ILike(this=col.copy(), expression=exp.Literal.string(pattern)))
+        .group_by(col.copy())
+        .order_by("n DESC")
+        .limit(200)
+    )
+    try:
+        result = executor.execute(query.sql(dialect=dialect), timeout_s=5, row_cap=200)
+    except ExecutionError:
+        return []
+    wanted = text.lower()
+    scored = []
+    for value, _ in result.rows:
+        if value is None:
+            continue
+        value = str(value)
+        score = 1.0 if value.lower() == wanted else round(fuzz.ratio(wanted, value.lower()) / 100 * 0.95, 4)
+        scored.append((value, score))
+    scored.sort(key=lambda p: -p[1])
+    return scored[:limit]

@@ -251,6 +251,9 @@ def run_execute(*, run_id: int, worker: str = ""):
         "model": chat.model if chat is not None else "",
         "confidence": outcome.confidence,
         "candidates": outcome.candidates,
+        "answered_by": outcome.answered_by,
+        "example_id": outcome.example_id,
+        "library_match": outcome.library_match,
         "catalog_version": catalog_version(source),
     }
     if outcome.result is not None:
@@ -853,3 +856,107 @@ def run_pick_candidate(*, run, user, group: int):
         audit_record(action="run.candidate_picked", actor=user, target=run, message=f"group {group}",
                      detail={"sql": run.sql[:4000]})  # fmt: skip
     return run
+
+
+def library_calibrate(
+    *, source, items: list[dict] | None = None, min_precision: float = 0.95, progress=None
+) -> dict:
+    """Fit the offline matcher's confidence and choose its answering threshold on held-out questions.
+
+    `items` are labelled questions ({"question", "sql"}) that are not in the library. Without them,
+    leave-one-out over the library: each verified example is asked of the library without it, and
+    a match counts as correct when its bound SQL returns the example's own result. The threshold
+    is the lowest at which precision stays at or above `min_precision` (an abstention is cheap, a
+    wrong answer is not).
+    """
+    from django.utils import timezone
+
+    from askdb.adapters.clinical import ExecutionError
+    from askdb.models import Example
+    from askdb.pipeline import offline
+    from askdb.pipeline.compare import results_match
+    from askdb.providers.embeddings import get_embedder
+    from askdb.runner import column_values_like, library_candidates
+    from metadata_admin.services import source_catalog_schema, source_executor
+
+    executor, catalog, embedder = source_executor(source), source_catalog_schema(source), get_embedder()
+    timeout = 10
+
+    def rows(sql: str):
+        return executor.execute(sql, timeout_s=timeout, row_cap=1000).rows
+
+    def lookup(table_column: str, text: str):
+        return column_values_like(executor, table_column, text, dialect=source.dialect)
+
+    held_out = [(None, str(i["question"]), str(i.get("sql") or "")) for i in (items or []) if i.get("sql")]
+    if not items:
+        held_out = [
+            (e.pk, e.question, e.sql)
+            for e in Example.objects.filter(source=source, kind="answerable", status="active").order_by("pk")
+        ]
+    vectors = embedder.embed([q for _, q, _ in held_out]) if held_out else []
+    samples: list[tuple[dict, bool]] = []
+    for n, ((own_id, question, gold), vector) in enumerate(zip(held_out, vectors, strict=True), start=1):
+        candidates = [
+            c for c in library_candidates(source, vector, model=embedder.model) if c.example_id != own_id
+        ]
+        results = offline.match(question, candidates, lookup=lookup, catalog=catalog)
+        if results and results[0].hard_ok and results[0].sql:
+            try:
+                correct = results_match(rows(results[0].sql), rows(gold))
+            except ExecutionError:
+                correct = False
+            samples.append((results[0].features, correct))
+        if progress:
+            progress(n)
+    calibration = offline.fit_calibration(samples)
+    scored = [(calibration.predict(f), ok) for f, ok in samples]
+    threshold = offline.choose_threshold(scored, min_precision=min_precision)
+    calibration = offline.Calibration(
+        calibration.weights, calibration.intercept, threshold, calibration.samples
+    )
+    answered = [(c, ok) for c, ok in scored if c >= threshold]
+    report = {
+        "calibration": calibration.to_dict(),
+        "held_out": len(held_out), "matched": len(samples), "correct_matches": sum(ok for _, ok in samples),
+        "threshold": threshold, "answered": len(answered),
+        "precision": round(sum(ok for _, ok in answered) / len(answered), 4) if answered else None,
+        "mode": "file" if items else "leave-one-out", "at": timezone.now().isoformat(),
+    }  # fmt: skip
+    source.library_calibration = report
+    source.save(update_fields=["library_calibration"])
+    audit_record(action="library.calibrated", target=source,
+                 message=f"threshold {threshold:.3f} from {len(samples)} matches", detail=report)  # fmt: skip
+    return report
+
+
+def library_seed_demo(*, source, path, approved_by=None) -> str:
+    """Seed an empty library with our benchmark's train split, then calibrate the matcher on it.
+
+    Only for the demo: a fresh demo with no LLM then answers the common questions the library
+    covers and politely declines the rest. A library that holds anything is left alone.
+    """
+    import json
+    from pathlib import Path
+
+    from askdb.models import Example
+
+    if Example.objects.filter(source=source).exists():
+        return f"library already holds {Example.objects.filter(source=source).count()} examples"
+    path = Path(path)
+    if not path.is_file():
+        return f"no seed file at {path}; the library starts empty"
+    items = [
+        {"id": i.get("id"), "question": i["question"], "sql": i.get("sql") or ""}
+        for i in json.loads(path.read_text())
+    ]
+    # Validation only: the synthetic demo data has other patients than the release the SQL was
+    # checked on, and pairs that read tables this source lacks fail validation and are reported.
+    report = examples_import(
+        source=source, items=items, approved_by=approved_by, execute=False, origin="demo"
+    )
+    calibration = library_calibrate(source=source)
+    return (
+        f"{report.summary()} from {path.name}; offline answering threshold {calibration['threshold']:.2f} "
+        f"({calibration['matched']} leave-one-out matches)"
+    )

@@ -1,4 +1,10 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from evaluation import views
 
 app_name = "evaluation"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.evaluation_list, name="list"),
+    path("<int:evaluation_id>/", views.evaluation_detail, name="detail"),
+    path("<int:evaluation_id>/report.html", views.evaluation_report, name="report"),
+]

@@ -40,6 +40,8 @@ class ClinicalSource(models.Model):
     confidence_threshold = models.FloatField(
         null=True, blank=True, help_text="share of candidates that must agree for one answer to be shown"
     )
+    # The offline matcher's calibration (weights, threshold) fitted on held-out library questions.
+    library_calibration = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

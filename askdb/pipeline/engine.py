@@ -14,22 +14,25 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from askdb.pipeline import prompts
+from askdb.pipeline import offline, prompts
 from askdb.pipeline.candidates import Candidate, choose_candidate, group_candidates
+from askdb.pipeline.compare import results_match
 from askdb.pipeline.extraction import (
     JsonExtractionError,
     SqlExtractionError,
     extract_json_object,
     extract_sql,
 )
+from askdb.pipeline.offline import MatchResult
 from askdb.pipeline.results import is_aggregate_query, result_preview
 from askdb.pipeline.retrieval import LinkedValue, RankedTable
 from askdb.pipeline.types import CatalogSchema, ChatModel, ChatResult, ExampleContext, LLMError, TableContext
 from askdb.pipeline.validation import SqlValidationError, validate_sql
 
 NO_LLM_MESSAGE = (
-    "No LLM is configured, so askdb cannot write SQL for this question. The tables and values it found are "
-    "shown below. An admin can enable answering by setting LLM_BASE_URL, LLM_MODEL and LLM_API_KEY."
+    "No reviewer-verified example matches this question closely enough, and no LLM is configured to write "
+    "new SQL, so askdb will not guess. The tables and values it found are shown below. Try wording it like "
+    "a question from the example library, or an admin can enable an LLM (LLM_BASE_URL, LLM_MODEL, LLM_API_KEY)."
 )
 
 
@@ -79,6 +82,7 @@ class Ports(Protocol):
     def retrieve(
         self, question: str, vector: list[float], k: int, examples: list[ExampleContext]
     ) -> RetrievalView: ...
+    def library_match(self, question: str, vector: list[float]) -> tuple[list[MatchResult], float]: ...
     def table_context(self, tables: list[str]) -> list[TableContext]: ...
     def catalog(self) -> CatalogSchema: ...
     def explain(self, sql: str) -> None: ...  # raises ExecutionFailure
@@ -114,6 +118,9 @@ class Outcome:
     gate_reason: str = ""
     confidence: float | None = None  # share of sampled candidates agreeing with the answer
     candidates: dict = field(default_factory=dict)  # the grouped candidates (candidates.to_json())
+    answered_by: str = ""  # "llm" | "library" (a verified example's template, values rebound)
+    example_id: int | None = None  # the verified example a library answer came from
+    library_match: dict = field(default_factory=dict)  # the best template match, answered or not
 
 
 class Cancelled(Exception):
@@ -149,6 +156,14 @@ class Pipeline:
 
     # -- the run ---------------------------------------------------------------------------
     def run(self, request: PipelineRequest) -> Outcome:
+        self._match_info: dict = {}
+        outcome = self._run_guarded(request)
+        outcome.library_match = outcome.library_match or self._match_info  # kept even when it did not answer
+        if outcome.sql and not outcome.answered_by:
+            outcome.answered_by = "llm"
+        return outcome
+
+    def _run_guarded(self, request: PipelineRequest) -> Outcome:
         try:
             return self._run(request)
         except Cancelled:
@@ -175,6 +190,14 @@ class Pipeline:
                 best_doc_score=round(view.best_doc_score, 4),
             )
         table_names = [t.qualified for t in view.tables]
+
+        with self._stage("match") as st:
+            library, match_info = self._library_match(req, vector, st)
+            self._match_info = match_info
+        if library is not None:  # a verified example, values rebound: no gate, no generation, no sampling
+            sql, result, best = library
+            return self._answered(req, sql, result, ("", ""), answered_by="library", example_id=best.example_id,
+                                  library_match=match_info)  # fmt: skip
 
         with self._stage("gate") as st:
             if view.best_doc_score < cfg.similarity_floor:
@@ -231,6 +254,54 @@ class Pipeline:
             st.note(rows=result.row_count, truncated=result.truncated, ms=round(result.elapsed_ms, 1))
         return self._answered(req, sql, result, gate)
 
+    def _library_match(self, req: PipelineRequest, vector: list[float], st: StageHandle):
+        """Answer from a verified example when a template matches with enough confidence.
+
+        Precision first: the best match must clear the calibrated threshold, its SQL must run, and
+        every other confident template that binds to different SQL must return the same result;
+        otherwise the question goes on to the LLM (or, without one, is declined).
+        """
+        results, threshold = self.ports.library_match(req.question, vector)
+        if not results:
+            st.note(matched=False, reason="no verified example with a template is close to this question")
+            st.finish("skipped")
+            return None, {}
+        top = results[0]
+        info = {
+            "example_id": top.example_id, "example_question": top.example_question,
+            "confidence": round(top.confidence, 4), "threshold": threshold, "sql": top.sql or "",
+            "bindings": [
+                {"slot": b.slot, "type": b.type, "old": b.old, "new": b.new, "value": b.value,
+                 "score": round(b.score, 4), "fuzzy": b.fuzzy, "column": b.column}
+                for b in top.bindings
+            ],
+            "reasons": list(top.reasons), "answered": False,
+        }  # fmt: skip
+        best, competitors = offline.decide(results, threshold)
+        st.note(example=top.example_id, confidence=info["confidence"], threshold=threshold,
+                reasons=info["reasons"][:3], competitors=len(competitors))  # fmt: skip
+        if best is None:
+            return None, info
+        try:
+            result = self.ports.execute(best.sql)
+            for other in competitors:  # two confident readings must agree, or neither is trusted
+                if not results_match(result.rows, self.ports.execute(other.sql).rows):
+                    st.note(disagreement=f"example {other.example_id} gives a different result")
+                    return None, info | {"reasons": [*info["reasons"], "confident templates disagree"]}
+        except ExecutionFailure as exc:
+            st.note(error=exc.message)
+            return None, info | {"reasons": [*info["reasons"], f"the bound SQL failed: {exc.message}"]}
+        st.note(answered=True, rows=result.row_count)
+        info.update(answered=True, example_id=best.example_id, example_question=best.example_question,
+                    confidence=round(best.confidence, 4), sql=best.sql)  # fmt: skip
+        if best is not top:
+            info["bindings"] = [
+                {"slot": b.slot, "type": b.type, "old": b.old, "new": b.new, "value": b.value,
+                 "score": round(b.score, 4), "fuzzy": b.fuzzy, "column": b.column}
+                for b in best.bindings
+            ]  # fmt: skip
+        return (best.sql, result, best), info
+
     def _answered(self, req: PipelineRequest, sql: str, result, gate: tuple[str, str], **extra) -> Outcome:
         cfg = self.config
         outcome = Outcome("succeeded", "answered" if result.row_count else "no_rows", sql=sql, result=result,
@@ -238,7 +309,7 @@ class Pipeline:
         if not result.row_count:
             outcome.message = "The query ran and returned no rows: nothing in the data matches."
         with self._stage("summarize") as st:
-            if not cfg.summarize:
+            if not cfg.summarize or self.ports.chat is None:
                 st.finish("skipped")
                 return outcome
             try:

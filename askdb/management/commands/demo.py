@@ -147,6 +147,7 @@ class Command(BaseCommand):
         self._load_demo_data(t0)
         users = demo_users_ensure()
         self._step("demo users ready", t0)
+        self._seed_library(t0)
 
         manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
         logs = settings.ASKDB_HOME / "log"
@@ -187,6 +188,20 @@ class Command(BaseCommand):
                 return False
             time.sleep(0.5)
         return True
+
+    def _seed_library(self, t0: float) -> None:
+        from django.contrib.auth import get_user_model
+
+        from askdb.services import library_seed_demo
+        from metadata_admin.services import source_get
+
+        path = (
+            os.environ.get("ASKDB_DEMO_LIBRARY")
+            or Path(settings.BASE_DIR) / "benchmarks/data/mimiciv/train.json"
+        )
+        reviewer = get_user_model().objects.filter(username="reviewer").first()
+        summary = library_seed_demo(source=source_get(None), path=path, approved_by=reviewer)
+        self._step(f"example library ready ({summary})", t0)
 
     def _load_demo_data(self, t0: float) -> None:
         from metadata_admin.services import clinical_demo_ensure

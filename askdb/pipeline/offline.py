@@ -1,0 +1,710 @@
+"""Answer without an LLM: match a question to approved templates, bind its values, score the match.
+
+Design, in three decisions:
+- Templates (askdb.pipeline.templates) turn an approved example into SQL with typed slots. A new
+  question that is the example with other values reuses reviewer-approved SQL: reproducible, free,
+  milliseconds. Named values are linked to real database values through a caller-supplied lookup
+  (the value index), so "fenofibrate" binds only if the prescriptions table has it.
+- Hard rules before any score. An embedding barely moves between "first" and "last", "in 2150" and
+  "since 2150", "average" and "count", yet the answer changes completely, and a wrong answer is far
+  worse than an abstention. So any of these forces confidence 0: an operator differs
+  (templates.question_operators), a slot cannot be bound, the question holds a value the template
+  cannot place, a named value has no database match good enough, an anchor word of the example is
+  missing, the bound SQL does not validate.
+- A calibrated confidence for what is left. A small logistic model over match features (embedding
+  similarity, masked-text similarity, word overlap, extra/missing content words, fuzziness of value
+  links) with hand-set default coefficients; `fit_calibration` refits it on held-out library
+  questions (leave-one-out over approved examples and their paraphrases) and `choose_threshold` picks
+  the lowest threshold whose precision stays at the target above it. Below the threshold: abstain.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import sqlglot
+from rapidfuzz import fuzz
+from sqlglot import exp
+
+from askdb.pipeline.templates import (
+    FUNCTION_WORDS,
+    NEUTRAL_WORDS,
+    VALUE,
+    BindError,
+    Slot,
+    Span,
+    Template,
+    Token,
+    apply_case,
+    bind_sql,
+    content_words,
+    extract_typed_spans,
+    question_operators,
+    stem,
+    tokenize,
+)
+from askdb.pipeline.types import CatalogSchema
+from askdb.pipeline.validation import SqlValidationError, validate_sql
+
+__all__ = [
+    "DEFAULT_CALIBRATION",
+    "DEFAULT_THRESHOLD",
+    "MIN_VALUE_SCORE",
+    "Binding",
+    "Calibration",
+    "MatchResult",
+    "TemplateCandidate",
+    "ValueLookup",
+    "choose_threshold",
+    "decide",
+    "extract_values",
+    "fit_calibration",
+    "mask_question",
+    "match",
+    "question_operators",
+]
+
+MIN_VALUE_SCORE = 0.7  # a named value linked below this score is no match at all
+DEFAULT_THRESHOLD = 0.8  # answer at or above this confidence until a threshold is chosen on held-out data
+MAX_CONFIDENCE = 0.9999  # a threshold of 1.0 therefore means "never answer"
+_TEXT = "text"
+
+
+class ValueLookup(Protocol):
+    """Real database values of `table_column` ("mimiciv_hosp.prescriptions.drug") like `text`, best first.
+
+    Scores are 0..1; an exact (case-insensitive) match should score 1.0 and a value that merely
+    contains the text less. The caller implements it over the value index or the clinical database.
+    """
+
+    def __call__(self, table_column: str, text: str) -> list[tuple[str, float]]: ...
+
+
+@dataclass(frozen=True)
+class TemplateCandidate:
+    example_id: int | None
+    template: Template
+    similarity: float | None = None  # embedding cosine similarity of the questions, from the caller
+    question: str = ""  # the example's question (defaults to the template's)
+
+
+@dataclass(frozen=True)
+class Binding:
+    slot: str
+    type: str
+    old: str  # the example's text for the slot
+    new: str  # the new question's text for it
+    value: str  # what is bound: the database value for names, the normalised id/number/year/date
+    score: float = 1.0  # how well `new` matched a database value (1.0 for typed values)
+    fuzzy: bool = False  # the database value is not the question's text: show it to the user
+    column: str = ""
+
+
+@dataclass(frozen=True)
+class MatchResult:
+    example_id: int | None
+    example_question: str
+    sql: str | None  # the bound SQL, None when it could not be bound
+    bindings: tuple[Binding, ...]
+    features: dict[str, float]
+    confidence: float
+    reasons: tuple[str, ...] = ()  # why the confidence was forced to 0 (hard rules), for UI and audit
+    masked_question: str = ""  # the new question with its bound spans masked
+
+    @property
+    def hard_ok(self) -> bool:
+        return bool(self.features.get("hard_ok"))
+
+    def answers(self, threshold: float) -> bool:
+        return self.hard_ok and self.sql is not None and self.confidence >= threshold
+
+
+# --- values in a new question --------------------------------------------------------------------
+
+
+def extract_values(question: str, template: Template | None = None) -> list[Span]:
+    """Typed value spans of a question (ids, numbers, years, dates, genders, quoted names), in order.
+
+    With a template, also the runs of content words that are not the template's fixed words
+    (type "text"): the candidates for its named-value slots.
+    """
+    spans = extract_typed_spans(question)
+    quoted = _quoted(question, spans)
+    spans += quoted
+    if template is not None:
+        spans += _leftover_runs(question, tokenize(question), spans, template)
+    return sorted(spans, key=lambda s: (s.start, s.end))
+
+
+def mask_question(question: str) -> str:
+    """The question with ids, numbers, years, dates and genders replaced by `{type}`.
+
+    Embedding masked questions keeps "patient 10004235" and "patient 10006580" equally close to an
+    example, which is what template retrieval wants.
+    """
+    out, cursor = [], 0
+    for span in extract_typed_spans(question):
+        out.append(question[cursor : span.start])
+        out.append(f"{{{span.type}}}")
+        cursor = span.end
+    out.append(question[cursor:])
+    return "".join(out)
+
+
+def _quoted(question: str, typed: list[Span]) -> list[Span]:
+    out = []
+    for m in re.finditer(r"(?<![A-Za-z0-9])(['\"])([^'\"]{2,120})\1(?![A-Za-z0-9])", question):
+        start, end = m.start(2), m.end(2)
+        if not any(s.start < end and start < s.end for s in typed):
+            out.append(Span(_TEXT, m.group(2), start, end, m.group(2)))
+    return out
+
+
+def _token_status(token: Token, fixed: set[str]) -> str:
+    if token.lower in NEUTRAL_WORDS:
+        return "neutral"
+    s = stem(token.text)
+    if s in fixed or (len(s) >= 5 and any(fuzz.ratio(s, f) >= 90 for f in fixed if len(f) >= 5)):
+        return "fixed"
+    return "content"
+
+
+def _leftover_runs(question: str, tokens: list[Token], spans: list[Span], template: Template) -> list[Span]:
+    """Runs of content words that are neither the template's fixed words nor typed values."""
+    fixed = set(content_words(template.masked_question))
+    taken = [(s.start, s.end) for s in spans]
+    runs: list[list[Token]] = [[]]
+    for token in tokens:
+        inside = any(a <= token.start and token.end <= b for a, b in taken)
+        status = "typed" if inside else _token_status(token, fixed)
+        current = runs[-1]
+        gap = question[current[-1].end : token.start] if current else ""
+        if status == "content" and not re.search(r"[,;?!()]", gap):
+            current.append(token)
+        elif status == "content":
+            runs.append([token])
+        elif (
+            status == "neutral"
+            and token.lower in FUNCTION_WORDS
+            and current
+            and not re.search(r"[,;?!()]", gap)
+        ):
+            current.append(token)  # may join "disorders of lipoid metabolism"; trimmed below
+        else:
+            runs.append([])
+    out = []
+    for run in runs:
+        while run and run[-1].lower in NEUTRAL_WORDS:
+            run.pop()
+        if run:
+            text = question[run[0].start : run[-1].end]
+            out.append(Span(_TEXT, text, run[0].start, run[-1].end, text))
+    return out
+
+
+# --- matching ------------------------------------------------------------------------------------
+
+
+def match(
+    question: str,
+    candidates: Sequence[TemplateCandidate],
+    *,
+    lookup: ValueLookup,
+    catalog: CatalogSchema | None = None,
+    calibration: Calibration | None = None,
+    min_value_score: float = MIN_VALUE_SCORE,
+) -> list[MatchResult]:
+    """Every candidate scored for `question`, best first (clean bindings before the rest).
+
+    The caller shortlists candidates (embedding search over example questions or `mask_question`
+    texts) and executes the winner read-only. With a `catalog`, bound SQL is also validated.
+    """
+    calibration = calibration or DEFAULT_CALIBRATION
+    ops = question_operators(question)
+    typed = extract_typed_spans(question)
+    quoted = _quoted(question, typed)
+    cache: dict[tuple[str, str], list[tuple[str, float]]] = {}
+
+    def cached_lookup(column: str, text: str) -> list[tuple[str, float]]:
+        key = (column, text.lower())
+        if key not in cache:
+            cache[key] = list(lookup(column, text) or [])
+        return cache[key]
+
+    results = [
+        _match_one(question, ops, typed, quoted, c, cached_lookup, catalog, calibration, min_value_score)
+        for c in candidates
+    ]
+    results.sort(
+        key=lambda r: (
+            -int(r.hard_ok),
+            -int(bool(r.features.get("all_slots_bound"))),
+            -r.confidence,
+            -r.features.get("similarity", 0.0),
+        )
+    )
+    return results
+
+
+def decide(results: Sequence[MatchResult], threshold: float) -> tuple[MatchResult | None, list[MatchResult]]:
+    """The result to answer with (or None to abstain) and the other confident results.
+
+    Two confident templates that bind to different SQL may still mean the same thing; the caller can
+    execute the competitors and compare results (askdb.pipeline.compare.results_match) and abstain
+    when they disagree.
+    """
+    confident = [r for r in results if r.answers(threshold)]
+    if not confident:
+        return None, []
+    best = confident[0]
+    return best, [r for r in confident[1:] if r.sql != best.sql]
+
+
+@dataclass
+class _Work:
+    reasons: list[str] = field(default_factory=list)
+    bindings: dict[str, Binding] = field(default_factory=dict)
+    placed: dict[str, Span] = field(default_factory=dict)  # slot name -> the new question's span
+    unplaced: list[Span] = field(default_factory=list)
+
+
+def _match_one(
+    question: str,
+    ops: dict[str, Any],
+    typed: list[Span],
+    quoted: list[Span],
+    candidate: TemplateCandidate,
+    lookup: ValueLookup,
+    catalog: CatalogSchema | None,
+    calibration: Calibration,
+    min_value_score: float,
+) -> MatchResult:
+    template = candidate.template
+    work = _Work()
+    example_question = candidate.question or template.question
+    if not template.usable:
+        work.reasons.append(f"the example cannot be used as a template: {template.error or 'no SQL'}")
+        return _result(candidate, example_question, None, work, {}, 0.0, question)
+    for key in sorted(set(ops) | set(template.operators)):
+        if ops.get(key) != template.operators.get(key):
+            work.reasons.append(
+                f"{key} differs: the question says {ops.get(key)!r}, the example {template.operators.get(key)!r}"
+            )
+    if work.reasons:  # no lookups for a template that cannot apply
+        return _result(candidate, example_question, None, work, {"operators_agree": 0.0}, 0.0, question)
+    lowered = question.lower()
+    for anchor in template.anchors:
+        if not _contains_words(lowered, anchor.lower()):
+            work.reasons.append(f"the example is about {anchor!r}, which the question does not mention")
+    free = list(typed)
+    for fixed in template.fixed_values:
+        hit = next((s for s in free if s.text == fixed), None)
+        if hit is None:
+            work.reasons.append(f"the example's {fixed!r} is fixed in its SQL and missing here")
+        else:
+            free.remove(hit)
+    _assign_typed(template, question, free, work)
+    runs = _leftover_runs(question, tokenize(question), typed + quoted, template)
+    _assign_values(template, quoted + runs, lookup, min_value_score, work)
+    sql = None
+    if not work.reasons:
+        sql = _bind_and_check(template, work, catalog)
+    features = _features(question, candidate, template, work, runs, quoted)
+    confidence = 0.0 if work.reasons else calibration.predict(features)
+    return _result(candidate, example_question, sql, work, features, confidence, question)
+
+
+def _result(candidate, example_question, sql, work, features, confidence, question) -> MatchResult:
+    hard_ok = not work.reasons
+    features = {"hard_ok": float(hard_ok), **features}
+    bindings = tuple(work.bindings[s.name] for s in candidate.template.slots if s.name in work.bindings)
+    return MatchResult(
+        example_id=candidate.example_id,
+        example_question=example_question,
+        sql=sql if hard_ok else None,
+        bindings=bindings,
+        features=features,
+        confidence=round(confidence, 4) if hard_ok else 0.0,
+        reasons=tuple(work.reasons),
+        masked_question=_masked(question, candidate.template, work),
+    )
+
+
+def _contains_words(text: str, words: str) -> bool:
+    pattern = r"(?<![a-z0-9])" + re.escape(words.strip()).replace(r"\ ", r"\s+") + r"(?![a-z0-9])"
+    return re.search(pattern, text) is not None
+
+
+def _assign_typed(template: Template, question: str, spans: list[Span], work: _Work) -> None:
+    """Ids, numbers, years, dates and genders to slots of the same type, in order (checked by context)."""
+    for slot_type in sorted({s.type for s in spans} | {s.type for s in template.slots if s.type != VALUE}):
+        slots = [s for s in template.slots if s.type == slot_type]
+        found = [s for s in spans if s.type == slot_type]
+        if len(found) > len(slots):
+            extra = found[len(slots) :] if slots else found
+            work.unplaced += extra
+            work.reasons.append(
+                f"the question has {_describe(slot_type, len(found))} but the example has "
+                f"{len(slots) or 'no'} place for {'it' if len(found) == 1 else 'them'}"
+            )
+            continue
+        if len(found) < len(slots):
+            missing = ", ".join(s.name for s in slots[len(found) :])
+            work.reasons.append(f"the question gives no value for {missing}")
+            continue
+        order = _ordering(template, question, slots, found)
+        if order is None:
+            work.reasons.append(f"cannot tell which {slot_type} value goes where")
+            continue
+        for slot, span in zip(slots, order, strict=True):
+            work.bindings[slot.name] = Binding(
+                slot.name, slot.type, slot.text, span.text, span.value, 1.0, False, slot.column
+            )
+            work.placed[slot.name] = span
+
+
+def _describe(slot_type: str, n: int) -> str:
+    name = slot_type.replace("_", " ")
+    return f"{n} {name}{'s' if n > 1 else ''}" if n > 1 else f"a {name}"
+
+
+def _ordering(template: Template, question: str, slots: list[Slot], spans: list[Span]) -> list[Span] | None:
+    """Spans in slot order. Several slots of one type must agree with the words before each value."""
+    if len(slots) == 1:
+        return spans
+
+    def before(text: str, start: int) -> str:
+        words = [t.lower for t in tokenize(text[:start]) if t.lower not in ("the", "a", "an")]
+        return words[-1] if words else ""
+
+    wanted = [before(template.question, s.start) for s in slots]
+    for perm in itertools.permutations(spans):
+        if [before(question, s.start) for s in perm] == wanted:
+            return list(perm)
+    return None
+
+
+def _assign_values(
+    template: Template, runs: list[Span], lookup: ValueLookup, min_value_score: float, work: _Work
+) -> None:
+    """Named-value slots to runs of the question, each linked to a real database value."""
+    free = list(runs)
+    for slot in (s for s in template.slots if s.type == VALUE):
+        best: tuple[float, Span, str, str] | None = None  # score, span used, db value, bound value
+        closest: tuple[float, str, str] | None = None
+        for run in free:
+            for piece in _pieces(run):
+                linked = _link(slot, piece.text, lookup)
+                if linked is None:
+                    continue
+                score, db_value, bound = linked
+                if closest is None or score > closest[0]:
+                    closest = (score, piece.text, db_value)
+                if score >= min_value_score and (best is None or score > best[0]):
+                    best = (score, piece, db_value, bound)
+            if best is not None and best[0] >= 0.999:
+                break
+        if best is None:
+            if closest is not None:
+                work.reasons.append(
+                    f"no {slot.column} value matches {closest[1]!r} well enough "
+                    f"(closest {closest[2]!r}, {closest[0]:.2f} < {min_value_score})"
+                )
+            elif free:
+                texts = ", ".join(repr(r.text) for r in free)
+                work.reasons.append(f"no {slot.column} value matches {texts}")
+            else:
+                work.reasons.append(f"the question names no {slot.column.rsplit('.', 1)[-1]} for {slot.name}")
+            continue
+        score, piece, db_value, bound = best
+        fuzzy = _norm(db_value) != _norm(piece.text)
+        work.bindings[slot.name] = Binding(
+            slot.name, VALUE, slot.text, piece.text, bound, round(score, 4), fuzzy, slot.column
+        )
+        work.placed[slot.name] = piece
+        run = next(r for r in free if r.start <= piece.start and piece.end <= r.end)
+        free.remove(run)
+        # What is left of the run around the value stays a candidate for the next slot (or is extra).
+        for start, end in ((run.start, piece.start), (piece.end, run.end)):
+            rest = run.text[start - run.start : end - run.start].strip(" ,")
+            if re.search(r"[A-Za-z]", rest):
+                offset = run.text.index(rest, start - run.start) + run.start
+                free.append(Span(_TEXT, rest, offset, offset + len(rest), rest))
+
+
+def _pieces(run: Span) -> list[Span]:
+    """The run itself, then its sub-runs of content words, longest first (at most 10)."""
+    tokens = [t for t in tokenize(run.text)]
+    out = [run]
+    for n in range(len(tokens) - 1, 0, -1):
+        for i in range(len(tokens) - n + 1):
+            window = tokens[i : i + n]
+            if window[0].lower in NEUTRAL_WORDS or window[-1].lower in NEUTRAL_WORDS:
+                continue
+            text = run.text[window[0].start : window[-1].end]
+            out.append(Span(_TEXT, text, run.start + window[0].start, run.start + window[-1].end, text))
+    return out[:10]
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"[^a-z0-9%]+", " ", text.lower()).strip()
+
+
+def _link(slot: Slot, text: str, lookup: ValueLookup) -> tuple[float, str, str] | None:
+    """(score, database value, value to bind) for `text` in the slot's column, or None."""
+    if _norm(text) in (_norm(slot.text), _norm(slot.value)):
+        return 1.0, slot.value, slot.value  # the example's own value: approved as it stands
+    candidates = [(v, float(s)) for v, s in lookup(slot.column, text) if isinstance(v, str) and v.strip()]
+    if not candidates:
+        return None
+    exact = [(v, s) for v, s in candidates if _norm(v) == _norm(text)]
+    db_value, score = exact[0] if exact else max(candidates, key=lambda c: c[1])
+    score = max(0.0, min(1.0, score))
+    bound = db_value
+    if slot.uses and all(u.like for u in slot.uses) and _norm(text) in _norm(db_value):
+        # A LIKE pattern was written from the question's words ('%fentanyl%'): keep that breadth.
+        bound = apply_case(text.strip(), slot.uses[0].case)
+    return score, db_value, bound
+
+
+def _bind_and_check(template: Template, work: _Work, catalog: CatalogSchema | None) -> str | None:
+    values = {name: b.value for name, b in work.bindings.items()}
+    try:
+        sql = bind_sql(template, values)
+    except BindError as error:
+        work.reasons.append(f"the values could not be bound: {error}")
+        return None
+    try:
+        statements = [s for s in sqlglot.parse(sql, dialect=template.dialect) if s is not None]
+    except Exception as error:  # fail closed: a bound SQL sqlglot cannot read is not run
+        work.reasons.append(f"the bound SQL does not parse: {error}")
+        return None
+    if len(statements) != 1 or not isinstance(statements[0], exp.Query):
+        work.reasons.append("the bound SQL is not a single query")
+        return None
+    if catalog is not None:
+        try:
+            sql = validate_sql(sql, catalog).sql
+        except SqlValidationError as error:
+            work.reasons.append(f"the bound SQL is invalid: {error.message}")
+            return None
+    return sql
+
+
+def _masked(question: str, template: Template, work: _Work) -> str:
+    slot_of = {s.name: s for s in template.slots}
+    by_span = {
+        (p.start, p.end): slot_of[name].placeholder for name, p in work.placed.items() if name in slot_of
+    }
+    out, cursor = [], 0
+    for (start, end), placeholder in sorted(by_span.items()):
+        if start < cursor:
+            continue
+        out.append(question[cursor:start])
+        out.append(placeholder)
+        cursor = end
+    out.append(question[cursor:])
+    return "".join(out)
+
+
+def _features(
+    question: str,
+    candidate: TemplateCandidate,
+    template: Template,
+    work: _Work,
+    runs: list[Span],
+    quoted: list[Span],
+) -> dict[str, float]:
+    masked = _masked(question, template, work)
+    masked_similarity = fuzz.token_sort_ratio(_plain(masked), _plain(template.masked_question)) / 100
+    new_words = set(content_words(masked))
+    old_words = set(content_words(template.masked_question))
+    union = new_words | old_words
+    overlap = len(new_words & old_words) / len(union) if union else 1.0
+    placed_words = sum(len(content_words(p.text)) for p in work.placed.values() if p.type == _TEXT)
+    leftover = sum(len(content_words(r.text)) for r in runs) + sum(len(content_words(q.text)) for q in quoted)
+    extra = max(0, leftover - placed_words)
+    missing = sum(1 for w in old_words if not any(_same_word(w, n) for n in new_words))
+    value_scores = [b.score for b in work.bindings.values() if b.type == VALUE]
+    similarity = candidate.similarity if candidate.similarity is not None else masked_similarity
+    slots_bound = all(s.name in work.bindings for s in template.slots)
+    return {
+        "similarity": round(float(similarity), 4),
+        "masked_similarity": round(masked_similarity, 4),
+        "lexical_overlap": round(overlap, 4),
+        "operators_agree": 1.0,
+        "all_slots_bound": float(slots_bound),
+        "unplaced_values": float(len(work.unplaced)),
+        "extra_words": float(extra),
+        "missing_words": float(missing),
+        "fuzzy_penalty": round(sum(1 - s for s in value_scores), 4),
+        "min_value_score": round(min(value_scores), 4) if value_scores else 1.0,
+        "slots": float(len(template.slots)),
+    }
+
+
+def _plain(text: str) -> str:
+    text = re.sub(r"\{([^}:]*)(?::[^}]*)?\}", lambda m: f" slot{m.group(1)} ", text.lower())
+    return " ".join(t.lower for t in tokenize(text) if t.lower not in FUNCTION_WORDS)
+
+
+def _same_word(a: str, b: str) -> bool:
+    return a == b or (min(len(a), len(b)) >= 5 and fuzz.ratio(a, b) >= 90)
+
+
+# --- confidence ----------------------------------------------------------------------------------
+
+MODEL_FEATURES = (
+    "similarity",
+    "masked_similarity",
+    "lexical_overlap",
+    "extra_words",
+    "missing_words",
+    "fuzzy_penalty",
+)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A logistic model over match features: confidence = sigmoid(intercept + Σ weight·feature).
+
+    Only matches that pass the hard rules are scored; the rest have confidence 0.
+    """
+
+    weights: dict[str, float]
+    intercept: float
+    threshold: float = DEFAULT_THRESHOLD
+    samples: int = 0  # how many held-out matches it was fitted on (0: hand-set defaults)
+
+    def predict(self, features: dict[str, float]) -> float:
+        z = self.intercept + sum(w * float(features.get(name, 0.0)) for name, w in self.weights.items())
+        return min(MAX_CONFIDENCE, _sigmoid(z))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "weights": dict(self.weights),
+            "intercept": self.intercept,
+            "threshold": self.threshold,
+            "samples": self.samples,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Calibration:
+        return cls(
+            weights={k: float(v) for k, v in data["weights"].items()},
+            intercept=float(data["intercept"]),
+            threshold=float(data.get("threshold", DEFAULT_THRESHOLD)),
+            samples=int(data.get("samples", 0)),
+        )
+
+
+# Hand-set so that an exact re-wording (masked similarity ≈ 1, full overlap) scores ≈ 0.99, one extra
+# or missing content word falls to about the default threshold, and two fall well below it.
+DEFAULT_CALIBRATION = Calibration(
+    weights={
+        "similarity": 3.0,
+        "masked_similarity": 8.0,
+        "lexical_overlap": 3.0,
+        "extra_words": -2.5,
+        "missing_words": -2.5,
+        "fuzzy_penalty": -6.0,
+    },
+    intercept=-9.0,
+)
+
+
+def _sigmoid(z: float) -> float:
+    if z >= 0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)
+
+
+def fit_calibration(
+    samples: Sequence[tuple[dict[str, float], bool]],
+    *,
+    features: Sequence[str] = MODEL_FEATURES,
+    l2: float = 1.0,
+    threshold: float = DEFAULT_THRESHOLD,
+) -> Calibration:
+    """Logistic regression (L2, Newton's method, numpy) on held-out matches: features -> was it right.
+
+    Samples that fail a hard rule are skipped (their confidence is 0 whatever the model says). With
+    fewer than two samples of each outcome there is nothing to learn and the defaults are returned.
+    """
+    usable = [(f, bool(ok)) for f, ok in samples if f.get("hard_ok", 1.0)]
+    positives = sum(ok for _, ok in usable)
+    if positives < 2 or len(usable) - positives < 2:
+        return Calibration(dict(DEFAULT_CALIBRATION.weights), DEFAULT_CALIBRATION.intercept, threshold, 0)
+    names = list(features)
+    x = np.array([[float(f.get(n, 0.0)) for n in names] for f, _ in usable])
+    y = np.array([1.0 if ok else 0.0 for _, ok in usable])
+    # Standardise so that one L2 strength suits features of different scales, then map back.
+    mean, std = x.mean(axis=0), x.std(axis=0)
+    std[std == 0] = 1.0
+    z = np.hstack([np.ones((len(x), 1)), (x - mean) / std])
+    beta = np.zeros(z.shape[1])
+    penalty = np.full(z.shape[1], l2)
+    penalty[0] = 0.0  # the intercept is not shrunk
+    for _ in range(100):
+        p = 1.0 / (1.0 + np.exp(-np.clip(z @ beta, -30, 30)))
+        gradient = z.T @ (p - y) + penalty * beta
+        hessian = (z * (p * (1 - p))[:, None]).T @ z + np.diag(penalty) + 1e-9 * np.eye(z.shape[1])
+        step = np.linalg.solve(hessian, gradient)
+        beta -= step
+        if np.max(np.abs(step)) < 1e-8:
+            break
+    weights = beta[1:] / std
+    intercept = beta[0] - float(np.sum(beta[1:] * mean / std))
+    return Calibration(
+        {n: round(float(w), 6) for n, w in zip(names, weights, strict=True)},
+        round(float(intercept), 6),
+        threshold,
+        len(usable),
+    )
+
+
+def choose_threshold(
+    scored: Sequence[tuple[float, bool]],
+    *,
+    min_precision: float = 0.95,
+    min_answered: int = 5,
+    floor: float = 0.5,
+    default: float = DEFAULT_THRESHOLD,
+) -> float:
+    """The lowest confidence threshold at which answering keeps precision ≥ `min_precision`.
+
+    "Keeps": precision must hold at that threshold and at every higher one (precision is not
+    monotone in the threshold, and a threshold that only works by luck of one sample is not one to
+    trust), with at least `min_answered` answered questions. Never below `floor`. With too little
+    held-out data (fewer than `min_answered` correct answers) the conservative `default` is
+    returned; when no threshold reaches the target, 1.0: never answer offline.
+    """
+    points = sorted(((float(c), bool(ok)) for c, ok in scored), key=lambda p: -p[0])
+    if sum(ok for _, ok in points) < min_answered:
+        return default
+    best: float | None = None
+    correct = answered = 0
+    i = 0
+    while i < len(points):
+        level = points[i][0]
+        while i < len(points) and points[i][0] == level:
+            correct += points[i][1]
+            answered += 1
+            i += 1
+        precision = correct / answered
+        if precision < min_precision:
+            if answered >= min_answered:
+                break  # every lower threshold also answers this, so it also fails the "every higher" rule
+            continue
+        if answered >= min_answered:
+            best = level
+    if best is None:
+        return 1.0
+    return max(floor, best)

@@ -1,0 +1,824 @@
+"""Templates from reviewer-approved examples: which question words are values, and where they go in the SQL.
+
+Why templates: many questions are an approved question with other values ("patient 10004235" instead
+of "10006580", "fenofibrate" instead of "fentanyl"). Binding the new values into the approved SQL gives
+an answer that is reproducible, free and fast, with no LLM. A template records, for one example, the
+SQL literals that correspond to spans of its question (ids, numbers, years, dates, a gender, a named
+value of a table.column) as typed slots, the question with those spans masked, and the question's
+"meaning-flip" operators (first/last, min/max, count/avg, in/since, …) which decide whether another
+question may reuse the SQL at all.
+
+Binding replaces literal nodes of the parsed SQL (sqlglot), never pastes strings: a hostile value is
+always one quoted literal. `sql_template` is the sqlglot-normalised SQL; each slot use points at one
+literal of its parse by position and remembers the literal's text, so a stale position fails loudly
+instead of binding the wrong literal. Literals that the question does not mention (`LIMIT 1`,
+`icd_version = 10`) stay fixed; a quoted name whose column cannot be value-linked becomes an "anchor":
+the question words must reappear in a new question for the template to apply.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlglot
+from rapidfuzz import fuzz
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+
+# Bump when the algorithm changes so that stored templates (Example.template) are rebuilt.
+TEMPLATE_VERSION = 1
+
+# Slot types. Ids are told apart by MIMIC's ranges and by the words before them.
+PATIENT_ID, ADMISSION_ID, STAY_ID = "patient_id", "admission_id", "stay_id"
+NUMBER, YEAR, DATE, GENDER, VALUE = "number", "year", "date", "gender", "value"
+ID_TYPES = (PATIENT_ID, ADMISSION_ID, STAY_ID)
+SLOT_TYPES = (*ID_TYPES, NUMBER, YEAR, DATE, GENDER, VALUE)
+
+# Columns whose values the value index holds (metadata_admin.docs.VALUE_COLUMNS), by bare table name.
+# The pipeline core cannot import metadata_admin, so callers with a catalog pass `value_columns`.
+DEFAULT_VALUE_COLUMNS = frozenset(
+    {
+        ("d_icd_diagnoses", "long_title"),
+        ("d_icd_procedures", "long_title"),
+        ("d_labitems", "label"),
+        ("d_items", "label"),
+        ("d_hcpcs", "short_description"),
+        ("prescriptions", "drug"),
+        ("pharmacy", "medication"),
+        ("emar", "medication"),
+        ("microbiologyevents", "org_name"),
+    }
+)
+
+# Words that carry no content of their own: ignored when comparing the fixed words of two questions.
+# Operator words (first, since, average, not, …) are not here: they are compared separately and exactly.
+FUNCTION_WORDS = frozenset(
+    """a an the of to for in on at by with from and or as is are was were be been being am has have had do does
+    did what which who whom whose how when where why this that these those it its their his her him he she they
+    them there s me my i you your we our us can could would should will please tell show give list find display
+    get let know want like any all some one""".split()
+)
+# Words the operator signature already compares exactly; they are neutral in word overlap so that
+# "count the number of" and "how many" paraphrase each other when their operators agree.
+OPERATOR_WORDS = frozenset(
+    """first earliest initial initially 1st last latest recent recently final lastly maximum max highest largest
+    greatest peak biggest most minimum min lowest smallest fewest least how many number count counts counted
+    total average averages avg mean sum cumulative much since after before prior until till through up between
+    within during ever times often not no never without none neither nor excluding except more less than
+    greater fewer older younger over under above below higher lower longer shorter larger exceed exceeds
+    exceeded exceeding at past previous current next today yesterday now currently year years month months
+    week weeks day days hour hours minute minutes decade decades""".split()
+)
+NEUTRAL_WORDS = FUNCTION_WORDS | OPERATOR_WORDS
+
+_GENDER_WORDS = {
+    "female": "F",
+    "females": "F",
+    "woman": "F",
+    "women": "F",
+    "girl": "F",
+    "girls": "F",
+    "male": "M",
+    "males": "M",
+    "man": "M",
+    "men": "M",
+    "boy": "M",
+    "boys": "M",
+}
+
+_TOKEN = re.compile(r"[A-Za-z0-9]+(?:[-./:][A-Za-z0-9]+)*%?")
+_INT = re.compile(r"\d+")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_ISO_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
+_QUOTED = re.compile(r"(?<![A-Za-z0-9])(['\"])([^'\"]{2,80})\1(?![A-Za-z0-9])")
+_ID_CONTEXT = {
+    "patient": PATIENT_ID,
+    "patients": PATIENT_ID,
+    "subject": PATIENT_ID,
+    "subject_id": PATIENT_ID,
+    "admission": ADMISSION_ID,
+    "admissions": ADMISSION_ID,
+    "hadm": ADMISSION_ID,
+    "hadm_id": ADMISSION_ID,
+    "hospitalization": ADMISSION_ID,
+    "visit": ADMISSION_ID,
+    "stay": STAY_ID,
+    "stay_id": STAY_ID,
+    "icustay": STAY_ID,
+}
+_ID_COLUMNS = {"subject_id": PATIENT_ID, "hadm_id": ADMISSION_ID, "stay_id": STAY_ID}
+
+
+# --- words and spans -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Token:
+    text: str
+    start: int
+    end: int
+
+    @property
+    def lower(self) -> str:
+        return self.text.lower()
+
+
+def tokenize(text: str) -> list[Token]:
+    """Words, numbers, ISO dates and ids with their character offsets."""
+    return [Token(m.group(0), m.start(), m.end()) for m in _TOKEN.finditer(text)]
+
+
+def stem(word: str) -> str:
+    """A crude stem, enough to equate "prescribed"/"prescribe" and "patients"/"patient"."""
+    word = word.lower().rstrip("%")
+    for suffix in ("ations", "ation", "ings", "ing", "ies", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
+            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
+    return word
+
+
+def content_words(text: str) -> list[str]:
+    """Stems of the words that carry content: not function words, not placeholders, not numbers."""
+    text = re.sub(r"\{[^}]*\}", " ", text)
+    return [
+        stem(t.text) for t in tokenize(text) if t.lower not in NEUTRAL_WORDS and not _NUMBER.fullmatch(t.text)
+    ]
+
+
+@dataclass(frozen=True)
+class Span:
+    """A value-looking piece of a question: its type, its text, its offsets and its normalised value."""
+
+    type: str  # a slot type, or "text" for a leftover run of content words / a quoted name
+    text: str
+    start: int
+    end: int
+    value: str  # digits for ids and numbers, "2150" for a year, ISO for a date, "F"/"M" for a gender
+
+
+def extract_typed_spans(question: str) -> list[Span]:
+    """Ids, numbers, years, dates and gender words, in order of appearance."""
+    tokens = tokenize(question)
+    spans: list[Span] = []
+    for i, token in enumerate(tokens):
+        text = token.text
+        before = [t.lower for t in tokens[max(0, i - 3) : i]]
+        if _ISO_DATE.fullmatch(text) and _valid_date(text):
+            spans.append(Span(DATE, text, token.start, token.end, text))
+        elif _NUMBER.fullmatch(text):
+            spans.append(
+                Span(_number_type(text, before), text, token.start, token.end, _canonical_number(text))
+            )
+        elif token.lower in _GENDER_WORDS:
+            spans.append(Span(GENDER, text, token.start, token.end, _GENDER_WORDS[token.lower]))
+    return spans
+
+
+def _number_type(text: str, before: list[str]) -> str:
+    # Only the word right before ("patient 42", "admission id 42") names an id: in "patients older
+    # than 65" the number is an age.
+    words = list(before)
+    if words and words[-1] in ("id", "number", "no"):
+        words.pop()
+    context = _ID_CONTEXT.get(words[-1]) if words else None
+    if "." not in text:
+        if len(text) == 8 and text[0] in "123":
+            # MIMIC's ranges: subject_id 1xxxxxxx, hadm_id 2xxxxxxx, stay_id 3xxxxxxx.
+            return {"1": PATIENT_ID, "2": ADMISSION_ID, "3": STAY_ID}[text[0]]
+        if context in ID_TYPES:
+            return context
+        if len(text) == 4 and 1900 <= int(text) <= 2300:
+            return YEAR
+    return NUMBER
+
+
+def _canonical_number(text: str) -> str:
+    if "." in text:
+        return text.rstrip("0").rstrip(".") or "0"
+    return str(int(text))
+
+
+def _valid_date(text: str) -> bool:
+    try:
+        dt.date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
+
+
+# --- operators -----------------------------------------------------------------------------------
+
+_UNITS = r"(?:years?|months?|weeks?|days?|hours?|minutes?|decades?)"
+_MONTHS = r"(?:january|february|march|april|may|june|july|august|september|october|november|december)"
+_TIME_TARGET = rf"(?:the\s+)?(?:year\s+)?(?:\d{{4}}\b|{_MONTHS}\b|(?:this|last|past|previous|current|next)\s)"
+_TIME_WORDS = {
+    "in": "in",
+    "during": "in",
+    "on": "in",
+    "of": "in",
+    "since": "since",
+    "from": "from",
+    "after": "after",
+    "before": "before",
+    "prior to": "before",
+    "until": "until",
+    "till": "until",
+    "through": "until",
+    "up to": "until",
+    "by": "until",
+    "between": "between",
+    "within": "within",
+    "as of": "until",
+}
+_OPERATOR_PATTERNS: dict[str, list[tuple[str, str]]] = {
+    "order": [
+        ("first", r"\b(?:first|earliest|initial|initially|1st)\b"),
+        ("last", rf"\b(?:latest|most recent(?:ly)?|final|lastly)\b|\blast\b(?!\s+(?:\d+\s+)?{_UNITS}\b)"),
+    ],
+    "extreme": [
+        ("max", r"\b(?:maximum|max|highest|largest|greatest|peak|biggest)\b|(?<!at )\bmost\b(?!\s+recent)"),
+        ("min", r"\b(?:minimum|min|lowest|smallest|fewest)\b|(?<!at )\bleast\b"),
+    ],
+    "aggregate": [
+        ("count", r"\b(?:how many|number of|count|counts|counted|total number|total count)\b"),
+        ("avg", r"\b(?:average|averages|avg|mean)\b"),
+        ("sum", r"\b(?:sum|cumulative|how much)\b|\btotal\b(?!\s+(?:number|count)\b)"),
+    ],
+    "compare": [
+        (">=", r"\b(?:at least|or more|or older|or above|or greater|or higher|no less than)\b"),
+        ("<=", r"\b(?:at most|or less|or fewer|or younger|or below|or lower|no more than)\b"),
+        (
+            ">",
+            r"\b(?:more than|greater than|older than|higher than|longer than|larger than|exceed(?:s|ed|ing)?)\b"
+            r"|\b(?:over|above)\s+\d",
+        ),
+        (
+            "<",
+            r"\b(?:less than|fewer than|younger than|lower than|shorter than|smaller than)\b"
+            r"|\b(?:under|below)\s+\d",
+        ),
+    ],
+}
+
+
+def question_operators(question: str) -> dict[str, Any]:
+    """The words that flip a question's meaning while its embedding barely moves, normalised.
+
+    Two questions may share SQL only if every entry is equal. Values are strings ("" joins several,
+    "|"-separated and sorted), None, or booleans, so the dict survives JSON unchanged.
+    """
+    text = " " + re.sub(r"\s+", " ", question.lower().replace("’", "'")) + " "
+    ops: dict[str, Any] = {}
+    for key, patterns in _OPERATOR_PATTERNS.items():
+        found = sorted({name for name, pattern in patterns if re.search(pattern, text)})
+        ops[key] = "|".join(found) or None
+    # "how many times" counts events; "total number of times" too: both set `times`, not `sum`.
+    times_pattern = r"\b(?:how many times|number of times|how often|times)\b"
+    times = bool(re.search(times_pattern, text))
+    time_found = set()
+    for phrase, name in _TIME_WORDS.items():
+        if phrase in ("since", "after", "before", "prior to", "until", "till", "between", "within"):
+            if re.search(rf"\b{phrase}\b", text):
+                time_found.add(name)
+        elif re.search(rf"\b{phrase}\s+{_TIME_TARGET}", text):
+            time_found.add(name)
+    periods = set()
+    for m in re.finditer(rf"\b(this|last|past|previous|current|next)\s+(?:(\d+)\s+)?({_UNITS})\b", text):
+        which = {"past": "last", "previous": "last", "current": "this"}.get(m.group(1), m.group(1))
+        periods.add(f"{which} {'n ' if m.group(2) else ''}{_unit(m.group(3))}")
+    for word in ("today", "yesterday", "tomorrow", "now", "currently"):
+        if re.search(rf"\b{word}\b", text):
+            periods.add(word)
+    units = {
+        _unit(m.group(1))
+        for m in re.finditer(rf"\b({_UNITS})\b(?!\s+\d{{4}}\b)", text)
+        if not re.match(r"years?\s+old", text[m.start() :])
+    }
+    ops["time"] = "|".join(sorted(time_found)) or None
+    ops["period"] = "|".join(sorted(periods)) or None
+    ops["units"] = "|".join(sorted(units)) or None
+    ops["ever"] = bool(re.search(r"\bever\b", text))
+    ops["times"] = times
+    ops["negation"] = bool(
+        re.search(r"\b(?:not|no|never|without|none|neither|nor|excluding|except)\b|n't\b", text)
+    )
+    return ops
+
+
+def _unit(word: str) -> str:
+    return word.rstrip("s")
+
+
+# --- the template --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LiteralUse:
+    """One literal of the SQL a slot fills: its position among the parse's literals and how to rebuild it.
+
+    The literal is `prefix + value + suffix`, where value is the slot's value shifted by `offset`
+    (years for a year slot, days for a date slot): `'2151-01-01'` is the year 2150, offset 1, suffix
+    `-01-01`; `'%fentanyl%'` is prefix and suffix `%`; `'-6 month'` is prefix `-`, suffix ` month`.
+    """
+
+    index: int  # position in list(tree.find_all(exp.Literal)) of the parsed sql_template
+    literal: str  # its text, checked before binding
+    is_string: bool
+    prefix: str = ""
+    suffix: str = ""
+    offset: int = 0
+    case: str = "asis"  # "lower" | "upper" | "title" | "asis": how a user's text is written into a LIKE
+    like: bool = False
+
+
+@dataclass(frozen=True)
+class Slot:
+    name: str  # "patient_id", "year", "value", "value_2", …
+    type: str  # one of SLOT_TYPES
+    text: str  # the span of the example question
+    start: int
+    end: int
+    value: str  # the value the example binds: "10004235", "2150", "Glucose", "F"
+    column: str = ""  # "mimiciv_hosp.d_labitems.label": the column the literal is compared to
+    uses: tuple[LiteralUse, ...] = ()
+
+    @property
+    def placeholder(self) -> str:
+        return f"{{value:{self.column}}}" if self.type == VALUE else f"{{{self.type}}}"
+
+
+@dataclass(frozen=True)
+class Template:
+    """A reusable form of one approved example (JSON round-trippable through to_dict/from_dict)."""
+
+    question: str
+    sql: str
+    dialect: str
+    masked_question: str
+    slots: tuple[Slot, ...]
+    sql_template: str  # the sqlglot-normalised SQL whose literals the slots point at
+    operators: dict[str, Any] = field(default_factory=dict)
+    anchors: tuple[str, ...] = ()  # question words tied to fixed SQL literals; a new question must have them
+    fixed_values: tuple[str, ...] = ()  # value-looking question spans the SQL does not use
+    warnings: tuple[str, ...] = ()
+    error: str = ""  # set when the SQL could not be templated; such a template never matches
+    version: int = TEMPLATE_VERSION
+
+    @property
+    def usable(self) -> bool:
+        return not self.error and bool(self.sql_template)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "question": self.question,
+            "sql": self.sql,
+            "dialect": self.dialect,
+            "masked_question": self.masked_question,
+            "slots": [
+                {
+                    "name": s.name,
+                    "type": s.type,
+                    "text": s.text,
+                    "start": s.start,
+                    "end": s.end,
+                    "value": s.value,
+                    "column": s.column,
+                    "uses": [u.__dict__.copy() for u in s.uses],
+                }
+                for s in self.slots
+            ],
+            "sql_template": self.sql_template,
+            "operators": dict(self.operators),
+            "anchors": list(self.anchors),
+            "fixed_values": list(self.fixed_values),
+            "warnings": list(self.warnings),
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Template:
+        slots = tuple(
+            Slot(
+                name=s["name"],
+                type=s["type"],
+                text=s["text"],
+                start=int(s["start"]),
+                end=int(s["end"]),
+                value=s["value"],
+                column=s.get("column", ""),
+                uses=tuple(LiteralUse(**u) for u in s.get("uses", ())),
+            )
+            for s in data.get("slots", ())
+        )
+        return cls(
+            question=data["question"],
+            sql=data["sql"],
+            dialect=data.get("dialect", "postgres"),
+            masked_question=data["masked_question"],
+            slots=slots,
+            sql_template=data.get("sql_template", ""),
+            operators=dict(data.get("operators", {})),
+            anchors=tuple(data.get("anchors", ())),
+            fixed_values=tuple(data.get("fixed_values", ())),
+            warnings=tuple(data.get("warnings", ())),
+            error=data.get("error", ""),
+            version=int(data.get("version", 0)),
+        )
+
+    def preview(self) -> str:
+        """The SQL with each slot literal shown as `{slot}`, for people (not for parsing)."""
+        if not self.usable:
+            return ""
+        tree = _parse(self.sql_template, self.dialect)
+        literals = list(tree.find_all(exp.Literal))
+        for slot in self.slots:
+            for k, use in enumerate(slot.uses):
+                name = slot.name if len(slot.uses) == 1 else f"{slot.name}#{k + 1}"
+                literals[use.index].replace(exp.var(f"{{{name}}}"))
+        return tree.sql(dialect=self.dialect)
+
+
+def template_is_current(data: dict[str, Any] | None) -> bool:
+    """Whether a stored template was built by this version of the algorithm (else rebuild it)."""
+    return bool(data) and data.get("version") == TEMPLATE_VERSION
+
+
+class BindError(ValueError):
+    """A value could not be bound into a template (wrong type, stale template)."""
+
+
+# --- building ------------------------------------------------------------------------------------
+
+
+def build_template(
+    question: str,
+    sql: str,
+    *,
+    dialect: str = "postgres",
+    value_columns: Callable[[str, str], bool] | None = None,
+) -> Template:
+    """The template of one approved example. Never raises: an unusable example gets `error` set.
+
+    `value_columns(table, column)` says whether a column's values can be linked (the value index
+    holds them); `table` is as the SQL names it ("mimiciv_hosp.prescriptions" or "prescriptions").
+    """
+    ops = question_operators(question)
+    try:
+        original = _parse(sql, dialect)
+        normalised = original.sql(dialect=dialect)
+        tree = _parse(normalised, dialect)
+        if tree.sql(dialect=dialect) != normalised:
+            raise ValueError("the SQL does not survive a round trip through sqlglot")
+    except (SqlglotError, ValueError, RecursionError) as error:
+        return Template(question, sql, dialect, question, (), "", ops, error=f"unusable SQL: {error}")
+    is_value_column = value_columns or _default_value_columns
+    spans = extract_typed_spans(question)
+    literals = list(tree.find_all(exp.Literal))
+    aliases = _aliases(tree)
+    claims: dict[tuple[int, int], list[tuple[Span, LiteralUse, str]]] = {}
+    anchors: list[str] = []
+    warnings: list[str] = []
+    for index, literal in enumerate(literals):
+        column = _compared_column(literal, aliases, is_value_column)
+        claim = _claim_literal(question, spans, index, literal, column, is_value_column, claims)
+        if claim is None:
+            continue
+        if claim[0] == "anchor":
+            anchors.append(claim[1])
+            continue
+        span, use = claim[1], claim[2]
+        claims.setdefault((span.start, span.end), []).append((span, use, column))
+    slots, masked = _slots(question, claims, warnings)
+    slot_ranges = [(s.start, s.end) for s in slots]
+    fixed = tuple(
+        s.text
+        for s in spans
+        if s.type != GENDER and not any(a <= s.start and s.end <= b for a, b in slot_ranges)
+    )
+    template = Template(
+        question=question,
+        sql=sql,
+        dialect=dialect,
+        masked_question=masked,
+        slots=tuple(slots),
+        sql_template=normalised,
+        operators=ops,
+        anchors=tuple(dict.fromkeys(anchors)),
+        fixed_values=fixed,
+        warnings=tuple(warnings),
+    )
+    # Self-check: binding the example's own values must give back its SQL exactly.
+    try:
+        rebuilt = bind_sql(template, {s.name: s.value for s in slots})
+    except BindError as error:
+        return _unusable(template, f"the template does not rebuild its own SQL: {error}")
+    if rebuilt != normalised:
+        return _unusable(template, "the template does not rebuild its own SQL")
+    return template
+
+
+def _unusable(template: Template, error: str) -> Template:
+    return Template(**{**template.__dict__, "error": error})
+
+
+def _default_value_columns(table: str, column: str) -> bool:
+    return (table.rsplit(".", 1)[-1].lower(), column.lower()) in DEFAULT_VALUE_COLUMNS
+
+
+def _parse(sql: str, dialect: str) -> exp.Expr:
+    text = sql.strip().rstrip(";").strip()
+    statements = [s for s in sqlglot.parse(text, dialect=dialect) if s is not None]
+    if len(statements) != 1:
+        raise ValueError(f"expected one statement, found {len(statements)}")
+    return statements[0]
+
+
+def _aliases(tree: exp.Expr) -> dict[str, str]:
+    """Alias (or bare name) -> the table as the SQL names it, schema included."""
+    out: dict[str, str] = {}
+    for table in tree.find_all(exp.Table):
+        qualified = ".".join(p for p in (table.db, table.name) if p)
+        out.setdefault(table.alias_or_name.lower(), qualified)
+        out.setdefault(table.name.lower(), qualified)
+    return out
+
+
+_CLIMB = (exp.Cast, exp.TryCast, exp.Paren, exp.Neg, exp.Interval, exp.Lower, exp.Upper, exp.Trim, exp.Tuple)
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike, exp.Is)
+
+
+def _compared_column(
+    literal: exp.Literal, aliases: dict[str, str], is_value_column: Callable[[str, str], bool]
+) -> str:
+    """`table.column` the literal is compared to (`=`, `<`, `IN`, `LIKE`, `BETWEEN`), or ""."""
+    node: exp.Expr = literal
+    parent = node.parent
+    while isinstance(parent, _CLIMB):
+        node, parent = parent, parent.parent
+    other: exp.Expr | None = None
+    if isinstance(parent, (exp.In, exp.Between)):
+        other = parent.this
+    elif isinstance(parent, _COMPARISONS):
+        other = parent.right if parent.left is node else parent.left
+    elif isinstance(parent, (exp.Add, exp.Sub)):
+        # `charttime >= now() - interval '6 months'`: the comparison is one level up.
+        grand = parent.parent
+        if isinstance(grand, _COMPARISONS):
+            other = grand.right if grand.left is parent else grand.left
+    if other is None:
+        return ""
+    column = other if isinstance(other, exp.Column) else other.find(exp.Column)
+    if column is None:
+        return ""
+    name = column.name.lower()
+    if column.table:
+        return f"{aliases.get(column.table.lower(), column.table.lower())}.{name}"
+    select = column.find_ancestor(exp.Select)
+    tables = []
+    if select is not None:
+        for source in [
+            select.args.get("from_") or select.args.get("from"),
+            *(select.args.get("joins") or []),
+        ]:
+            if source is not None and isinstance(source.this, exp.Table):
+                t = source.this
+                tables.append(".".join(p for p in (t.db, t.name) if p))
+    if len(tables) == 1:
+        return f"{tables[0]}.{name}"
+    linkable = [t for t in tables if is_value_column(t, name)]
+    return f"{linkable[0]}.{name}" if len(linkable) == 1 else name
+
+
+def _claim_literal(
+    question: str,
+    spans: list[Span],
+    index: int,
+    literal: exp.Literal,
+    column: str,
+    is_value_column: Callable[[str, str], bool],
+    claims: dict,
+) -> tuple | None:
+    """Which question span a literal expresses: ("slot", span, use), ("anchor", words) or None."""
+    text = literal.this
+    is_string = literal.is_string
+    col_name = column.rsplit(".", 1)[-1]
+    # Numbers (ids, counts, years) by value, also inside strings: '6 months', '-6 month', '2150'.
+    number = re.fullmatch(r"([+-]?)(\d+(?:\.\d+)?)(\s*[A-Za-z][A-Za-z ]*)?", text)
+    if number:
+        value = _canonical_number(number.group(2))
+        hits = [s for s in spans if s.type in (*ID_TYPES, NUMBER, YEAR) and s.value == value]
+        if len(hits) == 1:
+            span = hits[0]
+            if col_name in _ID_COLUMNS and span.type != _ID_COLUMNS[col_name]:
+                span = Span(_ID_COLUMNS[col_name], span.text, span.start, span.end, span.value)
+            prefix = number.group(1) if is_string else ""
+            suffix = (number.group(3) or "") if is_string else ""
+            return "slot", span, LiteralUse(index, text, is_string, prefix, suffix)
+        return None
+    if not is_string:
+        return None
+    # Years and dates inside date strings, including the next year's / day's bound of a range.
+    date_like = re.fullmatch(r"(%?)(\d{4})((?:-\d{2}(?:-\d{2})?)?(?:[ T]\d{2}:\d{2}(?::\d{2})?)?%?)", text)
+    if date_like:
+        prefix, year, rest = date_like.groups()
+        for span in spans:
+            if span.type == DATE and text.startswith(span.value, len(prefix)):
+                return "slot", span, LiteralUse(index, text, True, prefix, text[len(prefix) + 10 :])
+            if span.type == DATE and re.match(r"\d{4}-\d{2}-\d{2}", text[len(prefix) :]):
+                day = dt.date.fromisoformat(text[len(prefix) : len(prefix) + 10])
+                if day - dt.date.fromisoformat(span.value) == dt.timedelta(days=1) and _is_midnight(
+                    text[len(prefix) + 10 :]
+                ):
+                    return "slot", span, LiteralUse(index, text, True, prefix, text[len(prefix) + 10 :], 1)
+        years = [s for s in spans if s.type == YEAR]
+        for span in years:
+            if int(year) == int(span.value):
+                return "slot", span, LiteralUse(index, text, True, prefix, rest)
+        for span in years:
+            if int(year) == int(span.value) + 1 and re.fullmatch(r"-01-01(?: 00:00(?::00)?)?", rest):
+                return "slot", span, LiteralUse(index, text, True, prefix, rest, 1)
+        return None
+    # A gender code.
+    genders = [s for s in spans if s.type == GENDER]
+    if genders and (col_name == "gender" or text.strip().lower() in ("f", "m", "female", "male")):
+        code = text.strip().upper()[:1]
+        hits = [s for s in genders if s.value == code]
+        if len(hits) == 1:
+            return "slot", hits[0], LiteralUse(index, text, True, case=_case_of(text))
+        return None
+    # A name: an exact or fuzzy span of the question.
+    like = isinstance(_climb(literal), (exp.Like, exp.ILike))
+    prefix, core, suffix = _split_wildcards(text) if like else ("", text, "")
+    if len(re.sub(r"[^A-Za-z]", "", core)) < 2:
+        return None
+    found = _find_name_span(question, core, spans, claims)
+    if found is None:
+        return None
+    start, end = found
+    table = column.rsplit(".", 1)[0] if "." in column else ""
+    if not table or not is_value_column(table, col_name):
+        return "anchor", question[start:end]
+    span = Span(VALUE, question[start:end], start, end, core)
+    return "slot", span, LiteralUse(index, text, True, prefix, suffix, case=_case_of(core), like=like)
+
+
+def _climb(node: exp.Expr) -> exp.Expr | None:
+    parent = node.parent
+    while isinstance(parent, _CLIMB):
+        parent = parent.parent
+    return parent
+
+
+def _is_midnight(rest: str) -> bool:
+    return re.fullmatch(r"(?:[ T]00:00(?::00)?)?", rest) is not None
+
+
+def _split_wildcards(text: str) -> tuple[str, str, str]:
+    m = re.fullmatch(r"([%_]*)(.*?)([%_]*)", text, flags=re.S)
+    assert m is not None
+    return m.group(1), m.group(2), m.group(3)
+
+
+def _case_of(text: str) -> str:
+    letters = re.sub(r"[^A-Za-z]", "", text)
+    if letters.islower():
+        return "lower"
+    if letters.isupper() and len(letters) > 1:
+        return "upper"
+    if text.istitle():
+        return "title"
+    return "asis"
+
+
+def apply_case(text: str, case: str) -> str:
+    return {"lower": text.lower, "upper": text.upper, "title": text.title}.get(case, lambda: text)()
+
+
+def _find_name_span(question: str, core: str, spans: list[Span], claims: dict) -> tuple[int, int] | None:
+    """Where the question names a literal: whole words, case-insensitive, else the best fuzzy window."""
+    taken = [(s.start, s.end) for s in spans] + list(claims)
+    pattern = r"(?<![A-Za-z0-9])" + re.escape(core.strip()).replace(r"\ ", r"\s+") + r"(?![A-Za-z0-9])"
+    for m in re.finditer(pattern, question, flags=re.I):
+        if not _overlaps(m.start(), m.end(), taken):
+            return m.start(), m.end()
+    tokens = tokenize(question)
+    core_words = [w.lower() for w in re.findall(r"[A-Za-z0-9.%]+", core) if w.lower() not in FUNCTION_WORDS]
+    if not core_words:
+        return None
+    best: tuple[float, int, tuple[int, int]] | None = None
+    for i in range(len(tokens)):
+        for j in range(i + 1, min(len(tokens), i + len(core_words) + 2) + 1):
+            window = tokens[i:j]
+            if window[0].lower in FUNCTION_WORDS or window[-1].lower in FUNCTION_WORDS:
+                continue
+            start, end = window[0].start, window[-1].end
+            if _overlaps(start, end, taken):
+                continue
+            text = question[start:end].lower()
+            score = fuzz.ratio(text, core.lower()) / 100
+            if score < 0.88:
+                words = [t.lower for t in window if t.lower not in FUNCTION_WORDS]
+                matched = [w for w in words if max(fuzz.ratio(w, c) for c in core_words) >= 85]
+                covered = {c for c in core_words if any(fuzz.ratio(w, c) >= 85 for w in words)}
+                if len(matched) < len(words) or not words or sum(map(len, words)) < 4:
+                    continue
+                coverage = len(covered) / len(core_words)
+                if coverage < 0.5 and core_words[0] not in covered:
+                    continue
+                score = 0.6 + 0.25 * coverage
+            key = (score, j - i, (start, end))
+            if best is None or key[:2] > best[:2]:
+                best = key
+    return best[2] if best else None
+
+
+def _overlaps(start: int, end: int, ranges: list[tuple[int, int]]) -> bool:
+    return any(start < b and a < end for a, b in ranges)
+
+
+def _slots(
+    question: str, claims: dict[tuple[int, int], list[tuple[Span, LiteralUse, str]]], warnings: list[str]
+) -> tuple[list[Slot], str]:
+    counts: dict[str, int] = {}
+    slots: list[Slot] = []
+    for (start, end), uses in sorted(claims.items()):
+        span = uses[0][0]
+        types = {u[0].type for u in uses}
+        columns = {c for _, _, c in uses if c}
+        if len(types) > 1 or (span.type == VALUE and len(columns) > 1):
+            warnings.append(f"{span.text!r} is used as {sorted(types)} / {sorted(columns)}; left fixed")
+            continue
+        counts[span.type] = counts.get(span.type, 0) + 1
+        name = span.type if counts[span.type] == 1 else f"{span.type}_{counts[span.type]}"
+        column = next(iter(columns), "")
+        slots.append(
+            Slot(name, span.type, span.text, start, end, span.value, column, tuple(u for _, u, _ in uses))
+        )
+    masked, cursor = [], 0
+    for slot in slots:
+        masked.append(question[cursor : slot.start])
+        masked.append(slot.placeholder)
+        cursor = slot.end
+    masked.append(question[cursor:])
+    return slots, "".join(masked)
+
+
+# --- binding -------------------------------------------------------------------------------------
+
+
+def bind_sql(template: Template, values: dict[str, str]) -> str:
+    """The template's SQL with each slot's literals rebuilt from `values` (slot name -> value).
+
+    Values are checked against the slot type (ids and numbers must be numbers, years four digits,
+    dates ISO); names become quoted string literals whatever they contain.
+    """
+    if not template.usable:
+        raise BindError(template.error or "the template has no SQL")
+    tree = _parse(template.sql_template, template.dialect)
+    literals = list(tree.find_all(exp.Literal))
+    replacements: list[tuple[exp.Literal, exp.Expr]] = []
+    for slot in template.slots:
+        if slot.name not in values:
+            raise BindError(f"no value for slot {slot.name}")
+        value = str(values[slot.name]).strip()
+        for use in slot.uses:
+            if use.index >= len(literals) or literals[use.index].this != use.literal:
+                raise BindError("the template is stale: its SQL literals moved; rebuild it")
+            replacements.append((literals[use.index], _literal_for(slot, use, value)))
+    for old, new in replacements:
+        old.replace(new)
+    return tree.sql(dialect=template.dialect)
+
+
+def _literal_for(slot: Slot, use: LiteralUse, value: str) -> exp.Expr:
+    if slot.type in (*ID_TYPES, NUMBER):
+        if not _NUMBER.fullmatch(value) or (slot.type in ID_TYPES and not _INT.fullmatch(value)):
+            raise BindError(f"{slot.name} needs a number, not {value!r}")
+        core = value
+    elif slot.type == YEAR:
+        if not re.fullmatch(r"\d{4}", value):
+            raise BindError(f"{slot.name} needs a four-digit year, not {value!r}")
+        core = str(int(value) + use.offset)
+    elif slot.type == DATE:
+        try:
+            core = (dt.date.fromisoformat(value) + dt.timedelta(days=use.offset)).isoformat()
+        except ValueError as error:
+            raise BindError(f"{slot.name} needs an ISO date, not {value!r}") from error
+    elif slot.type == GENDER:
+        code = value.upper()[:1]
+        if code not in ("F", "M"):
+            raise BindError(f"{slot.name} needs F or M, not {value!r}")
+        core = {"F": "female", "M": "male"}[code] if len(use.literal.strip()) > 1 else code
+        core = apply_case(core, use.case)
+    else:
+        if not value or len(value) > 300 or "\x00" in value:
+            raise BindError(f"{slot.name} needs a value of {slot.column}")
+        core = value
+    if use.is_string:
+        return exp.Literal.string(f"{use.prefix}{core}{use.suffix}")
+    return exp.Literal.number(core)

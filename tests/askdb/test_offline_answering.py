@@ -1,0 +1,93 @@
+"""Answering from the verified library without an LLM: a template's values rebound, executed
+read-only, shown with the example it came from; flipped meanings and unknown values abstain."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from askdb.models import Run
+from askdb.services import example_upsert, library_calibrate, question_submit_sync
+from config import embedded
+from tests.factories import make_user
+from tests.support.scripted_llm import Reply
+
+pytestmark = pytest.mark.django_db
+
+GENDER_SQL = "SELECT gender FROM mimiciv_hosp.patients WHERE subject_id = {id}"
+FIRST_ADMIT_SQL = (
+    "SELECT admittime FROM mimiciv_hosp.admissions WHERE subject_id = {id} ORDER BY admittime ASC LIMIT 1"
+)
+
+
+def clinical_rows(sql: str):
+    with psycopg.connect(embedded.pg_dsn(embedded.CLINICAL_DB)) as conn:
+        return conn.execute(sql).fetchall()
+
+
+@pytest.fixture
+def ids(source):
+    return [r[0] for r in clinical_rows("SELECT subject_id FROM mimiciv_hosp.patients ORDER BY subject_id LIMIT 3")]
+
+
+@pytest.fixture
+def library(source, ids):
+    reviewer = make_user("rev", "reviewer")
+    gender = example_upsert(source=source, question=f"what is the gender of patient {ids[0]}?",
+                            sql=GENDER_SQL.format(id=ids[0]), approved_by=reviewer)  # fmt: skip
+    first = example_upsert(source=source, question=f"when was patient {ids[0]} first admitted to the hospital?",
+                           sql=FIRST_ADMIT_SQL.format(id=ids[0]), approved_by=reviewer)  # fmt: skip
+    return {"gender": gender, "first": first}
+
+
+def ask(source, text):
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.filter(username="asker").first() or make_user("asker", "researcher")
+    return Run.objects.get(pk=question_submit_sync(user=user, text=text, source=source).pk)
+
+
+def test_a_new_patient_id_is_answered_from_the_verified_example(source, ids, library, settings):
+    settings.LLM_MODEL = ""
+    run = ask(source, f"What is the gender of patient {ids[1]}?")
+
+    assert run.status == "succeeded" and run.answered_by == "library", run.message
+    assert run.example_id == library["gender"].pk
+    assert str(ids[1]) in run.sql and str(ids[0]) not in run.sql
+    assert run.result_rows == [list(r) for r in clinical_rows(GENDER_SQL.format(id=ids[1]))]
+    binding = run.library_match["bindings"][0]
+    assert binding["old"] == str(ids[0]) and binding["new"] == str(ids[1])
+    assert run.library_match["answered"] and run.review_status == ""  # verified already, via its example
+    # the match stage ran the bound SQL; nothing else ran but the (skipped, no LLM) summary
+    assert [s.name for s in run.stages.all()] == ["embed", "retrieve", "match", "summarize"]
+
+
+def test_a_flipped_meaning_or_unrelated_question_is_declined_without_an_llm(source, ids, library, settings):
+    settings.LLM_MODEL = ""
+    last = ask(source, f"when was patient {ids[1]} last admitted to the hospital?")
+    assert last.status == "declined" and last.outcome == "no_llm" and last.answered_by == ""
+    assert last.library_match["example_id"] == library["first"].pk and not last.library_match["answered"]
+    assert last.library_match["confidence"] == 0 and last.sql == ""
+
+    other = ask(source, "How many prescriptions of heparin were written?")
+    assert other.status == "declined" and "verified example" in other.message
+
+
+def test_with_an_llm_a_confident_match_skips_generation(source, ids, library, scripted_llm):
+    scripted_llm.when("You explain the result", Reply("The patient is listed as female or male."))
+    run = ask(source, f"what is the gender of patient {ids[2]}?")
+
+    assert run.answered_by == "library" and run.status == "succeeded"
+    purposes = [c.purpose for c in run.llm_calls.all()]
+    assert purposes == ["summarize"]  # no gate, no generation, no sampling
+
+
+def test_leave_one_out_calibration_is_stored(source, ids, library):
+    for other in ids[1:]:
+        example_upsert(source=source, question=f"tell me the gender of patient {other}",
+                       sql=GENDER_SQL.format(id=other))  # fmt: skip
+    report = library_calibrate(source=source)
+    source.refresh_from_db()
+    assert report["mode"] == "leave-one-out" and report["held_out"] == 4
+    assert report["correct_matches"] >= 2  # the gender examples answer each other
+    assert source.library_calibration["calibration"]["threshold"] == report["threshold"]
