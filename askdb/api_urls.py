@@ -12,4 +12,11 @@ urlpatterns = [
     path("questions/<int:run_id>/result.csv", apis.RunResultCsvApi.as_view(), name="run_result_csv"),
     path("questions/<int:run_id>/cancel/", apis.RunCancelApi.as_view(), name="run_cancel"),
     path("questions/<int:run_id>/retry/", apis.RunRetryApi.as_view(), name="run_retry"),
+    path("questions/<int:run_id>/review/", apis.RunReviewApi.as_view(), name="run_review"),
+    path("reviews/", apis.ReviewQueueApi.as_view(), name="review_queue"),
+    path("examples/", apis.ExampleListApi.as_view(), name="example_list"),
+    path("examples/import/", apis.ExampleImportApi.as_view(), name="example_import"),
+    path("examples/<int:example_id>/", apis.ExampleDetailApi.as_view(), name="example_detail"),
+    path("examples/<int:example_id>/retire/", apis.ExampleRetireApi.as_view(), name="example_retire"),
+    path("examples/<int:example_id>/restore/", apis.ExampleRestoreApi.as_view(), name="example_restore"),
 ]

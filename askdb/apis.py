@@ -10,7 +10,11 @@ Who may do what:
 - a run a user may not see answers 404, exactly like a run that does not exist;
 - only the person who asked, or an admin, may cancel or retry a run; a reviewer who can see
   someone else's run gets 403 (seeing a run is review, stopping or re-running it spends the
-  asker's work and LLM budget). Retrying also needs askdb.ask_questions, since it asks again.
+  asker's work and LLM budget). Retrying also needs askdb.ask_questions, since it asks again;
+- the review queue and reviewing are for reviewers (askdb.review_runs); approving or correcting
+  your own question is 403, as it is on the pages;
+- the example library is readable by reviewers and admins (askdb.review_runs or
+  askdb.curate_catalog); retiring, restoring and importing are for reviewers (askdb.review_runs).
 """
 
 from __future__ import annotations
@@ -33,12 +37,23 @@ from rest_framework.response import Response
 from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView, exception_handler
 
-from askdb import selectors, services
-from askdb.models import Run
+from askdb import library_io, selectors, services
+from askdb.adapters.clinical import ExecutionError
+from askdb.models import Example, Run
+from askdb.providers.embeddings import EmbeddingError
 from askdb.serializers import (
     ErrorSerializer,
+    ExampleDetailSerializer,
+    ExampleImportInputSerializer,
+    ExampleListFilterSerializer,
+    ExampleSerializer,
+    ExampleStatusInputSerializer,
+    ImportReportSerializer,
     QuestionSubmitInputSerializer,
     ResultPageQuerySerializer,
+    ReviewInputSerializer,
+    ReviewQueueSerializer,
+    ReviewSerializer,
     RunCancelSerializer,
     RunDetailSerializer,
     RunListFilterSerializer,
@@ -100,6 +115,20 @@ class IsRunOwnerOrAdmin(BasePermission):
 
     def has_object_permission(self, request: Request, view: APIView, obj: Run) -> bool:
         return selectors.run_may_act(user=request.user, run=obj)
+
+
+class CanReview(BasePermission):
+    message = "Only reviewers may do that; ask an administrator for the reviewer role."
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return request.user.has_perm("askdb.review_runs")
+
+
+class CanBrowseLibrary(BasePermission):
+    message = "The example library is for reviewers and administrators."
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return request.user.has_perm("askdb.review_runs") or request.user.has_perm("askdb.curate_catalog")
 
 
 class PostAnonymously(BasePermission):
@@ -300,6 +329,223 @@ class RunRetryApi(ApiErrorsMixin, APIView):
                 status.HTTP_409_CONFLICT,
             )
         return _queued(services.run_retry(run=run, user=request.user, ip=_client_ip(request)))
+
+
+# --------------------------------------------------------------------------- review
+
+
+def _review_queue():
+    """Runs waiting for a reviewer, oldest first (a queue). Belongs in askdb/selectors.py."""
+    return (
+        Run.objects.filter(review_status=Run.Review.PENDING)
+        .exclude(question__channel="evaluation")
+        .select_related("question__user", "question__source", "assigned_to")
+        .defer("result_rows", "result_columns", "retrieval")
+        .order_by("created_at", "id")
+    )
+
+
+class ReviewQueueApi(ApiErrorsMixin, GenericAPIView):
+    permission_classes = [IsAuthenticated, CanReview]
+    serializer_class = ReviewQueueSerializer
+
+    @extend_schema(
+        operation_id="reviews_list",
+        summary="The review queue",
+        description="Answered runs waiting for a reviewer, oldest first. Reviewers and admins only.",
+        responses={200: ReviewQueueSerializer(many=True), 403: ErrorSerializer},
+    )
+    def get(self, request: Request) -> Response:
+        page = self.paginate_queryset(_review_queue())
+        return self.get_paginated_response(ReviewQueueSerializer(page, many=True).data)
+
+
+class RunReviewApi(ApiErrorsMixin, APIView):
+    permission_classes = [IsAuthenticated, CanReview]
+
+    @extend_schema(
+        operation_id="questions_review",
+        summary="Review a run",
+        description=(
+            "approve: the run's SQL becomes a verified library example. correct: `sql` replaces it "
+            "(validated and run first; nothing is saved if it fails). flag: `category` says what is "
+            'wrong; "unanswerable" keeps the question as a negative example. Reviewing your own '
+            "question's SQL (approve, correct) is refused with 403."
+        ),
+        request=ReviewInputSerializer,
+        responses={200: ReviewSerializer, 400: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer},
+    )
+    def post(self, request: Request, run_id: int) -> Response:
+        run = _run_or_404(request, run_id)
+        data = ReviewInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        action, comment = data.validated_data["action"], data.validated_data.get("comment", "")
+        try:
+            if action == "approve":
+                review = services.review_approve(run=run, reviewer=request.user, comment=comment)
+            elif action == "correct":
+                review = services.review_correct(
+                    run=run, reviewer=request.user, sql=data.validated_data.get("sql", ""), comment=comment
+                )
+            else:
+                review = services.review_flag(
+                    run=run, reviewer=request.user, category=data.validated_data.get("category", ""),
+                    comment=comment,
+                )  # fmt: skip
+        except services.ReviewError as exc:
+            # The service decides and words every refusal; the status code only tells a script
+            # whether the request could ever succeed for this user (403) or needs fixing (400).
+            own = action in ("approve", "correct") and run.question.user_id == request.user.pk
+            return _error(str(exc), status.HTTP_403_FORBIDDEN if own else status.HTTP_400_BAD_REQUEST)
+        return Response(ReviewSerializer(review).data)
+
+
+# --------------------------------------------------------------------------- example library
+
+
+def _example_or_404(example_id: int) -> Example:
+    example = Example.objects.select_related("source", "approved_by").filter(pk=example_id).first()
+    if example is None:
+        raise exceptions.NotFound(f"There is no example {example_id}.")
+    return example
+
+
+def _source_or_400(name: str | None):
+    try:
+        return source_get(name or None)
+    except ValueError as exc:
+        raise exceptions.ValidationError({"source": [f"{str(exc)[:1].upper()}{str(exc)[1:]}."]}) from exc
+
+
+class ExampleListApi(ApiErrorsMixin, GenericAPIView):
+    permission_classes = [IsAuthenticated, CanBrowseLibrary]
+    serializer_class = ExampleSerializer
+
+    @extend_schema(
+        operation_id="examples_list",
+        summary="List library examples",
+        description="Verified question/SQL pairs, newest approval first. Retired ones only with status=retired or all.",
+        parameters=[ExampleListFilterSerializer],
+        responses={200: ExampleSerializer(many=True), 400: ErrorSerializer, 403: ErrorSerializer},
+    )
+    def get(self, request: Request) -> Response:
+        from askdb.views_library import examples_filtered
+
+        filters = ExampleListFilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        f = filters.validated_data
+        source = _source_or_400(f["source"]) if f["source"] else None
+        examples = examples_filtered(
+            search=f["q"], table=f["table"], kind=f["kind"], status=f["status"], source=source
+        )
+        page = self.paginate_queryset(examples)
+        return self.get_paginated_response(ExampleSerializer(page, many=True).data)
+
+
+class ExampleDetailApi(ApiErrorsMixin, APIView):
+    permission_classes = [IsAuthenticated, CanBrowseLibrary]
+
+    @extend_schema(
+        operation_id="examples_retrieve",
+        summary="Get a library example",
+        responses={200: ExampleDetailSerializer, 403: ErrorSerializer, 404: ErrorSerializer},
+    )
+    def get(self, request: Request, example_id: int) -> Response:
+        return Response(ExampleDetailSerializer(_example_or_404(example_id)).data)
+
+
+class _ExampleStatusApi(ApiErrorsMixin, APIView):
+    permission_classes = [IsAuthenticated, CanReview]
+    status_to = ""
+
+    def post(self, request: Request, example_id: int) -> Response:
+        example = _example_or_404(example_id)
+        data = ExampleStatusInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            services.example_set_status(
+                example=example, actor=request.user, status=self.status_to, note=data.validated_data["note"]
+            )
+        except services.ReviewError as exc:
+            return _error(str(exc), status.HTTP_400_BAD_REQUEST)
+        return Response(ExampleDetailSerializer(example).data)
+
+
+class ExampleRetireApi(_ExampleStatusApi):
+    status_to = Example.Status.RETIRED
+
+    @extend_schema(
+        operation_id="examples_retire",
+        summary="Retire a library example",
+        description="A retired example is never used again (few-shot, template, gate). Reviewers only.",
+        request=ExampleStatusInputSerializer,
+        responses={200: ExampleDetailSerializer, 403: ErrorSerializer, 404: ErrorSerializer},
+    )
+    def post(self, request: Request, example_id: int) -> Response:
+        return super().post(request, example_id)
+
+
+class ExampleRestoreApi(_ExampleStatusApi):
+    status_to = Example.Status.ACTIVE
+
+    @extend_schema(
+        operation_id="examples_restore",
+        summary="Restore a library example",
+        description="Back into use; refused (400) when its SQL no longer validates against the catalog.",
+        request=ExampleStatusInputSerializer,
+        responses={
+            200: ExampleDetailSerializer,
+            400: ErrorSerializer,
+            403: ErrorSerializer,
+            404: ErrorSerializer,
+        },
+    )
+    def post(self, request: Request, example_id: int) -> Response:
+        return super().post(request, example_id)
+
+
+class ExampleImportApi(ApiErrorsMixin, APIView):
+    permission_classes = [IsAuthenticated, CanReview]
+
+    @extend_schema(
+        operation_id="examples_import",
+        summary="Import library examples",
+        description=(
+            "Each pair is validated against the catalog and (unless execute is false) run once; pairs "
+            "that fail are listed with their error in `failed`, the others are added or merged into "
+            f"near-duplicates. Bodies over {library_io.MAX_UPLOAD_BYTES // 1024 // 1024} MB are refused (413)."
+        ),
+        request=ExampleImportInputSerializer,
+        responses={
+            200: ImportReportSerializer,
+            400: ErrorSerializer,
+            403: ErrorSerializer,
+            413: ErrorSerializer,
+        },
+    )
+    def post(self, request: Request) -> Response:
+        if int(request.META.get("CONTENT_LENGTH") or 0) > library_io.MAX_UPLOAD_BYTES:
+            return _error(
+                f"The request is larger than {library_io.MAX_UPLOAD_BYTES // 1024 // 1024} MB; import in parts.",
+                status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+            )
+        data = ExampleImportInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            items = library_io.items_from_list(data.validated_data["examples"], "examples", where="item")
+        except library_io.LibraryFormatError as exc:
+            return _error(str(exc), status.HTTP_400_BAD_REQUEST)
+        source = _source_or_400(data.validated_data.get("source"))
+        try:
+            report = services.examples_import(
+                source=source, items=items, approved_by=request.user, execute=data.validated_data["execute"]
+            )
+        except (ExecutionError, EmbeddingError) as exc:  # the database or the embedder is down, not the data
+            return _error(
+                f"The import stopped: {exc}. Pairs checked before this were kept; import again once it is fixed.",
+                status.HTTP_503_SERVICE_UNAVAILABLE,
+            )
+        return Response(ImportReportSerializer(report).data)
 
 
 # --------------------------------------------------------------------------- tokens

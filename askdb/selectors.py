@@ -2,18 +2,86 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import difflib
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 from django.db.models import Q, QuerySet
 
 from askdb.models import AuditEvent
 
 
-def audit_event_list(*, search: str = "", action: str = "") -> QuerySet[AuditEvent]:
+def audit_event_list(
+    *,
+    search: str = "",
+    action: str = "",
+    actor: str = "",
+    target_type: str = "",
+    target_id: str = "",
+    date_from: dt.date | None = None,
+    date_to: dt.date | None = None,
+) -> QuerySet[AuditEvent]:
+    """Audit events matching every filter given, newest first.
+
+    `action` is a prefix ("review." finds every review action); dates are whole days in the
+    site's time zone, both ends included; `search` also looks inside the detail JSON, so a
+    piece of SQL finds the `sql.executed` events that ran it.
+    """
     qs = AuditEvent.objects.select_related("actor")
     if action:
         qs = qs.filter(action__startswith=action)
+    if actor:
+        qs = qs.filter(actor_name__iexact=actor)
+    if target_type:
+        qs = qs.filter(target_type__iexact=target_type)
+    if target_id:
+        qs = qs.filter(target_id=target_id)
+    if date_from:
+        qs = qs.filter(at__gte=_day_start(date_from))
+    if date_to:
+        qs = qs.filter(at__lt=_day_start(date_to + dt.timedelta(days=1)))
     if search:
-        qs = qs.filter(Q(actor_name__icontains=search) | Q(message__icontains=search) | Q(target_id=search))
+        qs = qs.filter(
+            Q(actor_name__icontains=search)
+            | Q(message__icontains=search)
+            | Q(target_id=search)
+            | Q(detail__icontains=search)
+        )
     return qs
+
+
+def _day_start(day: dt.date) -> dt.datetime:
+    from django.utils import timezone
+
+    return timezone.make_aware(dt.datetime.combine(day, dt.time.min))
+
+
+AUDIT_CSV_COLUMNS = ("at", "actor", "action", "target_type", "target_id", "message", "ip", "detail")
+
+
+def audit_event_csv_lines(*, events: QuerySet[AuditEvent]) -> Iterator[str]:
+    """The given events as CSV lines (detail as compact JSON), read from the database in chunks."""
+    import json
+
+    yield _csv_line(AUDIT_CSV_COLUMNS)
+    for e in events.iterator(chunk_size=2000):
+        yield _csv_line(
+            (
+                e.at.isoformat(), e.actor_name, e.action, e.target_type, e.target_id, e.message, e.ip or "",
+                json.dumps(e.detail, separators=(",", ":"), sort_keys=True, default=str),
+            )
+        )  # fmt: skip
+
+
+def _csv_line(values) -> str:
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    csv.writer(buffer).writerow(["" if v is None else v for v in values])
+    return buffer.getvalue()
 
 
 # --------------------------------------------------------------------------- runs
@@ -145,3 +213,335 @@ def run_may_act(*, user, run) -> bool:
     from askdb.roles import ADMIN, user_role
 
     return run.question.user_id == user.pk or user_role(user) == ADMIN
+
+
+# --------------------------------------------------------------------------- SQL display
+
+
+def sql_pretty(sql: str, dialect: str = "postgres") -> str:
+    """SQL laid out one clause per line (so diffs are readable), or as written if it does not parse."""
+    import sqlglot
+
+    try:
+        return sqlglot.transpile(sql, read=dialect, write=dialect, pretty=True)[0]
+    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError, IndexError, ValueError):
+        return sql
+
+
+@dataclass(frozen=True)
+class DiffLine:
+    """One line of a unified diff, classified for colouring: add, del, ctx, hunk or file."""
+
+    kind: str
+    text: str
+
+
+def diff_lines(diff_text: str) -> list[DiffLine]:
+    """Classify the lines of a unified diff so a template can colour added and removed lines."""
+    lines = []
+    for raw in diff_text.splitlines():
+        if raw.startswith(("+++", "---")):
+            kind = "file"
+        elif raw.startswith("@@"):
+            kind = "hunk"
+        elif raw.startswith("+"):
+            kind = "add"
+        elif raw.startswith("-"):
+            kind = "del"
+        else:
+            kind = "ctx"
+        lines.append(DiffLine(kind, raw))
+    return lines
+
+
+def sql_diff(before: str, after: str, *, fromfile: str = "before", tofile: str = "after") -> str:
+    """A unified diff of two SQL texts, whole (every line as context): SQL is short and a reviewer
+    needs to see a change inside the query around it."""
+    a, b = before.strip().splitlines(), after.strip().splitlines()
+    return "\n".join(
+        difflib.unified_diff(a, b, fromfile=fromfile, tofile=tofile, lineterm="", n=max(len(a), len(b)))
+    )
+
+
+# --------------------------------------------------------------------------- review
+
+
+REVIEW_QUEUE_STATUSES = ("pending", "approved", "corrected", "flagged", "all")
+
+REVIEW_POLICIES = {
+    "all": "every answered run waits for a reviewer",
+    "low_confidence": "only runs whose candidates disagreed or whose answerability score was low wait",
+    "first_of_kind": "only runs no approved example is close to wait",
+}
+
+
+def review_policy() -> tuple[str, str]:
+    """The active review policy and a sentence saying what it means."""
+    from django.conf import settings
+
+    policy = settings.ASKDB_REVIEW_POLICY
+    return policy, REVIEW_POLICIES.get(policy, "every answered run waits for a reviewer")
+
+
+def run_tables(run) -> list[str]:
+    """Tables the run's SQL reads, parsed; the retrieved tables when there is no SQL that parses."""
+    from askdb.pipeline.validation import SqlValidationError, referenced_tables
+
+    if run.sql:
+        try:
+            return list(referenced_tables(run.sql, run.question.source.dialect))
+        except SqlValidationError:
+            pass
+    return [t.get("table", "") for t in (run.retrieval or {}).get("tables", []) if t.get("table")]
+
+
+def _reads_table(tables: list[str], table: str) -> bool:
+    table = table.lower()
+    return any(t == table or table.endswith("." + t) for t in tables)
+
+
+def review_queue_list(
+    *,
+    user,
+    status: str = "pending",
+    source: str = "",
+    asked_by: str = "",
+    table: str = "",
+    assigned_to_me: bool = False,
+) -> QuerySet:
+    """Runs for review, oldest first. Evaluation runs never appear: no person asked them.
+
+    The table filter narrows in the database (the SQL mentions the name, or retrieval found the
+    table) and then keeps only runs whose parsed SQL really reads it.
+    """
+    from askdb.models import Run
+
+    qs = (
+        Run.objects.select_related("question__user", "question__source", "assigned_to")
+        .exclude(question__channel="evaluation")
+        .defer("result_rows", "result_columns", "candidates", "library_match")
+    )
+    if status == "all":
+        qs = qs.exclude(review_status="")
+    else:
+        qs = qs.filter(review_status=status if status in REVIEW_QUEUE_STATUSES else Run.Review.PENDING)
+    if source:
+        qs = qs.filter(question__source__name=source)
+    if asked_by:
+        qs = qs.filter(question__user__username__iexact=asked_by)
+    if assigned_to_me:
+        qs = qs.filter(assigned_to=user)
+    if table:
+        bare = table.rsplit(".", 1)[-1]
+        maybe = qs.filter(Q(sql__icontains=bare) | Q(retrieval__tables__contains=[{"table": table}]))
+        qs = qs.filter(pk__in=[run.pk for run in maybe if _reads_table(run_tables(run), table)])
+    return qs.order_by("created_at", "id")
+
+
+def review_queue_next(*, user, after=None):
+    """The run a reviewer should look at next: the oldest pending one they may act on."""
+    from askdb.models import Run
+
+    qs = (
+        Run.objects.filter(review_status=Run.Review.PENDING)
+        .exclude(question__channel="evaluation")
+        .exclude(question__user=user)
+        .filter(Q(assigned_to__isnull=True) | Q(assigned_to=user))
+    )
+    if after is not None:
+        qs = qs.exclude(pk=after.pk)
+    return qs.order_by("created_at", "id").first()
+
+
+def review_table_choices() -> list[str]:
+    """Qualified names of the catalogued tables, for the queue's table filter."""
+    from metadata_admin.models import TableDoc
+
+    names = TableDoc.objects.filter(exists_in_source=True).values_list("schema_name", "name").distinct()
+    return sorted({f"{schema}.{name}" if schema else name for schema, name in names})
+
+
+def reviewers_list() -> QuerySet:
+    """Active users who may review (through a role, a direct permission, or as superuser)."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
+
+    perms = Permission.objects.filter(codename="review_runs", content_type__app_label="askdb")
+    return (
+        get_user_model()
+        .objects.filter(is_active=True)
+        .filter(Q(groups__permissions__in=perms) | Q(user_permissions__in=perms) | Q(is_superuser=True))
+        .distinct()
+        .order_by("username")
+    )
+
+
+def run_review_outcome(*, run):
+    """The latest review that decided something (approve, correct or flag), or None."""
+    from askdb.models import Review
+
+    return run.reviews.exclude(action=Review.Action.REASSIGN).select_related("reviewer", "example").first()
+
+
+def run_nearest_examples(*, run, limit: int = 5) -> list[dict]:
+    """The approved examples retrieval found closest to this question, each with the diff of its
+    SQL against this run's (both laid out the same way, so only real changes show)."""
+    from askdb.models import Example
+
+    refs = [r for r in (run.retrieval or {}).get("examples", []) if r.get("id")][:limit]
+    found = Example.objects.in_bulk([r["id"] for r in refs])
+    dialect = run.question.source.dialect
+    mine = sql_pretty(run.sql, dialect) if run.sql else ""
+    nearest = []
+    for ref in refs:
+        example = found.get(ref["id"])
+        if example is None:
+            continue
+        diff = ""
+        if example.sql and mine:
+            diff = sql_diff(sql_pretty(example.sql, dialect), mine, fromfile=f"example {example.pk}",
+                            tofile=f"run {run.pk}")  # fmt: skip
+        nearest.append({"example": example, "score": ref.get("score"), "diff": diff_lines(diff)})
+    return nearest
+
+
+# --------------------------------------------------------------------------- provenance
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What produced a run's answer: enough to cite it in a paper and to reproduce it."""
+
+    run_id: int
+    question: str
+    sql: str
+    sha256: str
+    source: str
+    as_of: dt.datetime | None
+    catalog_version: str
+    model: str
+    prompt_version: str
+    examples_used: tuple[int, ...]
+    answered_by: str  # "llm" | "library" | ""
+    example_id: int | None
+    review_status: str
+    review_action: str  # "approve" | "correct" | "example" (a library answer's approval) | ""
+    reviewer: str
+    reviewed_at: dt.datetime | None
+    askdb_version: str
+
+
+def askdb_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("askdb")
+    except PackageNotFoundError:
+        return "dev"
+
+
+def sql_sha256(sql: str) -> str:
+    return hashlib.sha256(sql.encode()).hexdigest()
+
+
+def run_provenance(*, run) -> Provenance:
+    """Gather a run's provenance: the SQL and its hash, data, catalog, model, examples, approval."""
+    from django.utils import timezone
+
+    from askdb.models import Review
+
+    approval = (
+        run.reviews.filter(action__in=(Review.Action.APPROVE, Review.Action.CORRECT))
+        .select_related("reviewer")
+        .first()
+    )
+    action, reviewer, reviewed_at = "", "", None
+    if approval is not None:
+        action = approval.action
+        reviewer = approval.reviewer.get_username() if approval.reviewer else "(deleted user)"
+        reviewed_at = approval.created_at
+    elif run.answered_by == "library" and run.example is not None and run.example.approved_at:
+        action = "example"
+        reviewer = run.example.approved_by.get_username() if run.example.approved_by else ""
+        reviewed_at = run.example.approved_at
+    source = run.question.source
+
+    def local(value):
+        return timezone.localtime(value) if value is not None and timezone.is_aware(value) else value
+
+    return Provenance(
+        run_id=run.pk,
+        question=run.question.text,
+        sql=run.sql,
+        sha256=sql_sha256(run.sql) if run.sql else "",
+        source=source.name,
+        as_of=local(source.as_of),
+        catalog_version=run.catalog_version,
+        model=run.model,
+        prompt_version=run.prompt_version,
+        examples_used=tuple(int(i) for i in (run.examples_used or []) if str(i).isdigit()),
+        answered_by=run.answered_by,
+        example_id=run.example_id,
+        review_status=run.review_status,
+        review_action=action,
+        reviewer=reviewer,
+        reviewed_at=local(reviewed_at),
+        askdb_version=askdb_version(),
+    )
+
+
+def methods_paragraph(p: Provenance) -> str:
+    """A paragraph for a paper's methods section: where the data came from, which SQL, how the
+    query was made and who verified it. Says plainly when nothing verified it."""
+    as_of = f" (as of {p.as_of:%Y-%m-%d})" if p.as_of else ""
+    first = (
+        f"Data were extracted from {p.source}{as_of} with askdb {p.askdb_version} using the SQL below "
+        f"(SHA-256 {p.sha256})"
+    )
+    if p.answered_by == "library":
+        made = "the query was adapted from " + (
+            f"verified example {p.example_id} of the askdb example library"
+            if p.example_id
+            else "a verified example of the askdb example library"
+        )
+    elif p.model:
+        n = len(p.examples_used)
+        version = f" with prompt version {p.prompt_version}" if p.prompt_version else ""
+        shots = f"from {n} verified example{'s' if n != 1 else ''}" if n else "without verified examples"
+        made = f"the query was generated by {p.model}{version} {shots}"
+    else:
+        made = "the query was written without a language model"
+    when = f" on {p.reviewed_at:%Y-%m-%d}" if p.reviewed_at else ""
+    if p.review_status == "flagged":
+        checked = "was flagged as wrong by a reviewer and should not be relied on"
+    elif p.review_action == "approve":
+        checked = f"approved by reviewer {p.reviewer}{when}"
+    elif p.review_action == "correct":
+        checked = f"corrected and approved by reviewer {p.reviewer}{when}"
+    elif p.review_action == "example":
+        checked = f"that example was approved by reviewer {p.reviewer}{when}"
+    elif p.review_status == "pending":
+        checked = "it has not been reviewed yet"
+    else:
+        checked = "it was not reviewed"
+    joiner = " and " if p.review_action in ("approve", "correct") or p.review_status == "flagged" else "; "
+    return f"{first}; {made}{joiner}{checked}."
+
+
+def methods_text(p: Provenance) -> str:
+    """The methods paragraph with the SQL it refers to and the details behind it, as plain text."""
+    lines = [
+        methods_paragraph(p),
+        "",
+        f"Question: {p.question}",
+        f"askdb run: {p.run_id}",
+        f"Catalog version: {p.catalog_version or 'unknown'}",
+        f"Model: {p.model or 'none'}" + (f" (prompt version {p.prompt_version})" if p.prompt_version else ""),
+        "Examples used: " + (", ".join(str(i) for i in p.examples_used) or "none"),
+        f"SHA-256 of the SQL: {p.sha256}",
+        "",
+        "SQL:",
+        p.sql.strip(),
+        "",
+    ]
+    return "\n".join(lines)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from askdb.models import Run, SqlAttempt, StageEvent
+from askdb.models import Example, Review, Run, SqlAttempt, StageEvent
 
 # --------------------------------------------------------------------------- inputs
 
@@ -43,6 +43,75 @@ class ResultPageQuerySerializer(serializers.Serializer):
         required=False, default="", allow_blank=True, help_text="A column name; unknown names keep the order."
     )
     desc = serializers.BooleanField(required=False, default=False, help_text="1: sort descending.")
+
+
+class ReviewInputSerializer(serializers.Serializer):
+    # The rules (who may review, which SQL is valid, which category a flag needs) are the review
+    # services'; this only checks the shape.
+    action = serializers.ChoiceField(choices=["approve", "correct", "flag"])
+    sql = serializers.CharField(
+        required=False, allow_blank=True, trim_whitespace=False, help_text="The corrected SQL (correct only)."
+    )
+    category = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        help_text=f"Why it is wrong (flag only): one of {', '.join(Review.Category.values)}.",
+    )
+    comment = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class ExampleListFilterSerializer(serializers.Serializer):
+    q = serializers.CharField(
+        required=False, allow_blank=True, default="", help_text="Words in the question or SQL."
+    )
+    table = serializers.CharField(
+        required=False, allow_blank=True, default="",
+        help_text='A table the SQL reads: qualified ("mimiciv_hosp.patients") or bare ("patients").',
+    )  # fmt: skip
+    kind = serializers.CharField(
+        required=False, allow_blank=True, default="", help_text=f"One of: {', '.join(Example.Kind.values)}."
+    )
+    status = serializers.CharField(
+        required=False, allow_blank=True, default="",
+        help_text=f"One of: {', '.join(Example.Status.values)}, or all. Default: every status but retired.",
+    )  # fmt: skip
+    source = serializers.CharField(required=False, allow_blank=True, default="", help_text="A source name.")
+
+    def validate_kind(self, value: str) -> str:
+        if value and value not in Example.Kind.values:
+            raise serializers.ValidationError(f"Use one of: {', '.join(Example.Kind.values)}.")
+        return value
+
+    def validate_status(self, value: str) -> str:
+        if value and value not in (*Example.Status.values, "all"):
+            raise serializers.ValidationError(f"Use one of: {', '.join(Example.Status.values)}, all.")
+        return value
+
+
+class ExampleStatusInputSerializer(serializers.Serializer):
+    note = serializers.CharField(
+        required=False, allow_blank=True, default="", help_text="Why (kept on the example)."
+    )
+
+
+class ExampleImportInputSerializer(serializers.Serializer):
+    source = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        allow_null=True,
+        help_text="Source name; the default source when omitted.",
+    )
+    # Items are checked by askdb.library_io (the same checks as a file upload), so a bad item is
+    # named by its position and id in one sentence.
+    examples = serializers.ListField(
+        child=serializers.JSONField(),
+        help_text='[{"id"?, "question", "sql"}]; "sql" is "" or null for an unanswerable question.',
+    )
+    execute = serializers.BooleanField(
+        required=False,
+        default=True,
+        help_text="false: only validate each SQL against the catalog, do not run it.",
+    )
 
 
 # --------------------------------------------------------------------------- outputs
@@ -123,6 +192,96 @@ class ResultPageSerializer(serializers.Serializer):
     truncated = serializers.BooleanField(help_text="True when the row cap cut the result short.")
 
 
+class RunReviewSerializer(serializers.ModelSerializer):
+    """A review as it appears on a run: who did what, and why."""
+
+    reviewer = serializers.CharField(source="reviewer.username", allow_null=True, default=None)
+    # Plain strings in the schema, like StageSerializer.status: no second enum named like another.
+    action = serializers.CharField(help_text=f"One of: {', '.join(Review.Action.values)}.")
+    category = serializers.CharField(help_text=f"Empty, or one of: {', '.join(Review.Category.values)}.")
+
+    class Meta:
+        model = Review
+        fields = ["action", "category", "comment", "reviewer", "created_at"]
+        read_only_fields = fields
+
+
+class ReviewSerializer(RunReviewSerializer):
+    """What POST /api/questions/{run_id}/review/ answers: the review, with its SQL change and the
+    library example it created or strengthened."""
+
+    run = serializers.IntegerField(source="run_id")
+    example = serializers.IntegerField(source="example_id", allow_null=True, help_text="Library example id.")
+
+    class Meta(RunReviewSerializer.Meta):
+        fields = ["id", "run", *RunReviewSerializer.Meta.fields, "sql_before", "sql_after", "diff", "example"]
+        read_only_fields = fields
+
+
+class ReviewQueueSerializer(RunListSerializer):
+    """A run waiting for review."""
+
+    assigned_to = serializers.CharField(source="assigned_to.username", allow_null=True, default=None)
+
+    class Meta(RunListSerializer.Meta):
+        fields = [*RunListSerializer.Meta.fields, "sql", "confidence", "answered_by", "assigned_to"]
+        read_only_fields = fields
+
+
+class ExampleSerializer(serializers.ModelSerializer):
+    source = serializers.CharField(source="source.name")
+    kind = serializers.CharField(help_text=f"One of: {', '.join(Example.Kind.values)}.")
+    status = serializers.CharField(help_text=f"One of: {', '.join(Example.Status.values)}.")
+    tables = serializers.ListField(child=serializers.CharField())
+    paraphrases = serializers.ListField(
+        child=serializers.CharField(), help_text="Merged near-duplicate wordings."
+    )
+    approved_by = serializers.CharField(source="approved_by.username", allow_null=True, default=None)
+    origin_run = serializers.IntegerField(source="origin_run_id", allow_null=True)
+
+    class Meta:
+        model = Example
+        fields = ["id", "source", "question", "sql", "kind", "status", "tables", "paraphrases", "origin",
+                  "origin_run", "approved_by", "approved_at", "note", "validation_error"]  # fmt: skip
+        read_only_fields = fields
+
+
+class ExampleDetailSerializer(ExampleSerializer):
+    columns = serializers.ListField(child=serializers.CharField())
+    template = serializers.JSONField(help_text="Slots for offline answering; {} when there is none.")
+    answered_runs = serializers.SerializerMethodField(
+        help_text="Ids of the runs answered from it, newest first."
+    )
+
+    class Meta(ExampleSerializer.Meta):
+        fields = [*ExampleSerializer.Meta.fields, "columns", "template", "validated_at", "created_at",
+                  "updated_at", "answered_runs"]  # fmt: skip
+        read_only_fields = fields
+
+    def get_answered_runs(self, example: Example) -> list[int]:
+        return list(example.answered_runs.order_by("-created_at").values_list("pk", flat=True)[:100])
+
+
+class ImportFailureSerializer(serializers.Serializer):
+    id = serializers.CharField(help_text="The item's id, or its position when it had none.")
+    question = serializers.CharField()
+    error = serializers.CharField()
+
+
+class ImportReportSerializer(serializers.Serializer):
+    """askdb.services.ImportReport: nothing imported silently, nothing failed silently."""
+
+    created = serializers.ListField(child=serializers.IntegerField(), help_text="Ids of new examples.")
+    merged = serializers.ListField(
+        child=serializers.IntegerField(), help_text="Ids of existing examples the pairs were merged into."
+    )
+    failed = ImportFailureSerializer(many=True)
+    summary = serializers.SerializerMethodField()
+
+    def get_summary(self, report) -> str:
+        return report.summary()
+
+
 class RunDetailSerializer(RunListSerializer):
     """A run with everything that explains it: gate, retrieval, stages, SQL attempts, the
     answer, its cost, and one page of its result."""
@@ -134,10 +293,21 @@ class RunDetailSerializer(RunListSerializer):
     # The result page comes in through the context (key "result"): it depends on the request's
     # paging and sorting, which are not the run's.
     result = serializers.SerializerMethodField()
+    # Review and provenance: whether a person checked the SQL, and what produced it.
+    review_status = serializers.CharField(
+        help_text=f"Empty (not for review), or one of: {', '.join(v for v in Run.Review.values if v)}."
+    )
+    reviews = RunReviewSerializer(many=True, help_text="Newest first.")
+    answered_by = serializers.CharField(help_text='"llm", "library" (a verified example), or empty.')
+    example = serializers.IntegerField(
+        source="example_id", allow_null=True, help_text="The library example a library answer came from."
+    )
+    examples_used = serializers.ListField(child=serializers.IntegerField(), help_text="Few-shot example ids.")
 
     class Meta(RunListSerializer.Meta):
         fields = [*RunListSerializer.Meta.fields, "message", "started_at", "gate", "retrieval", "stages",
-                  "attempts", "sql", "summary", "tokens", "cost_usd", "result"]  # fmt: skip
+                  "attempts", "sql", "summary", "tokens", "cost_usd", "result", "review_status", "reviews",
+                  "confidence", "answered_by", "example", "examples_used", "catalog_version", "model"]  # fmt: skip
         read_only_fields = fields
 
     @extend_schema_field(ResultPageSerializer(allow_null=True))

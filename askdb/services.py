@@ -459,6 +459,10 @@ def review_approve(*, run, reviewer, comment: str = ""):
 
     _review_guard(run, reviewer, approving=True)
     with transaction.atomic():
+        # Two reviewers acting at once: the second sees the first one's decision, not a stale page.
+        locked = Run.objects.select_for_update(of=("self",)).get(pk=run.pk)
+        if locked.review_status in (Run.Review.APPROVED, Run.Review.CORRECTED):
+            raise ReviewError(f"This run was already {locked.get_review_status_display()}.")
         example = example_upsert(
             source=run.question.source, question=run.question.text, sql=run.sql,
             approved_by=reviewer, origin="review", origin_run=run,
@@ -517,6 +521,8 @@ def review_flag(*, run, reviewer, category: str, comment: str = ""):
     _review_guard(run, reviewer, approving=False)
     if category not in Review.Category.values:
         raise ReviewError(f"Pick a category: {', '.join(Review.Category.values)}.")
+    if not (comment or "").strip():
+        raise ReviewError("Say what is wrong: flagging needs a comment.")
     with transaction.atomic():
         example = None
         if category == Review.Category.UNANSWERABLE:
@@ -649,6 +655,13 @@ def example_template(example) -> dict:
 
 def example_set_status(*, example, actor, status: str, note: str = ""):
     """Retire an example (never used again) or bring it back (after checking it still works)."""
+    from django.db import transaction
+
+    with transaction.atomic():
+        return _example_set_status(example=example, actor=actor, status=status, note=note)
+
+
+def _example_set_status(*, example, actor, status: str, note: str = ""):
     from askdb.models import Example
 
     if status not in Example.Status.values:
@@ -792,6 +805,14 @@ def examples_import(
                     kind=Example.Kind.ANSWERABLE if sql else Example.Kind.UNANSWERABLE, vector=vector,
                     note=str(item.get("note") or ""),
                 )  # fmt: skip
+                extra = [
+                    p
+                    for p in item.get("paraphrases") or []
+                    if isinstance(p, str) and p not in example.paraphrases
+                ]
+                if extra:  # an export carries them; an import must not lose them
+                    example.paraphrases = [*example.paraphrases, *extra]
+                    example.save(update_fields=["paraphrases"])
         except ReviewError as exc:
             report.failed.append({"id": ident, "question": question[:300], "error": str(exc)})
         else:
@@ -804,10 +825,12 @@ def examples_import(
     return report
 
 
-def examples_export(*, source, include_retired: bool = False) -> list[dict]:
-    """The library as plain data (the same shape examples_import reads), oldest first."""
+def examples_export(*, source, include_retired: bool = False, actor=None) -> list[dict]:
+    """The library as plain data (the same shape examples_import reads), oldest first; audited."""
     from askdb.models import Example
 
+    audit_record(action="examples.exported", actor=actor, target=source,
+                 message="retired included" if include_retired else "")  # fmt: skip
     qs = Example.objects.filter(source=source).select_related("approved_by").order_by("id")
     if not include_retired:
         qs = qs.exclude(status=Example.Status.RETIRED)

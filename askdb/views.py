@@ -6,6 +6,7 @@ of the result table); every link and form also works without JavaScript.
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 
 from django.contrib import messages
@@ -14,12 +15,24 @@ from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.html import format_html
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from askdb import health, selectors
-from askdb.models import Run
-from askdb.services import QuestionError, question_submit, run_cancel, run_retry
+from askdb.models import Review, Run
+from askdb.services import (
+    QuestionError,
+    ReviewError,
+    question_submit,
+    review_approve,
+    review_correct,
+    review_flag,
+    review_reassign,
+    run_cancel,
+    run_export_record,
+    run_retry,
+)
 
 
 def _ip(request: HttpRequest) -> str | None:
@@ -64,20 +77,11 @@ def _run_or_404(request: HttpRequest, run_id: int) -> Run:
 
 
 def _run_context(request: HttpRequest, run: Run) -> dict:
-    import sqlglot
-
     dialect = run.question.source.dialect
-
-    def pretty(sql: str) -> str:
-        try:
-            return sqlglot.transpile(sql, read=dialect, write=dialect, pretty=True)[0]
-        except (sqlglot.errors.ParseError, IndexError, ValueError):
-            return sql
-
-    attempts = [{"attempt": a, "pretty": pretty(a.sql)} for a in run.attempts.all()]
+    attempts = [{"attempt": a, "pretty": selectors.sql_pretty(a.sql, dialect)} for a in run.attempts.all()]
     tables = run.retrieval.get("tables", []) if run.retrieval else []
     top = max((t.get("score") or 0 for t in tables), default=0) or 1
-    return {
+    context = {
         "run": run,
         "stages": list(run.stages.all()),
         "attempts": attempts,
@@ -88,6 +92,29 @@ def _run_context(request: HttpRequest, run: Run) -> dict:
         "can_cancel": not run.is_terminal and _may_act(request, run),
         "can_retry": run.is_terminal and _may_act(request, run),
     }
+    if run.is_terminal:
+        outcome = selectors.run_review_outcome(run=run)
+        provenance = selectors.run_provenance(run=run)
+        context |= {
+            "outcome": outcome,
+            "outcome_diff": _review_diff(outcome, dialect),
+            "provenance": provenance,
+            "methods": selectors.methods_paragraph(provenance) if run.sql else "",
+        }
+    return context
+
+
+def _review_diff(review: Review | None, dialect: str) -> list:
+    """A correction's diff, both sides laid out alike so that only the real change shows."""
+    if review is None or review.action != Review.Action.CORRECT:
+        return []
+    before, after = (
+        selectors.sql_pretty(review.sql_before, dialect),
+        selectors.sql_pretty(review.sql_after, dialect),
+    )
+    return selectors.diff_lines(
+        selectors.sql_diff(before, after, fromfile="generated", tofile="corrected") or review.diff
+    )
 
 
 def _may_act(request: HttpRequest, run: Run) -> bool:
@@ -139,6 +166,7 @@ def run_csv(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _run_or_404(request, run_id)
     if not run.result_columns:
         return _NO_RESULT()
+    run_export_record(run=run, user=request.user, fmt="csv", ip=_ip(request))
     response = StreamingHttpResponse(selectors.run_result_csv_lines(run=run), content_type="text/csv")
     response["Content-Disposition"] = f'attachment; filename="askdb-run-{run.pk}.csv"'
     return response
@@ -154,6 +182,7 @@ def run_xlsx(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _run_or_404(request, run_id)
     if not run.result_columns:
         return _NO_RESULT()
+    run_export_record(run=run, user=request.user, fmt="xlsx", ip=_ip(request))
     book = Workbook(write_only=True)
     sheet = book.create_sheet("result")
     sheet.append(list(run.result_columns))
@@ -187,6 +216,24 @@ def run_cancel_view(request: HttpRequest, run_id: int) -> HttpResponse:
 
 @require_POST
 @permission_required("askdb.ask_questions", raise_exception=True)
+def run_pick_candidate_view(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The researcher picks the candidate that matches what they meant (re-executed, still reviewed)."""
+    from askdb.services import ReviewError, run_pick_candidate
+
+    run = _run_or_404(request, run_id)
+    if not _may_act(request, run):
+        raise Http404("no such run")
+    try:
+        run_pick_candidate(run=run, user=request.user, group=_int(request.POST.get("group", "")))
+    except ReviewError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, "Your choice is shown below; a reviewer will check it.")
+    return redirect("run_detail", run_id=run.pk)
+
+
+@require_POST
+@permission_required("askdb.ask_questions", raise_exception=True)
 def run_retry_view(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _run_or_404(request, run_id)
     if not _may_act(request, run):
@@ -207,19 +254,238 @@ def history(request: HttpRequest) -> HttpResponse:
     return render(request, "askdb/history.html", context)
 
 
+@require_GET
+@permission_required("askdb.ask_questions", raise_exception=True)
+def run_methods_txt(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The methods paragraph and the SQL it cites, as a plain-text file to keep with a paper."""
+    run = _run_or_404(request, run_id)
+    if not run.sql:
+        return HttpResponse("This run has no SQL to cite.", status=409, content_type="text/plain")
+    text = selectors.methods_text(selectors.run_provenance(run=run))
+    response = HttpResponse(text, content_type="text/plain; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="askdb-run-{run.pk}-methods.txt"'
+    return response
+
+
+# --------------------------------------------------------------------------- review
+
+
+@require_GET
 @permission_required("askdb.review_runs", raise_exception=True)
 def review_queue(request: HttpRequest) -> HttpResponse:
-    return render(request, "askdb/review_queue.html", {"runs": []})
+    """Runs awaiting review, oldest first, filtered; evaluation runs are never here."""
+    filters = {
+        "status": request.GET.get("status", "pending"),
+        "source": request.GET.get("source", "").strip(),
+        "asked_by": request.GET.get("user", "").strip(),
+        "table": request.GET.get("table", "").strip(),
+        "assigned_to_me": request.GET.get("mine") == "1",
+    }
+    if filters["status"] not in selectors.REVIEW_QUEUE_STATUSES:
+        filters["status"] = "pending"
+    runs = selectors.review_queue_list(user=request.user, **filters)
+    page = Paginator(runs, 25).get_page(request.GET.get("page"))
+    rows = [{"run": r, "tables": selectors.run_tables(r), "own": r.question.user_id == request.user.pk}
+            for r in page.object_list]  # fmt: skip
+    from metadata_admin.models import ClinicalSource
+
+    policy, policy_text = selectors.review_policy()
+    context = {
+        "page": page,
+        "rows": rows,
+        "filters": filters,
+        "filtered": any(filters[k] for k in ("source", "asked_by", "table", "assigned_to_me"))
+        or filters["status"] != "pending",
+        "statuses": selectors.REVIEW_QUEUE_STATUSES,
+        "sources": list(ClinicalSource.objects.values_list("name", flat=True)),
+        "table_choices": selectors.review_table_choices(),
+        "policy": policy,
+        "policy_text": policy_text,
+    }
+    return render(request, "askdb/review_queue.html", context)
 
 
+REVIEW_DONE = {
+    "approve": "Run {run} approved; its SQL is now a verified example.",
+    "correct": "Run {run} corrected and re-run; the corrected SQL is now a verified example.",
+    "flag": "Run {run} flagged as {category}.",
+    "reassign": "Run {run} assigned to {assignee}.",
+}
+
+
+@require_http_methods(["GET", "POST"])
+@permission_required("askdb.review_runs", raise_exception=True)
+def run_review(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Review one run: everything that produced it, then approve, correct, flag (or reassign).
+
+    Every action is a service call; a refusal is shown beside its form with what was typed kept.
+    """
+    run = _run_or_404(request, run_id)
+    form = {
+        "action": "",
+        "comment": "",
+        "sql": selectors.sql_pretty(run.sql, run.question.source.dialect) if run.sql else "",
+        "category": "",
+        "assignee": str(run.assigned_to_id or ""),
+    }
+    error = ""
+    if request.method == "POST":
+        form |= {k: request.POST.get(k, form[k]) for k in form}
+        try:
+            review = _review_act(request, run, form)
+        except ReviewError as exc:
+            error = str(exc)
+        else:
+            message = REVIEW_DONE[review.action].format(
+                run=run.pk, category=review.get_category_display(),
+                assignee=run.assigned_to.get_username() if run.assigned_to else "",
+            )  # fmt: skip
+            if review.action == Review.Action.CORRECT:
+                message = format_html(
+                    '{} <a href="{}#review-outcome">See the diff and the corrected result.</a>',
+                    message, reverse("run_detail", args=[run.pk]),
+                )  # fmt: skip
+            messages.success(request, message)
+            following = selectors.review_queue_next(user=request.user, after=run)
+            if following is None:
+                return redirect("review_queue")
+            return redirect("run_review", run_id=following.pk)
+    context = _run_review_context(request, run) | {"form": form, "error": error}
+    context["error_at"] = _error_slot(context, form["action"]) if error else ""
+    return render(request, "askdb/run_review.html", context, status=400 if error else 200)
+
+
+def _review_act(request: HttpRequest, run: Run, form: dict) -> Review:
+    action, user = form["action"], request.user
+    if action == "approve":
+        return review_approve(run=run, reviewer=user, comment=form["comment"].strip())
+    if action == "correct":
+        return review_correct(run=run, reviewer=user, sql=form["sql"], comment=form["comment"].strip())
+    if action == "flag":
+        if not form["comment"].strip():
+            raise ReviewError("Say what is wrong: flagging needs a comment the researcher can act on.")
+        return review_flag(run=run, reviewer=user, category=form["category"], comment=form["comment"].strip())
+    if action == "reassign":
+        assignee = selectors.reviewers_list().filter(pk=_int(form["assignee"])).first()
+        return review_reassign(run=run, admin=user, reviewer=assignee)
+    raise ReviewError("Choose approve, correct or flag.")
+
+
+def _error_slot(context: dict, action: str) -> str:
+    """Which form shows the error: the one submitted, or the top of the actions when that form is
+    not on the page (a hand-made POST to approve one's own question, say)."""
+    shown = {"approve": context["can_approve"], "correct": context["can_approve"], "flag": True,
+             "reassign": context["can_reassign"]}  # fmt: skip
+    return action if shown.get(action) else "top"
+
+
+def _int(value: str) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _run_review_context(request: HttpRequest, run: Run) -> dict:
+    import json
+
+    dialect = run.question.source.dialect
+    own = run.question.user_id == request.user.pk
+    answered = run.status == Run.Status.SUCCEEDED and bool(run.sql)
+    reviews = list(run.reviews.select_related("reviewer"))
+    return {
+        "run": run,
+        "stages": list(run.stages.all()),
+        "attempts": [
+            {"attempt": a, "pretty": selectors.sql_pretty(a.sql, dialect)} for a in run.attempts.all()
+        ],
+        "preview_rows": (run.result_rows or [])[:20],
+        "answerability_json": json.dumps(run.answerability or {}, indent=2, sort_keys=True, default=str),
+        "tables": selectors.run_tables(run),
+        "nearest": selectors.run_nearest_examples(run=run),
+        "reviews": [{"review": r, "diff": _review_diff(r, dialect)} for r in reviews],
+        "own": own,
+        "answered": answered,
+        "can_approve": answered and not own,
+        "can_reassign": request.user.has_perm("askdb.manage_users"),
+        "reviewers": selectors.reviewers_list().exclude(pk=run.question.user_id),
+        "categories": Review.Category.choices,
+        "next_run": selectors.review_queue_next(user=request.user, after=run),
+    }
+
+
+# --------------------------------------------------------------------------- audit
+
+
+def _date(value: str) -> dt.date | None:
+    try:
+        return dt.date.fromisoformat(value.strip()) if value.strip() else None
+    except ValueError:
+        return None
+
+
+@require_GET
 @permission_required("askdb.view_audit", raise_exception=True)
 def audit_log(request: HttpRequest) -> HttpResponse:
-    search = request.GET.get("q", "").strip()
-    action = request.GET.get("action", "").strip()
-    page = Paginator(selectors.audit_event_list(search=search, action=action), 50).get_page(
-        request.GET.get("page")
-    )
-    return render(request, "askdb/audit_log.html", {"page": page, "q": search, "action": action})
+    """The audit log, filtered; `?format=csv` streams every matching event (not just one page)."""
+    import json
+
+    filters = {
+        "search": request.GET.get("q", "").strip(),
+        "action": request.GET.get("action", "").strip(),
+        "actor": request.GET.get("actor", "").strip(),
+        "target_type": request.GET.get("target_type", "").strip(),
+        "target_id": request.GET.get("target_id", "").strip(),
+        "date_from": _date(request.GET.get("from", "")),
+        "date_to": _date(request.GET.get("to", "")),
+    }
+    events = selectors.audit_event_list(**filters)
+    if request.GET.get("format") == "csv":
+        from askdb.services import audit_record
+
+        audit_record(action="audit.exported", actor=request.user, message="audit log CSV",
+                     detail={k: str(v) for k, v in filters.items() if v})  # fmt: skip
+        response = StreamingHttpResponse(
+            selectors.audit_event_csv_lines(events=events), content_type="text/csv"
+        )
+        response["Content-Disposition"] = 'attachment; filename="askdb-audit.csv"'
+        return response
+    page = Paginator(events, 50).get_page(request.GET.get("page"))
+    rows = [
+        {
+            "event": e,
+            "compact": json.dumps(e.detail, separators=(",", ":"), default=str) if e.detail else "",
+            "pretty": json.dumps(e.detail, indent=2, sort_keys=True, default=str) if e.detail else "",
+        }
+        for e in page.object_list
+    ]
+    context = {
+        "page": page,
+        "rows": rows,
+        "q": filters["search"],
+        "filters": filters | {"date_from": request.GET.get("from", ""), "date_to": request.GET.get("to", "")},
+        "known_actions": AUDIT_ACTIONS,
+        "csv_query": _with(request, format="csv", page=None),
+    }
+    return render(request, "askdb/audit_log.html", context)
+
+
+AUDIT_ACTIONS = (
+    "auth.", "auth.login", "auth.logout", "auth.login_failed", "auth.token", "question.asked", "run.",
+    "run.retried", "run.cancelled", "run.exported", "llm.call", "sql.executed", "review.", "review.approve",
+    "review.correct", "review.flag", "review.reassign", "example.", "examples.imported",
+    "examples.revalidated", "docs.", "source.", "user.", "user.created", "user.changed", "user.roles_changed",
+)  # fmt: skip
+
+
+def _with(request: HttpRequest, **changes) -> str:
+    """The current query string with some parameters replaced (None removes one)."""
+    query = request.GET.copy()
+    for key, value in changes.items():
+        query.pop(key, None)
+        if value is not None:
+            query[key] = value
+    return query.urlencode()
 
 
 @login_not_required

@@ -292,6 +292,7 @@ class Pipeline:
             st.note(error=exc.message)
             return None, info | {"reasons": [*info["reasons"], f"the bound SQL failed: {exc.message}"]}
         st.note(answered=True, rows=result.row_count)
+        self.rec.attempt(number=1, sql=best.sql, origin="example", valid=True)
         info.update(answered=True, example_id=best.example_id, example_question=best.example_question,
                     confidence=round(best.confidence, 4), sql=best.sql)  # fmt: skip
         if best is not top:

@@ -4,20 +4,25 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('metadata_admin', '0001_initial'),
+        ("metadata_admin", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='clinicalsource',
-            name='candidates',
-            field=models.PositiveSmallIntegerField(blank=True, help_text='SQL candidates sampled per question (1 = no sampling)', null=True),
+            model_name="clinicalsource",
+            name="candidates",
+            field=models.PositiveSmallIntegerField(
+                blank=True, help_text="SQL candidates sampled per question (1 = no sampling)", null=True
+            ),
         ),
         migrations.AddField(
-            model_name='clinicalsource',
-            name='confidence_threshold',
-            field=models.FloatField(blank=True, help_text='share of candidates that must agree for one answer to be shown', null=True),
+            model_name="clinicalsource",
+            name="confidence_threshold",
+            field=models.FloatField(
+                blank=True,
+                help_text="share of candidates that must agree for one answer to be shown",
+                null=True,
+            ),
         ),
     ]

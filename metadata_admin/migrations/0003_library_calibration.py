@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('metadata_admin', '0002_source_sampling'),
+        ("metadata_admin", "0002_source_sampling"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='clinicalsource',
-            name='library_calibration',
+            model_name="clinicalsource",
+            name="library_calibration",
             field=models.JSONField(blank=True, default=dict),
         ),
     ]

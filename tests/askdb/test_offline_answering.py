@@ -27,7 +27,10 @@ def clinical_rows(sql: str):
 
 @pytest.fixture
 def ids(source):
-    return [r[0] for r in clinical_rows("SELECT subject_id FROM mimiciv_hosp.patients ORDER BY subject_id LIMIT 3")]
+    return [
+        r[0]
+        for r in clinical_rows("SELECT subject_id FROM mimiciv_hosp.patients ORDER BY subject_id LIMIT 3")
+    ]
 
 
 @pytest.fixture
@@ -60,6 +63,15 @@ def test_a_new_patient_id_is_answered_from_the_verified_example(source, ids, lib
     assert run.library_match["answered"] and run.review_status == ""  # verified already, via its example
     # the match stage ran the bound SQL; nothing else ran but the (skipped, no LLM) summary
     assert [s.name for s in run.stages.all()] == ["embed", "retrieve", "match", "summarize"]
+
+
+def test_the_run_page_says_which_verified_example_answered(client, source, ids, library, settings):
+    settings.LLM_MODEL = ""
+    run = ask(source, f"What is the gender of patient {ids[1]}?")
+    client.force_login(run.question.user)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert f'Answered from verified example <a href="/library/{library["gender"].pk}/">' in page
+    assert "Approved by <strong>rev</strong>" in page and f"<code>{ids[1]}</code>" in page
 
 
 def test_a_flipped_meaning_or_unrelated_question_is_declined_without_an_llm(source, ids, library, settings):

@@ -150,7 +150,7 @@ def test_approved_examples_reach_the_next_prompt(source, people, scripted_llm):
     scripted_llm.when(SUMMARY, Reply("ok"))
 
     run = question_submit_sync(
-        user=people["researcher"], text="How many female patients do we have?", source=source
+        user=people["researcher"], text="How many female patients had an emergency admission?", source=source
     )
     run.refresh_from_db()
     prompt = next(m for m in scripted_llm.chat_requests() if WRITE in m[0]["content"])

@@ -51,7 +51,7 @@ def test_agreeing_candidates_give_one_answer_with_high_confidence(source, llm):
     assert AuditEvent.objects.filter(action="sql.executed", target_id=str(run.pk)).count() == 4
 
 
-def test_split_candidates_are_shown_not_presented_as_fact(source, llm):
+def test_split_candidates_are_shown_not_presented_as_fact(client, source, llm):
     llm.when(WRITE, Reply([DIAG, PROC, DIAG, PROC, DIAG]))
     run = ask(source)
 
@@ -64,8 +64,15 @@ def test_split_candidates_are_shown_not_presented_as_fact(source, llm):
     assert run.review_status == Run.Review.PENDING  # marked for review whatever the policy
     assert not run.summary
 
-    chosen = run_pick_candidate(run=run, user=run.question.user, group=1)
-    assert chosen.sql == PROC and chosen.outcome in ("answered", "no_rows") and chosen.candidates["picked"] == 1
+    client.force_login(run.question.user)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert "3 of 5" in page and "2 of 5" in page and f"/runs/{run.pk}/pick/" in page
+    response = client.post(f"/runs/{run.pk}/pick/", {"group": "1"})
+    assert response.status_code == 302
+    chosen = Run.objects.get(pk=run.pk)
+    assert (
+        chosen.sql == PROC and chosen.outcome in ("answered", "no_rows") and chosen.candidates["picked"] == 1
+    )
     with pytest.raises(ReviewError):
         run_pick_candidate(run=run, user=make_user("other", "researcher"), group=0)
     with pytest.raises(ReviewError):
@@ -82,7 +89,9 @@ def test_invalid_candidates_count_as_disagreement_and_never_execute(source, llm,
     assert {f["index"] for f in run.candidates["failures"]} == {1, 3}
     attempts = SqlAttempt.objects.filter(run=run, origin="candidate")
     assert attempts.count() == 5 and attempts.filter(valid=False).count() == 2
-    executed = [e.detail["sql"] for e in AuditEvent.objects.filter(action="sql.executed", target_id=str(run.pk))]
+    executed = [
+        e.detail["sql"] for e in AuditEvent.objects.filter(action="sql.executed", target_id=str(run.pk))
+    ]
     assert executed == [count]  # the DROP never reached the database
 
 
@@ -92,5 +101,7 @@ def test_endpoint_without_n_gets_parallel_requests(source, llm):
     run = ask(source, "How many patients are there?")
 
     assert run.outcome == "answered" and run.confidence == 1.0 and run.candidates["k"] == 5
-    singles = [b for b in llm.chat_bodies() if WRITE in b["messages"][0]["content"] and (b.get("n") or 1) == 1]
+    singles = [
+        b for b in llm.chat_bodies() if WRITE in b["messages"][0]["content"] and (b.get("n") or 1) == 1
+    ]
     assert len(singles) == 5

@@ -9,7 +9,9 @@ class Command(BaseCommand):
     help = "Fit the verified-example matcher's confidence and answering threshold for a source."
 
     def add_arguments(self, parser):
-        parser.add_argument("--source", default=None, help="clinical source name (default: the default source)")
+        parser.add_argument(
+            "--source", default=None, help="clinical source name (default: the default source)"
+        )
         parser.add_argument(
             "--questions", default=None,
             help="held-out labelled questions (JSON list of {question, sql}); default: leave-one-out over the library",

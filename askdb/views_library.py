@@ -1,0 +1,331 @@
+"""The example library's pages: browse and search verified pairs, open one, retire or restore it,
+import files (JSON, YAML, the EHRSQL pair) with a validation report, export, and re-validate.
+
+Thin like askdb/views.py: parsing is askdb/library_io.py, every write is a service in
+askdb/services.py (the same ones the API and the import command call).
+"""
+
+from __future__ import annotations
+
+from functools import wraps
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from askdb import library_io
+from askdb.models import Example, Review
+from askdb.services import (
+    ImportReport,
+    ReviewError,
+    example_set_status,
+    examples_export,
+    examples_import,
+    examples_revalidate,
+)
+
+BROWSE_PERMS = ("askdb.review_runs", "askdb.curate_catalog")  # reviewers and admins
+EDIT_PERM = "askdb.review_runs"  # import, export, retire, restore
+REVALIDATE_PERM = "askdb.curate_catalog"  # admins: it re-checks the whole library
+PER_PAGE = 25
+
+
+def _require_any(*perms: str):
+    """Like permission_required(raise_exception=True), but any one of the permissions will do."""
+
+    def decorator(view):
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args, **kwargs):
+            if not any(request.user.has_perm(p) for p in perms):
+                raise PermissionDenied
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorator
+
+
+# --------------------------------------------------------------------------- reads
+
+
+def examples_filtered(
+    *, search: str = "", table: str = "", kind: str = "", status: str = "", source=None
+) -> QuerySet[Example]:
+    """The library filtered as the list page and the API filter it; retired examples are left out
+    unless asked for (status "retired", or "all").
+
+    A table is a qualified name ("mimiciv_hosp.patients") or a bare one ("patients"), which
+    matches that table in any schema. Belongs in askdb/selectors.py; kept here until it moves.
+    """
+    from metadata_admin.models import TableDoc
+
+    qs = Example.objects.select_related("source", "approved_by").defer("embedding")
+    if source is not None:
+        qs = qs.filter(source=source)
+    if status == "all":
+        pass
+    elif status in Example.Status.values:
+        qs = qs.filter(status=status)
+    else:
+        qs = qs.exclude(status=Example.Status.RETIRED)
+    if kind in Example.Kind.values:
+        qs = qs.filter(kind=kind)
+    table = table.strip()
+    if table:
+        match = Q(tables__contains=[table])
+        if "." not in table:
+            docs = TableDoc.objects.filter(name__iexact=table).exclude(schema_name="")
+            for schema, name in docs.values_list("schema_name", "name").distinct():
+                match |= Q(tables__contains=[f"{schema}.{name}"])
+        qs = qs.filter(match)
+    search = search.strip()
+    if search:
+        qs = qs.filter(
+            Q(question__icontains=search) | Q(sql__icontains=search) | Q(paraphrases__icontains=search)
+        )
+    return qs
+
+
+def _sources():
+    from metadata_admin.models import ClinicalSource
+
+    return list(ClinicalSource.objects.order_by("name"))
+
+
+def _source_named(name: str):
+    """The source a form or filter names, or None (meaning every source / the default)."""
+    return next((s for s in _sources() if s.name == name), None) if name else None
+
+
+def _pretty(sql: str, dialect: str) -> str:
+    import sqlglot
+
+    try:
+        return sqlglot.transpile(sql, read=dialect, write=dialect, pretty=True)[0]
+    except (sqlglot.errors.ParseError, IndexError, ValueError):
+        return sql
+
+
+# --------------------------------------------------------------------------- browse
+
+
+@require_GET
+@_require_any(*BROWSE_PERMS)
+def example_list(request: HttpRequest) -> HttpResponse:
+    """Search and filter the library; retired examples only when the status filter asks."""
+    filters = {
+        "q": request.GET.get("q", "").strip(),
+        "table": request.GET.get("table", "").strip(),
+        "kind": request.GET.get("kind", ""),
+        "status": request.GET.get("status", ""),
+        "source": request.GET.get("source", ""),
+    }
+    source = _source_named(filters["source"])
+    examples = examples_filtered(
+        search=filters["q"], table=filters["table"], kind=filters["kind"], status=filters["status"],
+        source=source,
+    )  # fmt: skip
+    page = Paginator(examples, PER_PAGE).get_page(request.GET.get("page"))
+    known = Example.objects.filter(**({"source": source} if source else {})).values_list("tables", flat=True)
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {
+        "page": page,
+        "filters": filters,
+        "query": query.urlencode(),
+        "tables": sorted({t for tables in known for t in tables or []}),
+        "kinds": Example.Kind.choices,
+        "statuses": Example.Status.choices,
+        "sources": _sources(),
+        "may_edit": request.user.has_perm(EDIT_PERM),
+        "may_revalidate": request.user.has_perm(REVALIDATE_PERM),
+    }
+    return render(request, "askdb/library/list.html", context)
+
+
+@require_GET
+@_require_any(*BROWSE_PERMS)
+def example_detail(request: HttpRequest, example_id: int) -> HttpResponse:
+    example = get_object_or_404(
+        Example.objects.select_related("source", "approved_by", "origin_run__question"), pk=example_id
+    )
+    return render(request, "askdb/library/detail.html", _detail_context(request, example))
+
+
+def _detail_context(request: HttpRequest, example: Example) -> dict:
+    template = example.template or {}
+    answered = example.answered_runs.select_related("question__user").order_by("-created_at")
+    return {
+        "example": example,
+        "pretty_sql": _pretty(example.sql, example.source.dialect) if example.sql else "",
+        "answered_runs": answered[:50],
+        "answered_count": answered.count(),
+        "reviews": Review.objects.filter(example=example).select_related("reviewer", "run")[:20],
+        "template_masked": next(
+            (
+                template[k]
+                for k in ("masked_question", "masked", "question_template", "pattern")
+                if template.get(k)
+            ),
+            "",
+        ),
+        "template_slots": _slots(template.get("slots")),
+        "template": template,
+        "may_edit": request.user.has_perm(EDIT_PERM),
+    }
+
+
+def _slots(slots) -> list[dict]:
+    """A template's slots as rows for a table, whatever shape the template builder stores."""
+    if isinstance(slots, dict):
+        return [{"name": k, "value": v} for k, v in slots.items()]
+    if isinstance(slots, list):
+        return [s if isinstance(s, dict) else {"value": s} for s in slots]
+    return []
+
+
+# --------------------------------------------------------------------------- retire, restore
+
+
+def _set_status(request: HttpRequest, example_id: int, status: str, done: str) -> HttpResponse:
+    example = get_object_or_404(Example.objects.select_related("source"), pk=example_id)
+    try:
+        example_set_status(
+            example=example, actor=request.user, status=status, note=request.POST.get("note", "").strip()
+        )
+    except ReviewError as exc:
+        messages.error(request, f"Example {example.pk} was not {done}: {exc}")
+    else:
+        messages.success(request, f"Example {example.pk} {done}.")
+    return redirect("library:detail", example_id=example.pk)
+
+
+@require_POST
+@_require_any(EDIT_PERM)
+def example_retire(request: HttpRequest, example_id: int) -> HttpResponse:
+    """A retired example is never used again as a few-shot example, template or gate negative."""
+    return _set_status(request, example_id, Example.Status.RETIRED, "retired")
+
+
+@require_POST
+@_require_any(EDIT_PERM)
+def example_restore(request: HttpRequest, example_id: int) -> HttpResponse:
+    """Back into use, once its SQL still validates against today's catalog."""
+    return _set_status(request, example_id, Example.Status.ACTIVE, "restored")
+
+
+@require_POST
+@_require_any(REVALIDATE_PERM)
+def examples_revalidate_view(request: HttpRequest) -> HttpResponse:
+    """Re-check every example of a source against the catalog (and the data, when asked)."""
+    from metadata_admin.services import source_get
+
+    try:
+        source = source_get(request.POST.get("source") or None)
+    except ValueError as exc:
+        messages.error(request, str(exc))
+        return redirect("library:list")
+    execute = request.POST.get("execute") == "1"
+    report = examples_revalidate(source=source, execute=execute, actor=request.user)
+    ids = [*report["broken"], *report["restored"]]
+    named = {e.pk: e for e in Example.objects.filter(pk__in=ids).defer("embedding")}
+    context = {
+        "source": source,
+        "execute": execute,
+        "report": report,
+        "broken": [named[pk] for pk in report["broken"] if pk in named],
+        "restored": [named[pk] for pk in report["restored"] if pk in named],
+    }
+    return render(request, "askdb/library/revalidated.html", context)
+
+
+# --------------------------------------------------------------------------- import, export
+
+
+@require_http_methods(["GET", "POST"])
+@_require_any(EDIT_PERM)
+def examples_import_view(request: HttpRequest) -> HttpResponse:
+    """Upload one file (JSON or YAML), or the EHRSQL pair (data.json + label.json).
+
+    A file that cannot be read is refused whole with what is wrong and where (400); a readable
+    file is imported pair by pair, and the report lists every pair that failed with its error.
+    """
+    from askdb.adapters.clinical import ExecutionError
+    from askdb.providers.embeddings import EmbeddingError
+    from metadata_admin.services import source_get
+
+    context = {"sources": _sources(), "chosen": request.POST.get("source", ""), "error": "", "report": None,
+               "max_mb": library_io.MAX_UPLOAD_BYTES // 1024 // 1024}  # fmt: skip
+    if request.method == "GET":
+        return render(request, "askdb/library/import.html", context)
+    upload, labels = request.FILES.get("file"), request.FILES.get("labels")
+    try:
+        if upload is None:
+            raise library_io.LibraryFormatError("Choose a file to import.")
+        for f in (upload, labels):
+            if f is not None:
+                library_io.check_size(f.size, f.name)
+        if labels is not None:
+            items = library_io.parse_ehrsql(upload.read(), labels.read())
+        else:
+            items = library_io.parse_examples(upload.read(), upload.name)
+        source = source_get(request.POST.get("source") or None)
+    except (library_io.LibraryFormatError, ValueError) as exc:
+        context["error"] = str(exc)
+        return render(request, "askdb/library/import.html", context, status=400)
+    try:
+        report = examples_import(
+            source=source,
+            items=items,
+            approved_by=request.user,
+            execute=request.POST.get("no_execute") != "1",
+        )
+    except (ExecutionError, EmbeddingError) as exc:
+        # Pairs before the failure are imported (each is its own transaction); say so.
+        context["error"] = (
+            f"The import stopped: {exc}. Pairs checked before this were kept; fix it and import again."
+        )
+        return render(request, "askdb/library/import.html", context, status=503)
+    context.update(report=report, report_rows=_report_rows(report), source=source, filename=upload.name)
+    return render(request, "askdb/library/import.html", context)
+
+
+def _report_rows(report: ImportReport) -> dict:
+    named = {
+        e.pk: e for e in Example.objects.filter(pk__in=[*report.created, *report.merged]).defer("embedding")
+    }
+    return {
+        "created": [named[pk] for pk in report.created if pk in named],
+        "merged": [named[pk] for pk in report.merged if pk in named],
+    }
+
+
+@require_GET
+@_require_any(EDIT_PERM)
+def examples_export_view(request: HttpRequest) -> HttpResponse:
+    """The library as a JSON or YAML download, in the shape the import reads."""
+    from metadata_admin.services import source_get
+
+    fmt = request.GET.get("format", "json")
+    if fmt not in library_io.FORMATS:
+        return HttpResponse(
+            f"Unknown format {fmt!r}; use json or yaml.", status=400, content_type="text/plain; charset=utf-8"
+        )
+    try:
+        source = source_get(request.GET.get("source") or None)
+    except ValueError as exc:
+        return HttpResponse(f"{exc}.", status=400, content_type="text/plain; charset=utf-8")
+    examples = examples_export(
+        source=source, include_retired=request.GET.get("retired") == "1", actor=request.user
+    )
+    body = library_io.dump_examples(examples, fmt=fmt, source=source.name)
+    content_type = "application/json" if fmt == "json" else "application/yaml"
+    response = HttpResponse(body, content_type=f"{content_type}; charset=utf-8")
+    stamp = timezone.now().strftime("%Y%m%d")
+    response["Content-Disposition"] = f'attachment; filename="askdb-examples-{source.name}-{stamp}.{fmt}"'
+    return response
