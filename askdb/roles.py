@@ -23,6 +23,8 @@ ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
         "askdb.curate_catalog",
         "askdb.manage_users",
         "metadata_admin.*",
+        "evaluation.view_evaluation",
+        "evaluation.view_evaluationitem",
         "auth.view_user",
         "auth.add_user",
         "auth.change_user",

@@ -104,6 +104,15 @@ class DjangoPorts:
         )
         return results, threshold
 
+    def answerability(self, question: str, values: list) -> dict | None:
+        """The trained schema-relevance model's verdict (None when no model is trained for the source)."""
+        from askdb.answerability.scorer import get_scorer
+
+        scorer = get_scorer(self.source)
+        if scorer is None:
+            return None
+        return scorer.score(question, linked_values=values).to_json()
+
     def lookup_value(self, table_column: str, text: str) -> list[tuple[str, float]]:
         """Real values of one column like `text`, from the clinical database itself (read-only):
         exact (case-insensitive) matches score 1.0, values containing the text by fuzzy ratio."""

@@ -254,6 +254,7 @@ def run_execute(*, run_id: int, worker: str = ""):
         "answered_by": outcome.answered_by,
         "example_id": outcome.example_id,
         "library_match": outcome.library_match,
+        "answerability": outcome.answerability,
         "catalog_version": catalog_version(source),
     }
     if outcome.result is not None:
@@ -379,7 +380,7 @@ def review_required(run) -> bool:
     policy = settings.ASKDB_REVIEW_POLICY
     if policy == "low_confidence":
         low = run.question.source.confidence_threshold or settings.ASKDB_CONFIDENCE_THRESHOLD
-        score = (run.answerability or {}).get("score")
+        score = (run.answerability or {}).get("probability")
         return (run.confidence is not None and run.confidence < low) or (score is not None and score < low)
     if policy == "first_of_kind":
         nearest = max((e.get("score", 0.0) for e in (run.retrieval or {}).get("examples", [])), default=0.0)

@@ -275,7 +275,8 @@ def _score(item: EvaluationItem, run) -> None:
         )
 
     answerability = run.answerability or {}
-    probability = answerability.get("score") if isinstance(answerability.get("score"), int | float) else None
+    probability = answerability.get("probability")
+    probability = probability if isinstance(probability, int | float) else None
     score = metrics.abstention_score(
         abstained=abstained, answerable_probability=probability, confidence=run.confidence
     )

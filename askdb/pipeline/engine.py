@@ -83,6 +83,7 @@ class Ports(Protocol):
         self, question: str, vector: list[float], k: int, examples: list[ExampleContext]
     ) -> RetrievalView: ...
     def library_match(self, question: str, vector: list[float]) -> tuple[list[MatchResult], float]: ...
+    def answerability(self, question: str, values: list[LinkedValue]) -> dict | None: ...  # None: untrained
     def table_context(self, tables: list[str]) -> list[TableContext]: ...
     def catalog(self) -> CatalogSchema: ...
     def explain(self, sql: str) -> None: ...  # raises ExecutionFailure
@@ -121,6 +122,9 @@ class Outcome:
     answered_by: str = ""  # "llm" | "library" (a verified example's template, values rebound)
     example_id: int | None = None  # the verified example a library answer came from
     library_match: dict = field(default_factory=dict)  # the best template match, answered or not
+    answerability: dict = field(
+        default_factory=dict
+    )  # the answerability model's verdict and per-table relevance
 
 
 class Cancelled(Exception):
@@ -157,8 +161,10 @@ class Pipeline:
     # -- the run ---------------------------------------------------------------------------
     def run(self, request: PipelineRequest) -> Outcome:
         self._match_info: dict = {}
+        self._answerability: dict = {}
         outcome = self._run_guarded(request)
         outcome.library_match = outcome.library_match or self._match_info  # kept even when it did not answer
+        outcome.answerability = outcome.answerability or self._answerability
         if outcome.sql and not outcome.answered_by:
             outcome.answered_by = "llm"
         return outcome
@@ -205,6 +211,21 @@ class Pipeline:
                 st.finish("stopped")
                 reason = "I don't have the data to answer that: no table in this database is about what the question asks."
                 return Outcome("declined", "no_data", reason, gate_category="no_data", gate_reason=reason)
+            # The schema-relevance model, before any LLM call: an unanswerable question costs no tokens.
+            verdict = self.ports.answerability(req.question, view.values)
+            if verdict is not None:
+                self._answerability = verdict
+                st.note(answerability={k: verdict.get(k) for k in ("probability", "threshold", "answerable")},
+                        top_tables=verdict.get("per_table", [])[:3])  # fmt: skip
+                if not verdict.get("answerable", True):
+                    st.finish("stopped")
+                    best = (verdict.get("per_table") or [{}])[0]
+                    reason = (
+                        "I don't think this database can answer that: no table here is what the question needs "
+                        f"(the most relevant, {best.get('table', '?')}, scores {best.get('relevance', 0):.2f}; "
+                        f"answerability {verdict.get('probability', 0):.2f}, below {verdict.get('threshold', 0):.2f})."
+                    )
+                    return Outcome("declined", "no_data", reason, gate_category="no_data", gate_reason=reason)
             if self.ports.chat is None:
                 st.note(decision="not checked", reason="no LLM configured")
                 st.finish("skipped")

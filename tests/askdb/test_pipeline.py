@@ -57,9 +57,11 @@ def test_happy_path_records_every_stage(source, llm):
     assert run.result_rows == [[clinical_scalar("SELECT count(*) FROM mimiciv_hosp.patients")]]
     assert run.summary == "There are 40 patients."
     assert [s.name for s in run.stages.all()] == [
-        "embed", "retrieve", "gate", "prompt", "generate", "validate", "execute", "summarize",
+        "embed", "retrieve", "match", "gate", "prompt", "generate", "validate", "execute", "summarize",
     ]  # fmt: skip
-    assert all(s.status == "ok" and s.duration_ms is not None for s in run.stages.all())
+    # no verified example yet, so the library match is skipped; every other stage did its work
+    assert [s.name for s in run.stages.all() if s.status != "ok"] == ["match"]
+    assert all(s.duration_ms is not None for s in run.stages.all())
     assert [c.purpose for c in LlmCall.objects.filter(run=run)] == ["gate", "generate", "summarize"]
     assert run.tokens_prompt > 0 and run.prompt_version
     assert "mimiciv_hosp.patients" in {t["table"] for t in run.retrieval["tables"]}

@@ -1,0 +1,152 @@
+"""The answerability scorer the pipeline gate calls before any LLM call.
+
+`get_scorer(source)` returns the source's current model, loaded once per process and reloaded
+when `current` names another version; None when no model was trained (the gate then falls back
+to the similarity floor). Table-doc and library-question vectors under the fine-tuned encoder
+are computed at load and refreshed when the catalog or the library changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+from askdb.answerability import store
+from askdb.answerability.data import library_items, table_texts
+from askdb.answerability.model import AnswerabilityModel, AnswerabilityScore, linked_value_stats
+
+__all__ = ["AnswerabilityScore", "Scorer", "clear_cache", "get_scorer", "load_scorer"]
+
+logger = logging.getLogger(__name__)
+
+RECHECK_S = 60.0  # how often a scorer looks for library and catalog changes (one query)
+
+_lock = threading.Lock()
+_cache: dict[str, Scorer] = {}
+
+
+def _source(source) -> Any:
+    if isinstance(source, str):
+        from metadata_admin.models import ClinicalSource
+
+        return ClinicalSource.objects.filter(name=source).first()
+    return source
+
+
+def _signature(source) -> tuple:
+    """Changes whenever an example or a table doc is added, edited, retired or removed."""
+    from django.db.models import Count, Max
+
+    from askdb.models import Example
+    from metadata_admin.models import TableDoc
+
+    ex = Example.objects.filter(source=source).aggregate(n=Count("id"), last=Max("updated_at"))
+    docs = TableDoc.objects.filter(source=source).aggregate(n=Count("id"), last=Max("updated_at"))
+    return ex["n"], ex["last"], docs["n"], docs["last"]
+
+
+class Scorer:
+    """One loaded model version for one source."""
+
+    def __init__(self, source, model: AnswerabilityModel, manifest: dict[str, Any], signature: tuple) -> None:
+        self.source = source
+        self.model = model
+        self.manifest = manifest
+        self._signature = signature
+        self._checked = time.monotonic()
+        self._lock = threading.Lock()
+
+    @property
+    def version(self) -> str:
+        return self.model.version
+
+    @property
+    def threshold(self) -> float:
+        return self.model.threshold
+
+    def score(self, question: str, *, linked_values: list | None = None) -> AnswerabilityScore:
+        """P(answerable) with per-table relevance. Pass the values retrieval already linked
+        (a list of LinkedValue); without them the scorer links values itself (a few ms more)."""
+        if linked_values is None:
+            from metadata_admin.selectors import link_values
+
+            linked_values = link_values(source=self.source, question=question)
+        n_values, best = linked_value_stats([float(v.score) for v in linked_values])
+        self._refresh_if_stale()
+        return self.model.score(question, n_values=n_values, best_value=best)
+
+    def _refresh_if_stale(self) -> None:
+        if time.monotonic() - self._checked < RECHECK_S:
+            return
+        with self._lock:
+            if time.monotonic() - self._checked < RECHECK_S:
+                return
+            self._checked = time.monotonic()
+            signature = _signature(self.source)
+            if signature != self._signature:
+                self.model.set_tables(table_texts(self.source))
+                self.model.set_library(library_items(self.source))
+                self._signature = signature
+
+
+def load_scorer(source, *, version: str | None = None, encoder_loader=None) -> Scorer | None:
+    """A fresh scorer for `version` (default: the current one), or None when untrained."""
+    source = _source(source)
+    if source is None:
+        return None
+    version = version or store.current_version(source.name)
+    if version is None:
+        return None
+    encoder, combiner, threshold, manifest = store.load_version(
+        source.name, version, encoder_loader=encoder_loader
+    )
+    if encoder_loader is None:
+        import torch
+
+        # Like the embedding provider: one short question per call, so more threads only contend.
+        torch.set_num_threads(int(os.environ.get("ASKDB_TORCH_THREADS", "1")))
+    signature = _signature(source)
+    model = AnswerabilityModel(
+        encoder, combiner, threshold, table_texts(source), library_items(source), version=version
+    )
+    return Scorer(source, model, manifest, signature)
+
+
+def get_scorer(source) -> Scorer | None:
+    """The source's current scorer, cached per process; None when no model is trained.
+
+    Reading `current` costs one small file read, so a newly activated version is picked up by
+    the next question without restarting workers.
+    """
+    source = _source(source)
+    if source is None:
+        return None
+    version = store.current_version(source.name)
+    if version is None:
+        return None
+    key = str(store.source_dir(source.name))
+    cached = _cache.get(key)
+    if cached is not None and cached.version == version:
+        return cached
+    with _lock:
+        cached = _cache.get(key)
+        if cached is None or cached.version != version:
+            try:
+                cached = load_scorer(source, version=version)
+            except (store.StoreError, OSError) as exc:
+                # A broken model must not stop questions: the gate falls back to the floor.
+                logger.error("answerability model %s of %s unusable: %s", version, source.name, exc)
+                cached = None
+            if cached is None:
+                _cache.pop(key, None)
+                return None
+            _cache[key] = cached
+    return cached
+
+
+def clear_cache() -> None:
+    with _lock:
+        _cache.clear()
