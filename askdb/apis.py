@@ -334,17 +334,6 @@ class RunRetryApi(ApiErrorsMixin, APIView):
 # --------------------------------------------------------------------------- review
 
 
-def _review_queue():
-    """Runs waiting for a reviewer, oldest first (a queue). Belongs in askdb/selectors.py."""
-    return (
-        Run.objects.filter(review_status=Run.Review.PENDING)
-        .exclude(question__channel="evaluation")
-        .select_related("question__user", "question__source", "assigned_to")
-        .defer("result_rows", "result_columns", "retrieval")
-        .order_by("created_at", "id")
-    )
-
-
 class ReviewQueueApi(ApiErrorsMixin, GenericAPIView):
     permission_classes = [IsAuthenticated, CanReview]
     serializer_class = ReviewQueueSerializer
@@ -356,7 +345,13 @@ class ReviewQueueApi(ApiErrorsMixin, GenericAPIView):
         responses={200: ReviewQueueSerializer(many=True), 403: ErrorSerializer},
     )
     def get(self, request: Request) -> Response:
-        page = self.paginate_queryset(_review_queue())
+        params = request.query_params
+        queue = selectors.review_queue_list(
+            user=request.user, status=params.get("status", "pending"), source=params.get("source", ""),
+            asked_by=params.get("user", ""), table=params.get("table", ""),
+            assigned_to_me=params.get("mine") in ("1", "true"),
+        )  # fmt: skip
+        page = self.paginate_queryset(queue)
         return self.get_paginated_response(ReviewQueueSerializer(page, many=True).data)
 
 

@@ -90,7 +90,7 @@ def test_researcher_asks_watches_stages_and_downloads_the_csv(page, source, llm)
     page.locator(".stage .name", has_text="retrieve").wait_for()
     page.locator("#run-status", has_text="answered").wait_for(timeout=30_000)
     names = page.locator(".stage .name").all_inner_texts()
-    assert names[:3] == ["embed", "retrieve", "gate"] and "execute" in names
+    assert names[:4] == ["embed", "retrieve", "match", "gate"] and "execute" in names
     assert page.get_by_text("The MICU had the most ICU stays.").is_visible()
     assert page.locator("canvas#chart").is_visible()
     rows = page.locator("#result-table tbody tr")
@@ -135,6 +135,36 @@ def test_a_reviewer_sees_another_users_run_and_a_researcher_does_not(page, sourc
     response = page.goto(f"/runs/{run.pk}/")
     assert response.status == 404
     assert page.get_by_role("heading", name="Not found").is_visible()
+
+
+def test_a_reviewer_approves_from_the_queue_and_the_researcher_sees_it(page, source, llm):
+    """Browser → Django → Celery → PostgreSQL → scripted LLM, then the review path back to the asker."""
+    from askdb.models import Example
+    from askdb.services import question_submit
+
+    owner = make_user("olga", "researcher")
+    make_user("rory", "reviewer")
+    with running_worker():
+        run = question_submit(user=owner, text="How many ICU stays were there per care unit?", source=source)
+        log_in(page, "rory")
+        page.goto(f"/runs/{run.pk}/")
+        page.locator("#run-status", has_text="answered").wait_for(timeout=30_000)
+    page.goto("/review/")
+    page.get_by_role("link", name="How many ICU stays were there per care unit?").first.click()
+    page.get_by_role("button", name="Approve").click()
+    page.wait_for_load_state()
+    example = Example.objects.get()
+    assert example.origin_run_id == run.pk and example.approved_by.username == "rory"
+    page.goto(f"/library/{example.pk}/")
+    assert page.get_by_text("How many ICU stays were there per care unit?").first.is_visible()
+
+    page.context.clear_cookies()
+    log_in(page, "olga")
+    page.goto(f"/runs/{run.pk}/")
+    outcome = page.locator("#review-outcome")
+    assert "approved" in outcome.inner_text() and "rory" in outcome.inner_text()
+    page.goto("/runs/")
+    assert page.get_by_text("approved").first.is_visible()
 
 
 @pytest.fixture(autouse=True)
