@@ -28,6 +28,10 @@ def smoke_question(question: str, *, stdout, timeout_s: float = 120) -> bool:
     )
     if run.message:
         stdout.write(f"  {run.message}")
+    if run.answered_by == "library" and run.example_id:
+        stdout.write(
+            f"  answered from verified example #{run.example_id}: {run.library_match.get('example_question', '')!r}"
+        )
     if run.sql:
         stdout.write(f"  SQL: {run.sql}\n  rows: {run.result_rows[:5]}")
     return run.status in (Run.Status.SUCCEEDED, Run.Status.DECLINED) and run.outcome in GOOD_OUTCOMES

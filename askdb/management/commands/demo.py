@@ -82,7 +82,11 @@ class Command(BaseCommand):
         parser.add_argument("--smoke", action="store_true", help="set up, send one job end to end, stop")
         parser.add_argument("--host", default=os.environ.get("ASKDB_HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("ASKDB_PORT", "8000")))
-        parser.add_argument("--question", default="How many patients are in the database?")
+        parser.add_argument(
+            # A question the seeded library answers with no LLM (a verified example, another number).
+            "--question",
+            default="count the number of patients older than 70.",
+        )
 
     def handle(self, *args, smoke: bool, host: str, port: int, question: str, **options):
         home: Path = settings.ASKDB_HOME
