@@ -37,6 +37,8 @@ class DjangoPorts:
         self.timeout_s = timeout_s
         self.row_cap = row_cap
         self._contexts: dict[tuple[str, ...], list[TableContext]] = {}
+        self._nearest_for: list[float] | None = None
+        self._nearest_list: list[tuple[int, float]] = []
 
     def embed(self, question: str) -> list[float]:
         return self.embedder.embed([question])[0]
@@ -57,24 +59,32 @@ class DjangoPorts:
             tables=r.tables, values=r.values, best_doc_score=r.best_doc_score, timings_ms=r.timings_ms
         )
 
+    def _nearest(self, vector: list[float]) -> list[tuple[int, float]]:
+        """The closest active answerable examples, searched once per question: the few-shot
+        examples and the template candidates are both taken from this one list."""
+        from django.conf import settings
+
+        from askdb.adapters.catalog_search import examples_nearest
+
+        if self._nearest_for is not vector:
+            k = max(settings.ASKDB_EXAMPLES_K, LIBRARY_CANDIDATES)
+            self._nearest_list = examples_nearest(
+                source_id=self.source.pk, vector=vector, model=self.embedder.model, k=k
+            )
+            self._nearest_for = vector
+        return self._nearest_list
+
     def examples(self, question: str, vector: list[float]) -> list[ExampleContext]:
         """The closest reviewer-verified pairs, as few-shot examples. Never unverified ones: those
         measurably hurt accuracy, so only active library examples are eligible."""
         from django.conf import settings
 
-        from askdb.adapters.catalog_search import examples_nearest
         from askdb.models import Example
 
         nearest = [
-            (i, s)
-            for i, s in examples_nearest(
-                source_id=self.source.pk,
-                vector=vector,
-                model=self.embedder.model,
-                k=settings.ASKDB_EXAMPLES_K,
-            )
+            (i, s) for i, s in self._nearest(vector)[: settings.ASKDB_EXAMPLES_K]
             if s >= settings.ASKDB_EXAMPLE_MIN_SIMILARITY
-        ]
+        ]  # fmt: skip
         found = Example.objects.in_bulk([i for i, _ in nearest])
         return [
             ExampleContext(
@@ -96,7 +106,7 @@ class DjangoPorts:
             self.source.library_calibration.get("calibration")
         ) else None  # fmt: skip
         threshold = calibration.threshold if calibration else offline.DEFAULT_THRESHOLD
-        candidates = library_candidates(self.source, vector, model=self.embedder.model)
+        candidates = library_candidates(self._nearest(vector)[:LIBRARY_CANDIDATES])
         if not candidates:
             return [], threshold
         results = offline.match(
@@ -323,15 +333,16 @@ class DjangoRecorder:
         return Run.objects.filter(pk=self.run.pk, status=Run.Status.CANCELLED).exists()
 
 
-def library_candidates(source: ClinicalSource, vector: list[float], *, model: str, k: int = 8) -> list:
-    """The k closest verified examples with a usable template (stale templates are rebuilt)."""
-    from askdb.adapters.catalog_search import examples_nearest
+LIBRARY_CANDIDATES = 8  # closest verified examples whose templates the matcher tries
+
+
+def library_candidates(nearest: list[tuple[int, float]]) -> list:
+    """Template candidates from (example id, similarity) pairs; stale templates are rebuilt."""
     from askdb.models import Example
     from askdb.pipeline.offline import TemplateCandidate
     from askdb.pipeline.templates import Template, template_is_current
     from askdb.services import example_template
 
-    nearest = examples_nearest(source_id=source.pk, vector=vector, model=model, k=k)
     found = Example.objects.in_bulk([i for i, _ in nearest])
     out = []
     for example_id, score in nearest:

@@ -895,12 +895,13 @@ def library_calibrate(
     """
     from django.utils import timezone
 
+    from askdb.adapters.catalog_search import examples_nearest
     from askdb.adapters.clinical import ExecutionError
     from askdb.models import Example
     from askdb.pipeline import offline
     from askdb.pipeline.compare import results_match
     from askdb.providers.embeddings import get_embedder
-    from askdb.runner import column_values_like, library_candidates
+    from askdb.runner import LIBRARY_CANDIDATES, column_values_like, library_candidates
     from metadata_admin.services import source_catalog_schema, source_executor
 
     executor, catalog, embedder = source_executor(source), source_catalog_schema(source), get_embedder()
@@ -921,9 +922,10 @@ def library_calibrate(
     vectors = embedder.embed([q for _, q, _ in held_out]) if held_out else []
     samples: list[tuple[dict, bool]] = []
     for n, ((own_id, question, gold), vector) in enumerate(zip(held_out, vectors, strict=True), start=1):
-        candidates = [
-            c for c in library_candidates(source, vector, model=embedder.model) if c.example_id != own_id
-        ]
+        nearest = examples_nearest(
+            source_id=source.pk, vector=vector, model=embedder.model, k=LIBRARY_CANDIDATES + 1
+        )
+        candidates = library_candidates([(i, sim) for i, sim in nearest if i != own_id][:LIBRARY_CANDIDATES])
         results = offline.match(question, candidates, lookup=lookup, catalog=catalog)
         if results and results[0].hard_ok and results[0].sql:
             try:

@@ -18,6 +18,26 @@ def _warm_up(**kwargs) -> None:
         from askdb.providers.embeddings import get_embedder
 
         get_embedder().warm_up()
+    _warm_up_answerability()
+
+
+def _warm_up_answerability() -> None:
+    """Load each source's trained answerability model now: loading it takes seconds, and the
+    first question a worker takes must not pay for it. A missing or broken model is not an error."""
+    import logging
+
+    from django.db import connections
+
+    try:
+        from askdb.answerability.scorer import get_scorer
+        from metadata_admin.models import ClinicalSource
+
+        for source in ClinicalSource.objects.all():
+            get_scorer(source)
+    except Exception:
+        logging.getLogger(__name__).warning("answerability warm-up skipped", exc_info=True)
+    finally:
+        connections.close_all()  # the forked worker opens its own connections per task
 
 
 @shared_task(name="askdb.ping", acks_late=True, soft_time_limit=10, time_limit=20)

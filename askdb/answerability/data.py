@@ -8,7 +8,6 @@ table negative; a table doc's example questions are positives for that table (en
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,28 +92,24 @@ def catalog_questions(tables: list[TableText], source) -> list[TrainQuestion]:
 
 
 def read_labelled_file(path: str | Path) -> list[dict]:
-    """A benchmark-style file: a list of {"id", "question", "sql" ("" = unanswerable), "category"?,
-    "tables"?}. The label is the category when there is one, else whether SQL is given."""
+    """A labelled question file in any format the evaluation harness reads (our benchmark's JSON
+    list, EHRSQL, CSV). The label is the category when there is one, else whether SQL is given."""
+    from evaluation.formats import FormatError, load_items
+
     try:
-        items = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise TrainingError(f"cannot read {path}: {exc}") from exc
-    if not isinstance(items, list):
-        raise TrainingError(f"{path} must hold a JSON list of questions")
+        items = load_items(path)
+    except FormatError as exc:
+        raise TrainingError(str(exc)) from exc
     out = []
-    for n, item in enumerate(items, start=1):
-        question = " ".join(str(item.get("question") or "").split())
-        if not question:
-            continue
-        category = item.get("category")
-        answerable = category == "answerable" if category else bool(str(item.get("sql") or "").strip())
+    for item in items:
+        answerable = item.category == "answerable" if item.category else item.answerable
         out.append(
             {
-                "id": str(item.get("id") or n),
-                "question": question,
+                "id": item.id,
+                "question": " ".join(item.question.split()),
                 "answerable": answerable,
-                "category": category or ("answerable" if answerable else "unanswerable"),
-                "tables": tuple(item.get("tables") or ()) if answerable else (),
+                "category": item.category or ("answerable" if answerable else "unanswerable"),
+                "tables": tuple(item.metadata.get("tables") or ()) if answerable else (),
             }
         )
     return out

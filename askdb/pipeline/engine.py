@@ -127,6 +127,19 @@ class Outcome:
     )  # the answerability model's verdict and per-table relevance
 
 
+def _match_json(match: MatchResult) -> dict:
+    """What the run keeps of a template match: the example, its confidence, SQL and bindings."""
+    return {
+        "example_id": match.example_id, "example_question": match.example_question,
+        "confidence": round(match.confidence, 4), "sql": match.sql or "",
+        "bindings": [
+            {"slot": b.slot, "type": b.type, "old": b.old, "new": b.new, "value": b.value,
+             "score": round(b.score, 4), "fuzzy": b.fuzzy, "column": b.column}
+            for b in match.bindings
+        ],
+    }  # fmt: skip
+
+
 class Cancelled(Exception):
     pass
 
@@ -288,16 +301,7 @@ class Pipeline:
             st.finish("skipped")
             return None, {}
         top = results[0]
-        info = {
-            "example_id": top.example_id, "example_question": top.example_question,
-            "confidence": round(top.confidence, 4), "threshold": threshold, "sql": top.sql or "",
-            "bindings": [
-                {"slot": b.slot, "type": b.type, "old": b.old, "new": b.new, "value": b.value,
-                 "score": round(b.score, 4), "fuzzy": b.fuzzy, "column": b.column}
-                for b in top.bindings
-            ],
-            "reasons": list(top.reasons), "answered": False,
-        }  # fmt: skip
+        info = {**_match_json(top), "threshold": threshold, "reasons": list(top.reasons), "answered": False}
         best, competitors = offline.decide(results, threshold)
         st.note(example=top.example_id, confidence=info["confidence"], threshold=threshold,
                 reasons=info["reasons"][:3], competitors=len(competitors))  # fmt: skip
@@ -314,14 +318,7 @@ class Pipeline:
             return None, info | {"reasons": [*info["reasons"], f"the bound SQL failed: {exc.message}"]}
         st.note(answered=True, rows=result.row_count)
         self.rec.attempt(number=1, sql=best.sql, origin="example", valid=True)
-        info.update(answered=True, example_id=best.example_id, example_question=best.example_question,
-                    confidence=round(best.confidence, 4), sql=best.sql)  # fmt: skip
-        if best is not top:
-            info["bindings"] = [
-                {"slot": b.slot, "type": b.type, "old": b.old, "new": b.new, "value": b.value,
-                 "score": round(b.score, 4), "fuzzy": b.fuzzy, "column": b.column}
-                for b in best.bindings
-            ]  # fmt: skip
+        info.update(_match_json(best), answered=True)
         return (best.sql, result, best), info
 
     def _answered(self, req: PipelineRequest, sql: str, result, gate: tuple[str, str], **extra) -> Outcome:

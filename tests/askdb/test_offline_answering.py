@@ -103,3 +103,26 @@ def test_leave_one_out_calibration_is_stored(source, ids, library):
     assert report["mode"] == "leave-one-out" and report["held_out"] == 4
     assert report["correct_matches"] >= 2  # the gender examples answer each other
     assert source.library_calibration["calibration"]["threshold"] == report["threshold"]
+
+
+def test_calibrate_command_reads_held_out_questions_and_refuses_a_broken_file(source, ids, library, tmp_path):
+    import io
+    import json
+
+    from django.core.management import CommandError, call_command
+
+    held_out = tmp_path / "held_out.json"
+    held_out.write_text(json.dumps([
+        {"id": "h1", "question": f"what is the gender of patient {ids[1]}?", "sql": GENDER_SQL.format(id=ids[1])},
+        {"id": "h2", "question": "what is the weather in Paris?", "sql": ""},
+    ]))  # fmt: skip
+    out = io.StringIO()
+    call_command("calibrate_library", "--questions", str(held_out), "--no-progress", stdout=out)
+    source.refresh_from_db()
+    assert "file: 1 questions, 1 matched a template (1 correctly)" in out.getvalue()
+    assert source.library_calibration["mode"] == "file"
+
+    broken = tmp_path / "broken.json"
+    broken.write_text('[{"id": "x"}]')
+    with pytest.raises(CommandError, match="missing or empty key 'question'"):
+        call_command("calibrate_library", "--questions", str(broken), "--no-progress")

@@ -14,15 +14,12 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--questions", default=None,
-            help="held-out labelled questions (JSON list of {question, sql}); default: leave-one-out over the library",
+            help="held-out labelled questions (a file `evaluate` reads); default: leave-one-out over the library",
         )  # fmt: skip
         parser.add_argument("--min-precision", type=float, default=0.95)
         parser.add_argument("--no-progress", action="store_true")
 
     def handle(self, *args, source, questions, min_precision, no_progress, **options):
-        import json
-        from pathlib import Path
-
         from tqdm import tqdm
 
         from askdb.services import library_calibrate
@@ -30,16 +27,16 @@ class Command(BaseCommand):
 
         try:
             src = source_get(source)
-        except Exception as exc:
+        except ValueError as exc:
             raise CommandError(str(exc)) from exc
         items = None
-        if questions:
+        if questions:  # any format `evaluate` reads: our benchmark's JSON list, EHRSQL, CSV
+            from evaluation.formats import FormatError, load_items
+
             try:
-                items = json.loads(Path(questions).read_text())
-            except (OSError, ValueError) as exc:
-                raise CommandError(f"cannot read {questions}: {exc}") from exc
-            if not isinstance(items, list):
-                raise CommandError(f"{questions} must hold a JSON list of {{question, sql}}")
+                items = [{"question": i.question, "sql": i.gold_sql} for i in load_items(questions)]
+            except FormatError as exc:
+                raise CommandError(str(exc)) from exc
         total = len(items) if items else src.examples.filter(kind="answerable", status="active").count()
         bar = tqdm(total=total, disable=no_progress, unit="q", desc="calibrating")
         report = library_calibrate(source=src, items=items, min_precision=min_precision,
