@@ -19,7 +19,10 @@ def pytest_configure(config):
     settings.DATABASES  # noqa: B018 - loads config.settings.test, which fixes ASKDB_HOME
     from config import embedded
 
-    config._askdb_started = embedded.ensure_started()
+    try:
+        config._askdb_started = embedded.ensure_started()
+    except embedded.EmbeddedError as exc:  # one line saying why and what to do, not a traceback
+        pytest.exit(f"askdb: {exc}", returncode=1)
 
 
 def pytest_unconfigure(config):
