@@ -14,6 +14,8 @@ import pytest
 
 
 def pytest_configure(config):
+    if not config.pluginmanager.has_plugin("tests.support.ci_skips"):
+        config.pluginmanager.import_plugin("tests.support.ci_skips")
     from django.conf import settings
 
     settings.DATABASES  # noqa: B018 - loads config.settings.test, which fixes ASKDB_HOME
