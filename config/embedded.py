@@ -27,6 +27,7 @@ PG_PORT = 5432  # only names the socket file (.s.PGSQL.5432); nothing listens on
 APP_DB = "askdb"
 CLINICAL_DB = "askdb_clinical"
 READER_ROLE = "askdb_reader"
+APP_ROLE = "askdb_app"  # the app's runtime role: owns nothing, may not rewrite the audit log
 SUPERUSER = "postgres"
 # PostgreSQL refuses to run as root; pgserver's own convention is a system user of this name.
 PG_SYSTEM_USER = "pgserver"
@@ -247,6 +248,7 @@ def bootstrap_databases(home: Path | None = None) -> None:
             if name not in existing:
                 conn.execute(f'CREATE DATABASE "{name}"')
         ensure_reader_role(conn, READER_ROLE, CLINICAL_DB)
+        ensure_app_role(conn, APP_ROLE)
     with psycopg.connect(pg_dsn(APP_DB, home=home), autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
@@ -338,6 +340,13 @@ def _drop_self_test_db(home: Path | None) -> None:
 
     with psycopg.connect(pg_dsn("postgres", home=home), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{SELF_TEST_DB}" WITH (FORCE)')
+
+
+def ensure_app_role(conn, role: str) -> None:
+    """The role the app runs as. Its table grants come after migrate (askdb/database_roles.py);
+    here only that it exists and may log in, without any power over the server."""
+    if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
+        conn.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION')
 
 
 def ensure_reader_role(conn, role: str, database: str) -> None:

@@ -97,13 +97,20 @@ TEMPLATES = [
 
 # --- Databases ----------------------------------------------------------------------------
 # DATABASE_URL unset: the embedded PostgreSQL (config/embedded.py) over its Unix socket.
+# The app connects as a runtime role that owns nothing; migrations run as DATABASE_OWNER
+# (DATABASE_OWNER_URL, or the embedded superuser), and the runtime role gets only the grants
+# it needs, the audit table's being SELECT and INSERT (askdb/database_roles.py).
 DATABASES = {
     "default": dj_database_url.parse(
-        env("DATABASE_URL") or embedded.pg_dsn(embedded.APP_DB),
+        env("DATABASE_URL") or embedded.pg_dsn(embedded.APP_DB, user=embedded.APP_ROLE),
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60),
         conn_health_checks=True,
     )
 }
+_owner_url = env("DATABASE_OWNER_URL") or ("" if env("DATABASE_URL") else embedded.pg_dsn(embedded.APP_DB))
+DATABASE_OWNER = dj_database_url.parse(_owner_url) if _owner_url else None
+# The role granted after every migrate; empty when one role does everything (askdb.W010 then).
+ASKDB_APP_ROLE = DATABASES["default"]["USER"] if DATABASE_OWNER else ""
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # The clinical database is not a Django database: generated SQL runs through the executor
