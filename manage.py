@@ -22,6 +22,11 @@ def next_step(exc: BaseException) -> str | None:
             "the database is not set up yet (or not migrated to this version); "
             "run `make demo` (or `python manage.py migrate`) first"
         )
+    if isinstance(exc, utils.ProgrammingError) and getattr(cause, "sqlstate", None) == "42501":
+        return (
+            "the app's database role lacks its grants (a state from before roles were split); "
+            "run `python manage.py migrate` (it grants them)"
+        )
     return None  # an unreachable database is reported by the system checks (askdb.E005), with a hint
 
 

@@ -133,6 +133,17 @@ def llm() -> Probe:
     return Probe(ok=False, detail="no LLM configured: set LLM_BASE_URL, LLM_MODEL and LLM_API_KEY")
 
 
+def public_health(report: dict) -> dict:
+    """What anyone may see of a report: each part's name and state, nothing that names a host,
+    a database, a role or an endpoint."""
+    parts = {name: value for name, value in report.items() if isinstance(value, dict) and "ok" in value}
+    return {
+        "ok": report["ok"],
+        "status": "ok" if report["ok"] and all(p["ok"] for p in parts.values()) else "degraded",
+        "components": {name: "ok" if part["ok"] else "down" for name, part in parts.items()},
+    }
+
+
 def system_health() -> dict:
     """Everything /healthz reports. `ok` is false when a part askdb cannot work without is down."""
     parts = {

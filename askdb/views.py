@@ -7,8 +7,10 @@ of the result table); every link and form also works without JavaScript.
 from __future__ import annotations
 
 import datetime as dt
+import hmac
 import random
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required, permission_required
 from django.core.paginator import Paginator
@@ -21,6 +23,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from askdb import health, selectors
 from askdb.models import Review, Run
+from askdb.roles import ADMIN, user_role
 from askdb.services import (
     QuestionError,
     ReviewError,
@@ -488,9 +491,29 @@ def _with(request: HttpRequest, **changes) -> str:
     return query.urlencode()
 
 
+def _may_see_health_details(request: HttpRequest) -> bool:
+    """Admins, and monitoring with ASKDB_HEALTHZ_TOKEN (`Authorization: Bearer …`)."""
+    if user_role(request.user) == ADMIN:
+        return True
+    token = settings.ASKDB_HEALTHZ_TOKEN
+    given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+    return bool(token) and hmac.compare_digest(given.encode(), token.encode())
+
+
 @login_not_required
 @never_cache
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
+    """Status for anyone (load balancers); each part's detail only for admins or a token."""
     report = health.system_health()
-    return JsonResponse(report, status=200 if report["ok"] else 503)
+    body = report if _may_see_health_details(request) else health.public_health(report)
+    return JsonResponse(body, status=200 if report["ok"] else 503)
+
+
+@login_not_required
+def login_locked_out(request: HttpRequest, original_response=None, credentials=None) -> HttpResponse:
+    """django-axes' page for a locked sign-in (AXES_LOCKOUT_CALLABLE): what happened, for how long."""
+    username = (credentials or {}).get("username") or request.POST.get("username", "")
+    minutes = max(1, round(settings.AXES_COOLOFF_TIME.total_seconds() / 60))
+    context = {"username": username, "minutes": minutes, "failure_limit": settings.AXES_FAILURE_LIMIT}
+    return render(request, "registration/locked_out.html", context, status=429)

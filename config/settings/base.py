@@ -4,6 +4,7 @@ variable with an embedded default, documented in the README's configuration tabl
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -54,6 +55,7 @@ THIRD_PARTY_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_htmx",
+    "axes",
 ]
 LOCAL_APPS = [
     "askdb",
@@ -74,6 +76,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: turns a locked-out sign-in into its own page
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -132,11 +135,29 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Sign-in throttling (django-axes): after ASKDB_LOGIN_FAILURE_LIMIT wrong passwords for one
+# username from one address, that pair is locked for ASKDB_LOGIN_LOCKOUT_MINUTES. Counted in the
+# app database, so every web process sees the same count; each lockout is audited.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("ASKDB_LOGIN_FAILURE_LIMIT", 10)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("ASKDB_LOGIN_LOCKOUT_MINUTES", 15))
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "askdb.views.login_locked_out"
+AXES_DISABLE_ACCESS_LOG = True  # sign-ins are in the audit log already
+AXES_VERBOSE = False
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 8 * 3600)
+
+# /healthz shows anyone only each part's state; its details (hosts, databases, roles, the LLM
+# endpoint) go to admins and to monitoring that sends `Authorization: Bearer $ASKDB_HEALTHZ_TOKEN`.
+ASKDB_HEALTHZ_TOKEN = env("ASKDB_HEALTHZ_TOKEN")
 
 # --- Internationalization -----------------------------------------------------------------
 LANGUAGE_CODE = "en-us"
