@@ -112,13 +112,22 @@ def broker() -> Probe:
 
 
 def worker(timeout: float = 1.0) -> Probe:
+    """Up when some worker has a pool process that is really up. A worker whose main process
+    answers while every pool process dies at start (it happened) can take no question."""
+
     def probe():
         from config.celery import app
 
-        replies = app.control.ping(timeout=timeout) or []
-        if not replies:
+        replies = app.control.broadcast("askdb_pool", reply=True, timeout=timeout) or []
+        pools = {name: info for reply in replies for name, info in reply.items() if isinstance(info, dict)}
+        if not pools:
             return False, "no worker answered"
-        return True, f"{len(replies)} worker(s): " + ", ".join(sorted(k for r in replies for k in r))
+        up = sum(info.get("up", 0) for info in pools.values())
+        total = sum(info.get("concurrency", 0) for info in pools.values())
+        names = ", ".join(sorted(pools))
+        if not up:
+            return False, f"{len(pools)} worker(s) but no pool process is up (0 of {total}): {names}"
+        return True, f"{len(pools)} worker(s), {up} of {total} pool processes up: {names}"
 
     return _timed(probe)
 

@@ -3,21 +3,38 @@
 from __future__ import annotations
 
 import socket
+import threading
 
 from celery import shared_task
 from celery.signals import worker_process_init
+from celery.worker.control import inspect_command
 from django.db import DatabaseError, connection
 
 
 @worker_process_init.connect
 def _warm_up(**kwargs) -> None:
-    """Load the local embedding model when a worker process starts, not in the first question."""
+    """Load the models in the background of a new pool process, not in the first question.
+
+    Not in this handler itself: Celery gives a new pool process worker_proc_alive_timeout to say
+    it is up, and on a busy machine loading torch and the models takes longer, so Celery killed
+    every replacement of a lost process, forever. The process says it is up at once; a question
+    that arrives before the warm-up ends waits on the loaders' own locks, then finds them loaded.
+    """
+    threading.Thread(target=_warm_up_models, name="askdb-warm-up", daemon=True).start()
+
+
+def _warm_up_models() -> None:
+    import logging
+
     from django.conf import settings
 
-    if settings.EMBEDDING_PROVIDER == "local":
-        from askdb.providers.embeddings import get_embedder
+    try:
+        if settings.EMBEDDING_PROVIDER == "local":
+            from askdb.providers.embeddings import get_embedder
 
-        get_embedder().warm_up()
+            get_embedder().warm_up()
+    except Exception:  # the first question loads it again, and says what is wrong
+        logging.getLogger(__name__).warning("embedding model warm-up failed", exc_info=True)
     _warm_up_answerability()
 
 
@@ -38,6 +55,21 @@ def _warm_up_answerability() -> None:
         logging.getLogger(__name__).warning("answerability warm-up skipped", exc_info=True)
     finally:
         connections.close_all()  # the forked worker opens its own connections per task
+
+
+@inspect_command()
+def askdb_pool(state) -> dict:
+    """Pool processes that are really up (`celery inspect askdb_pool`; /healthz uses it): started
+    and reported ready to Celery, not merely forked and waiting for their deadline."""
+    pool = state.consumer.pool
+    concurrency = getattr(pool, "limit", None) or 0
+    inner = getattr(pool, "_pool", None)
+    processes = getattr(inner, "_pool", None)
+    if processes is None:  # the threads and solo pools have no processes to lose
+        return {"concurrency": concurrency, "up": concurrency, "pids": []}
+    waiting = getattr(inner, "_waiting_to_start", set())
+    up = [p.pid for p in list(processes) if p not in waiting and p._is_alive()]
+    return {"concurrency": concurrency, "up": len(up), "pids": up}
 
 
 @shared_task(name="askdb.ping", acks_late=True, soft_time_limit=10, time_limit=20)

@@ -182,6 +182,9 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 300)
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 360)
 CELERY_BROKER_CONNECTION_TIMEOUT = 3
+# A new pool process has this long to report it is up before Celery kills it (default 4 s);
+# the warm-up runs in the background (askdb/tasks.py), this is margin for imports on a busy machine.
+CELERY_WORKER_PROC_ALIVE_TIMEOUT = env_float("CELERY_WORKER_PROC_ALIVE_TIMEOUT", 30.0)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_RESULT_EXPIRES = 3600
 CELERY_TASK_ALWAYS_EAGER = False  # never: tests use a real worker and broker
