@@ -38,9 +38,7 @@ from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView, exception_handler
 
 from askdb import library_io, selectors, services
-from askdb.adapters.clinical import ExecutionError
 from askdb.models import Example, Run
-from askdb.providers.embeddings import EmbeddingError
 from askdb.serializers import (
     ErrorSerializer,
     ExampleDetailSerializer,
@@ -61,6 +59,8 @@ from askdb.serializers import (
     RunQueuedSerializer,
     TokenSerializer,
 )
+from infra.adapters.clinical import ExecutionError
+from infra.providers.embeddings import EmbeddingError
 from metadata_admin.services import source_get
 
 # --------------------------------------------------------------------------- errors

@@ -11,11 +11,11 @@ from typing import Any
 from django.db.models import F
 from django.utils import timezone
 
-from askdb.adapters.clinical import ExecutionError
 from askdb.models import LlmCall, Run, SqlAttempt, StageEvent
 from askdb.pipeline import prompts
 from askdb.pipeline.engine import ExecutionFailure, RetrievalView
 from askdb.pipeline.types import CatalogSchema, ChatResult, ColumnContext, ExampleContext, TableContext
+from infra.adapters.clinical import ExecutionError
 from metadata_admin.models import ClinicalSource, TableDoc
 
 
@@ -25,7 +25,7 @@ class DjangoPorts:
     def __init__(
         self, source: ClinicalSource, *, chat, timeout_s: float, row_cap: int, run: Run | None = None
     ):
-        from askdb.providers.embeddings import get_embedder
+        from infra.providers.embeddings import get_embedder
         from metadata_admin.services import source_catalog_schema, source_executor
 
         self.source = source
@@ -64,7 +64,7 @@ class DjangoPorts:
         examples and the template candidates are both taken from this one list."""
         from django.conf import settings
 
-        from askdb.adapters.catalog_search import examples_nearest
+        from infra.adapters.catalog_search import examples_nearest
 
         if self._nearest_for is not vector:
             k = max(settings.ASKDB_EXAMPLES_K, LIBRARY_CANDIDATES)
@@ -366,7 +366,7 @@ def column_values_like(executor, table_column: str, text: str, *, dialect: str, 
     from rapidfuzz import fuzz
     from sqlglot import exp
 
-    from askdb.adapters.clinical import ExecutionError
+    from infra.adapters.clinical import ExecutionError
 
     table, _, column = table_column.rpartition(".")
     text = text.strip()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from django.db.models import Q, QuerySet
 
-from askdb.models import AuditEvent
+from infra.audit.models import AuditEvent
 
 
 def audit_event_list(

@@ -3,43 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from askdb.models import AuditEvent
-
-
-def audit_record(
-    *,
-    action: str,
-    actor=None,
-    target: Any = None,
-    message: str = "",
-    detail: dict | None = None,
-    ip: str | None = None,
-) -> AuditEvent:
-    """Append one audit event. Call it inside the transaction of the write it records."""
-    from askdb.middleware import current_request
-
-    request = current_request()
-    if actor is None and request is not None:  # changes made through a page (the admin) name who made them
-        actor = getattr(request, "user", None)
-    if ip is None and request is not None:
-        ip = request.META.get("REMOTE_ADDR")
-    target_type = target_id = ""
-    if target is not None:
-        target_type = getattr(getattr(target, "_meta", None), "label_lower", type(target).__name__)
-        target_id = str(getattr(target, "pk", target))
-    return AuditEvent.objects.create(
-        action=action,
-        actor=actor if getattr(actor, "is_authenticated", False) else None,
-        actor_name=getattr(actor, "username", "") or "",
-        target_type=target_type,
-        target_id=target_id,
-        message=message,
-        detail=detail or {},
-        ip=ip,
-    )
-
+from infra.audit.services import audit_record
 
 DEMO_USERS = (
     # username, password, role — printed by `make demo`; never use these outside a demo.
@@ -171,8 +136,8 @@ def run_execute(*, run_id: int, worker: str = ""):
 
     from askdb.models import Run
     from askdb.pipeline.engine import Pipeline, PipelineConfig, PipelineRequest
-    from askdb.providers.llm import get_chat_model
     from askdb.runner import DjangoPorts, DjangoRecorder
+    from infra.providers.llm import get_chat_model
 
     with transaction.atomic():
         run = (
@@ -416,8 +381,8 @@ def sql_check(
     """
     from django.conf import settings
 
-    from askdb.adapters.clinical import ExecutionError
     from askdb.pipeline.validation import SqlValidationError, validate_sql
+    from infra.adapters.clinical import ExecutionError
 
     catalog, executor = _catalog_and_executor(source)
     try:
@@ -586,9 +551,9 @@ def example_upsert(
     from django.conf import settings
     from django.utils import timezone
 
-    from askdb.adapters import catalog_search
     from askdb.models import Example
-    from askdb.providers.embeddings import get_embedder
+    from infra.adapters import catalog_search
+    from infra.providers.embeddings import get_embedder
 
     question = " ".join(question.split())
     parsed_tables: list[str] = []
@@ -784,7 +749,7 @@ def examples_import(
     from django.db import transaction
 
     from askdb.models import Example
-    from askdb.providers.embeddings import get_embedder
+    from infra.providers.embeddings import get_embedder
 
     report = ImportReport()
     questions = [" ".join(str(item.get("question") or "").split()) for item in items]
@@ -895,13 +860,13 @@ def library_calibrate(
     """
     from django.utils import timezone
 
-    from askdb.adapters.catalog_search import examples_nearest
-    from askdb.adapters.clinical import ExecutionError
     from askdb.models import Example
     from askdb.pipeline import offline
     from askdb.pipeline.compare import results_match
-    from askdb.providers.embeddings import get_embedder
     from askdb.runner import LIBRARY_CANDIDATES, column_values_like, library_candidates
+    from infra.adapters.catalog_search import examples_nearest
+    from infra.adapters.clinical import ExecutionError
+    from infra.providers.embeddings import get_embedder
     from metadata_admin.services import source_catalog_schema, source_executor
 
     executor, catalog, embedder = source_executor(source), source_catalog_schema(source), get_embedder()

@@ -15,7 +15,7 @@ def _warm_up(**kwargs) -> None:
     from django.conf import settings
 
     if settings.EMBEDDING_PROVIDER == "local":
-        from askdb.providers.embeddings import get_embedder
+        from infra.providers.embeddings import get_embedder
 
         get_embedder().warm_up()
     _warm_up_answerability()

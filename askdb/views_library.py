@@ -255,8 +255,8 @@ def examples_import_view(request: HttpRequest) -> HttpResponse:
     A file that cannot be read is refused whole with what is wrong and where (400); a readable
     file is imported pair by pair, and the report lists every pair that failed with its error.
     """
-    from askdb.adapters.clinical import ExecutionError
-    from askdb.providers.embeddings import EmbeddingError
+    from infra.adapters.clinical import ExecutionError
+    from infra.providers.embeddings import EmbeddingError
     from metadata_admin.services import source_get
 
     context = {"sources": _sources(), "chosen": request.POST.get("source", ""), "error": "", "report": None,

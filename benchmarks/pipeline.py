@@ -482,7 +482,7 @@ def warm_worker(user, slots: int, timeout_s: float = 180) -> None:
 def machine_facts(pools: list[tuple[str, int]]) -> list[list[Any]]:
     from django.conf import settings
 
-    from askdb.providers.embeddings import get_embedder
+    from infra.providers.embeddings import get_embedder
 
     embedder = get_embedder()
     try:

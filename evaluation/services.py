@@ -19,12 +19,12 @@ from django.db import connections, transaction
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from askdb.adapters.clinical import ExecutionError
 from askdb.pipeline.compare import results_match
 from askdb.services import audit_record
 from evaluation import metrics
-from evaluation.formats import BenchmarkItem
 from evaluation.models import Evaluation, EvaluationItem
+from infra.adapters.clinical import ExecutionError
+from infra.formats import BenchmarkItem
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def evaluation_settings_snapshot(*, source, offline: bool = False) -> dict[str, 
     """What produced an evaluation's numbers, so evaluations compare across versions without git."""
     from askdb.models import Example
     from askdb.pipeline import prompts
-    from askdb.providers import embeddings
+    from infra.providers import embeddings
 
     model = "" if offline else (settings.LLM_MODEL or "")
     embedding_model = settings.EMBEDDING_MODEL or (

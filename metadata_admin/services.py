@@ -18,10 +18,10 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from askdb.adapters.clinical import ExecutionError, LiveTable, SqlExecutor, executor_for
 from askdb.pipeline.types import CatalogSchema, TableSchema
-from askdb.providers.embeddings import EmbeddingError, get_embedder
 from askdb.services import audit_record, examples_revalidate_later
+from infra.adapters.clinical import ExecutionError, LiveTable, SqlExecutor, executor_for
+from infra.providers.embeddings import EmbeddingError, get_embedder
 from metadata_admin.docs import (
     BUNDLED_DOCS,
     VALUE_COLUMNS,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from askdb.providers.embeddings import EmbeddingError
+from infra.providers.embeddings import EmbeddingError
 
 
 @shared_task(

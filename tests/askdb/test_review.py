@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import Group
 
-from askdb.models import AuditEvent, Example, Question, Review, Run
+from askdb.models import Example, Question, Review, Run
 from askdb.services import (
     ReviewError,
     example_upsert,
@@ -19,6 +19,7 @@ from askdb.services import (
     review_reassign,
     review_required,
 )
+from infra.audit.models import AuditEvent
 from metadata_admin.models import TableDoc
 from tests.factories import make_user
 from tests.support.scripted_llm import Reply

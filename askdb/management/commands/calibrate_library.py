@@ -31,7 +31,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         items = None
         if questions:  # any format `evaluate` reads: our benchmark's JSON list, EHRSQL, CSV
-            from evaluation.formats import FormatError, load_items
+            from infra.formats import FormatError, load_items
 
             try:
                 items = [{"question": i.question, "sql": i.gold_sql} for i in load_items(questions)]

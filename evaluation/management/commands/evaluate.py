@@ -73,7 +73,7 @@ class Command(BaseCommand):
 
     def _start(self, opts, out: Path | None):
         from evaluation import services
-        from evaluation.formats import FormatError, load_items
+        from infra.formats import FormatError, load_items
         from metadata_admin.services import source_get
 
         if not opts["questions"]:
