@@ -195,7 +195,7 @@ class DjangoPorts:
             raise ExecutionFailure(exc.message, exc.code) from exc
 
     def execute(self, sql: str):
-        from askdb.services import audit_sql_executed
+        from askdb.services.sql import audit_sql_executed
 
         actor = self.run.question.user if self.run is not None else None
         try:
@@ -277,7 +277,7 @@ class DjangoRecorder:
             duration_ms=result.duration_ms if result else 0,
             error=error,
         )
-        from askdb.services import audit_record
+        from infra.audit.services import audit_record
 
         audit_record(
             action="llm.call", target=self.run, message=f"{purpose}: {error or 'ok'}"[:500],
@@ -341,7 +341,7 @@ def library_candidates(nearest: list[tuple[int, float]]) -> list:
     from askdb.models import Example
     from askdb.pipeline.offline import TemplateCandidate
     from askdb.pipeline.templates import Template, template_is_current
-    from askdb.services import example_template
+    from askdb.services.examples import example_template
 
     found = Example.objects.in_bulk([i for i, _ in nearest])
     out = []

@@ -112,7 +112,7 @@ def run_list_for_user(*, user, search: str = "", status: str = "", mine_only: bo
 
 def run_get_for_user(*, user, run_id: int):
     """The run, or None when it does not exist or is not the user's to see (both look like 404)."""
-    from askdb.services import runs_reap_stale
+    from askdb.services.runs import runs_reap_stale
 
     runs_reap_stale()  # a run whose worker died is shown as failed, not "running" forever
     return runs_visible_to(user).filter(pk=run_id).first()

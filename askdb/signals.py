@@ -1,11 +1,19 @@
-"""Authentication, user and role changes go to the audit log, whichever screen or shell made them."""
+"""Authentication, user and role changes go to the audit log, whichever screen or shell made them;
+and a catalog change re-validates the example library (the catalog sends it, askdb listens)."""
 
 from django.conf import settings
 from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
 from django.db.models.signals import m2m_changed, post_save, pre_save
 from django.dispatch import receiver
 
-from askdb.services import audit_record
+from askdb.services.examples import examples_revalidate_later
+from infra.audit.services import audit_record
+from metadata_admin.signals import catalog_changed
+
+
+@receiver(catalog_changed)
+def _catalog_changed(sender, source, **kwargs):
+    examples_revalidate_later(source)
 
 
 def _ip(request) -> str | None:

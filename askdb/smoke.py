@@ -12,7 +12,7 @@ def smoke_question(question: str, *, stdout, timeout_s: float = 120) -> bool:
     from django.contrib.auth import get_user_model
 
     from askdb.models import Run
-    from askdb.services import question_submit
+    from askdb.services.runs import question_submit
 
     user = get_user_model().objects.get(username="researcher")
     run = question_submit(user=user, text=question)

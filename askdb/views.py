@@ -21,18 +21,9 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from askdb import health, selectors
 from askdb.models import Review, Run
-from askdb.services import (
-    QuestionError,
-    ReviewError,
-    question_submit,
-    review_approve,
-    review_correct,
-    review_flag,
-    review_reassign,
-    run_cancel,
-    run_export_record,
-    run_retry,
-)
+from askdb.services.reviews import review_approve, review_correct, review_flag, review_reassign
+from askdb.services.runs import QuestionError, question_submit, run_cancel, run_export_record, run_retry
+from askdb.services.sql import ReviewError
 
 
 def _ip(request: HttpRequest) -> str | None:
@@ -218,7 +209,8 @@ def run_cancel_view(request: HttpRequest, run_id: int) -> HttpResponse:
 @permission_required("askdb.ask_questions", raise_exception=True)
 def run_pick_candidate_view(request: HttpRequest, run_id: int) -> HttpResponse:
     """The researcher picks the candidate that matches what they meant (re-executed, still reviewed)."""
-    from askdb.services import ReviewError, run_pick_candidate
+    from askdb.services.runs import run_pick_candidate
+    from askdb.services.sql import ReviewError
 
     run = _run_or_404(request, run_id)
     if not _may_act(request, run):
@@ -441,7 +433,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     }
     events = selectors.audit_event_list(**filters)
     if request.GET.get("format") == "csv":
-        from askdb.services import audit_record
+        from infra.audit.services import audit_record
 
         audit_record(action="audit.exported", actor=request.user, message="audit log CSV",
                      detail={k: str(v) for k, v in filters.items() if v})  # fmt: skip

@@ -20,14 +20,9 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from askdb import library_io
 from askdb.models import Example, Review
-from askdb.services import (
-    ImportReport,
-    ReviewError,
-    example_set_status,
-    examples_export,
-    examples_import,
-    examples_revalidate,
-)
+from askdb.services.examples import example_set_status, examples_revalidate
+from askdb.services.exports import ImportReport, examples_export, examples_import
+from askdb.services.sql import ReviewError
 
 BROWSE_PERMS = ("askdb.review_runs", "askdb.curate_catalog")  # reviewers and admins
 EDIT_PERM = "askdb.review_runs"  # import, export, retire, restore

@@ -20,10 +20,10 @@ from django.test.utils import override_settings
 from django.utils import timezone
 
 from askdb.pipeline.compare import results_match
-from askdb.services import audit_record
 from evaluation import metrics
 from evaluation.models import Evaluation, EvaluationItem
 from infra.adapters.clinical import ExecutionError
+from infra.audit.services import audit_record
 from infra.formats import BenchmarkItem
 
 log = logging.getLogger(__name__)
@@ -195,7 +195,7 @@ def evaluation_item_execute(*, item_pk: int) -> EvaluationItem:
     evaluation is failed as worker_lost and the question asked again.
     """
     from askdb.models import Question, Run
-    from askdb.services import run_execute
+    from askdb.services.runs import run_execute
 
     item = EvaluationItem.objects.select_related("evaluation__source", "run").get(pk=item_pk)
     if item.done:

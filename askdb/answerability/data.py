@@ -206,7 +206,7 @@ def answerability_train(
     """Train on the library (plus a file), store a new version, and make it current."""
     from django.utils import timezone
 
-    from askdb.services import audit_record
+    from infra.audit.services import audit_record
     from infra.providers.embeddings import LOCAL_MODEL
 
     say = progress or (lambda s: None)

@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 
 from askdb.models import Example, Question, Review, Run
 from askdb.roles import ADMIN, RESEARCHER, REVIEWER
-from askdb.services import examples_import
+from askdb.services.exports import examples_import
 from infra.audit.models import AuditEvent
 from tests.factories import make_user
 

@@ -6,8 +6,8 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 
 from askdb.roles import ADMIN, RESEARCHER
-from askdb.services import audit_record
 from infra.audit.models import AuditEvent
+from infra.audit.services import audit_record
 from tests.factories import PASSWORD, make_user
 
 pytestmark = pytest.mark.django_db

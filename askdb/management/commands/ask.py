@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from askdb.models import Run
-from askdb.services import QuestionError, question_submit_sync
+from askdb.services.runs import QuestionError, question_submit_sync
 
 
 class Command(BaseCommand):

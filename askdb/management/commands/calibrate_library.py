@@ -22,7 +22,7 @@ class Command(BaseCommand):
     def handle(self, *args, source, questions, min_precision, no_progress, **options):
         from tqdm import tqdm
 
-        from askdb.services import library_calibrate
+        from askdb.services.calibration import library_calibrate
         from metadata_admin.services import source_get
 
         try:

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from askdb.library_io import LibraryFormatError, parse_ehrsql, parse_examples
-from askdb.services import examples_import
+from askdb.services.exports import examples_import
 from infra.adapters.clinical import ExecutionError
 from infra.providers.embeddings import EmbeddingError
 from metadata_admin.services import source_get
