@@ -2,7 +2,7 @@
 import files (JSON, YAML, the EHRSQL pair) with a validation report, export, and re-validate.
 
 Thin like askdb/views.py: parsing is askdb/library_io.py, every write is a service in
-askdb/services.py (the same ones the API and the import command call).
+askdb/services/ (the same ones the API and the import command call).
 """
 
 from __future__ import annotations

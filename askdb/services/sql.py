@@ -14,7 +14,10 @@ from metadata_admin.services import source_catalog_schema, source_executor
 
 
 class ReviewError(ValueError):
-    """A review action that cannot be done, with a sentence the reviewer can act on."""
+    """A review action that cannot be done, with a sentence the reviewer can act on.
+
+    Raised by sql_check, so by every review, library and candidate action built on it; it lives
+    here, below them all."""
 
 
 def _catalog_and_executor(source):
