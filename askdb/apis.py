@@ -65,6 +65,7 @@ from askdb.services.reviews import review_approve, review_correct, review_flag
 from askdb.services.runs import QuestionError, question_submit, run_cancel, run_retry
 from askdb.services.sql import ReviewError
 from askdb.services.users import user_token_issue
+from askdb.views_library import examples_filtered
 from infra.adapters.clinical import ExecutionError
 from infra.providers.embeddings import EmbeddingError
 from metadata_admin.services import source_get
@@ -430,8 +431,6 @@ class ExampleListApi(ApiErrorsMixin, GenericAPIView):
         responses={200: ExampleSerializer(many=True), 400: ErrorSerializer, 403: ErrorSerializer},
     )
     def get(self, request: Request) -> Response:
-        from askdb.views_library import examples_filtered
-
         filters = ExampleListFilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
         f = filters.validated_data
