@@ -10,10 +10,7 @@ class AskdbConfig(AppConfig):
         from django.db.models.signals import post_migrate
 
         from askdb import checks, signals  # noqa: F401 - registers system checks and audit receivers
-        from askdb.database_roles import grant_after_migrate
         from askdb.roles import roles_sync_after_migrate
 
         post_migrate.connect(roles_sync_after_migrate, dispatch_uid="askdb.roles_sync")
-        # once, after every app's migrations: the runtime role's grants cover every table
-        post_migrate.connect(grant_after_migrate, sender=self, dispatch_uid="askdb.grant_runtime_role")
         signals.connect_group_signals()

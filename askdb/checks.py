@@ -15,8 +15,8 @@ from django.conf import settings
 from django.core import checks
 
 from askdb import health
-from askdb.database_roles import audit_rewrite_risks
 from config import embedded
+from infra.audit.database_roles import audit_rewrite_risks
 
 
 @checks.register("askdb")

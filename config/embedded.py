@@ -343,7 +343,7 @@ def _drop_self_test_db(home: Path | None) -> None:
 
 
 def ensure_app_role(conn, role: str) -> None:
-    """The role the app runs as. Its table grants come after migrate (askdb/database_roles.py);
+    """The role the app runs as. Its table grants come after migrate (infra/audit/database_roles.py);
     here only that it exists and may log in, without any power over the server."""
     if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
         conn.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION')

@@ -58,6 +58,7 @@ THIRD_PARTY_APPS = [
     "axes",
 ]
 LOCAL_APPS = [
+    "infra.audit",
     "askdb",
     "metadata_admin",
     "evaluation",
@@ -72,7 +73,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
-    "askdb.middleware.AuditContextMiddleware",
+    "infra.audit.middleware.AuditContextMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -102,7 +103,7 @@ TEMPLATES = [
 # DATABASE_URL unset: the embedded PostgreSQL (config/embedded.py) over its Unix socket.
 # The app connects as a runtime role that owns nothing; migrations run as DATABASE_OWNER
 # (DATABASE_OWNER_URL, or the embedded superuser), and the runtime role gets only the grants
-# it needs, the audit table's being SELECT and INSERT (askdb/database_roles.py).
+# it needs, the audit table's being SELECT and INSERT (infra/audit/database_roles.py).
 DATABASES = {
     "default": dj_database_url.parse(
         env("DATABASE_URL") or embedded.pg_dsn(embedded.APP_DB, user=embedded.APP_ROLE),
@@ -117,7 +118,7 @@ ASKDB_APP_ROLE = DATABASES["default"]["USER"] if DATABASE_OWNER else ""
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # The clinical database is not a Django database: generated SQL runs through the executor
-# (askdb/adapters) as a read-only role. The admin URL is only used to load data into it.
+# (infra/adapters) as a read-only role. The admin URL is only used to load data into it.
 CLINICAL_DATABASE_URL = env("CLINICAL_DATABASE_URL") or embedded.pg_dsn(
     embedded.CLINICAL_DB, user=embedded.READER_ROLE
 )

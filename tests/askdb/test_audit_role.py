@@ -17,10 +17,10 @@ from django.db import connection
 from django.db.models import ProtectedError
 
 from askdb.checks import check_audit_role
-from askdb.models import AuditEvent
 from askdb.roles import ADMIN, RESEARCHER
-from askdb.services import audit_record
 from config import embedded
+from infra.audit.models import AuditEvent
+from infra.audit.services import audit_record
 from tests.factories import make_user
 
 ROOT = Path(__file__).resolve().parents[2]

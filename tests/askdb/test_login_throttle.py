@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from askdb.models import AuditEvent
 from askdb.roles import RESEARCHER
+from infra.audit.models import AuditEvent
 from tests.factories import PASSWORD, make_user
 
 pytestmark = pytest.mark.django_db

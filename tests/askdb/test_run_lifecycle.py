@@ -9,7 +9,7 @@ import time
 import pytest
 
 from askdb.models import Run
-from askdb.services import question_submit, run_cancel, run_execute, run_retry, runs_reap_stale
+from askdb.services.runs import question_submit, run_cancel, run_execute, run_retry, runs_reap_stale
 from tests.celery_worker import running_worker, wait_for, worker_process
 from tests.factories import make_user
 from tests.support.scripted_llm import Delay, Hang, Reply

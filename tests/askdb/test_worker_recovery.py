@@ -12,7 +12,7 @@ import pytest
 
 from askdb import health
 from askdb.models import Run
-from askdb.services import question_submit
+from askdb.services.runs import question_submit
 from tests.celery_worker import pool_status, wait_for, worker_process
 from tests.factories import make_user
 from tests.support.scripted_llm import Reply
