@@ -82,6 +82,7 @@ def ping() -> dict:
     name="askdb.run_question",
     bind=True,
     acks_late=True,
+    ignore_result=True,  # the run's state lives in the app database; nothing reads a task result
     # Only claiming the run can raise here (the pipeline's own failures end the run with a reason),
     # and claiming is idempotent, so a database hiccup at that moment is simply tried again. LLM
     # calls are never repeated this way: the openai client already retried them with backoff.

@@ -30,6 +30,7 @@ from askdb.roles import ADMIN, user_role
 from askdb.services.reviews import review_approve, review_correct, review_flag, review_reassign
 from askdb.services.runs import (
     QuestionError,
+    QueueUnavailable,
     question_submit,
     run_cancel,
     run_export_record,
@@ -58,19 +59,21 @@ def _example_questions(limit: int = 6) -> list[str]:
 @permission_required("askdb.ask_questions", raise_exception=True)
 def home(request: HttpRequest) -> HttpResponse:
     """Ask: a question box with examples; submitting opens the run page."""
-    text, error = request.GET.get("q", ""), ""
+    text, error, status = request.GET.get("q", ""), "", 200
     if request.method == "POST":
         text = request.POST.get("question", "")
         try:
             run = question_submit(user=request.user, text=text, ip=_ip(request))
         except (QuestionError, ValueError) as exc:
-            error = str(exc)
+            error, status = str(exc), 400
+        except QueueUnavailable as exc:  # saved, and sent when the queue is back
+            error, status = str(exc), 503
         else:
             return redirect("run_detail", run_id=run.pk)
     recent = selectors.run_list_for_user(user=request.user, mine_only=True)[:5]
     context = {"text": text, "error": error, "examples": _example_questions(), "recent": recent,
                "health_llm": health.llm()}  # fmt: skip
-    return render(request, "askdb/home.html", context, status=400 if error else 200)
+    return render(request, "askdb/home.html", context, status=status)
 
 
 def _run_or_404(request: HttpRequest, run_id: int) -> Run:
@@ -236,7 +239,11 @@ def run_retry_view(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _run_or_404(request, run_id)
     if not _may_act(request, run):
         raise Http404("no such run")
-    new = run_retry(run=run, user=request.user, ip=_ip(request))
+    try:
+        new = run_retry(run=run, user=request.user, ip=_ip(request))
+    except QueueUnavailable as exc:  # the new run is saved and sent when the queue is back
+        messages.warning(request, str(exc))
+        return redirect("run_detail", run_id=exc.run_id)
     return redirect("run_detail", run_id=new.pk)
 
 

@@ -183,6 +183,17 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 300)
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 360)
 CELERY_BROKER_CONNECTION_TIMEOUT = 3
+# A submit with the broker down must fail in seconds (a 503 "try again"; the question is kept and
+# re-queued when the broker is back), not after Celery's and Redis' default retries (19 s).
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 1,
+    "interval_start": 0,
+    "interval_step": 0.5,
+    "interval_max": 0.5,
+}
+CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {
+    "retry_policy": {"max_retries": 1, "interval_start": 0, "interval_step": 0.5, "interval_max": 0.5}
+}
 # A new pool process has this long to report it is up before Celery kills it (default 4 s);
 # the warm-up runs in the background (askdb/tasks.py), this is margin for imports on a busy machine.
 CELERY_WORKER_PROC_ALIVE_TIMEOUT = env_float("CELERY_WORKER_PROC_ALIVE_TIMEOUT", 30.0)
@@ -207,6 +218,10 @@ ASKDB_MAX_REPAIRS = env_int("ASKDB_MAX_REPAIRS", 3)
 ASKDB_QUESTION_MAX_CHARS = env_int("ASKDB_QUESTION_MAX_CHARS", 2000)
 # A running run whose heartbeat is older than this lost its worker (past the hard time limit).
 ASKDB_STALE_RUN_SECONDS = env_int("ASKDB_STALE_RUN_SECONDS", 420)
+# A queued run no worker took for this long is failed (retryable); one whose job never reached the
+# broker is sent again at the next reap. The worker reaps every ASKDB_REAP_INTERVAL_SECONDS.
+ASKDB_QUEUED_RUN_SECONDS = env_int("ASKDB_QUEUED_RUN_SECONDS", 1800)
+ASKDB_REAP_INTERVAL_SECONDS = env_int("ASKDB_REAP_INTERVAL_SECONDS", 30)
 
 # --- Review and the example library -------------------------------------------------------
 # Which answered runs wait for a reviewer: "all", "low_confidence" (sampled candidates disagree, or
