@@ -7,7 +7,7 @@ import socket
 import threading
 
 from celery import shared_task
-from celery.signals import worker_process_init
+from celery.signals import worker_init, worker_process_init
 from celery.worker.control import inspect_command
 from django.conf import settings
 from django.db import DatabaseError, connection, connections
@@ -18,15 +18,21 @@ from infra.providers.embeddings import get_embedder
 from metadata_admin.models import ClinicalSource
 
 
+@worker_init.connect
+def _load_before_fork(**kwargs) -> None:
+    """Load the models once in the worker's main process, before the pool forks: every pool
+    process, and every replacement of a lost one, starts with them in memory (copy-on-write), so
+    neither start-up nor the first question pays for loading them. torch runs one thread
+    (ASKDB_TORCH_THREADS), so no thread pool is forked half-alive."""
+    _warm_up_models()
+
+
 @worker_process_init.connect
 def _warm_up(**kwargs) -> None:
-    """Load the models in the background of a new pool process, not in the first question.
-
-    Not in this handler itself: Celery gives a new pool process worker_proc_alive_timeout to say
-    it is up, and on a busy machine loading torch and the models takes longer, so Celery killed
-    every replacement of a lost process, forever. The process says it is up at once; a question
-    that arrives before the warm-up ends waits on the loaders' own locks, then finds them loaded.
-    """
+    """Finish warming a new pool process in the background, never in this handler: Celery gives
+    a new pool process worker_proc_alive_timeout to say it is up, and when loading took longer on a
+    busy machine Celery killed every replacement of a lost process, forever. With the models
+    loaded before the fork this is quick; a question that comes first waits on the loaders' locks."""
     threading.Thread(target=_warm_up_models, name="askdb-warm-up", daemon=True).start()
 
 
