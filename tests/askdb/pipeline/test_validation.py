@@ -2,6 +2,7 @@ import pickle
 
 import pytest
 
+from askdb.pipeline.sql_functions import ALLOWED_FUNCTIONS
 from askdb.pipeline.types import CatalogSchema, TableSchema
 from askdb.pipeline.validation import (
     DENIED_FUNCTIONS,
@@ -552,7 +553,22 @@ def test_the_error_carries_code_and_message_and_survives_pickling():
 
 def test_the_denylist_is_lower_case_so_lookups_match():
     assert all(name == name.lower() for name in DENIED_FUNCTIONS)
-    assert validate_sql("SELECT txid_current(), pg_current_xact_id()", CATALOG)
+
+
+@pytest.mark.parametrize("dialect", sorted(ALLOWED_FUNCTIONS))
+def test_no_allowed_function_is_a_known_dangerous_one(dialect):
+    exact = {n for n in DENIED_FUNCTIONS if not n.endswith("*")}
+    prefixes = tuple(n[:-1] for n in DENIED_FUNCTIONS if n.endswith("*"))
+    allowed = ALLOWED_FUNCTIONS[dialect]
+    assert all(name == name.lower() and name.isidentifier() for name in allowed)
+    assert not {n for n in allowed if n in exact or n.startswith(prefixes)}
+
+
+def test_functions_off_the_allow_list_are_refused_by_name():
+    for sql in ("SELECT txid_current()", "SELECT pg_current_xact_id()", "SELECT my_udf(1)"):
+        error = rejected(sql)
+        assert error.code == "denied_function"
+        assert sql.split("SELECT ")[1].split("(")[0] in error.message
 
 
 def test_referenced_tables_names_real_tables_without_ctes_or_functions():
