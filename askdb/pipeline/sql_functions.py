@@ -63,7 +63,7 @@ _SQLITE = """
 avg count group_concat max min sum total string_agg median percentile percentile_cont
 percentile_disc stddev
 
-char concat concat_ws format glob hex ifnull iif instr like likelihood likely lower ltrim
+char concat concat_ws format hex ifnull iif instr like likelihood likely lower ltrim
 nullif octet_length printf quote replace round rtrim soundex substr substring trim typeof
 unicode unlikely unhex upper
 
