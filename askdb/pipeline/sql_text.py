@@ -39,7 +39,7 @@ def _quote_string(value: str) -> str:
 
 def _quote_identifier(value: str, dialect: str) -> str:
     if not value:
-        raise SqlTextError("an empty quoted name (\"\") is not allowed")
+        raise SqlTextError('an empty quoted name ("") is not allowed')
     if dialect == "postgres" and len(value.encode("utf-8")) > MAX_IDENTIFIER_BYTES:
         raise SqlTextError(f"the name `{value[:40]}…` is longer than {MAX_IDENTIFIER_BYTES} bytes")
     return '"' + value.replace('"', '""') + '"'

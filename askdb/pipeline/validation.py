@@ -417,7 +417,9 @@ def _check_syntax(tree: exp.Expr) -> None:
             raise SqlValidationError("denied_syntax" if "type" not in message else "denied_type", message)
     for data_type in tree.find_all(exp.DataType):
         kind = data_type.this
-        if kind == exp.DataType.Type.USERDEFINED or str(getattr(kind, "value", kind)).upper().startswith("REG"):
+        if kind == exp.DataType.Type.USERDEFINED or str(getattr(kind, "value", kind)).upper().startswith(
+            "REG"
+        ):
             raise SqlValidationError(
                 "denied_type",
                 f"the type `{data_type.sql()}` is not allowed: cast only to standard types "
