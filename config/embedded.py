@@ -27,6 +27,7 @@ PG_PORT = 5432  # only names the socket file (.s.PGSQL.5432); nothing listens on
 APP_DB = "askdb"
 CLINICAL_DB = "askdb_clinical"
 READER_ROLE = "askdb_reader"
+READER_TEMP_FILE_LIMIT = os.environ.get("ASKDB_READER_TEMP_FILE_LIMIT", "1GB")
 SUPERUSER = "postgres"
 # PostgreSQL refuses to run as root; pgserver's own convention is a system user of this name.
 PG_SYSTEM_USER = "pgserver"
@@ -260,6 +261,9 @@ def ensure_reader_role(conn, role: str, database: str) -> None:
         conn.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT')
     conn.execute(f'ALTER ROLE "{role}" SET default_transaction_read_only = on')
     conn.execute(f"ALTER ROLE \"{role}\" SET statement_timeout = '60s'")
+    # Superuser-only settings, so generated SQL cannot lift them: temporary files per session
+    # (a sort of repeat('x', 1e6) × 10 000 rows wrote 8 GB), and every read-only session's cap.
+    conn.execute(f"ALTER ROLE \"{role}\" SET temp_file_limit = '{READER_TEMP_FILE_LIMIT}'")
     conn.execute(f'REVOKE ALL ON DATABASE "{database}" FROM PUBLIC')
     conn.execute(f'GRANT CONNECT ON DATABASE "{database}" TO "{role}"')
 
