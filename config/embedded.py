@@ -246,6 +246,12 @@ def bootstrap_databases(home: Path | None = None) -> None:
             if name not in existing:
                 conn.execute(f'CREATE DATABASE "{name}"')
         ensure_reader_role(conn, READER_ROLE, CLINICAL_DB)
+    with psycopg.connect(pg_dsn(CLINICAL_DB, home=home), autocommit=True) as conn:
+        # Signalling, settings and SQL-from-a-string functions: revoked per database, here too, so
+        # an existing install is covered before its next data load.
+        from metadata_admin.clinical.loader import restrict_functions
+
+        restrict_functions(conn, READER_ROLE)
     with psycopg.connect(pg_dsn(APP_DB, home=home), autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
