@@ -17,7 +17,9 @@ import re
 # PostgreSQL's NAMEDATALEN - 1: longer names are silently truncated, so they are refused instead.
 MAX_IDENTIFIER_BYTES = 63
 
-_IDENT_CHARS = re.compile(r"[A-Za-z0-9_$\x80-\U0010ffff]")
+# Unquoted names are ASCII here: a non-ASCII letter outside quotes (which PostgreSQL would take as
+# part of a name and sqlglot may take as a space) is refused instead of guessed.
+_IDENT_CHARS = re.compile(r"[A-Za-z0-9_$]")
 _WHITESPACE = " \t\n\r\f"
 _DOLLAR_TAG = re.compile(r"\$([A-Za-z_\x80-\U0010ffff][A-Za-z0-9_\x80-\U0010ffff]*)?\$")
 _UESCAPE = re.compile(r"UESCAPE\b", re.IGNORECASE)
@@ -66,13 +68,13 @@ class _Lexer:
                 self.out.append(_quote_string(self._plain_string()))
             elif char == '"':
                 self.out.append(_quote_identifier(self._quoted('"'), self.dialect))
-            elif not self.postgres and char == "`":
+            elif self.dialect == "sqlite" and char == "`":
                 self.out.append(_quote_identifier(self._quoted("`"), self.dialect))
-            elif not self.postgres and char == "[":
+            elif self.dialect == "sqlite" and char == "[":
                 self._bracketed()
             elif self.postgres and char == "$" and not self._after_word():
                 self._dollar()
-            elif char.isalpha() or char == "_":
+            elif char.isascii() and (char.isalpha() or char == "_"):
                 self._word()
             elif char.isascii() and (char.isprintable() or char in _WHITESPACE):
                 self.out.append(char)

@@ -218,6 +218,7 @@ def validate_sql(sql: str, catalog: CatalogSchema, *, max_length: int = 20000) -
     tree = _parse_single(text, catalog.dialect)
     _check_is_query(tree)
     _check_syntax(tree)
+    _check_field_selection(tree, catalog)
     _check_functions(tree, catalog.dialect)
     analysis = _analyse(tree)
     resolved = _resolve_tables(analysis.relations, catalog)
@@ -424,6 +425,19 @@ def _check_syntax(tree: exp.Expr) -> None:
                 "denied_type",
                 f"the type `{data_type.sql()}` is not allowed: cast only to standard types "
                 "(integer, numeric, text, date, timestamp, interval, boolean, …)",
+            )
+
+
+def _check_field_selection(tree: exp.Expr, catalog: CatalogSchema) -> None:
+    """`(expr).name` must name a column: PostgreSQL reads `(alias).f` as the call f(alias)."""
+    known = {column.lower() for table in catalog.tables for column in table.columns}
+    for dot in tree.find_all(exp.Dot):
+        field_name = dot.expression
+        if isinstance(field_name, exp.Identifier) and field_name.name.lower() not in known:
+            raise SqlValidationError(
+                "denied_syntax",
+                f"`.{field_name.name}` selects a field that no table has (PostgreSQL would read it as "
+                f"a call of function `{field_name.name}`); select columns by `alias.column`",
             )
 
 

@@ -19,7 +19,9 @@ def test_a_huge_llm_reply_is_stored_cut_with_a_marker(run):
     reply = "SELECT " + "x, " * 350_000  # about 1 MB
     recorder = DjangoRecorder(run)
     for number in range(1, 10):
-        recorder.attempt(number=number, sql=reply, origin="llm", valid=False, error_code="too_long", error=reply)
+        recorder.attempt(
+            number=number, sql=reply, origin="llm", valid=False, error_code="too_long", error=reply
+        )
     stored = sum(len(a.sql) + len(a.error) for a in run.attempts.all())
     assert stored < 9 * (MAX_STORED_SQL + 3_000)
     attempt = run.attempts.first()
