@@ -8,16 +8,29 @@ import time
 from decimal import Decimal
 from typing import Any
 
+import sqlglot
 from django.conf import settings
-from django.db.models import F
+from django.db.models import F, Prefetch
 from django.utils import timezone
+from rapidfuzz import fuzz
+from sqlglot import exp
 
-from askdb.adapters.clinical import ExecutionError
-from askdb.models import LlmCall, Run, SqlAttempt, StageEvent
-from askdb.pipeline import prompts
+from askdb.answerability.scorer import get_scorer
+from askdb.models import Example, LlmCall, Run, SqlAttempt, StageEvent
+from askdb.pipeline import offline, prompts
 from askdb.pipeline.engine import ExecutionFailure, RetrievalView
+from askdb.pipeline.offline import TemplateCandidate
+from askdb.pipeline.templates import Template, template_is_current
 from askdb.pipeline.types import CatalogSchema, ChatResult, ColumnContext, ExampleContext, TableContext
-from metadata_admin.models import ClinicalSource, TableDoc
+from askdb.services.examples import example_template
+from askdb.services.sql import audit_sql_executed
+from infra.adapters.catalog_search import examples_nearest
+from infra.adapters.clinical import ExecutionError
+from infra.audit.services import audit_record
+from infra.providers.embeddings import get_embedder
+from metadata_admin.models import ClinicalSource, Relationship, TableDoc
+from metadata_admin.selectors import retrieve
+from metadata_admin.services import source_catalog_schema, source_executor
 
 
 class DjangoPorts:
@@ -26,9 +39,6 @@ class DjangoPorts:
     def __init__(
         self, source: ClinicalSource, *, chat, timeout_s: float, row_cap: int, run: Run | None = None
     ):
-        from askdb.providers.embeddings import get_embedder
-        from metadata_admin.services import source_catalog_schema, source_executor
-
         self.source = source
         self.run = run  # for the audit of the SQL it executes
         self.chat = chat
@@ -47,8 +57,6 @@ class DjangoPorts:
     def retrieve(
         self, question: str, vector: list[float], k: int, examples: list[ExampleContext]
     ) -> RetrievalView:
-        from metadata_admin.selectors import retrieve
-
         example_tables: dict[str, float] = {}
         for e in examples:  # a table read by a close verified example is likely needed again
             for table in e.tables:
@@ -63,10 +71,6 @@ class DjangoPorts:
     def _nearest(self, vector: list[float]) -> list[tuple[int, float]]:
         """The closest active answerable examples, searched once per question: the few-shot
         examples and the template candidates are both taken from this one list."""
-        from django.conf import settings
-
-        from askdb.adapters.catalog_search import examples_nearest
-
         if self._nearest_for is not vector:
             k = max(settings.ASKDB_EXAMPLES_K, LIBRARY_CANDIDATES)
             self._nearest_list = examples_nearest(
@@ -78,10 +82,6 @@ class DjangoPorts:
     def examples(self, question: str, vector: list[float]) -> list[ExampleContext]:
         """The closest reviewer-verified pairs, as few-shot examples. Never unverified ones: those
         measurably hurt accuracy, so only active library examples are eligible."""
-        from django.conf import settings
-
-        from askdb.models import Example
-
         nearest = [
             (i, s) for i, s in self._nearest(vector)[: settings.ASKDB_EXAMPLES_K]
             if s >= settings.ASKDB_EXAMPLE_MIN_SIMILARITY
@@ -101,8 +101,6 @@ class DjangoPorts:
 
     def library_match(self, question: str, vector: list[float]) -> tuple[list, float]:
         """Verified templates scored for this question (best first) and the answering threshold."""
-        from askdb.pipeline import offline
-
         calibration = offline.Calibration.from_dict(self.source.library_calibration["calibration"]) if (
             self.source.library_calibration.get("calibration")
         ) else None  # fmt: skip
@@ -117,8 +115,6 @@ class DjangoPorts:
 
     def answerability(self, question: str, values: list) -> dict | None:
         """The trained schema-relevance model's verdict (None when no model is trained for the source)."""
-        from askdb.answerability.scorer import get_scorer
-
         scorer = get_scorer(self.source)
         if scorer is None:
             return None
@@ -136,10 +132,6 @@ class DjangoPorts:
         return self._contexts[key]
 
     def _table_context(self, tables: list[str]) -> list[TableContext]:
-        from django.db.models import Prefetch
-
-        from metadata_admin.models import Relationship
-
         wanted = [t.rpartition(".") for t in tables]
         relationships = Prefetch(
             "relationships",
@@ -190,8 +182,6 @@ class DjangoPorts:
         return self._catalog
 
     def explain(self, sql: str) -> None:
-        from askdb.services import audit_sql_executed
-
         # EXPLAIN plans (and folds constants) on clinical data, so each one is audited like a query.
         actor = self.run.question.user if self.run is not None else None
         start = time.perf_counter()
@@ -206,8 +196,6 @@ class DjangoPorts:
                            duration_ms=(time.perf_counter() - start) * 1000, outcome="ok", run=self.run)  # fmt: skip
 
     def execute(self, sql: str):
-        from askdb.services import audit_sql_executed
-
         actor = self.run.question.user if self.run is not None else None
         try:
             result = self.executor.execute(
@@ -290,8 +278,6 @@ class DjangoRecorder:
             duration_ms=result.duration_ms if result else 0,
             error=error,
         )
-        from askdb.services import audit_record
-
         audit_record(
             action="llm.call", target=self.run, message=f"{purpose}: {error or 'ok'}"[:500],
             detail={
@@ -365,11 +351,6 @@ LIBRARY_CANDIDATES = 8  # closest verified examples whose templates the matcher 
 
 def library_candidates(nearest: list[tuple[int, float]]) -> list:
     """Template candidates from (example id, similarity) pairs; stale templates are rebuilt."""
-    from askdb.models import Example
-    from askdb.pipeline.offline import TemplateCandidate
-    from askdb.pipeline.templates import Template, template_is_current
-    from askdb.services import example_template
-
     found = Example.objects.in_bulk([i for i, _ in nearest])
     out = []
     for example_id, score in nearest:
@@ -389,12 +370,6 @@ def library_candidates(nearest: list[tuple[int, float]]) -> list:
 
 def column_values_like(executor, table_column: str, text: str, *, dialect: str, limit: int = 5):
     """(value, score) of one column's values equal to or containing `text`, most frequent first."""
-    import sqlglot
-    from rapidfuzz import fuzz
-    from sqlglot import exp
-
-    from askdb.adapters.clinical import ExecutionError
-
     table, _, column = table_column.rpartition(".")
     text = text.strip()
     if not table or not column or not text:
