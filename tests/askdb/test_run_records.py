@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from askdb.models import AuditEvent, Question, Run
+from askdb.models import Question, Run
 from askdb.runner import MAX_STORED_SQL, DjangoPorts, DjangoRecorder, capped_text
+from infra.audit.models import AuditEvent
 from tests.factories import make_user
 
 
