@@ -398,24 +398,30 @@ SYNTAX_FUNCTIONS: frozenset[type[exp.Expr]] = frozenset(
     if hasattr(exp, name)
 )
 
-# Syntax that names something outside the query or stands for text the validator never sees.
-_DENIED_SYNTAX: tuple[tuple[str, str], ...] = tuple(
-    (name, message)
-    for name, message in (
-        ("Placeholder", "query parameters ($1, ?, :name) are not allowed; write the values into the query"),
-        ("Parameter", "query parameters ($1, ?, :name) are not allowed; write the values into the query"),
-        ("SessionParameter", "session variables are not allowed"),
-        ("Operator", "OPERATOR(…) syntax is not allowed; use the plain operator"),
-        ("ObjectIdentifier", "object-identifier types (regclass, regproc, oid, …) are not allowed"),
+# Syntax that names something outside the query or stands for text the validator never sees:
+# (sqlglot node type, refusal code, message).
+_PARAMETERS = "query parameters ($1, ?, :name) are not allowed; write the values into the query"
+_DENIED_SYNTAX: tuple[tuple[type[exp.Expr], str, str], ...] = tuple(
+    (getattr(exp, name), code, message)
+    for name, code, message in (
+        ("Placeholder", "denied_syntax", _PARAMETERS),
+        ("Parameter", "denied_syntax", _PARAMETERS),
+        ("SessionParameter", "denied_syntax", "session variables are not allowed"),
+        ("Operator", "denied_syntax", "OPERATOR(…) syntax is not allowed; use the plain operator"),
+        (
+            "ObjectIdentifier",
+            "denied_type",
+            "object-identifier types (regclass, regproc, oid, …) are not allowed",
+        ),
     )
     if hasattr(exp, name)
 )
 
 
 def _check_syntax(tree: exp.Expr) -> None:
-    for name, message in _DENIED_SYNTAX:
-        if tree.find(getattr(exp, name)) is not None:
-            raise SqlValidationError("denied_syntax" if "type" not in message else "denied_type", message)
+    for node_type, code, message in _DENIED_SYNTAX:
+        if tree.find(node_type) is not None:
+            raise SqlValidationError(code, message)
     for data_type in tree.find_all(exp.DataType):
         kind = data_type.this
         if kind == exp.DataType.Type.USERDEFINED or str(getattr(kind, "value", kind)).upper().startswith(
