@@ -190,10 +190,11 @@ class DjangoPorts:
         except ExecutionError as exc:
             audit_sql_executed(actor=actor, source=self.source, sql=sql, purpose="explain", rows=None,
                                duration_ms=(time.perf_counter() - start) * 1000, outcome=exc.code,
-                               run=self.run, error=exc.message)  # fmt: skip
+                               run=self.run, error=exc.message, action="sql.explained")  # fmt: skip
             raise ExecutionFailure(exc.message, exc.code) from exc
         audit_sql_executed(actor=actor, source=self.source, sql=sql, purpose="explain", rows=None,
-                           duration_ms=(time.perf_counter() - start) * 1000, outcome="ok", run=self.run)  # fmt: skip
+                           duration_ms=(time.perf_counter() - start) * 1000, outcome="ok", run=self.run,
+                           action="sql.explained")  # fmt: skip
 
     def execute(self, sql: str):
         actor = self.run.question.user if self.run is not None else None

@@ -33,7 +33,7 @@ def test_a_huge_llm_reply_is_stored_cut_with_a_marker(run):
 def test_explains_are_audited(run, source):
     ports = DjangoPorts(source, chat=None, timeout_s=5, row_cap=10, run=run)
     ports.explain("SELECT count(*) FROM mimiciv_hosp.patients")
-    events = AuditEvent.objects.filter(action="sql.executed", detail__purpose="explain")
+    events = AuditEvent.objects.filter(action="sql.explained", target_id=str(run.pk))
     assert events.count() == 1
     event = events.get()
     assert event.detail["outcome"] == "ok"
