@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import threading
 import time
 from dataclasses import dataclass, field
 
+from django.db import connection
 from django.db.models import Count, Prefetch
 
 from askdb.pipeline.retrieval import (
@@ -16,6 +19,7 @@ from askdb.pipeline.retrieval import (
     question_terms,
     rank_tables,
 )
+from askdb.pipeline.types import CatalogSchema, ColumnContext, TableContext, TableSchema
 from infra.adapters import catalog_search
 from infra.providers.embeddings import get_embedder
 from metadata_admin.models import ClinicalSource, ColumnDoc, Relationship, TableDoc, content_hash
@@ -35,14 +39,106 @@ class Retrieval:
 
 
 def catalog_profiles(source: ClinicalSource) -> tuple[dict[str, TableProfile], list[Edge]]:
-    docs = TableDoc.objects.filter(source=source, exists_in_source=True).only(
-        "schema_name", "name", "synonyms"
+    snapshot = catalog_snapshot(source)
+    return snapshot.profiles, snapshot.edges
+
+
+# --------------------------------------------------------------------------- catalog snapshot
+
+
+@dataclass(frozen=True)
+class CatalogSnapshot:
+    """What every question reads from a source's catalog, built once per catalog state.
+
+    The catalog changes rarely and every question needs all of it (the schema validation checks
+    against, the ranking profiles and join edges, the table contexts of the prompt), so it is
+    loaded once per process and reused until `stamp` says a doc, column or relationship changed.
+    """
+
+    source_id: int
+    stamp: str  # changes with any insert, update or delete of the source's catalog rows
+    schema: CatalogSchema  # the tables and columns generated SQL may use
+    profiles: dict[str, TableProfile]
+    edges: list[Edge]
+    contexts: dict[str, TableContext]  # qualified name -> the table as the prompt shows it
+    schemas: tuple[str, ...]  # the source's schema names (the executor's search_path)
+    version: str  # a fingerprint of the embedded documentation (a run's catalog_version)
+
+    def table_contexts(self, tables: list[str]) -> list[TableContext]:
+        return [self.contexts[t] for t in tables if t in self.contexts]
+
+
+_SNAPSHOTS_MAX = 16
+_snapshots: dict[tuple[int, str], CatalogSnapshot] = {}
+_snapshots_lock = threading.Lock()
+
+
+def catalog_stamp(source: ClinicalSource) -> str:
+    """One cheap query that changes whenever the source's catalog does. PostgreSQL writes every
+    update as a new row version: its xmin (the writing transaction) differs from any earlier
+    transaction's, and its ctid (where it is stored) from the version it replaced within the same
+    transaction, so any insert, update or delete of a table doc, column doc or relationship (ORM,
+    admin, bulk update or raw SQL alike) changes the digest."""
+    docs, cols, rels = TableDoc._meta.db_table, ColumnDoc._meta.db_table, Relationship._meta.db_table
+    with connection.cursor() as cur:
+        cur.execute(
+            f"""
+            SELECT count(*) || ':' || coalesce(md5(string_agg(k, ',' ORDER BY k)), '') FROM (
+                SELECT 't' || d.id || '.' || d.xmin::text || d.ctid::text AS k FROM {docs} d WHERE d.source_id = %s
+                UNION ALL
+                SELECT 'c' || c.id || '.' || c.xmin::text || c.ctid::text FROM {cols} c
+                  JOIN {docs} d ON d.id = c.table_id WHERE d.source_id = %s
+                UNION ALL
+                SELECT 'r' || r.id || '.' || r.xmin::text || r.ctid::text FROM {rels} r
+                  JOIN {docs} d ON d.id = r.from_table_id WHERE d.source_id = %s
+            ) rows
+            """,
+            [source.pk, source.pk, source.pk],
+        )
+        return cur.fetchone()[0]
+
+
+def catalog_snapshot(source: ClinicalSource) -> CatalogSnapshot:
+    """The source's catalog as of now: one stamp query when nothing changed since the last
+    question in this process, a full load (five queries) when something did."""
+    stamp = catalog_stamp(source)
+    key = (source.pk, source.dialect)
+    cached = _snapshots.get(key)
+    if cached is not None and cached.stamp == stamp:
+        return cached
+    snapshot = _snapshot_load(source, stamp)
+    with _snapshots_lock:
+        if len(_snapshots) >= _SNAPSHOTS_MAX:
+            _snapshots.clear()
+        _snapshots[key] = snapshot
+    return snapshot
+
+
+def catalog_snapshots_clear() -> None:
+    with _snapshots_lock:
+        _snapshots.clear()
+
+
+def _snapshot_load(source: ClinicalSource, stamp: str) -> CatalogSnapshot:
+    relationships = Prefetch(
+        "relationships",
+        queryset=Relationship.objects.select_related("to_table").defer("to_table__embedding"),
     )
-    profiles = {
-        d.qualified_name: TableProfile(d.qualified_name, tuple(d.synonyms or ()), d.name.startswith("d_"))
-        for d in docs
-    }
-    # values_list, not model instances: loading TableDoc rows would parse their vectors (slow).
+    docs = list(
+        TableDoc.objects.filter(source=source, exists_in_source=True)
+        .defer("embedding")
+        .prefetch_related("columns", relationships)
+        .order_by("schema_name", "name")
+    )
+    tables, profiles, contexts = [], {}, {}
+    for d in docs:
+        columns = list(d.columns.all())
+        tables.append(TableSchema(schema=d.schema_name, name=d.name, columns=tuple(c.name for c in columns)))
+        profiles[d.qualified_name] = TableProfile(
+            d.qualified_name, tuple(d.synonyms or ()), d.name.startswith("d_")
+        )
+        contexts[d.qualified_name] = _table_context(d, columns)
+    # Join edges of every doc of the source, present or not, as ranking always read them.
     rows = Relationship.objects.filter(from_table__source=source).values_list(
         "from_table__schema_name",
         "from_table__name",
@@ -51,7 +147,44 @@ def catalog_profiles(source: ClinicalSource) -> tuple[dict[str, TableProfile], l
         "column_pairs",
     )
     edges = [Edge(_q(fs, fn), _q(ts, tn), tuple(tuple(p) for p in pairs)) for fs, fn, ts, tn, pairs in rows]
-    return profiles, edges
+    digest = hashlib.sha256("|".join(d.content_hash for d in docs).encode()).hexdigest()
+    return CatalogSnapshot(
+        source_id=source.pk,
+        stamp=stamp,
+        schema=CatalogSchema(tables=tuple(tables), dialect=source.dialect),
+        profiles=profiles,
+        edges=edges,
+        contexts=contexts,
+        schemas=tuple(sorted({d.schema_name for d in docs if d.schema_name})),
+        version=digest[:12],
+    )
+
+
+def _table_context(d: TableDoc, columns: list[ColumnDoc]) -> TableContext:
+    joins = []
+    for r in d.relationships.all():
+        on = " AND ".join(f"{d.name}.{a} = {r.to_table.name}.{b}" for a, b in r.column_pairs)
+        joins.append(f"{r.to_table.qualified_name} ON {on}" + (f" — {r.note}" if r.note else ""))
+    return TableContext(
+        qualified=d.qualified_name,
+        description=d.description,
+        purpose=d.purpose,
+        grain=d.grain,
+        considerations=tuple(d.considerations),
+        synonyms=tuple(d.synonyms),
+        columns=tuple(
+            ColumnContext(
+                name=c.name,
+                type=c.data_type,
+                meaning=c.meaning,
+                example_values=c.example_values,
+                key="PK" if c.is_primary_key else ("FK" if c.is_foreign_key else ""),
+                sensitive=c.sensitive,
+            )
+            for c in columns
+        ),
+        joins=tuple(joins),
+    )
 
 
 def _q(schema: str, name: str) -> str:
@@ -89,8 +222,10 @@ def retrieve(
     question_vector: list[float] | None = None,
     example_tables: dict[str, float] | None = None,
     weights: Weights | None = None,
+    snapshot: CatalogSnapshot | None = None,
 ) -> Retrieval:
-    """Top-k tables for a question (with join expansion) and the values it mentions."""
+    """Top-k tables for a question (with join expansion) and the values it mentions. Pass the
+    question's vector and the run's catalog snapshot when the caller already has them."""
     timings: dict[str, float] = {}
     embedder = get_embedder()
     t0 = time.perf_counter()
@@ -98,7 +233,8 @@ def retrieve(
     timings["embed"] = (time.perf_counter() - t0) * 1000
     t0 = time.perf_counter()
     doc_scores = catalog_search.table_similarities(source_id=source.pk, vector=vector, model=embedder.model)
-    profiles, edges = catalog_profiles(source)
+    snapshot = snapshot or catalog_snapshot(source)
+    profiles, edges = snapshot.profiles, snapshot.edges
     timings["tables"] = (time.perf_counter() - t0) * 1000
     t0 = time.perf_counter()
     values = link_values(source=source, question=question, embedder=embedder)

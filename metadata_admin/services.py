@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from askdb.pipeline.types import CatalogSchema, TableSchema
+from askdb.pipeline.types import CatalogSchema
 from infra.adapters.clinical import ExecutionError, LiveTable, SqlExecutor, executor_for
 from infra.audit.services import audit_record
 from infra.providers.embeddings import EmbeddingError, get_embedder
@@ -110,25 +110,17 @@ def source_schemas(source: ClinicalSource) -> tuple[str, ...]:
     return tuple(sorted({n for n in names if n}))
 
 
-def source_executor(source: ClinicalSource) -> SqlExecutor:
-    return executor_for(source.resolved_url(), engine=source.engine, search_path=source_schemas(source))
+def source_executor(source: ClinicalSource, *, schemas: tuple[str, ...] | None = None) -> SqlExecutor:
+    """The source's read-only executor; `schemas` (its search_path) when the caller knows them."""
+    search_path = source_schemas(source) if schemas is None else schemas
+    return executor_for(source.resolved_url(), engine=source.engine, search_path=search_path)
 
 
 def source_catalog_schema(source: ClinicalSource) -> CatalogSchema:
     """The tables and columns generated SQL may use: what exists in the source and is documented."""
-    tables = []
-    docs = (
-        TableDoc.objects.filter(source=source, exists_in_source=True)
-        .defer("embedding")
-        .prefetch_related("columns")
-    )
-    for doc in docs:
-        tables.append(
-            TableSchema(
-                schema=doc.schema_name, name=doc.name, columns=tuple(c.name for c in doc.columns.all())
-            )
-        )
-    return CatalogSchema(tables=tuple(tables), dialect=source.dialect)
+    from metadata_admin.selectors import catalog_snapshot  # local: selectors import this module
+
+    return catalog_snapshot(source).schema
 
 
 # --------------------------------------------------------------------------- docs

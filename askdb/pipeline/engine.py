@@ -88,6 +88,7 @@ class Ports(Protocol):
     def catalog(self) -> CatalogSchema: ...
     def explain(self, sql: str) -> None: ...  # raises ExecutionFailure
     def execute(self, sql: str) -> Any: ...  # returns a QueryResult-like object, raises ExecutionFailure
+    def execute_many(self, sqls: list[str]) -> list[Any]: ...  # side by side; an ExecutionFailure per failure
 
 
 class StageHandle(Protocol):
@@ -142,6 +143,11 @@ def _match_json(match: MatchResult) -> dict:
 
 class Cancelled(Exception):
     pass
+
+
+def _sql_key(sql: str) -> str:
+    """Candidates that differ only in whitespace or a trailing semicolon are the same query."""
+    return " ".join(sql.split()).rstrip(";")
 
 
 class Pipeline:
@@ -370,10 +376,13 @@ class Pipeline:
         with self._stage("validate") as st:
             sqls: list[str | None] = []
             errors: list[tuple[str, str]] = []
+            checked: dict[str, tuple[str, str]] = {}  # sampled candidates often repeat one another
             for number, text in enumerate(texts, start=1):
                 sql, error = self._extract(text)
                 code = "no_sql" if sql is None else ""
-                if sql is not None:
+                if sql is not None and _sql_key(sql) in checked:
+                    error, code = checked[_sql_key(sql)]
+                elif sql is not None:
                     try:
                         validate_sql(sql, catalog)
                         self.ports.explain(sql)
@@ -381,6 +390,7 @@ class Pipeline:
                         error, code = exc.message, exc.code
                     except ExecutionFailure as exc:
                         error, code = exc.message, f"explain_{exc.code}"
+                    checked[_sql_key(sql)] = (error, code)
                 self.rec.attempt(number=number, sql=sql or "", origin="candidate", valid=not error,
                                  error_code=code, error=error)  # fmt: skip
                 sqls.append(sql)
@@ -400,19 +410,20 @@ class Pipeline:
         with self._stage("execute") as st:
             candidates: list[Candidate] = []
             results: dict[int, Any] = {}
-            seen: dict[str, tuple[Any, ExecutionFailure | None]] = {}
+            # The same SQL twice is run once; distinct ones side by side, each on its own connection.
+            distinct = {
+                _sql_key(sql): sql for sql, (error, _) in zip(sqls, errors, strict=True) if sql and not error
+            }
+            outcomes = self.ports.execute_many(list(distinct.values()))
+            seen: dict[str, tuple[Any, ExecutionFailure | None]] = {
+                key: (None, out) if isinstance(out, ExecutionFailure) else (out, None)
+                for key, out in zip(distinct, outcomes, strict=True)
+            }  # fmt: skip
             for index, (sql, (error, code)) in enumerate(zip(sqls, errors, strict=True)):
                 if sql is None or error:
                     candidates.append(Candidate(index=index, sql=sql, error=error, error_code=code))
                     continue
-                key = " ".join(sql.split()).rstrip(";")
-                if key not in seen:  # the same SQL twice is run once
-                    self._check_cancel()
-                    try:
-                        seen[key] = (self.ports.execute(sql), None)
-                    except ExecutionFailure as exc:
-                        seen[key] = (None, exc)
-                result, failure = seen[key]
+                result, failure = seen[_sql_key(sql)]
                 if failure is not None:
                     candidates.append(
                         Candidate(index=index, sql=sql, error=failure.message, error_code=failure.code)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import logging
 import uuid
 
@@ -21,7 +20,7 @@ from askdb.services.reviews import review_required
 from askdb.services.sql import ReviewError, sql_check
 from infra.audit.services import audit_record
 from infra.providers.llm import get_chat_model
-from metadata_admin.models import TableDoc
+from metadata_admin.selectors import catalog_snapshot
 from metadata_admin.services import source_get
 
 logger = logging.getLogger(__name__)
@@ -163,16 +162,20 @@ def run_execute(*, run_id: int, worker: str = ""):
         timeout_s=settings.CLINICAL_STATEMENT_TIMEOUT_S,
         row_level_to_llm=source.row_level_to_llm,
     )
+    recorder = DjangoRecorder(run)
     try:
         chat = get_chat_model()
         ports = DjangoPorts(source, chat=chat, timeout_s=config.timeout_s, row_cap=config.row_cap, run=run)
-        outcome = Pipeline(ports, DjangoRecorder(run), config).run(
-            PipelineRequest(
-                question=run.question.text,
-                dialect=source.dialect,
-                as_of=source.as_of.strftime("%Y-%m-%d %H:%M:%S") if source.as_of else "",
+        try:
+            outcome = Pipeline(ports, recorder, config).run(
+                PipelineRequest(
+                    question=run.question.text,
+                    dialect=source.dialect,
+                    as_of=source.as_of.strftime("%Y-%m-%d %H:%M:%S") if source.as_of else "",
+                )
             )
-        )
+        finally:
+            recorder.flush()  # the stages, attempts and LLM calls recorded since the last live stage
     except Exception as exc:  # an unexpected bug must still end the run, with its reason
         run.refresh_from_db()
         if isinstance(exc, SoftTimeLimitExceeded):
@@ -206,7 +209,7 @@ def run_execute(*, run_id: int, worker: str = ""):
         "example_id": outcome.example_id,
         "library_match": outcome.library_match,
         "answerability": outcome.answerability,
-        "catalog_version": catalog_version(source),
+        "catalog_version": ports.snapshot.version,  # the catalog this run saw
     }
     if outcome.result is not None:
         fields.update(
@@ -288,10 +291,8 @@ def question_submit_sync(*, user, text: str, source=None):
 
 
 def catalog_version(source) -> str:
-    """A short fingerprint of the documentation retrieval and prompting saw (for provenance)."""
-    hashes = TableDoc.objects.filter(source=source, exists_in_source=True).order_by("schema_name", "name")
-    digest = hashlib.sha256("|".join(hashes.values_list("content_hash", flat=True)).encode()).hexdigest()
-    return digest[:12]
+    """A short fingerprint of the documentation retrieval and prompting see (for provenance)."""
+    return catalog_snapshot(source).version
 
 
 def run_export_record(*, run, user, fmt: str, rows: int | None = None, ip: str | None = None) -> None:

@@ -236,6 +236,9 @@ ASKDB_FIRST_OF_KIND_SIMILARITY = env_float("ASKDB_FIRST_OF_KIND_SIMILARITY", 0.8
 # share agree, the run shows the candidates instead of one answer. Both can be set per source.
 ASKDB_CANDIDATES = env_int("ASKDB_CANDIDATES", 5)
 ASKDB_CANDIDATES_TEMPERATURE = env_float("ASKDB_CANDIDATES_TEMPERATURE", 0.7)
+# Distinct candidates run side by side, each on its own read-only connection: at most this many
+# per question at once (the clinical server sees up to worker slots x this many connections).
+ASKDB_CANDIDATE_CONNECTIONS = env_int("ASKDB_CANDIDATE_CONNECTIONS", 5)
 ASKDB_CONFIDENCE_THRESHOLD = env_float("ASKDB_CONFIDENCE_THRESHOLD", 0.6)
 
 # --- Embeddings ---------------------------------------------------------------------------

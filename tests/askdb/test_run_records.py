@@ -23,6 +23,7 @@ def test_a_huge_llm_reply_is_stored_cut_with_a_marker(run):
         recorder.attempt(
             number=number, sql=reply, origin="llm", valid=False, error_code="too_long", error=reply
         )
+    recorder.flush()  # the recorder writes at stage boundaries and at the end of the run
     stored = sum(len(a.sql) + len(a.error) for a in run.attempts.all())
     assert stored < 9 * (MAX_STORED_SQL + 3_000)
     attempt = run.attempts.first()
