@@ -10,6 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 import sqlglot
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
@@ -29,7 +30,7 @@ from askdb.services.sql import audit_sql_executed
 from infra.adapters.catalog_search import examples_nearest
 from infra.adapters.clinical import ExecutionError
 from infra.audit.services import audit_record
-from infra.providers.embeddings import get_embedder
+from infra.providers.embeddings import MODEL_LOCK, get_embedder
 from metadata_admin.models import ClinicalSource
 from metadata_admin.selectors import catalog_snapshot, retrieve
 from metadata_admin.services import source_executor
@@ -122,7 +123,8 @@ class DjangoPorts:
         scorer = get_scorer(self.source)
         if scorer is None:
             return None
-        return scorer.score(question, linked_values=values).to_json()
+        with MODEL_LOCK:  # a torch model: one computation at a time per process (see MODEL_LOCK)
+            return scorer.score(question, linked_values=values).to_json()
 
     def lookup_value(self, table_column: str, text: str) -> list[tuple[str, float]]:
         """Real values of one column like `text`, from the clinical database itself (read-only):
@@ -246,8 +248,12 @@ class DjangoRecorder:
     event are written in the same transaction, as before.
     """
 
-    def __init__(self, run: Run):
+    def __init__(self, run: Run, *, time_limit_s: float | None = None):
         self.run = run
+        # The run's soft time limit, checked at every stage boundary: the threads pool cannot
+        # interrupt a task as the prefork pool's signal does, so the run stops itself.
+        limit = settings.CELERY_TASK_SOFT_TIME_LIMIT if time_limit_s is None else time_limit_s
+        self._deadline = time.monotonic() + limit if limit else None
         self._new: list[StageEvent] = []  # complete events not written yet
         self._ended: list[StageEvent] = []  # written "running" events that have ended since
         self._attempts: list[SqlAttempt] = []
@@ -398,6 +404,8 @@ class DjangoRecorder:
         )
 
     def cancelled(self) -> bool:
+        if self._deadline is not None and time.monotonic() > self._deadline:
+            raise SoftTimeLimitExceeded  # ends the run as "time_limit", like Celery's own
         if time.monotonic() - self._cancel_checked < CANCEL_CHECK_S:
             return False
         self._cancel_checked = time.monotonic()

@@ -585,6 +585,25 @@ def report(sync: list[SyncResult], batches: list[BatchResult], facts: list[list[
 # --------------------------------------------------------------------------- main
 
 
+def worker_pools(names: str, concurrency: int = 0) -> list[tuple[str, int]]:
+    """(pool, slots) to measure: `default` is the worker `make demo` and `celery -A config worker`
+    start (CELERY_WORKER_POOL x CELERY_WORKER_CONCURRENCY); `threads` and `prefork` name a pool,
+    with the default's slots for threads and one process per core for prefork."""
+    from django.conf import settings
+
+    out = []
+    for name in (n.strip() for n in names.split(",") if n.strip()):
+        pool = settings.CELERY_WORKER_POOL if name == "default" else name
+        slots = concurrency or (
+            settings.CELERY_WORKER_CONCURRENCY
+            if name == "default" or pool == settings.CELERY_WORKER_POOL
+            else (os.cpu_count() or 1)
+        )
+        if (pool, slots) not in out:
+            out.append((pool, slots))
+    return out
+
+
 def _floats(text: str) -> list[float]:
     return [float(x) for x in text.split(",") if x.strip()]
 
@@ -604,12 +623,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=_ints, default=[1, 10, 50], help="questions submitted at once")
     parser.add_argument(
         "--pools",
-        default="threads,prefork",
-        help="Celery pools to measure, comma-separated (threads, prefork)",
+        default="default,prefork",
+        help="Celery pools to measure, comma-separated: default (what make demo starts), threads, prefork",
     )
     parser.add_argument(
         "--worker-concurrency", type=int, default=0,
-        help="worker slots (default: 16 for threads, the number of cores for prefork)",
+        help="worker slots (default: CELERY_WORKER_CONCURRENCY for the default pool, the number of cores for prefork)",
     )  # fmt: skip
     parser.add_argument("--timeout", type=float, default=180, help="seconds to wait for one batch")
     parser.add_argument("--home", type=Path, default=DEFAULT_HOME, help="state folder (default .askdb/bench)")
@@ -620,11 +639,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-sync", action="store_true", help="leave out part 1")
     parser.add_argument("--skip-celery", action="store_true", help="leave out part 2")
     args = parser.parse_args(argv)
-    pools = [
-        (p, args.worker_concurrency or (16 if p == "threads" else os.cpu_count() or 1))
-        for p in args.pools.split(",")
-        if p
-    ]
     signal.signal(signal.SIGTERM, _raise_interrupt)
     global LOAD_AT_START
     LOAD_AT_START = (
@@ -639,6 +653,7 @@ def main(argv: list[str] | None = None) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     t_start = time.monotonic()
     started = prepare(home)
+    pools = worker_pools(args.pools, args.worker_concurrency)
     children: list[Child] = []
     sync_results: list[SyncResult] = []
     batches: list[BatchResult] = []

@@ -177,6 +177,12 @@ CELERY_BROKER_URL = env("CELERY_BROKER_URL") or embedded.redis_url(db=0)
 CELERY_RESULT_BACKEND = env("CELERY_RESULT_BACKEND") or (
     CELERY_BROKER_URL if env("CELERY_BROKER_URL") else embedded.redis_url(db=1)
 )
+# A run spends nearly all its time waiting on the LLM (and the clinical database), so a worker is
+# one process with a pool of threads: a waiting run costs a thread, not a process with its own
+# copy of the models. CPU-bound parts stay bounded: torch runs ASKDB_TORCH_THREADS threads and one
+# model call at a time per process. `--pool prefork` still works (see README, Operations).
+CELERY_WORKER_POOL = env("ASKDB_WORKER_POOL", "threads")
+CELERY_WORKER_CONCURRENCY = env_int("ASKDB_WORKER_CONCURRENCY", 32 if CELERY_WORKER_POOL == "threads" else 2)
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

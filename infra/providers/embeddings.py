@@ -17,6 +17,12 @@ LOCAL_MODEL = "all-MiniLM-L6-v2"
 OPENAI_DEFAULT_MODEL = "text-embedding-3-small"
 
 
+# One model computation at a time per process (this embedder, the answerability model): torch
+# runs ASKDB_TORCH_THREADS threads per call, so however many worker threads ask at once, the
+# models keep to that many cores and leave the rest to the database and the other threads.
+MODEL_LOCK = threading.RLock()
+
+
 class EmbeddingError(RuntimeError):
     """The embedding provider could not embed; the message says what to fix."""
 
@@ -74,9 +80,15 @@ class LocalEmbedder:
         return [self._cache[t] for t in texts]
 
     def _encode(self, texts: list[str]):
-        return self._load().encode(
-            texts, batch_size=64, normalize_embeddings=True, show_progress_bar=False, convert_to_numpy=True
-        )
+        model = self._load()
+        with MODEL_LOCK:
+            return model.encode(
+                texts,
+                batch_size=64,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+                convert_to_numpy=True,
+            )
 
     def warm_up(self) -> None:
         # The first encode initialises torch's kernels; pay that at start-up, not in a question.

@@ -216,3 +216,12 @@ def test_malformed_questions_get_a_clear_error(source, text):
     with pytest.raises(QuestionError):
         question_submit_sync(user=make_user("q", "researcher"), text=text, source=source)
     assert not Run.objects.exists()
+
+
+def test_a_run_past_its_time_limit_stops_at_the_next_stage(source, llm, settings):
+    # The threads pool cannot interrupt a task, so the run checks its own soft limit at each stage.
+    settings.CELERY_TASK_SOFT_TIME_LIMIT = 1e-6
+    run = ask("How many patients are there?", source)
+    assert run.status == Run.Status.FAILED and run.outcome == "time_limit"
+    assert "longer than askdb allows" in run.message
+    assert not LlmCall.objects.filter(run=run).exists()

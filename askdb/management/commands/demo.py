@@ -157,7 +157,8 @@ class Command(BaseCommand):
         logs = settings.ASKDB_HOME / "log"
         worker_cmd = [
             sys.executable, "-m", "celery", "-A", "config", "worker",
-            "--loglevel", "INFO", "--concurrency", os.environ.get("ASKDB_WORKER_CONCURRENCY", "2"),
+            "--loglevel", "INFO", "--pool", settings.CELERY_WORKER_POOL,
+            "--concurrency", str(settings.CELERY_WORKER_CONCURRENCY),
             "--hostname", f"askdb-{'smoke' if smoke else 'demo'}-{os.getpid()}@%h",
         ]  # fmt: skip
         supervisor.spawn("worker", worker_cmd, logs / "worker.log")
