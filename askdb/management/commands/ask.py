@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import json as jsonlib
+import threading
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+from askdb.answerability import store as answerability_store
+from askdb.answerability.scorer import get_scorer
 from askdb.models import Run
 from askdb.services.runs import QuestionError, question_submit_sync
+from infra.providers.embeddings import get_embedder, timed_load
 from metadata_admin.services import source_get
 
 
 class Command(BaseCommand):
     help = "Ask a question in this process (no worker needed); prints stage timings, SQL and the result."
+    # askdb's own checks (databases reachable, the clinical role read-only, …), not the URL and
+    # admin checks, which import every view and cost a second before the first stage.
+    requires_system_checks = ["askdb"]
 
     def add_arguments(self, parser):
         parser.add_argument("question")
@@ -35,7 +42,12 @@ class Command(BaseCommand):
         if who is None:
             raise CommandError("no user to ask as; create one (make demo does) or pass --user")
         try:
-            run = question_submit_sync(user=who, text=question, source=source_get(source) if source else None)
+            chosen = source_get(source)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        self._load_models(chosen)
+        try:
+            run = question_submit_sync(user=who, text=question, source=chosen)
         except (QuestionError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
         run = Run.objects.prefetch_related("stages", "attempts").get(pk=run.pk)
@@ -45,6 +57,15 @@ class Command(BaseCommand):
             self._print(run, rows)
         if run.status == Run.Status.FAILED:
             raise CommandError(f"run {run.pk} failed: {run.message}")
+
+    def _load_models(self, source) -> None:
+        """Say what is loading: the embedding model now (the first stage needs it), the
+        answerability model, when one is trained, alongside the first stages (the gate needs it)."""
+        timed_load(get_embedder(), say=self.stderr.write)
+        version = answerability_store.current_version(source.name)
+        if version is not None:
+            self.stderr.write(f"loading the answerability model ({version}) alongside the first stages …")
+            threading.Thread(target=get_scorer, args=(source,), name="askdb-load", daemon=True).start()
 
     def _print(self, run: Run, rows: int) -> None:
         w = self.stdout.write

