@@ -172,6 +172,17 @@ class Run(models.Model):
     def is_terminal(self) -> bool:
         return self.status in self.TERMINAL
 
+    @property
+    def gate_label(self) -> str:
+        """The gate's decision in words (never the raw category code)."""
+        from askdb.answerability.rules import CATEGORY_LABELS
+
+        return CATEGORY_LABELS.get(self.gate_category, self.gate_category.replace("_", " "))
+
+    @property
+    def answerability_version(self) -> str:
+        return (self.answerability or {}).get("version", "")
+
 
 class StageEvent(models.Model):
     class Status(models.TextChoices):

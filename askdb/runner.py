@@ -115,13 +115,11 @@ class DjangoPorts:
         return results, threshold
 
     def answerability(self, question: str, values: list) -> dict | None:
-        """The trained schema-relevance model's verdict (None when no model is trained for the source)."""
-        from askdb.answerability.scorer import get_scorer
+        """The answerability gate's verdict: the trained model with its rules, or the rules alone
+        when no model is trained for the source (they need no training)."""
+        from askdb.answerability.scorer import gate_verdict
 
-        scorer = get_scorer(self.source)
-        if scorer is None:
-            return None
-        return scorer.score(question, linked_values=values).to_json()
+        return gate_verdict(self.source, question)
 
     def lookup_value(self, table_column: str, text: str) -> list[tuple[str, float]]:
         """Real values of one column like `text`, from the clinical database itself (read-only):
