@@ -79,3 +79,6 @@ def revalidate_examples(source_id: int, execute: bool = False) -> dict:
     if source is None:
         return {"source": source_id, "status": "missing"}
     return examples_revalidate(source=source, execute=execute)
+
+
+from askdb.answerability.tasks import answerability_train_task  # noqa: E402, F401  (registered with the worker)

@@ -59,8 +59,27 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(ClinicalSource)
 class ClinicalSourceAdmin(admin.ModelAdmin):
-    list_display = ("name", "engine", "dialect", "as_of", "table_count", "safe_url")
+    list_display = ("name", "engine", "dialect", "as_of", "table_count", "safe_url", "answerability_model")
     search_fields = ("name", "description")
+    actions = ("train_answerability",)
+
+    @admin.display(description="answerability model")
+    def answerability_model(self, obj: ClinicalSource) -> str:
+        from askdb.answerability import store
+
+        return store.current_version(obj.name) or "none (rules only)"
+
+    @admin.action(description="Train the answerability model on the library (in the background)")
+    def train_answerability(self, request: HttpRequest, queryset: QuerySet) -> None:
+        from askdb.answerability.tasks import answerability_train_task
+
+        for source in queryset:
+            answerability_train_task.delay(source.pk)
+        self.message_user(
+            request,
+            f"Training queued for {queryset.count()} source(s); the new version appears here when it is done "
+            "(progress in the worker log).",
+        )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).annotate(_table_count=Count("tables"))

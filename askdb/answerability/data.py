@@ -59,7 +59,7 @@ def column_texts(source) -> list[ColumnText]:
     )
     return [
         ColumnText(f"{c.table.qualified_name}.{c.name}", column_text(c.table.name, c.name, c.meaning))
-        for c in rows.order_by("table__schema", "table__name", "position", "name")
+        for c in rows.order_by("table__schema_name", "table__name", "position", "name")
     ]
 
 
