@@ -67,6 +67,7 @@ def run(data_dir: Path = DEFAULT_DATA, *, threads: int = 2, progress=print) -> d
         [(q.id, q.text, q.answerable) for q in questions], version="benchmark", as_of_year=AS_OF_YEAR,
         vector_cache=dict(zip([q.text for q in questions], result.library_vectors, strict=True)),
     )  # fmt: skip
+    torch.set_num_threads(1)  # scoring is one short question at a time, as in the worker
     t1 = time.monotonic()
     valid = score_items(model, valid_items, progress)
     return {

@@ -298,7 +298,8 @@ def score_items(model: AnswerabilityModel, items: Sequence[dict], progress: Prog
             k = by_kind.setdefault(score.kind, {"declined": 0, "of_them_unanswerable": 0, "example": ""})
             k["declined"] += 1
             k["of_them_unanswerable"] += int(not item["answerable"])
-            k["example"] = k["example"] or f"{item['question']} → {score.reason}"
+            if not item["answerable"] and not k["example"]:
+                k["example"] = f"{item['question']} → {score.reason}"
             if item["answerable"]:
                 blocked.append({"question": item["question"], "reason": score.reason})
         elif not item["answerable"]:

@@ -781,8 +781,8 @@ class AnswerabilityModel:
             like = rules.findings(near_u[2], absent=self.absent, as_of_year=self.as_of_year)
             if like:
                 return like[0].kind, (
-                    f"{like[0].reason.rstrip('.')} (this question is like one reviewers marked unanswerable: "
-                    f'"{near_u[2]}").'
+                    f"askdb cannot answer this: {rules.KIND_REASONS[like[0].kind]}. It resembles a question "
+                    f'reviewers marked unanswerable: "{near_u[2]}".'
                 )
         closest = f" The closest column, {per_column[0][0]}, is not about it." if per_column else ""
         similar = (

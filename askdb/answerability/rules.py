@@ -42,6 +42,15 @@ KIND_LABELS = {
     "out_of_scope": "outside this database's scope",
 }
 
+# Said when the kind comes from the flagged question this one resembles, not from its own words.
+KIND_REASONS = {
+    "not_in_schema": "it asks for information no table or column in this database holds",
+    "future": "it asks about the future, and the database only holds what happened up to its as-of date",
+    "advice": "it asks for advice or an opinion, and the database records the care given, not what is best",
+    "private": "it would identify or contact a person, and the data is de-identified",
+    "out_of_scope": "it is not about the patient records this database holds",
+}
+
 # What a researcher reads for each category, whoever declined (this gate or the LLM's check).
 CATEGORY_LABELS = {
     "answerable": "answerable",
