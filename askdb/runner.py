@@ -8,15 +8,29 @@ import time
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import F
+import sqlglot
+from django.conf import settings
+from django.db.models import F, Prefetch
 from django.utils import timezone
+from rapidfuzz import fuzz
+from sqlglot import exp
 
-from askdb.adapters.clinical import ExecutionError
-from askdb.models import LlmCall, Run, SqlAttempt, StageEvent
-from askdb.pipeline import prompts
+from askdb.answerability.scorer import gate_verdict
+from askdb.models import Example, LlmCall, Run, SqlAttempt, StageEvent
+from askdb.pipeline import offline, prompts
 from askdb.pipeline.engine import ExecutionFailure, RetrievalView
+from askdb.pipeline.offline import TemplateCandidate
+from askdb.pipeline.templates import Template, template_is_current
 from askdb.pipeline.types import CatalogSchema, ChatResult, ColumnContext, ExampleContext, TableContext
-from metadata_admin.models import ClinicalSource, TableDoc
+from askdb.services.examples import example_template
+from askdb.services.sql import audit_sql_executed
+from infra.adapters.catalog_search import examples_nearest
+from infra.adapters.clinical import ExecutionError
+from infra.audit.services import audit_record
+from infra.providers.embeddings import get_embedder
+from metadata_admin.models import ClinicalSource, Relationship, TableDoc
+from metadata_admin.selectors import retrieve
+from metadata_admin.services import source_catalog_schema, source_executor
 
 
 class DjangoPorts:
@@ -25,9 +39,6 @@ class DjangoPorts:
     def __init__(
         self, source: ClinicalSource, *, chat, timeout_s: float, row_cap: int, run: Run | None = None
     ):
-        from askdb.providers.embeddings import get_embedder
-        from metadata_admin.services import source_catalog_schema, source_executor
-
         self.source = source
         self.run = run  # for the audit of the SQL it executes
         self.chat = chat
@@ -46,8 +57,6 @@ class DjangoPorts:
     def retrieve(
         self, question: str, vector: list[float], k: int, examples: list[ExampleContext]
     ) -> RetrievalView:
-        from metadata_admin.selectors import retrieve
-
         example_tables: dict[str, float] = {}
         for e in examples:  # a table read by a close verified example is likely needed again
             for table in e.tables:
@@ -62,10 +71,6 @@ class DjangoPorts:
     def _nearest(self, vector: list[float]) -> list[tuple[int, float]]:
         """The closest active answerable examples, searched once per question: the few-shot
         examples and the template candidates are both taken from this one list."""
-        from django.conf import settings
-
-        from askdb.adapters.catalog_search import examples_nearest
-
         if self._nearest_for is not vector:
             k = max(settings.ASKDB_EXAMPLES_K, LIBRARY_CANDIDATES)
             self._nearest_list = examples_nearest(
@@ -77,10 +82,6 @@ class DjangoPorts:
     def examples(self, question: str, vector: list[float]) -> list[ExampleContext]:
         """The closest reviewer-verified pairs, as few-shot examples. Never unverified ones: those
         measurably hurt accuracy, so only active library examples are eligible."""
-        from django.conf import settings
-
-        from askdb.models import Example
-
         nearest = [
             (i, s) for i, s in self._nearest(vector)[: settings.ASKDB_EXAMPLES_K]
             if s >= settings.ASKDB_EXAMPLE_MIN_SIMILARITY
@@ -100,8 +101,6 @@ class DjangoPorts:
 
     def library_match(self, question: str, vector: list[float]) -> tuple[list, float]:
         """Verified templates scored for this question (best first) and the answering threshold."""
-        from askdb.pipeline import offline
-
         calibration = offline.Calibration.from_dict(self.source.library_calibration["calibration"]) if (
             self.source.library_calibration.get("calibration")
         ) else None  # fmt: skip
@@ -117,8 +116,6 @@ class DjangoPorts:
     def answerability(self, question: str, values: list) -> dict | None:
         """The answerability gate's verdict: the trained model with its rules, or the rules alone
         when no model is trained for the source (they need no training)."""
-        from askdb.answerability.scorer import gate_verdict
-
         return gate_verdict(self.source, question)
 
     def lookup_value(self, table_column: str, text: str) -> list[tuple[str, float]]:
@@ -133,10 +130,6 @@ class DjangoPorts:
         return self._contexts[key]
 
     def _table_context(self, tables: list[str]) -> list[TableContext]:
-        from django.db.models import Prefetch
-
-        from metadata_admin.models import Relationship
-
         wanted = [t.rpartition(".") for t in tables]
         relationships = Prefetch(
             "relationships",
@@ -187,17 +180,26 @@ class DjangoPorts:
         return self._catalog
 
     def explain(self, sql: str) -> None:
+        # EXPLAIN plans (and folds constants) on clinical data, so each one is audited like a query.
+        actor = self.run.question.user if self.run is not None else None
+        start = time.perf_counter()
         try:
             self.executor.explain(sql, timeout_s=min(self.timeout_s, 10))
         except ExecutionError as exc:
+            audit_sql_executed(actor=actor, source=self.source, sql=sql, purpose="explain", rows=None,
+                               duration_ms=(time.perf_counter() - start) * 1000, outcome=exc.code,
+                               run=self.run, error=exc.message, action="sql.explained")  # fmt: skip
             raise ExecutionFailure(exc.message, exc.code) from exc
+        audit_sql_executed(actor=actor, source=self.source, sql=sql, purpose="explain", rows=None,
+                           duration_ms=(time.perf_counter() - start) * 1000, outcome="ok", run=self.run,
+                           action="sql.explained")  # fmt: skip
 
     def execute(self, sql: str):
-        from askdb.services import audit_sql_executed
-
         actor = self.run.question.user if self.run is not None else None
         try:
-            result = self.executor.execute(sql, timeout_s=self.timeout_s, row_cap=self.row_cap)
+            result = self.executor.execute(
+                sql, timeout_s=self.timeout_s, row_cap=self.row_cap, max_bytes=settings.ASKDB_RESULT_MAX_BYTES
+            )
         except ExecutionError as exc:
             audit_sql_executed(actor=actor, source=self.source, sql=sql, purpose="question", rows=None,
                                duration_ms=None, outcome=exc.code, run=self.run, error=exc.message)  # fmt: skip
@@ -252,11 +254,11 @@ class DjangoRecorder:
         SqlAttempt.objects.create(
             run=self.run,
             number=number,
-            sql=sql,
+            sql=capped_text(sql, MAX_STORED_SQL),
             origin=origin,
             valid=valid,
             error_code=error_code,
-            error=error,
+            error=capped_text(error, MAX_STORED_ERROR),
         )
 
     def llm_call(
@@ -268,15 +270,13 @@ class DjangoRecorder:
             model=result.model if result else "",
             prompt_version=prompts.PROMPT_VERSION,
             messages=messages,
-            response="\n---\n".join(result.texts) if result else "",
+            response=capped_text("\n---\n".join(result.texts), MAX_STORED_RESPONSE) if result else "",
             prompt_tokens=result.prompt_tokens if result else 0,
             completion_tokens=result.completion_tokens if result else 0,
             cost_usd=Decimal(str(result.cost_usd)) if result else 0,
             duration_ms=result.duration_ms if result else 0,
             error=error,
         )
-        from askdb.services import audit_record
-
         audit_record(
             action="llm.call", target=self.run, message=f"{purpose}: {error or 'ok'}"[:500],
             detail={
@@ -331,16 +331,25 @@ class DjangoRecorder:
         return Run.objects.filter(pk=self.run.pk, status=Run.Status.CANCELLED).exists()
 
 
+# What is stored of each SQL attempt, error and LLM reply: a 1 MB reply must not become megabytes
+# of attempts. Validation refuses SQL longer than 20 000 characters, so nothing useful is lost.
+MAX_STORED_SQL = 20_000
+MAX_STORED_ERROR = 2_000
+MAX_STORED_RESPONSE = 100_000
+
+
+def capped_text(text: str, limit: int) -> str:
+    """`text`, or its first `limit` characters with a marker saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n… [cut: {len(text) - limit} more characters not stored]"
+
+
 LIBRARY_CANDIDATES = 8  # closest verified examples whose templates the matcher tries
 
 
 def library_candidates(nearest: list[tuple[int, float]]) -> list:
     """Template candidates from (example id, similarity) pairs; stale templates are rebuilt."""
-    from askdb.models import Example
-    from askdb.pipeline.offline import TemplateCandidate
-    from askdb.pipeline.templates import Template, template_is_current
-    from askdb.services import example_template
-
     found = Example.objects.in_bulk([i for i, _ in nearest])
     out = []
     for example_id, score in nearest:
@@ -360,12 +369,6 @@ def library_candidates(nearest: list[tuple[int, float]]) -> list:
 
 def column_values_like(executor, table_column: str, text: str, *, dialect: str, limit: int = 5):
     """(value, score) of one column's values equal to or containing `text`, most frequent first."""
-    import sqlglot
-    from rapidfuzz import fuzz
-    from sqlglot import exp
-
-    from askdb.adapters.clinical import ExecutionError
-
     table, _, column = table_column.rpartition(".")
     text = text.strip()
     if not table or not column or not text:

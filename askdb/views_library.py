@@ -2,13 +2,14 @@
 import files (JSON, YAML, the EHRSQL pair) with a validation report, export, and re-validate.
 
 Thin like askdb/views.py: parsing is askdb/library_io.py, every write is a service in
-askdb/services.py (the same ones the API and the import command call).
+askdb/services/ (the same ones the API and the import command call).
 """
 
 from __future__ import annotations
 
 from functools import wraps
 
+import sqlglot
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -19,15 +20,16 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from askdb import library_io
+from askdb.answerability import store as answerability_store
+from askdb.answerability.tasks import answerability_train_task
 from askdb.models import Example, Review
-from askdb.services import (
-    ImportReport,
-    ReviewError,
-    example_set_status,
-    examples_export,
-    examples_import,
-    examples_revalidate,
-)
+from askdb.services.examples import example_set_status, examples_revalidate
+from askdb.services.exports import ImportReport, examples_export, examples_import
+from askdb.services.sql import ReviewError
+from infra.adapters.clinical import ExecutionError
+from infra.providers.embeddings import EmbeddingError
+from metadata_admin.models import ClinicalSource, TableDoc
+from metadata_admin.services import source_get
 
 BROWSE_PERMS = ("askdb.review_runs", "askdb.curate_catalog")  # reviewers and admins
 EDIT_PERM = "askdb.review_runs"  # import, export, retire, restore
@@ -62,8 +64,6 @@ def examples_filtered(
     A table is a qualified name ("mimiciv_hosp.patients") or a bare one ("patients"), which
     matches that table in any schema. Belongs in askdb/selectors.py; kept here until it moves.
     """
-    from metadata_admin.models import TableDoc
-
     qs = Example.objects.select_related("source", "approved_by").defer("embedding")
     if source is not None:
         qs = qs.filter(source=source)
@@ -92,8 +92,6 @@ def examples_filtered(
 
 
 def _sources():
-    from metadata_admin.models import ClinicalSource
-
     return list(ClinicalSource.objects.order_by("name"))
 
 
@@ -103,8 +101,6 @@ def _source_named(name: str):
 
 
 def _pretty(sql: str, dialect: str) -> str:
-    import sqlglot
-
     try:
         return sqlglot.transpile(sql, read=dialect, write=dialect, pretty=True)[0]
     except (sqlglot.errors.ParseError, IndexError, ValueError):
@@ -144,6 +140,7 @@ def example_list(request: HttpRequest) -> HttpResponse:
         "sources": _sources(),
         "may_edit": request.user.has_perm(EDIT_PERM),
         "may_revalidate": request.user.has_perm(REVALIDATE_PERM),
+        "gate_models": [(s.name, answerability_store.current_version(s.name)) for s in _sources()],
     }
     return render(request, "askdb/library/list.html", context)
 
@@ -223,8 +220,6 @@ def example_restore(request: HttpRequest, example_id: int) -> HttpResponse:
 @_require_any(REVALIDATE_PERM)
 def examples_revalidate_view(request: HttpRequest) -> HttpResponse:
     """Re-check every example of a source against the catalog (and the data, when asked)."""
-    from metadata_admin.services import source_get
-
     try:
         source = source_get(request.POST.get("source") or None)
     except ValueError as exc:
@@ -244,6 +239,25 @@ def examples_revalidate_view(request: HttpRequest) -> HttpResponse:
     return render(request, "askdb/library/revalidated.html", context)
 
 
+@require_POST
+@_require_any(REVALIDATE_PERM)
+def answerability_train_view(request: HttpRequest) -> HttpResponse:
+    """Queue training of the source's answerability gate on its library (a Celery task: a
+    5,000-question library takes minutes); the new version appears on this page when done."""
+    try:
+        source = source_get(request.POST.get("source") or None)
+    except ValueError as exc:
+        messages.error(request, str(exc))
+        return redirect("library:list")
+    answerability_train_task.delay(source.pk)
+    messages.success(
+        request,
+        f"Training the answerability gate of {source.name} on its library in the background; "
+        "the new model version shows here when it is done.",
+    )
+    return redirect("library:list")
+
+
 # --------------------------------------------------------------------------- import, export
 
 
@@ -255,10 +269,6 @@ def examples_import_view(request: HttpRequest) -> HttpResponse:
     A file that cannot be read is refused whole with what is wrong and where (400); a readable
     file is imported pair by pair, and the report lists every pair that failed with its error.
     """
-    from askdb.adapters.clinical import ExecutionError
-    from askdb.providers.embeddings import EmbeddingError
-    from metadata_admin.services import source_get
-
     context = {"sources": _sources(), "chosen": request.POST.get("source", ""), "error": "", "report": None,
                "max_mb": library_io.MAX_UPLOAD_BYTES // 1024 // 1024}  # fmt: skip
     if request.method == "GET":
@@ -309,8 +319,6 @@ def _report_rows(report: ImportReport) -> dict:
 @_require_any(EDIT_PERM)
 def examples_export_view(request: HttpRequest) -> HttpResponse:
     """The library as a JSON or YAML download, in the shape the import reads."""
-    from metadata_admin.services import source_get
-
     fmt = request.GET.get("format", "json")
     if fmt not in library_io.FORMATS:
         return HttpResponse(

@@ -117,7 +117,7 @@ def read_labelled_file(path: str | Path, labels: str | Path | None = None) -> li
     """A labelled question file in any format the evaluation harness reads (our benchmark's JSON
     list, EHRSQL's data.json with its label.json, CSV). The label is the category when there is
     one, else whether SQL is given."""
-    from evaluation.formats import FormatError, load_items
+    from infra.formats import FormatError, load_items
 
     try:
         items = load_items(path, labels)
@@ -216,7 +216,7 @@ def answerability_train(
 
     from django.utils import timezone
 
-    from askdb.services import audit_record
+    from infra.audit.services import audit_record
 
     say = progress or (lambda s: None)
     started = time.monotonic()

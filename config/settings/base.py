@@ -56,6 +56,7 @@ THIRD_PARTY_APPS = [
     "django_htmx",
 ]
 LOCAL_APPS = [
+    "infra.audit",
     "askdb",
     "metadata_admin",
     "evaluation",
@@ -70,7 +71,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
-    "askdb.middleware.AuditContextMiddleware",
+    "infra.audit.middleware.AuditContextMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -107,7 +108,7 @@ DATABASES = {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # The clinical database is not a Django database: generated SQL runs through the executor
-# (askdb/adapters) as a read-only role. The admin URL is only used to load data into it.
+# (infra/adapters) as a read-only role. The admin URL is only used to load data into it.
 CLINICAL_DATABASE_URL = env("CLINICAL_DATABASE_URL") or embedded.pg_dsn(
     embedded.CLINICAL_DB, user=embedded.READER_ROLE
 )
@@ -172,6 +173,7 @@ LLM_PRICE_COMPLETION_PER_1K = env_float("LLM_PRICE_COMPLETION_PER_1K", 0.0)
 ASKDB_RETRIEVAL_K = env_int("ASKDB_RETRIEVAL_K", 5)
 ASKDB_SIMILARITY_FLOOR = env_float("ASKDB_SIMILARITY_FLOOR", 0.15)  # best table-doc cosine below: "no data"
 ASKDB_MAX_REPAIRS = env_int("ASKDB_MAX_REPAIRS", 3)
+ASKDB_RESULT_MAX_BYTES = env_int("ASKDB_RESULT_MAX_BYTES", 20 * 1024 * 1024)  # fetching stops past this
 ASKDB_QUESTION_MAX_CHARS = env_int("ASKDB_QUESTION_MAX_CHARS", 2000)
 # A running run whose heartbeat is older than this lost its worker (past the hard time limit).
 ASKDB_STALE_RUN_SECONDS = env_int("ASKDB_STALE_RUN_SECONDS", 420)

@@ -185,7 +185,7 @@ def test_train_store_score_and_switch_versions(library, home, tmp_path):
 
     # The gate declines before any LLM call, and the run page and the API explain it in words.
     from askdb.models import Run
-    from askdb.services import question_submit_sync
+    from askdb.services.runs import question_submit_sync
     from tests.factories import make_user
 
     asker = make_user("gate-asker", "researcher")
@@ -207,7 +207,7 @@ def test_train_store_score_and_switch_versions(library, home, tmp_path):
 
 def test_without_a_model_the_rules_still_decline_with_a_reason(source, home):
     from askdb.models import Run
-    from askdb.services import question_submit_sync
+    from askdb.services.runs import question_submit_sync
     from tests.factories import make_user
 
     asker = make_user("rules-asker", "researcher")

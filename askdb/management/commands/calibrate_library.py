@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
+
+from askdb.services.calibration import library_calibrate
+from infra.formats import FormatError, load_items
+from metadata_admin.services import source_get
 
 
 class Command(BaseCommand):
@@ -21,11 +26,6 @@ class Command(BaseCommand):
         parser.add_argument("--no-progress", action="store_true")
 
     def handle(self, *args, source, questions, labels, min_precision, no_progress, **options):
-        from tqdm import tqdm
-
-        from askdb.services import library_calibrate
-        from metadata_admin.services import source_get
-
         try:
             src = source_get(source)
         except ValueError as exc:
@@ -34,8 +34,6 @@ class Command(BaseCommand):
             raise CommandError("--labels goes with --questions (the EHRSQL data.json it labels)")
         items = None
         if questions:  # any format `evaluate` reads: our benchmark's JSON list, EHRSQL, CSV
-            from evaluation.formats import FormatError, load_items
-
             try:
                 items = [{"question": i.question, "sql": i.gold_sql} for i in load_items(questions, labels)]
             except FormatError as exc:

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from askdb.answerability import store
 from askdb.answerability.data import answerability_evaluate, answerability_train
 from askdb.answerability.model import TrainConfig, TrainingError
+from metadata_admin.services import source_get
 
 
 def format_metrics(metrics: dict) -> list[str]:
@@ -59,8 +60,6 @@ class Command(BaseCommand):
         parser.add_argument("--threads", type=int, default=2, help="torch threads for encoding")
 
     def handle(self, *args, **opts):
-        from metadata_admin.services import source_get
-
         try:
             source = source_get(opts["source"])
             if opts["list"]:
