@@ -216,3 +216,30 @@ def test_without_a_model_the_rules_still_decline_with_a_reason(source, home):
     assert run.status == "declined" and run.outcome == "advice" and not run.llm_calls.exists()
     assert "advice" in run.gate_reason and run.answerability["rules_only"] is True
     assert run.gate_label == "asks for advice or an opinion"
+
+
+@pytest.mark.django_db(transaction=True)  # the worker thread uses its own connection
+def test_an_admin_trains_the_gate_from_the_library_page_through_a_worker(library, home):
+    import time
+
+    from django.test import Client
+
+    from askdb.roles import ADMIN, REVIEWER
+    from tests.celery_worker import running_worker
+    from tests.factories import make_user
+
+    client = Client()
+    client.force_login(make_user("rev", REVIEWER))
+    assert client.post("/library/answerability/train/", {"source": library.name}).status_code == 403
+    client.force_login(make_user("boss", ADMIN))
+    page = client.get("/library/").content.decode()
+    assert "Train the answerability gate" in page and "rules only (no model trained)" in page
+    with running_worker():
+        response = client.post("/library/answerability/train/", {"source": library.name})
+        assert response.status_code == 302
+        deadline = time.monotonic() + 240
+        while store.current_version(library.name) is None:
+            assert time.monotonic() < deadline, "no model version after 240 s"
+            time.sleep(0.5)
+    version = store.current_version(library.name)
+    assert f"model <code>{version}</code>" in client.get("/library/").content.decode()
