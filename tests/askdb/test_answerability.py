@@ -243,3 +243,34 @@ def test_an_admin_trains_the_gate_from_the_library_page_through_a_worker(library
             time.sleep(0.5)
     version = store.current_version(library.name)
     assert f"model <code>{version}</code>" in client.get("/library/").content.decode()
+
+
+def test_the_demo_trains_the_gate_on_its_seeded_library_and_declines_with_a_reason(source, home):
+    """`make demo` seeds the library from our benchmark's train split, then trains the gate once:
+    a newcomer's first unanswerable question is declined with its reason, not with "no LLM"."""
+    from pathlib import Path
+
+    from django.conf import settings
+
+    from askdb.management.commands.demo import Command as DemoCommand
+    from askdb.models import Run
+    from askdb.services.exports import examples_import
+    from askdb.services.runs import question_submit_sync
+    from tests.factories import make_user
+
+    seed = json.loads((Path(settings.BASE_DIR) / "benchmarks/data/mimiciv/train.json").read_text())
+    examples_import(source=source, items=[{"question": i["question"], "sql": i.get("sql") or ""} for i in seed],
+                    execute=False, origin="demo")  # fmt: skip
+    demo = DemoCommand(stdout=io.StringIO())
+    demo._train_gate(0.0)
+    assert "answerability model" in demo.stdout.getvalue() and "trained" in demo.stdout.getvalue()
+    version = store.current_version(source.name)
+    assert version is not None
+    demo._train_gate(0.0)  # a second start keeps the trained model
+    assert store.current_version(source.name) == version
+
+    asker = make_user("newcomer", "researcher")
+    run = Run.objects.get(pk=question_submit_sync(user=asker, text="What will my patients' blood pressure be next year?",
+                                                  source=source).pk)  # fmt: skip
+    assert run.status == "declined" and run.outcome == "future_data" and "future" in run.gate_reason
+    assert run.answerability["version"] == version
