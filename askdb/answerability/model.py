@@ -650,8 +650,11 @@ class AnswerabilityScore:
         def near(n: tuple[Any, float, str] | None) -> dict[str, Any] | None:
             return {"example_id": n[0], "similarity": round(n[1], 4), "question": n[2]} if n else None
 
+        decisive = any(f.decisive for f in self.findings)
         return {
-            "probability": round(self.probability, 4),
+            # The gate's P(answerable) (0 when a rule declined), what evaluation ranks by; and the model's.
+            "probability": 0.0 if decisive else round(self.probability, 4),
+            "model_probability": round(self.probability, 4),
             "threshold": round(self.threshold, 4),
             "answerable": self.answerable,
             "kind": self.kind,
