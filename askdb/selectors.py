@@ -20,6 +20,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from askdb.models import Example, Review, Run
+from askdb.pipeline import privacy
 from askdb.pipeline.validation import SqlValidationError, referenced_tables
 from askdb.roles import ADMIN, user_role
 from askdb.services.runs import runs_reap_stale
@@ -404,6 +405,8 @@ class Provenance:
     reviewer: str
     reviewed_at: dt.datetime | None
     askdb_version: str
+    suppression: str = ""  # "Counts below 11 were suppressed …", or ""
+    privacy_notes: tuple[str, ...] = ()  # where askdb could not tell whether a number is a small cell
 
 
 def askdb_version() -> str:
@@ -456,6 +459,8 @@ def run_provenance(*, run) -> Provenance:
         reviewer=reviewer,
         reviewed_at=local(reviewed_at),
         askdb_version=askdb_version(),
+        suppression=privacy.suppression_sentence(run.privacy or {}),
+        privacy_notes=tuple((run.privacy or {}).get("notes") or ()),
     )
 
 
@@ -494,7 +499,8 @@ def methods_paragraph(p: Provenance) -> str:
     else:
         checked = "it was not reviewed"
     joiner = " and " if p.review_action in ("approve", "correct") or p.review_status == "flagged" else "; "
-    return f"{first}; {made}{joiner}{checked}."
+    suppressed = f" {p.suppression}" if p.suppression else ""
+    return f"{first}; {made}{joiner}{checked}.{suppressed}"
 
 
 def methods_text(p: Provenance) -> str:

@@ -489,12 +489,16 @@ def withhold_sensitive(rows: Sequence[Sequence], positions: Sequence[int]) -> li
 
 
 def suppression_sentence(report: dict) -> str:
-    """One sentence for the methods paragraph and the page ("" when nothing was suppressed)."""
+    """One sentence for the methods paragraph and the page ("" when no suppression rule applied)."""
     k = report.get("k") or 0
-    hidden = (report.get("suppressed") or 0) + (report.get("complementary") or 0)
-    if k <= 0 or not hidden:
+    if k <= 0:
         return ""
-    extra = f", {report['complementary']} more to protect them" if report.get("complementary") else ""
-    stats = f", and {report['statistics']} statistics of those groups" if report.get("statistics") else ""
-    return (f"Counts below {k} were suppressed (shown as <{k}; {report.get('suppressed', 0)} "
-            f"cell{'s' if report.get('suppressed', 0) != 1 else ''}{extra}{stats}).")  # fmt: skip
+    suppressed, extra, stats = (report.get(key) or 0 for key in ("suppressed", "complementary", "statistics"))
+    if not suppressed:
+        return f"Counts below {k} were suppressed (none in this result)."
+    parts = [f"{suppressed} cell{'s' if suppressed != 1 else ''} shown as <{k}"]
+    if extra:
+        parts.append(f"{extra} more so that no total reveals {'it' if suppressed == 1 else 'them'}")
+    if stats:
+        parts.append(f"{stats} statistic{'s' if stats != 1 else ''} of those groups")
+    return f"Counts below {k} were suppressed ({'; '.join(parts)})."

@@ -132,7 +132,9 @@ def run_execute(*, run_id: int, worker: str = ""):
         row_cap=settings.CLINICAL_ROW_CAP,
         timeout_s=settings.CLINICAL_STATEMENT_TIMEOUT_S,
         row_level_to_llm=source.row_level_to_llm,
-        privacy=privacy_policy(source=source, user=run.question.user),
+        privacy=privacy_policy(
+            source=source, user=run.question.user, evaluation=run.question.channel == "evaluation"
+        ),
     )
     try:
         chat = get_chat_model()
