@@ -7,15 +7,18 @@ from __future__ import annotations
 import csv
 import io
 
+import psycopg
 import pytest
 from openpyxl import load_workbook
 from rest_framework.test import APIClient
 
 from askdb.models import Run
 from askdb.roles import AGGREGATE_RESEARCHER, RESEARCHER, REVIEWER
+from askdb.services.examples import example_upsert
 from askdb.services.reviews import review_correct
 from askdb.services.runs import question_submit_sync
 from askdb.services.sql import ReviewError
+from config import embedded
 from infra.audit.models import AuditEvent
 from metadata_admin.models import ColumnDoc, ValueEntry
 from metadata_admin.selectors import link_values
@@ -201,3 +204,26 @@ def test_sensitive_values_are_never_linked(source):
     assert not [
         v for v in link_values(source=source, question=question, semantic=False) if v.column == entry.column
     ]
+
+
+def test_library_answers_follow_the_same_rules(source, settings):
+    settings.LLM_MODEL = ""  # answered from the verified library, no LLM
+    with psycopg.connect(embedded.pg_dsn(embedded.CLINICAL_DB)) as conn:
+        first, second = (r[0] for r in conn.execute(
+            "SELECT subject_id FROM mimiciv_hosp.admissions GROUP BY subject_id ORDER BY subject_id LIMIT 2"
+        ))  # fmt: skip
+    count_sql = "SELECT COUNT(*) AS admissions FROM mimiciv_hosp.admissions WHERE subject_id = {id}"
+    example_upsert(source=source, question=f"how many admissions did patient {first} have?",
+                   sql=count_sql.format(id=first), approved_by=make_user("rev", REVIEWER))  # fmt: skip
+    question = f"how many admissions did patient {second} have?"
+
+    run = Run.objects.get(
+        pk=question_submit_sync(user=make_user("ann", RESEARCHER), text=question, source=source).pk
+    )
+    assert run.answered_by == "library" and run.status == Run.Status.SUCCEEDED, run.message
+    assert run.result_rows == [["<11"]] and run.privacy["suppressed"] == 1
+
+    agg = make_user("agatha", AGGREGATE_RESEARCHER)
+    run = Run.objects.get(pk=question_submit_sync(user=agg, text=question, source=source).pk)
+    assert run.status == Run.Status.DECLINED and run.outcome == "privacy_row_level"
+    assert "given values of subject_id" in run.message and run.result_rows == []
