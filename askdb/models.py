@@ -63,7 +63,8 @@ class Run(models.Model):
     question = models.ForeignKey(Question, on_delete=models.CASCADE, related_name="runs")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True)
     # Why it ended as it did, machine-readable: answered, no_rows, no_data, out_of_scope, non_medical,
-    # future_data, private_data, no_llm, sql_invalid, execution_error, llm_error, worker_lost, cancelled…
+    # future_data, private_data, no_llm, sql_invalid, execution_error, llm_error, worker_lost, cancelled,
+    # privacy_row_level, privacy_sensitive_column (the user may not see that output; see `privacy`)…
     outcome = models.CharField(max_length=32, blank=True)
     message = models.TextField(blank=True)  # the human sentence shown to the user
 

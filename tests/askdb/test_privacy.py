@@ -14,6 +14,7 @@ from rest_framework.test import APIClient
 
 from askdb.models import Run
 from askdb.roles import AGGREGATE_RESEARCHER, RESEARCHER, REVIEWER
+from askdb.selectors import run_result_page
 from askdb.services.examples import example_upsert
 from askdb.services.reviews import review_correct
 from askdb.services.runs import question_submit_sync
@@ -91,6 +92,10 @@ def test_small_counts_show_as_less_than_k_everywhere(client, source, scripted_ll
     page = client.get(f"/runs/{run.pk}/").content.decode()
     assert "&lt;11" in page and "Counts below 11 were suppressed (6 cells shown as &lt;11)" in page
     assert 'id="privacy-suppression"' in page
+    # The chart leaves the suppressed bars out, says so, and sorting puts "<11" just below 11.
+    assert 'id="chart-suppressed"' in page and "6 suppressed counts" in page
+    ordered = [r[1] for r in run_result_page(run=run, sort="admissions")["rows"]]
+    assert ordered == ["<11"] * 6 + [11, 16, 58]
     csv_rows = list(
         csv.reader(io.StringIO(b"".join(client.get(f"/runs/{run.pk}/result.csv").streaming_content).decode()))
     )
@@ -227,3 +232,32 @@ def test_library_answers_follow_the_same_rules(source, settings):
     run = Run.objects.get(pk=question_submit_sync(user=agg, text=question, source=source).pk)
     assert run.status == Run.Status.DECLINED and run.outcome == "privacy_row_level"
     assert "given values of subject_id" in run.message and run.result_rows == []
+
+
+@pytest.fixture
+def sampling(scripted_llm, settings):
+    settings.ASKDB_CANDIDATES = 3
+    settings.ASKDB_CONFIDENCE_THRESHOLD = 0.7
+    scripted_llm.when(GATE, Reply('{"category": "answerable", "reason": "ok"}'))
+    scripted_llm.when(SUMMARY, Reply("summary"))
+    return scripted_llm
+
+
+def test_sampled_candidates_are_protected_like_one_answer(source, sampling):
+    """Several candidates: their previews are suppressed, and listings are refused one by one."""
+    sampling.when(WRITE, Reply([BY_TYPE, BY_TYPE, WITH_TOTAL]), times=1)
+    run = Run.objects.get(pk=question_submit_sync(user=make_user("ann", RESEARCHER), text="Admissions by type?",
+                                                  source=source).pk)  # fmt: skip
+    assert run.outcome == "ambiguous"  # 2 of 3 agree, below 0.7
+    previews = {tuple(r) for g in run.candidates["groups"] for r in g["rows"]}
+    assert ("OBSERVATION ADMIT", "<11") in previews and ("2008 - 2010", "<11") in previews
+    assert not {("OBSERVATION ADMIT", 9), ("2008 - 2010", 2)} & previews
+
+    sampling.when(WRITE, Reply([SEPSIS_LIST, SEPSIS_LIST + " ORDER BY 1", SEPSIS_LIST]), times=1)
+    agg = make_user("agatha", AGGREGATE_RESEARCHER)
+    run = Run.objects.get(
+        pk=question_submit_sync(user=agg, text="list the patients with sepsis", source=source).pk
+    )
+    assert run.status == Run.Status.DECLINED and run.outcome == "privacy_row_level"
+    assert run.privacy["alternative"]["question"] == "How many patients with sepsis?"
+    assert {a.error_code for a in run.attempts.all()} == {""}  # valid SQL, refused for this user only
