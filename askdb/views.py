@@ -82,9 +82,14 @@ def _run_context(request: HttpRequest, run: Run) -> dict:
     attempts = [{"attempt": a, "pretty": selectors.sql_pretty(a.sql, dialect)} for a in run.attempts.all()]
     tables = run.retrieval.get("tables", []) if run.retrieval else []
     top = max((t.get("score") or 0 for t in tables), default=0) or 1
+    stages = list(run.stages.all())
     context = {
         "run": run,
-        "stages": list(run.stages.all()),
+        "stages": stages,
+        # Why the result was cut (the byte cap says so; the row cap is the default wording).
+        "truncated_reason": next(
+            (s.detail["truncated_reason"] for s in stages if s.detail.get("truncated_reason")), ""
+        ),
         "attempts": attempts,
         "tables": [t | {"pct": round(100 * max(t.get("score") or 0, 0) / top)} for t in tables],
         "values": run.retrieval.get("values", [])[:10] if run.retrieval else [],
@@ -459,8 +464,8 @@ def audit_log(request: HttpRequest) -> HttpResponse:
 
 AUDIT_ACTIONS = (
     "auth.", "auth.login", "auth.logout", "auth.login_failed", "auth.token", "question.asked", "run.",
-    "run.retried", "run.cancelled", "run.exported", "llm.call", "sql.executed", "review.", "review.approve",
-    "review.correct", "review.flag", "review.reassign", "example.", "examples.imported",
+    "run.retried", "run.cancelled", "run.exported", "llm.call", "sql.", "sql.executed", "sql.explained",
+    "review.", "review.approve", "review.correct", "review.flag", "review.reassign", "example.", "examples.imported",
     "examples.revalidated", "docs.", "source.", "user.", "user.created", "user.changed", "user.roles_changed",
 )  # fmt: skip
 
