@@ -63,6 +63,9 @@ class OutputAnalysis:
     aggregated: bool = False
     row_level_reason: str = ""  # why the output is row-level ("" when aggregated)
     understood: bool = True  # False: askdb could not analyse the SQL, and says so
+    # An aggregate about given individuals (grouped by, or filtered to values of, an identifier):
+    # its counts are those individuals' row-level data, not cells of a population table.
+    about_individuals: bool = False
     notes: tuple[str, ...] = ()
 
     def sensitive(self, policy: PrivacyPolicy) -> list[tuple[int, str]]:
@@ -122,11 +125,13 @@ def analyse_output(sql: str, dialect: str = "postgres", *, policy: PrivacyPolicy
         note = "askdb could not tell which output columns are counts or aggregates"
         detail = f" ({exc})" if isinstance(exc, _Unknown) and str(exc) else ""
         return OutputAnalysis(understood=False, row_level_reason=note + detail, notes=(note + detail + ".",))
+    individuals = False
     if aggregated:
         reason = _identifier_reason(tree, columns, policy.identifier_columns)
+        individuals = bool(reason)
         aggregated = not reason
     return OutputAnalysis(columns=tuple(columns), aggregated=aggregated, row_level_reason=reason,
-                          notes=tuple(analyser.notes))  # fmt: skip
+                          notes=tuple(analyser.notes), about_individuals=individuals)  # fmt: skip
 
 
 def _identifier_reason(tree: exp.Expr, columns: list[OutputColumn], identifiers: frozenset[str]) -> str:
@@ -471,9 +476,16 @@ def suppress(columns: Sequence[str], rows: Sequence[Sequence], analysis: OutputA
 
 def protect(result, analysis: OutputAnalysis, policy: PrivacyPolicy) -> ProtectedResult:
     """The result as every consumer may see it: small cells suppressed, the report attached."""
-    rows, report = suppress(
-        list(result.columns), [list(r) for r in result.rows], analysis, policy.min_cell_size
-    )
+    k = policy.min_cell_size
+    notes = []
+    if analysis.about_individuals and policy.row_level and k > 0:
+        # Only users who may list rows get here: suppressing one patient's own counts would hide
+        # nothing they cannot list, and would make "how many admissions did patient X have?" useless.
+        k = 0
+        notes.append(f"Not suppressed: {analysis.row_level_reason}; its counts are row-level data, "
+                     "which your role may see.")  # fmt: skip
+    rows, report = suppress(list(result.columns), [list(r) for r in result.rows], analysis, k)
+    report["notes"] = [*report["notes"], *notes]
     report["aggregated"] = analysis.aggregated
     positions = sorted({j for j, _ in analysis.sensitive(policy) if j < len(result.columns)})
     report["sensitive_columns"] = [result.columns[j] for j in positions]

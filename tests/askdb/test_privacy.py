@@ -226,7 +226,21 @@ def test_library_answers_follow_the_same_rules(source, settings):
         pk=question_submit_sync(user=make_user("ann", RESEARCHER), text=question, source=source).pk
     )
     assert run.answered_by == "library" and run.status == Run.Status.SUCCEEDED, run.message
-    assert run.result_rows == [["<11"]] and run.privacy["suppressed"] == 1
+    # One patient's own count is row-level data, which a researcher may see: not a population cell.
+    with psycopg.connect(embedded.pg_dsn(embedded.CLINICAL_DB)) as conn:
+        n = conn.execute(count_sql.format(id=second)).fetchone()[0]
+    assert 0 < n < 11 and run.result_rows == [[n]] and run.privacy["suppressed"] == 0
+    assert any(note.startswith("Not suppressed: it is restricted to given values of subject_id") for note in
+               run.privacy["notes"])  # fmt: skip
+
+    # The same verified example, regrouped by a non-identifier, is a population table: suppressed.
+    example_upsert(source=source, question="how many admissions of each admission type are there?", sql=BY_TYPE,
+                   approved_by=make_user("rev2", REVIEWER))  # fmt: skip
+    run = Run.objects.get(pk=question_submit_sync(user=make_user("ann2", RESEARCHER),
+                                                  text="how many admissions of each admission type are there?",
+                                                  source=source).pk)  # fmt: skip
+    assert run.answered_by == "library", run.message
+    assert dict(run.result_rows)["OBSERVATION ADMIT"] == "<11"
 
     agg = make_user("agatha", AGGREGATE_RESEARCHER)
     run = Run.objects.get(pk=question_submit_sync(user=agg, text=question, source=source).pk)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from askdb.pipeline.privacy import (
@@ -15,6 +17,7 @@ from askdb.pipeline.privacy import (
     aggregate_question,
     analyse_output,
     check_access,
+    protect,
     suppress,
     suppression_sentence,
 )
@@ -137,3 +140,16 @@ def test_what_askdb_cannot_tell_it_says():
     assert any("does not show the group sizes behind m" in n for n in report["notes"])
     out, report = suppress(["n"], [[3]], analyse_output("SELECT COUNT(*) AS n FROM t", policy=POLICY), 0)
     assert out == [[3]] and suppression_sentence(report) == ""
+
+
+def test_one_individuals_counts_are_not_cells_for_a_user_who_may_list_rows():
+    sql = "SELECT COUNT(*) AS n FROM admissions WHERE subject_id = 10004235"
+    analysis = analyse_output(sql, policy=POLICY)
+    assert analysis.about_individuals and not analysis.aggregated
+    result = SimpleNamespace(columns=("n",), rows=[(3,)], truncated=False, elapsed_ms=1.0)
+    shown = protect(result, analysis, POLICY)
+    assert (
+        shown.rows == [[3]]
+        and shown.privacy["k"] == 0
+        and shown.privacy["notes"][0].startswith("Not suppressed")
+    )
