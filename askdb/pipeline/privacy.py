@@ -228,8 +228,10 @@ class _Analyser:
                     scope[alias] = ("table", name)
             elif isinstance(node, exp.Subquery):
                 scope[(node.alias or f"_sub{len(scope)}").lower()] = ("query", node.this)
-            else:
-                raise _Unknown(f"a {type(node).__name__.lower()} in FROM")
+            elif isinstance(node, exp.Lateral) and isinstance(node.this, exp.Subquery):
+                scope[(node.alias or f"_sub{len(scope)}").lower()] = ("query", node.this.this)
+            else:  # VALUES, UNNEST, a set-returning function: its columns come from no catalogued table
+                scope[(node.alias or f"_rel{len(scope)}").lower()] = ("table", "?")
         return scope
 
     def _table_columns(self, table: str) -> list[str] | None:
