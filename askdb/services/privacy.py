@@ -13,7 +13,8 @@ from metadata_admin.services import source_catalog_schema
 
 
 def privacy_policy(*, source, user, evaluation: bool = False) -> privacy.PrivacyPolicy:
-    """What `user` may see of `source` (user None: the strictest rights).
+    """What `user` may see of `source` (user None: the strictest rights). Row-level results need
+    the role's view_row_level permission and a source that is not aggregate-only.
 
     An evaluation run (`evaluation`) measures askdb's SQL against gold answers for admins; its
     inactive user holds no permission, so the rights come from the channel, not the user. The
@@ -23,7 +24,8 @@ def privacy_policy(*, source, user, evaluation: bool = False) -> privacy.Privacy
     )
     return privacy.PrivacyPolicy(
         min_cell_size=source.min_cell_size,
-        row_level=evaluation or bool(user and user.has_perm("askdb.view_row_level")),
+        row_level=evaluation
+        or (not source.aggregate_only and bool(user and user.has_perm("askdb.view_row_level"))),
         sensitive_allowed=evaluation or bool(user and user.has_perm("askdb.view_sensitive")),
         sensitive_columns=frozenset(f"{t}.{c}".lower() for t, c in sensitive),
         identifier_columns=frozenset(settings.ASKDB_IDENTIFIER_COLUMNS),

@@ -92,6 +92,7 @@ def test_small_counts_show_as_less_than_k_everywhere(client, source, scripted_ll
     page = client.get(f"/runs/{run.pk}/").content.decode()
     assert "&lt;11" in page and "Counts below 11 were suppressed (6 cells shown as &lt;11)" in page
     assert 'id="privacy-suppression"' in page
+    assert '<dd id="prov-privacy">Counts below 11 were suppressed' in page
     # The chart leaves the suppressed bars out, says so, and sorting puts "<11" just below 11.
     assert 'id="chart-suppressed"' in page and "6 suppressed counts" in page
     ordered = [r[1] for r in run_result_page(run=run, sort="admissions")["rows"]]
@@ -186,6 +187,13 @@ def test_an_aggregate_only_researcher_gets_the_count_instead_of_the_list(client,
         scripted_llm, make_user("ann", RESEARCHER), "list the patients with sepsis", SEPSIS_LIST, source
     )
     assert run.status == Run.Status.SUCCEEDED and len(run.result_rows) == 8
+
+
+def test_a_source_can_be_aggregate_only_for_every_role(source, scripted_llm):
+    source.aggregate_only = True
+    source.save(update_fields=["aggregate_only"])
+    run = ask(scripted_llm, make_user("rev", REVIEWER), "list the patients with sepsis", SEPSIS_LIST, source)
+    assert run.status == Run.Status.DECLINED and run.outcome == "privacy_row_level"
 
 
 def test_a_correction_is_protected_for_the_person_who_asked(source, scripted_llm):
