@@ -14,6 +14,7 @@ from rest_framework.test import APIClient
 
 from askdb.models import Run
 from askdb.roles import AGGREGATE_RESEARCHER, RESEARCHER, REVIEWER
+from askdb.runner import DjangoPorts
 from askdb.selectors import run_result_page
 from askdb.services.examples import example_upsert
 from askdb.services.reviews import review_correct
@@ -283,3 +284,15 @@ def test_sampled_candidates_are_protected_like_one_answer(source, sampling):
     assert run.status == Run.Status.DECLINED and run.outcome == "privacy_row_level"
     assert run.privacy["alternative"]["question"] == "How many patients with sepsis?"
     assert {a.error_code for a in run.attempts.all()} == {""}  # valid SQL, refused for this user only
+
+
+def test_the_library_matcher_never_binds_a_sensitive_columns_values(source):
+    """Binding a value into a verified template is value linking too: not for sensitive columns."""
+    assert DjangoPorts(source, chat=None, timeout_s=10, row_cap=10).lookup_value(
+        "mimiciv_hosp.admissions.admission_type", "URGENT"
+    )[0] == ("URGENT", 1.0)
+    ColumnDoc.objects.filter(table__source=source, table__name="admissions", name="admission_type").update(
+        sensitive=True
+    )
+    ports = DjangoPorts(source, chat=None, timeout_s=10, row_cap=10)
+    assert ports.lookup_value("mimiciv_hosp.admissions.admission_type", "URGENT") == []
