@@ -24,7 +24,7 @@ from askdb.models import Example, Review, Run
 from askdb.pipeline import privacy
 from askdb.pipeline.validation import SqlValidationError, referenced_tables
 from askdb.roles import ADMIN, user_role
-from askdb.services.runs import runs_reap_stale
+from askdb.services.runs import runs_reap
 from infra.audit.models import AuditEvent
 from metadata_admin.models import TableDoc
 
@@ -117,7 +117,9 @@ def run_list_for_user(*, user, search: str = "", status: str = "", mine_only: bo
 
 def run_get_for_user(*, user, run_id: int):
     """The run, or None when it does not exist or is not the user's to see (both look like 404)."""
-    runs_reap_stale()  # a run whose worker died is shown as failed, not "running" forever
+    # a run whose worker died is shown as failed, not "running" forever; one the broker never got
+    # (it was down at submit) is sent now if it is back
+    runs_reap()
     return runs_visible_to(user).filter(pk=run_id).first()
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
+import uuid
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from kombu.exceptions import OperationalError as BrokerError
 
 from askdb.models import Question, Run
 from askdb.pipeline import prompts
@@ -23,13 +25,31 @@ from infra.providers.llm import get_chat_model
 from metadata_admin.models import TableDoc
 from metadata_admin.services import source_get
 
+logger = logging.getLogger(__name__)
+
 WORKER_LOST_MESSAGE = (
     "The worker running this question stopped before it finished. Nothing was lost: ask again to retry."
 )
 
 
+QUEUE_DOWN_MESSAGE = (
+    "Your question is saved, but the job queue is not reachable right now. It will be answered "
+    "when the queue is back; try again in a minute if it is not."
+)
+QUEUE_TIMEOUT_MESSAGE = "No worker took this question in time. Nothing was lost: ask again to retry."
+
+
 class QuestionError(ValueError):
     """A question that cannot be accepted, with a sentence the user can act on."""
+
+
+class QueueUnavailable(RuntimeError):
+    """The broker refused the job. The run is saved (queued, no task id) and the queued-run
+    reaper sends it when the broker is back; the caller answers 503 "try again"."""
+
+    def __init__(self, run_id: int):
+        super().__init__(QUEUE_DOWN_MESSAGE)
+        self.run_id = run_id
 
 
 def _clean_question(text: str) -> str:
@@ -62,11 +82,22 @@ def _question_create(*, user, text: str, source=None, ip: str | None = None):
     return run
 
 
-def _enqueue(run_id: int) -> None:
+def _enqueue(run_id: int) -> bool:
+    """Send a queued run's job, once: the task id is claimed before sending, so the submit and
+    the reapers never send the same run twice (a second delivery would fail a running run).
+    False when someone else sent it or the run ended; QueueUnavailable when the broker is down."""
     from askdb.tasks import run_question as run_question_task  # local: askdb.tasks imports this module
 
-    result = run_question_task.delay(run_id)
-    Run.objects.filter(pk=run_id).update(task_id=result.id or "")
+    task_id = str(uuid.uuid4())
+    if not Run.objects.filter(pk=run_id, status=Run.Status.QUEUED, task_id="").update(task_id=task_id):
+        return False
+    try:
+        run_question_task.apply_async((run_id,), task_id=task_id)
+    except (BrokerError, OSError) as exc:
+        Run.objects.filter(pk=run_id, task_id=task_id).update(task_id="")  # the reaper sends it later
+        logger.warning("run %s kept queued: the broker is unreachable (%s)", run_id, exc)
+        raise QueueUnavailable(run_id) from exc
+    return True
 
 
 def run_retry(*, run, user, ip: str | None = None):
@@ -230,6 +261,32 @@ def runs_reap_stale(*, older_than_s: int | None = None) -> int:
                     message=WORKER_LOST_MESSAGE)  # fmt: skip
         count += 1
     return count
+
+
+def runs_requeue(*, unsent_after_s: float = 5, give_up_after_s: int | None = None) -> dict[str, int]:
+    """Queued runs no worker took: send those whose job never reached the broker (it was down at
+    submit), and fail (retryable) those queued longer than ASKDB_QUEUED_RUN_SECONDS."""
+    now = timezone.now()
+    unsent = Run.objects.filter(
+        status=Run.Status.QUEUED, task_id="", created_at__lt=now - dt.timedelta(seconds=unsent_after_s)
+    ).order_by("pk")
+    sent = 0
+    for run_id in unsent.values_list("pk", flat=True)[:200]:
+        try:
+            sent += _enqueue(run_id)
+        except QueueUnavailable:
+            break  # still down: the next reap tries again
+    limit = give_up_after_s if give_up_after_s is not None else settings.ASKDB_QUEUED_RUN_SECONDS
+    failed = 0
+    for run in Run.objects.filter(status=Run.Status.QUEUED, created_at__lt=now - dt.timedelta(seconds=limit)):
+        _run_finish(run, status=Run.Status.FAILED, outcome="queue_timeout", message=QUEUE_TIMEOUT_MESSAGE)
+        failed += 1
+    return {"requeued": sent, "failed": failed}
+
+
+def runs_reap() -> dict[str, int]:
+    """Both reapers, as the worker's timer and a run's page call them."""
+    return {"lost": runs_reap_stale(), **runs_requeue()}
 
 
 def question_submit_sync(*, user, text: str, source=None):
