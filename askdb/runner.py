@@ -18,7 +18,7 @@ from django.utils import timezone
 from rapidfuzz import fuzz
 from sqlglot import exp
 
-from askdb.answerability.scorer import get_scorer
+from askdb.answerability.scorer import gate_verdict
 from askdb.models import Example, LlmCall, Run, SqlAttempt, StageEvent
 from askdb.pipeline import offline, prompts
 from askdb.pipeline.engine import ExecutionFailure, RetrievalView
@@ -30,8 +30,8 @@ from askdb.services.sql import audit_sql_executed
 from infra.adapters.catalog_search import examples_nearest
 from infra.adapters.clinical import ExecutionError
 from infra.audit.services import audit_record
-from infra.providers.embeddings import MODEL_LOCK, get_embedder
-from metadata_admin.models import ClinicalSource
+from infra.providers.embeddings import get_embedder
+from metadata_admin.models import ClinicalSource, ColumnDoc
 from metadata_admin.selectors import catalog_snapshot, retrieve
 from metadata_admin.services import source_executor
 
@@ -54,6 +54,7 @@ class DjangoPorts:
         self.row_cap = row_cap
         self._nearest_for: list[float] | None = None
         self._nearest_list: list[tuple[int, float]] = []
+        self._sensitive_columns: frozenset[str] | None = None
 
     def embed(self, question: str) -> list[float]:
         return self.embedder.embed([question])[0]
@@ -119,17 +120,26 @@ class DjangoPorts:
         return results, threshold
 
     def answerability(self, question: str, values: list) -> dict | None:
-        """The trained schema-relevance model's verdict (None when no model is trained for the source)."""
-        scorer = get_scorer(self.source)
-        if scorer is None:
-            return None
-        with MODEL_LOCK:  # a torch model: one computation at a time per process (see MODEL_LOCK)
-            return scorer.score(question, linked_values=values).to_json()
+        """The answerability gate's verdict: the trained model with its rules, or the rules alone
+        when no model is trained for the source (they need no training)."""
+        return gate_verdict(self.source, question)
 
     def lookup_value(self, table_column: str, text: str) -> list[tuple[str, float]]:
         """Real values of one column like `text`, from the clinical database itself (read-only):
-        exact (case-insensitive) matches score 1.0, values containing the text by fuzzy ratio."""
+        exact (case-insensitive) matches score 1.0, values containing the text by fuzzy ratio.
+        A column the catalog marks sensitive is never searched: its values are not linked."""
+        table, _, column = table_column.rpartition(".")
+        if f"{table.rpartition('.')[2]}.{column}".lower() in self._sensitive():
+            return []
         return column_values_like(self.executor, table_column, text, dialect=self.source.dialect)
+
+    def _sensitive(self) -> frozenset[str]:
+        if self._sensitive_columns is None:
+            pairs = ColumnDoc.objects.filter(table__source=self.source, sensitive=True).values_list(
+                "table__name", "name"
+            )
+            self._sensitive_columns = frozenset(f"{t}.{c}".lower() for t, c in pairs)
+        return self._sensitive_columns
 
     def table_context(self, tables: list[str]) -> list[TableContext]:
         return self.snapshot.table_contexts(tables)

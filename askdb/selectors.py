@@ -8,6 +8,7 @@ import difflib
 import hashlib
 import io
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -20,6 +21,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from askdb.models import Example, Review, Run
+from askdb.pipeline import privacy
 from askdb.pipeline.validation import SqlValidationError, referenced_tables
 from askdb.roles import ADMIN, user_role
 from askdb.services.runs import runs_reap
@@ -121,12 +123,18 @@ def run_get_for_user(*, user, run_id: int):
     return runs_visible_to(user).filter(pk=run_id).first()
 
 
+SUPPRESSED = re.compile(r"<\d+")  # a count cell hidden by small-cell suppression (askdb/pipeline/privacy.py)
+
+
 def _sort_key(value):
-    # NULLs last; numbers before text, each in its natural order.
+    # NULLs last; numbers before text, each in its natural order; a suppressed count ("<11") is
+    # a number below its k, so it sorts just under k.
     if value is None:
         return (2, 0, "")
     if isinstance(value, bool | int | float):
         return (0, value, "")
+    if isinstance(value, str) and SUPPRESSED.fullmatch(value):
+        return (0, int(value[1:]) - 0.5, "")
     return (1, 0, str(value).lower())
 
 
@@ -190,6 +198,8 @@ def run_chart_spec(*, run) -> dict | None:
             return False
 
     xs, ys = [r[0] for r in rows], [r[1] for r in rows]
+    hidden = [x for x, y in zip(xs, ys, strict=True) if isinstance(y, str) and SUPPRESSED.fullmatch(y)]
+    ys = [None if isinstance(y, str) and SUPPRESSED.fullmatch(y) else y for y in ys]  # no bar: suppressed
     if not all(is_number(y) or y is None for y in ys):
         return None
     if all(is_time(x) for x in xs if x is not None):
@@ -203,7 +213,7 @@ def run_chart_spec(*, run) -> dict | None:
             return None
         kind = "bar"
     return {"type": kind, "labels": ["NULL" if x is None else str(x) for x in xs], "values": ys,
-            "x": columns[0], "y": columns[1]}  # fmt: skip
+            "x": columns[0], "y": columns[1], "suppressed": len(hidden)}  # fmt: skip
 
 
 def run_may_act(*, user, run) -> bool:
@@ -406,6 +416,8 @@ class Provenance:
     reviewer: str
     reviewed_at: dt.datetime | None
     askdb_version: str
+    suppression: str = ""  # "Counts below 11 were suppressed …", or ""
+    privacy_notes: tuple[str, ...] = ()  # where askdb could not tell whether a number is a small cell
 
 
 def askdb_version() -> str:
@@ -458,6 +470,8 @@ def run_provenance(*, run) -> Provenance:
         reviewer=reviewer,
         reviewed_at=local(reviewed_at),
         askdb_version=askdb_version(),
+        suppression=privacy.suppression_sentence(run.privacy or {}),
+        privacy_notes=tuple((run.privacy or {}).get("notes") or ()),
     )
 
 
@@ -496,7 +510,8 @@ def methods_paragraph(p: Provenance) -> str:
     else:
         checked = "it was not reviewed"
     joiner = " and " if p.review_action in ("approve", "correct") or p.review_status == "flagged" else "; "
-    return f"{first}; {made}{joiner}{checked}."
+    suppressed = f" {p.suppression}" if p.suppression else ""
+    return f"{first}; {made}{joiner}{checked}.{suppressed}"
 
 
 def methods_text(p: Provenance) -> str:

@@ -151,7 +151,12 @@ class RunListSerializer(serializers.ModelSerializer):
 
 class GateSerializer(serializers.Serializer):
     category = serializers.CharField(source="gate_category")
-    reason = serializers.CharField(source="gate_reason")
+    label = serializers.CharField(source="gate_label", help_text="The category in words.")
+    reason = serializers.CharField(source="gate_reason", help_text="Why, in plain words.")
+    model_version = serializers.CharField(
+        source="answerability_version",
+        help_text="The answerability model that judged the question ('' for rules only).",
+    )
 
 
 class TokensSerializer(serializers.Serializer):
@@ -303,11 +308,16 @@ class RunDetailSerializer(RunListSerializer):
         source="example_id", allow_null=True, help_text="The library example a library answer came from."
     )
     examples_used = serializers.ListField(child=serializers.IntegerField(), help_text="Few-shot example ids.")
+    privacy = serializers.JSONField(
+        help_text='Privacy rules applied: the suppression report ("k", cells "suppressed", "complementary", '
+        '"notes" where askdb could not tell), or "refused" with its "reason" and the "alternative" offered.'
+    )
 
     class Meta(RunListSerializer.Meta):
         fields = [*RunListSerializer.Meta.fields, "message", "started_at", "gate", "retrieval", "stages",
                   "attempts", "sql", "summary", "tokens", "cost_usd", "result", "review_status", "reviews",
-                  "confidence", "answered_by", "example", "examples_used", "catalog_version", "model"]  # fmt: skip
+                  "confidence", "answered_by", "example", "examples_used", "catalog_version", "model",
+                  "privacy"]  # fmt: skip
         read_only_fields = fields
 
     @extend_schema_field(ResultPageSerializer(allow_null=True))

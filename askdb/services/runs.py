@@ -16,6 +16,7 @@ from askdb.models import Question, Run
 from askdb.pipeline import prompts
 from askdb.pipeline.engine import Pipeline, PipelineConfig, PipelineRequest
 from askdb.runner import DjangoPorts, DjangoRecorder
+from askdb.services.privacy import privacy_policy, result_protect
 from askdb.services.reviews import review_required
 from askdb.services.sql import ReviewError, sql_check
 from infra.audit.services import audit_record
@@ -161,6 +162,9 @@ def run_execute(*, run_id: int, worker: str = ""):
         row_cap=settings.CLINICAL_ROW_CAP,
         timeout_s=settings.CLINICAL_STATEMENT_TIMEOUT_S,
         row_level_to_llm=source.row_level_to_llm,
+        privacy=privacy_policy(
+            source=source, user=run.question.user, evaluation=run.question.channel == "evaluation"
+        ),
     )
     recorder = DjangoRecorder(run)
     try:
@@ -209,6 +213,7 @@ def run_execute(*, run_id: int, worker: str = ""):
         "example_id": outcome.example_id,
         "library_match": outcome.library_match,
         "answerability": outcome.answerability,
+        "privacy": outcome.privacy,
         "catalog_version": ports.snapshot.version,  # the catalog this run saw
     }
     if outcome.result is not None:
@@ -240,6 +245,10 @@ def _run_finish(run, *, status: str, **fields) -> None:
                 "outcome": fields.get("outcome", ""),
                 "sql": fields.get("sql", "")[:4000],
                 "rows": fields.get("row_count"),
+                # suppression and refusals are part of the record of what the user was shown
+                "privacy": {
+                    k: v for k, v in (fields.get("privacy") or {}).items() if k != "sensitive_positions"
+                },
             },
         )
 
@@ -316,8 +325,10 @@ def run_pick_candidate(*, run, user, group: int):
         raise ReviewError("Only the person who asked can choose an answer.")
     _, result = sql_check(source=run.question.source, sql=groups[group]["sql"], actor=user,
                           purpose="candidate", run=run)  # fmt: skip
+    result = result_protect(run=run, sql=groups[group]["sql"], result=result)
     with transaction.atomic():
         run.sql = groups[group]["sql"]
+        run.privacy = result.privacy
         run.result_columns = list(result.columns)
         run.result_rows = [list(r) for r in result.rows]
         run.result_truncated = result.truncated

@@ -246,6 +246,13 @@ ASKDB_CANDIDATES_TEMPERATURE = env_float("ASKDB_CANDIDATES_TEMPERATURE", 0.7)
 # per question at once (the clinical server sees up to worker slots x this many connections).
 ASKDB_CANDIDATE_CONNECTIONS = env_int("ASKDB_CANDIDATE_CONNECTIONS", 5)
 ASKDB_CONFIDENCE_THRESHOLD = env_float("ASKDB_CONFIDENCE_THRESHOLD", 0.6)
+# Columns that identify one patient, admission or stay: an aggregate grouped by one, or filtered to
+# one value of one, describes individuals, so aggregate-only users get it refused (README "Privacy").
+ASKDB_IDENTIFIER_COLUMNS = tuple(
+    c.strip().lower()
+    for c in env("ASKDB_IDENTIFIER_COLUMNS", "subject_id,hadm_id,stay_id").split(",")
+    if c.strip()
+)
 
 # --- Embeddings ---------------------------------------------------------------------------
 EMBEDDING_PROVIDER = env("EMBEDDING_PROVIDER", "local")  # "local" (all-MiniLM-L6-v2) or "openai"
