@@ -36,6 +36,7 @@ from itertools import cycle, islice
 from pathlib import Path
 from typing import Any
 
+import targets
 from _django import ROOT, percentile, table
 
 DEFAULT_HOME = ROOT / ".askdb" / "bench"
@@ -582,6 +583,31 @@ def report(sync: list[SyncResult], batches: list[BatchResult], facts: list[list[
     return "\n".join(out)
 
 
+def target_values(sync: list[SyncResult], batches: list[BatchResult]) -> dict[str, float]:
+    """The numbers targets.py checks: stage p50s over every in-process run (embed over the first
+    latency only: later latencies ask the same questions, whose vectors are cached), and the
+    biggest batch through the default worker."""
+    from django.conf import settings
+
+    out: dict[str, float] = {}
+    for s in sync:
+        series = s.series()
+        out[f"overhead_p50@{s.latency:g}"] = percentile(series["non-LLM overhead (stages)"], 50)
+    if sync:
+        pooled = {name: [v for s in sync for v in s.series()[name]] for name in sync[0].series()}
+        out["validate_p50"] = percentile(pooled["validate"], 50)
+        out["retrieve_p50"] = percentile(pooled["retrieve"], 50)
+        out["embed_p50"] = percentile(sync[0].series()["embed"], 50)
+        out["wall_overhead_p50"] = percentile(pooled["non-LLM overhead (wall, incl. run set-up/finish)"], 50)
+    default = (settings.CELERY_WORKER_POOL, settings.CELERY_WORKER_CONCURRENCY)
+    for res in batches:
+        if (res.pool, res.worker_concurrency) == default and res.concurrent == 50 and not res.batch.errors:
+            wait = [r.wait_s for r in res.batch.runs if r.wait_s is not None]
+            out[f"batch50_wall@{res.latency:g}"] = res.batch.wall_s
+            out[f"batch50_wait_p50@{res.latency:g}"] = percentile(wait, 50)
+    return out
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -704,6 +730,7 @@ def main(argv: list[str] | None = None) -> int:
         if stopped:
             _log(f"stopped {', '.join(stopped)}")
     print(report(sync_results, batches, facts))
+    targets.save(home, "pipeline", target_values(sync_results, batches), load_at_start=LOAD_AT_START)
     print(f"\n(benchmark took {time.monotonic() - t_start:.0f} s)")
     return 0
 

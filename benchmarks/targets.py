@@ -1,0 +1,115 @@
+"""The speed targets `make bench` checks, each with what was measured and `met` / `NOT met`.
+
+A benchmark script saves its numbers with `save(home, name, values)` (a JSON file under
+`<home>/results/`, with the load average while it ran); `run.py` prints `report(home)` last.
+A benchmark with targets of its own adds its rows to ROWS: each row names the file and the key
+it reads, so rows from different benchmarks never touch each other's code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from _django import table
+
+
+@dataclass(frozen=True)
+class Target:
+    what: str
+    source: str  # the results file (benchmark name) holding the number
+    key: str
+    limit: float | None  # the number must be <= limit; None: reported, no target
+    unit: str = "ms"
+
+
+ROWS: list[Target] = [
+    # pipeline.py, part 1: questions one after another in process
+    Target("non-LLM overhead per question, p50 (LLM 0 s)", "pipeline", "overhead_p50@0", 50),
+    Target("non-LLM overhead per question, p50 (LLM 0.5 s)", "pipeline", "overhead_p50@0.5", 50),
+    Target("  validate stage, p50", "pipeline", "validate_p50", 10),
+    Target("  retrieve stage, p50", "pipeline", "retrieve_p50", None),
+    Target("  embed stage, p50 (a question not seen before)", "pipeline", "embed_p50", 10),
+    Target("wall overhead incl. run set-up and finish, p50", "pipeline", "wall_overhead_p50", 80),
+    # pipeline.py, part 2: through the broker and the default worker
+    Target(
+        "50 questions at once, LLM 0.5 s per call, default worker: wall",
+        "pipeline",
+        "batch50_wall@0.5",
+        5,
+        "s",
+    ),
+    Target("  same: queue wait p50", "pipeline", "batch50_wait_p50@0.5", None, "s"),
+    # startup.py: management commands from a cold process
+    Target("manage.py ask: start to the first stage", "startup", "ask_first_stage_s", 3, "s"),
+    Target("manage.py ask: whole command (no LLM)", "startup", "ask_wall_s", None, "s"),
+    Target("manage.py retrieve: whole command", "startup", "retrieve_wall_s", 3, "s"),
+]
+
+
+def load_average() -> str:
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def save(home: Path, name: str, values: dict[str, float], *, load_at_start: str = "") -> Path:
+    """Keep one benchmark's numbers for the targets table (replacing an earlier run's)."""
+    folder = home / "results"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
+    payload = {
+        "values": values,
+        "load_at_start": load_at_start,
+        "load_at_end": load_average(),
+        "at": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    path.write_text(json.dumps(payload, indent=1))
+    return path
+
+
+def _results(home: Path) -> dict[str, dict[str, Any]]:
+    folder = home / "results"
+    out = {}
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            out[path.stem] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def report(home: Path, rows: list[Target] | None = None) -> str:
+    results = _results(home)
+    body = []
+    for row in rows or ROWS:
+        value = results.get(row.source, {}).get("values", {}).get(row.key)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            body.append([row.what, "not measured", _limit(row), "-"])
+            continue
+        shown = f"{value:.1f} {row.unit}" if row.unit == "ms" else f"{value:.2f} {row.unit}"
+        verdict = "-" if row.limit is None else ("met" if value <= row.limit else "NOT met")
+        body.append([row.what, shown, _limit(row), verdict])
+    loads = [
+        f"- {name}.py ran at {r.get('at', '?')}, load average {r.get('load_at_start') or '?'} at start, "
+        f"{r.get('load_at_end', '?')} at the end (1/5/15 min)"
+        for name, r in results.items()
+    ]
+    return "\n".join([table(["what", "measured", "target", "verdict"], body), "", *loads])
+
+
+def _limit(row: Target) -> str:
+    return "-" if row.limit is None else f"≤ {row.limit:g} {row.unit}"
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Print the targets table of the last benchmark runs.")
+    parser.add_argument(
+        "--home", type=Path, default=Path(__file__).resolve().parent.parent / ".askdb" / "bench"
+    )
+    print(report(parser.parse_args().home.resolve()))
