@@ -29,7 +29,8 @@ from infra.providers.embeddings import EmbeddingError
 from metadata_admin.models import ClinicalSource, TableDoc
 from metadata_admin.services import source_get
 
-BROWSE_PERMS = ("askdb.review_runs", "askdb.curate_catalog")  # reviewers and admins
+# Everyone who asks may browse (read-only): without an LLM the library is what askdb can answer.
+BROWSE_PERMS = ("askdb.ask_questions", "askdb.review_runs", "askdb.curate_catalog")
 EDIT_PERM = "askdb.review_runs"  # import, export, retire, restore
 REVALIDATE_PERM = "askdb.curate_catalog"  # admins: it re-checks the whole library
 PER_PAGE = 25
@@ -154,6 +155,8 @@ def example_detail(request: HttpRequest, example_id: int) -> HttpResponse:
 def _detail_context(request: HttpRequest, example: Example) -> dict:
     template = example.template or {}
     answered = example.answered_runs.select_related("question__user").order_by("-created_at")
+    if not request.user.has_perm("askdb.view_all_runs"):  # a researcher sees only their own runs
+        answered = answered.filter(question__user=request.user)
     return {
         "example": example,
         "pretty_sql": _pretty(example.sql, example.source.dialect) if example.sql else "",
