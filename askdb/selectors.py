@@ -558,23 +558,21 @@ def methods_text(p: Provenance) -> str:
 def library_suggestions(*, source, limit: int = 6) -> list[Example]:
     """Questions the active library answers on this source, one per set of tables it reads, so a
     first session (even with no LLM) starts with questions askdb will answer."""
-    seen: set[tuple[str, ...]] = set()
-    picked: list[Example] = []
-    examples = (
+    examples = list(
         Example.objects.filter(source=source, kind=Example.Kind.ANSWERABLE, status=Example.Status.ACTIVE)
         .exclude(template={})
         .defer("embedding")
-        .order_by("id")
+        .order_by("id")[:400]
     )
-    for example in examples[:400]:
+    seen: set[tuple[str, ...]] = set()
+    first = []  # one per set of tables first, then the rest in order
+    for example in examples:
         key = tuple(example.tables or ())
-        if key in seen:
-            continue
-        seen.add(key)
-        picked.append(example)
-        if len(picked) == limit:
-            break
-    return picked
+        if key not in seen:
+            seen.add(key)
+            first.append(example)
+    rest = [e for e in examples if e not in first]
+    return (first + rest)[:limit]
 
 
 def run_suggestions(*, run, limit: int = 3) -> list[dict]:

@@ -100,8 +100,8 @@ def _run_context(request: HttpRequest, run: Run) -> dict:
         "tables": [t | {"pct": round(100 * min(max(t.get("score") or 0, 0), 1))} for t in tables],
         "values": run.retrieval.get("values", [])[:10] if run.retrieval else [],
         "result": _result_page(request, run),
-        "answer": _answer(run) if succeeded and run.result_columns else "",
-        "single_value": _single_value(run) if succeeded else None,
+        "answer": (answer := _answer(run) if succeeded and run.result_columns else ""),
+        "single_value": _single_value(run, answer) if succeeded else None,
         "chart": selectors.run_chart_spec(run=run) if succeeded else None,
         "changed_bindings": _changed_bindings(run),
         "can_cancel": not run.is_terminal and _may_act(request, run),
@@ -135,10 +135,11 @@ def _changed_bindings(run: Run) -> list[dict]:
     return [b for b in bindings if str(b.get("old")) != str(b.get("value", b.get("new")))]
 
 
-def _single_value(run: Run) -> str | None:
-    """A one-cell result, rounded, to show large above the table."""
+def _single_value(run: Run, answer: str) -> str | None:
+    """A one-cell result, rounded, to show large, unless the answer sentence already says it."""
     if len(run.result_columns or []) == 1 and len(run.result_rows or []) == 1:
-        return format_cell(run.result_rows[0][0])
+        value = format_cell(run.result_rows[0][0])
+        return None if value in answer else value
     return None
 
 

@@ -68,7 +68,7 @@ def review_approve(*, run, reviewer, comment: str = ""):
             raise ReviewError(f"This run was already {locked.get_review_status_display()}.")
         example = example_upsert(
             source=run.question.source, question=run.question.text, sql=run.sql,
-            approved_by=reviewer, origin="review", origin_run=run,
+            approved_by=reviewer, origin="review", origin_run=run, defer_embedding=True,
         )  # fmt: skip
         run.review_status = Run.Review.APPROVED
         run.save(update_fields=["review_status"])
@@ -95,7 +95,7 @@ def review_correct(*, run, reviewer, sql: str, comment: str = ""):
     with transaction.atomic():
         example = example_upsert(
             source=run.question.source, question=run.question.text, sql=validated.sql,
-            approved_by=reviewer, origin="correction", origin_run=run, note=comment,
+            approved_by=reviewer, origin="correction", origin_run=run, note=comment, defer_embedding=True,
         )  # fmt: skip
         run.sql = validated.sql
         run.result_columns = list(result.columns)
@@ -122,12 +122,26 @@ def review_flag(*, run, reviewer, category: str, comment: str = ""):
             example = example_upsert(
                 source=run.question.source, question=run.question.text, sql="",
                 kind=Example.Kind.UNANSWERABLE, approved_by=reviewer, origin="review", origin_run=run,
-                note=comment,
+                note=comment, defer_embedding=True,
             )  # fmt: skip
+        if run.answered_by == "library" and run.example_id:
+            _example_needs_review(run, reviewer, category, comment)
         run.review_status = Run.Review.FLAGGED
         run.save(update_fields=["review_status"])
         return _review_save(run, reviewer, Review.Action.FLAG, category=category, comment=comment,
                             example=example, sql_before=run.sql)  # fmt: skip
+
+
+def _example_needs_review(run, reviewer, category: str, comment: str) -> None:
+    """A flagged library answer puts its example on hold: no question is answered from it (nor
+    given it as a few-shot example) until a reviewer restores it. The reason goes in the note, not
+    in validation_error, so that re-validation does not bring it back on its own."""
+    note = f"Flagged on run {run.pk} ({category.replace('_', ' ')}): {comment}"[:2000]
+    updated = Example.objects.filter(pk=run.example_id, status=Example.Status.ACTIVE).update(
+        status=Example.Status.NEEDS_REVIEW, note=note
+    )
+    if updated:
+        audit_record(action="example.needs_review", actor=reviewer, target=run.example, message=note[:500])
 
 
 def review_reassign(*, run, admin, reviewer):
