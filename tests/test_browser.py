@@ -195,13 +195,12 @@ def library(source, settings):
     ids = [r[0] for r in source_executor(source).execute(
         "SELECT subject_id FROM mimiciv_hosp.patients ORDER BY subject_id LIMIT 3", timeout_s=5, row_cap=3).rows]  # fmt: skip
     reviewer = make_user("vera", "reviewer")
-    return {
-        "ids": ids,
-        "gender": example_upsert(source=source, question=f"what is the gender of patient {ids[0]}?",
-                                 sql=GENDER_SQL.format(id=ids[0]), approved_by=reviewer),  # fmt: skip
-        "count": example_upsert(source=source, question="how many patients are there?", sql=COUNT_SQL,
-                                approved_by=reviewer),  # fmt: skip
-    }
+    gender = example_upsert(source=source, question=f"what is the gender of patient {ids[0]}?",
+                            sql=GENDER_SQL.format(id=ids[0]), approved_by=reviewer)  # fmt: skip
+    count = example_upsert(
+        source=source, question="how many patients are there?", sql=COUNT_SQL, approved_by=reviewer
+    )
+    return {"ids": ids, "gender": gender, "count": count}
 
 
 def _answer_box(page) -> dict:
@@ -312,6 +311,8 @@ def test_an_approval_after_a_fresh_start_loads_no_model_in_the_request(page, sou
     with running_worker():
         run = question_submit(user=owner, text="How many ICU stays were there per care unit?", source=source)
         log_in(page, "ravi")
+        page.goto(f"/runs/{run.pk}/")
+        page.locator("#run-status", has_text="Answered").wait_for(timeout=30_000)
         page.goto(f"/runs/{run.pk}/review/")
         in_request, asked = threading.local(), []
 

@@ -72,8 +72,8 @@ def test_the_run_page_says_which_verified_example_answered(client, source, ids, 
     run = ask(source, f"What is the gender of patient {ids[1]}?")
     client.force_login(run.question.user)
     page = client.get(f"/runs/{run.pk}/").content.decode()
-    assert f'Answered from verified example <a href="/library/{library["gender"].pk}/">' in page
-    assert "Approved by <strong>rev</strong>" in page and f"<code>{ids[1]}</code>" in page
+    assert f'From verified example <a href="/library/{library["gender"].pk}/">' in page
+    assert "approved by <strong>rev</strong>" in page and f"<code>{ids[1]}</code>" in page
 
 
 def test_a_flipped_meaning_or_unrelated_question_is_declined_without_an_llm(source, ids, library, settings):
