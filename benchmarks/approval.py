@@ -3,8 +3,8 @@ and proof that the request loads no model (the worker embeds the new example).
 
     .venv/bin/python benchmarks/approval.py [--approvals 5] [--home .askdb/bench]
 
-Each approval runs in a fresh Python process (no embedding model loaded, Django's URLconf and
-templates not yet loaded), through the real review view with Django's test client, against the
+Each approval runs in a fresh Python process started like the web server (`config.wsgi`: no
+embedding model loaded, no request served yet), through the real review view with Django's test client, against the
 benchmark's own askdb (prepared like pipeline.py's). The broker is up but no worker listens, so
 the embedding task waits in the queue: the request is measured alone.
 """
@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT))  # askdb itself; this folder is on the path as the script's own
 
-from benchmarks._django import percentile, table  # noqa: E402
-from benchmarks.pipeline import DEFAULT_HOME, bench_env, prepare  # noqa: E402
+from _django import percentile, table  # noqa: E402
+from pipeline import DEFAULT_HOME, bench_env, prepare  # noqa: E402
 
 
 def one_approval() -> dict:
