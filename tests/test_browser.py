@@ -95,8 +95,9 @@ def test_researcher_asks_watches_stages_and_downloads_the_csv(page, source, llm)
     assert page.locator("canvas#chart").is_visible()
     rows = page.locator("#result-table tbody tr")
     assert rows.count() >= 2
+    _check_layout(page, "run-page-after-llm")  # the answer first, at desktop and phone widths
     if os.environ.get("ASKDB_SCREENSHOT"):  # how the README's screenshot is made
-        page.set_viewport_size({"width": 1280, "height": 900})
+        page.set_viewport_size({"width": 1280, "height": 800})
         page.wait_for_timeout(300)
         page.screenshot(path=os.environ["ASKDB_SCREENSHOT"], full_page=True)
 

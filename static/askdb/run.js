@@ -15,10 +15,16 @@
     if (data && canvas && window.Chart && !canvas.dataset.drawn) {
       const spec = JSON.parse(data.textContent);
       if (chart) chart.destroy();
+      // Long category names read better as horizontal bars than as tilted labels.
+      const sideways = spec.type === "bar" && Math.max(...spec.labels.map((l) => l.length)) > 12;
+      const box = canvas.parentElement;
+      box.style.height = sideways ? Math.max(160, 30 * spec.labels.length + 60) + "px" : "";
+      const axes = { x: { title: { display: true, text: sideways ? spec.y : spec.x } }, y: { title: { display: true, text: sideways ? spec.x : spec.y } } };
+      if (sideways) axes.y.ticks = { callback(v) { const l = this.getLabelForValue(v); return l.length > 28 ? l.slice(0, 27) + "…" : l; } };
       chart = new window.Chart(canvas, {
         type: spec.type,
         data: { labels: spec.labels, datasets: [{ label: spec.y, data: spec.values, backgroundColor: "#0b5cad", borderColor: "#0b5cad", spanGaps: false }] },
-        options: { animation: false, maintainAspectRatio: false, plugins: { legend: { display: false } }, scales: { x: { title: { display: true, text: spec.x } }, y: { title: { display: true, text: spec.y } } } },
+        options: { animation: false, maintainAspectRatio: false, indexAxis: sideways ? "y" : "x", plugins: { legend: { display: false } }, scales: axes },
       });
       canvas.dataset.drawn = "1";
     }
