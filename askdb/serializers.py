@@ -10,6 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from askdb.models import Example, Review, Run, SqlAttempt, StageEvent
+from askdb.outcomes import run_outcome
 
 # --------------------------------------------------------------------------- inputs
 
@@ -136,17 +137,32 @@ class TokenSerializer(serializers.Serializer):
     token = serializers.CharField(help_text='Send as the header "Authorization: Token <token>".')
 
 
+class OutcomeTextSerializer(serializers.Serializer):
+    """A run's outcome in plain words, from askdb/outcomes.py (the same words the pages show)."""
+
+    code = serializers.CharField(help_text="The outcome code, refined (e.g. read_only, candidates_failed).")
+    label = serializers.CharField(help_text='A few words: "Answered", "Declined: not in this data"…')
+    sentence = serializers.CharField(help_text="What happened and why.")
+    next_step = serializers.CharField(help_text="What the researcher can do; empty when nothing is needed.")
+    tone = serializers.CharField(help_text="ok, info, warn or error.")
+
+
 class RunListSerializer(serializers.ModelSerializer):
     run = serializers.IntegerField(source="pk")
+    outcome_text = serializers.SerializerMethodField()
     question = serializers.CharField(source="question.text")
     user = serializers.CharField(source="question.user.username")
     source = serializers.CharField(source="question.source.name")
 
     class Meta:
         model = Run
-        fields = ["run", "question", "user", "source", "status", "outcome", "created_at", "finished_at",
-                  "row_count"]  # fmt: skip
+        fields = ["run", "question", "user", "source", "status", "outcome", "outcome_text", "created_at",
+                  "finished_at", "row_count"]  # fmt: skip
         read_only_fields = fields
+
+    @extend_schema_field(OutcomeTextSerializer)
+    def get_outcome_text(self, run: Run) -> dict:
+        return run_outcome(run).to_json()
 
 
 class GateSerializer(serializers.Serializer):

@@ -240,6 +240,7 @@ def run_xlsx(request: HttpRequest, run_id: int) -> HttpResponse:
         sheet.append(list(row))
     info = book.create_sheet("query")
     info.append(["question", run.question.text])
+    info.append(["outcome", run_outcome(run).label])
     info.append(["sql", run.sql])
     info.append(["run", run.pk])
     buffer = io.BytesIO()

@@ -243,7 +243,10 @@ def test_the_researcher_sees_the_approval_on_the_run_page_and_a_badge_in_history
     run = pending_run(source, ann)
     other = pending_run(source, ann, text="Still waiting for a reviewer")
     client.force_login(ann)
-    assert "Not checked yet: a reviewer will look at this SQL" in client.get(f"/runs/{other.pk}/").content.decode()
+    assert (
+        "Not checked yet: a reviewer will look at this SQL"
+        in client.get(f"/runs/{other.pk}/").content.decode()
+    )
     client.force_login(rita)
     client.post(f"/runs/{run.pk}/review/", {"action": "approve", "comment": "Checked against the docs."})
     client.force_login(ann)
