@@ -182,15 +182,26 @@ class DjangoPorts:
         return self._catalog
 
     def explain(self, sql: str) -> None:
+        # EXPLAIN plans (and folds constants) on clinical data, so each one is audited like a query.
+        actor = self.run.question.user if self.run is not None else None
+        start = time.perf_counter()
         try:
             self.executor.explain(sql, timeout_s=min(self.timeout_s, 10))
         except ExecutionError as exc:
+            audit_sql_executed(actor=actor, source=self.source, sql=sql, purpose="explain", rows=None,
+                               duration_ms=(time.perf_counter() - start) * 1000, outcome=exc.code,
+                               run=self.run, error=exc.message, action="sql.explained")  # fmt: skip
             raise ExecutionFailure(exc.message, exc.code) from exc
+        audit_sql_executed(actor=actor, source=self.source, sql=sql, purpose="explain", rows=None,
+                           duration_ms=(time.perf_counter() - start) * 1000, outcome="ok", run=self.run,
+                           action="sql.explained")  # fmt: skip
 
     def execute(self, sql: str):
         actor = self.run.question.user if self.run is not None else None
         try:
-            result = self.executor.execute(sql, timeout_s=self.timeout_s, row_cap=self.row_cap)
+            result = self.executor.execute(
+                sql, timeout_s=self.timeout_s, row_cap=self.row_cap, max_bytes=settings.ASKDB_RESULT_MAX_BYTES
+            )
         except ExecutionError as exc:
             audit_sql_executed(actor=actor, source=self.source, sql=sql, purpose="question", rows=None,
                                duration_ms=None, outcome=exc.code, run=self.run, error=exc.message)  # fmt: skip
@@ -245,11 +256,11 @@ class DjangoRecorder:
         SqlAttempt.objects.create(
             run=self.run,
             number=number,
-            sql=sql,
+            sql=capped_text(sql, MAX_STORED_SQL),
             origin=origin,
             valid=valid,
             error_code=error_code,
-            error=error,
+            error=capped_text(error, MAX_STORED_ERROR),
         )
 
     def llm_call(
@@ -261,7 +272,7 @@ class DjangoRecorder:
             model=result.model if result else "",
             prompt_version=prompts.PROMPT_VERSION,
             messages=messages,
-            response="\n---\n".join(result.texts) if result else "",
+            response=capped_text("\n---\n".join(result.texts), MAX_STORED_RESPONSE) if result else "",
             prompt_tokens=result.prompt_tokens if result else 0,
             completion_tokens=result.completion_tokens if result else 0,
             cost_usd=Decimal(str(result.cost_usd)) if result else 0,
@@ -320,6 +331,20 @@ class DjangoRecorder:
 
     def cancelled(self) -> bool:
         return Run.objects.filter(pk=self.run.pk, status=Run.Status.CANCELLED).exists()
+
+
+# What is stored of each SQL attempt, error and LLM reply: a 1 MB reply must not become megabytes
+# of attempts. Validation refuses SQL longer than 20 000 characters, so nothing useful is lost.
+MAX_STORED_SQL = 20_000
+MAX_STORED_ERROR = 2_000
+MAX_STORED_RESPONSE = 100_000
+
+
+def capped_text(text: str, limit: int) -> str:
+    """`text`, or its first `limit` characters with a marker saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n… [cut: {len(text) - limit} more characters not stored]"
 
 
 LIBRARY_CANDIDATES = 8  # closest verified examples whose templates the matcher tries

@@ -91,10 +91,15 @@ def _run_context(request: HttpRequest, run: Run) -> dict:
     dialect = run.question.source.dialect
     tables = run.retrieval.get("tables", []) if run.retrieval else []
     succeeded = run.status == Run.Status.SUCCEEDED
+    stages = list(run.stages.all())
     context = {
         "run": run,
         "outcome_text": run_outcome(run),
-        "stages": list(run.stages.all()),
+        "stages": stages,
+        # Why the result was cut (the byte cap says so; the row cap is the default wording).
+        "truncated_reason": next(
+            (s.detail["truncated_reason"] for s in stages if s.detail.get("truncated_reason")), ""
+        ),
         "sql_groups": _sql_groups(run, dialect),
         # scores are similarities in 0..1: a bar is drawn to scale, not relative to the best table
         "tables": [t | {"pct": round(100 * min(max(t.get("score") or 0, 0), 1))} for t in tables],
@@ -520,8 +525,8 @@ def audit_log(request: HttpRequest) -> HttpResponse:
 
 AUDIT_ACTIONS = (
     "auth.", "auth.login", "auth.logout", "auth.login_failed", "auth.token", "question.asked", "run.",
-    "run.retried", "run.cancelled", "run.exported", "llm.call", "sql.executed", "review.", "review.approve",
-    "review.correct", "review.flag", "review.reassign", "example.", "examples.imported",
+    "run.retried", "run.cancelled", "run.exported", "llm.call", "sql.", "sql.executed", "sql.explained",
+    "review.", "review.approve", "review.correct", "review.flag", "review.reassign", "example.", "examples.imported",
     "examples.revalidated", "docs.", "source.", "user.", "user.created", "user.changed", "user.roles_changed",
 )  # fmt: skip
 

@@ -27,6 +27,7 @@ PG_PORT = 5432  # only names the socket file (.s.PGSQL.5432); nothing listens on
 APP_DB = "askdb"
 CLINICAL_DB = "askdb_clinical"
 READER_ROLE = "askdb_reader"
+READER_TEMP_FILE_LIMIT = os.environ.get("ASKDB_READER_TEMP_FILE_LIMIT", "1GB")
 SUPERUSER = "postgres"
 # PostgreSQL refuses to run as root; pgserver's own convention is a system user of this name.
 PG_SYSTEM_USER = "pgserver"
@@ -245,6 +246,12 @@ def bootstrap_databases(home: Path | None = None) -> None:
             if name not in existing:
                 conn.execute(f'CREATE DATABASE "{name}"')
         ensure_reader_role(conn, READER_ROLE, CLINICAL_DB)
+    with psycopg.connect(pg_dsn(CLINICAL_DB, home=home), autocommit=True) as conn:
+        # Signalling, settings and SQL-from-a-string functions: revoked per database, here too, so
+        # an existing install is covered before its next data load.
+        from metadata_admin.clinical.loader import restrict_functions
+
+        restrict_functions(conn, READER_ROLE)
     with psycopg.connect(pg_dsn(APP_DB, home=home), autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
@@ -260,6 +267,9 @@ def ensure_reader_role(conn, role: str, database: str) -> None:
         conn.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT')
     conn.execute(f'ALTER ROLE "{role}" SET default_transaction_read_only = on')
     conn.execute(f"ALTER ROLE \"{role}\" SET statement_timeout = '60s'")
+    # Superuser-only settings, so generated SQL cannot lift them: temporary files per session
+    # (a sort of repeat('x', 1e6) × 10 000 rows wrote 8 GB), and every read-only session's cap.
+    conn.execute(f"ALTER ROLE \"{role}\" SET temp_file_limit = '{READER_TEMP_FILE_LIMIT}'")
     conn.execute(f'REVOKE ALL ON DATABASE "{database}" FROM PUBLIC')
     conn.execute(f'GRANT CONNECT ON DATABASE "{database}" TO "{role}"')
 

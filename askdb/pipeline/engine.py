@@ -286,6 +286,8 @@ class Pipeline:
                 st.finish("failed")
                 return self._execution_failed(exc, sql, gate)
             st.note(rows=result.row_count, truncated=result.truncated, ms=round(result.elapsed_ms, 1))
+            if getattr(result, "truncated_reason", ""):
+                st.note(truncated_reason=result.truncated_reason)
         return self._answered(req, sql, result, gate)
 
     def _library_match(self, req: PipelineRequest, vector: list[float], st: StageHandle):

@@ -15,6 +15,8 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, SqlglotError
 from sqlglot.optimizer.scope import Scope, ScopeType, traverse_scope
 
+from askdb.pipeline.sql_functions import allowed_functions
+from askdb.pipeline.sql_text import SqlTextError, canonical_sql
 from askdb.pipeline.types import CatalogSchema, TableSchema, ValidatedSql
 
 ERROR_CODES = frozenset(
@@ -27,6 +29,8 @@ ERROR_CODES = frozenset(
         "select_into",
         "locking_clause",
         "denied_function",
+        "denied_type",
+        "denied_syntax",
         "denied_relation",
         "unknown_table",
         "ambiguous_table",
@@ -36,11 +40,19 @@ ERROR_CODES = frozenset(
     }
 )
 
-# Functions that reach outside the query's own rows: server files and programs, sleeps and locks,
-# other sessions and databases, server settings, writes, and SQL passed in as a string.
-# An entry ending in "*" is a prefix. txid_current()/pg_current_xact_id() are harmless and allowed.
+# Functions known to reach outside the query's own rows: server files and programs, sleeps and
+# locks, other sessions and databases, server settings, writes, and SQL passed in as a string.
+# Only functions on the allow-list (sql_functions.py) are ever accepted; this list names the
+# dangerous ones in refusals and guards `alias.name` (PostgreSQL reads it as name(alias)).
+# An entry ending in "*" is a prefix.
 DENIED_FUNCTIONS = frozenset(
     {
+        # PostgreSQL: every pg_* function is server or session machinery
+        "pg_*",
+        "ts_stat",
+        "ts_rewrite",
+        "version",
+        "inet_*",
         # PostgreSQL: server files and large objects
         "pg_read_file",
         "pg_read_binary_file",
@@ -205,7 +217,9 @@ def validate_sql(sql: str, catalog: CatalogSchema, *, max_length: int = 20000) -
     text = _strip_statement(sql)
     tree = _parse_single(text, catalog.dialect)
     _check_is_query(tree)
-    _check_functions(tree)
+    _check_syntax(tree)
+    _check_field_selection(tree, catalog)
+    _check_functions(tree, catalog.dialect)
     analysis = _analyse(tree)
     resolved = _resolve_tables(analysis.relations, catalog)
     lenient = _LENIENT_ALIAS_CLAUSES if catalog.dialect != "postgres" else frozenset()
@@ -237,7 +251,11 @@ def _parse_single(text: str, dialect: str) -> exp.Expr:
     # Resolve the dialect outside the try: an unknown name is a configuration bug, not bad SQL.
     dialect_obj = Dialect.get_or_raise(dialect)
     try:
-        statements = sqlglot.parse(text, dialect=dialect_obj)
+        canonical = canonical_sql(text, dialect)
+    except SqlTextError as error:
+        raise SqlValidationError("parse_error", f"the SQL could not be read as {dialect}: {error}") from error
+    try:
+        statements = sqlglot.parse(canonical, dialect=dialect_obj)
     except ParseError as error:
         raise SqlValidationError("parse_error", _parse_error_message(error, dialect)) from error
     except RecursionError as error:
@@ -256,6 +274,8 @@ def _parse_single(text: str, dialect: str) -> exp.Expr:
             f"the SQL contains {len(real)} statements; send exactly one SELECT query, without semicolons",
         )
     tree = real[0]
+    # Function names are read from the canonical text the parser saw (see _written_name).
+    tree.meta["canonical_sql"] = canonical
     # Identifiers are compared case-insensitively, quoted or not; the caller's text is never rewritten.
     for identifier in tree.find_all(exp.Identifier):
         identifier.set("this", identifier.this.lower())
@@ -321,26 +341,180 @@ def _describe(node: exp.Expr, tree: exp.Expr) -> str:
     return f"{'an' if word[:1] in 'AEIOU' else 'a'} {word} statement"
 
 
-# --- functions -----------------------------------------------------------------------------------
+# --- functions, types and other syntax --------------------------------------------------------
+
+# Parsed nodes that carry no position of a written name, so they are allowed by type: SQL syntax
+# (AND, ~, ARRAY[…], CASE, CAST and ::, EXTRACT(… FROM …), EXISTS, niladic keywords) and the few
+# functions sqlglot reads with a parser of their own (ceil, floor, initcap, string_agg, chr, …).
+SYNTAX_FUNCTIONS: frozenset[type[exp.Expr]] = frozenset(
+    getattr(exp, name)
+    for name in (
+        "And",
+        "Or",
+        "Xor",
+        "Array",
+        "Case",
+        "If",
+        "Cast",
+        "TryCast",
+        "Extract",
+        "Substring",
+        "Trim",
+        "StrPosition",
+        "Overlay",
+        "RegexpLike",
+        "RegexpILike",
+        "CurrentDate",
+        "CurrentTime",
+        "CurrentTimestamp",
+        "Localtime",
+        "Localtimestamp",
+        "CurrentUser",
+        "TsOrDsToTimestamp",
+        "TsOrDsToDate",
+        "Collate",
+        "Exists",
+        "Unnest",
+        "Explode",
+        "Any",
+        "All",
+        "Some",
+        "Struct",
+        "ArrayContains",
+        "ArrayContainsAll",
+        "ArrayOverlaps",
+        "Nvl2",
+        "AtTimeZone",
+        "ConvertTimezone",
+        "Ceil",
+        "Floor",
+        "Initcap",
+        "GroupConcat",
+        "Chr",
+        "Decode",
+        "Normalize",
+        "JSONArrayAgg",
+    )
+    if hasattr(exp, name)
+)
+
+# Syntax that names something outside the query or stands for text the validator never sees:
+# (sqlglot node type, refusal code, message).
+_PARAMETERS = "query parameters ($1, ?, :name) are not allowed; write the values into the query"
+_DENIED_SYNTAX: tuple[tuple[type[exp.Expr], str, str], ...] = tuple(
+    (getattr(exp, name), code, message)
+    for name, code, message in (
+        ("Placeholder", "denied_syntax", _PARAMETERS),
+        ("Parameter", "denied_syntax", _PARAMETERS),
+        ("SessionParameter", "denied_syntax", "session variables are not allowed"),
+        ("Operator", "denied_syntax", "OPERATOR(…) syntax is not allowed; use the plain operator"),
+        (
+            "ObjectIdentifier",
+            "denied_type",
+            "object-identifier types (regclass, regproc, oid, …) are not allowed",
+        ),
+    )
+    if hasattr(exp, name)
+)
 
 
-def _check_functions(tree: exp.Expr) -> None:
+def _check_syntax(tree: exp.Expr) -> None:
+    for node_type, code, message in _DENIED_SYNTAX:
+        if tree.find(node_type) is not None:
+            raise SqlValidationError(code, message)
+    for data_type in tree.find_all(exp.DataType):
+        kind = data_type.this
+        if kind == exp.DataType.Type.USERDEFINED or str(getattr(kind, "value", kind)).upper().startswith(
+            "REG"
+        ):
+            raise SqlValidationError(
+                "denied_type",
+                f"the type `{data_type.sql()}` is not allowed: cast only to standard types "
+                "(integer, numeric, text, date, timestamp, interval, boolean, …)",
+            )
+
+
+def _check_field_selection(tree: exp.Expr, catalog: CatalogSchema) -> None:
+    """`(expr).name` must name a column: PostgreSQL reads `(alias).f` as the call f(alias)."""
+    known = {column.lower() for table in catalog.tables for column in table.columns}
+    for dot in tree.find_all(exp.Dot):
+        field_name = dot.expression
+        if isinstance(field_name, exp.Identifier) and field_name.name.lower() not in known:
+            raise SqlValidationError(
+                "denied_syntax",
+                f"`.{field_name.name}` selects a field that no table has (PostgreSQL would read it as "
+                f"a call of function `{field_name.name}`); select columns by `alias.column`",
+            )
+
+
+def _check_functions(tree: exp.Expr, dialect: str) -> None:
+    allowed = allowed_functions(dialect)
+    canonical = tree.meta.get("canonical_sql", "")
     for node in tree.find_all(exp.Func):
-        for name in _function_names(node):
-            if name in _DENIED_EXACT or name.startswith(_DENIED_PREFIXES):
-                raise SqlValidationError(
-                    "denied_function",
-                    f"function `{name}` is not allowed: generated queries may not touch files, "
-                    "settings, sessions, sequences or other databases; use ordinary SQL functions",
-                )
+        name = _written_name(node, canonical)
+        if name is None:
+            if type(node) in SYNTAX_FUNCTIONS:
+                continue
+            raise SqlValidationError(
+                "denied_function",
+                f"the expression `{_one_line(node.sql(dialect))[:80]}` could not be checked "
+                "(its function is not known); rewrite it with ordinary SQL functions",
+            )
+        qualifier = _qualifier(node)
+        if qualifier:
+            raise SqlValidationError(
+                "denied_function",
+                f"function `{qualifier}.{name}` is not allowed: call functions by their plain name, "
+                "without a schema",
+            )
+        if name in allowed:
+            continue
+        if _is_denied_name(name):
+            raise SqlValidationError(
+                "denied_function",
+                f"function `{name}` is not allowed: generated queries may not touch files, settings, "
+                "sessions, locks, sequences or other databases, or run SQL given as a string; "
+                "use ordinary SQL functions",
+            )
+        raise SqlValidationError(
+            "denied_function",
+            f"function `{name}` is not allowed: it is not on the list of {dialect} functions "
+            "generated queries may use (aggregates, window, math, string, date/time, conditional "
+            "and cast functions); rewrite the query with those",
+        )
 
 
-def _function_names(node: exp.Func) -> set[str]:
-    # Typed nodes (ReadCSV, …) are known by their SQL names; Anonymous ones by what was written.
-    names = {name.lower() for name in type(node).sql_names()}
+def _written_name(node: exp.Func, canonical: str) -> str | None:
+    """The function name as the database will read it, or None for syntax that names no function.
+
+    Typed nodes say what sqlglot understood, not what was written (`now()` becomes
+    CurrentTimestamp), so their name is read back from the canonical text at the node's position.
+    """
     if isinstance(node, (exp.Anonymous, exp.AnonymousAggFunc)):
-        names.add(node.name.lower())
-    return names
+        return node.name.lower() or None
+    start, end = node.meta.get("start"), node.meta.get("end")
+    if start is None or end is None or not canonical:
+        return None
+    written = canonical[start : end + 1]
+    if written.startswith('"') and written.endswith('"') and len(written) >= 2:
+        return written[1:-1].replace('""', '"').lower()
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$]*", written):
+        return written.lower()
+    return None
+
+
+def _qualifier(node: exp.Func) -> str:
+    """The schema a function call is qualified with (`pg_catalog.f(…)`, `FROM s.f(…)`), if any."""
+    parent = node.parent
+    if isinstance(parent, exp.Dot) and node.arg_key == "expression":
+        return parent.this.sql() if isinstance(parent.this, exp.Expr) else str(parent.this)
+    if isinstance(parent, exp.Table) and node.arg_key == "this":
+        return ".".join(part for part in (parent.catalog, parent.db) if part)
+    return ""
+
+
+def _is_denied_name(name: str) -> bool:
+    return name in _DENIED_EXACT or name.startswith(_DENIED_PREFIXES)
 
 
 # --- tables --------------------------------------------------------------------------------------
@@ -507,6 +681,11 @@ def _check_qualified(ctx: _Columns, column: exp.Column, scope: Scope) -> None:
     )
     if source is None:
         raise SqlValidationError("unknown_alias", _unknown_alias_message(ctx, column, scope))
+    if source.outputs is None and _is_denied_name(name):
+        # With unknown columns PostgreSQL may read `alias.pg_sleep` as pg_sleep(alias).
+        raise SqlValidationError(
+            "denied_function", f"`{qualifier}.{name}` is not allowed: `{name}` is a server function"
+        )
     if source.outputs is None or name in source.outputs:
         if source.table is not None:
             ctx.found.add(f"{source.table.qualified}.{name}")

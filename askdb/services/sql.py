@@ -56,11 +56,14 @@ def sql_check(
 
 def audit_sql_executed(
     *, actor=None, source, sql: str, purpose: str, rows: int | None, duration_ms: float | None,
-    outcome: str, run=None, error: str = "",
+    outcome: str, run=None, error: str = "", action: str = "sql.executed",
 ) -> None:  # fmt: skip
-    """An audit event per SQL statement run against clinical data: text, hash, source, size, time."""
+    """An audit event per SQL statement run against clinical data: text, hash, source, size, time.
+
+    `action` is "sql.explained" for the EXPLAINs a run makes while checking its candidates.
+    """
     audit_record(
-        action="sql.executed", actor=actor, target=run if run is not None else source,
+        action=action, actor=actor, target=run if run is not None else source,
         message=f"{purpose}: {outcome}",
         detail={
             "sql": sql[:8000], "sha256": hashlib.sha256(sql.encode()).hexdigest(), "source": source.name,

@@ -173,6 +173,7 @@ LLM_PRICE_COMPLETION_PER_1K = env_float("LLM_PRICE_COMPLETION_PER_1K", 0.0)
 ASKDB_RETRIEVAL_K = env_int("ASKDB_RETRIEVAL_K", 5)
 ASKDB_SIMILARITY_FLOOR = env_float("ASKDB_SIMILARITY_FLOOR", 0.15)  # best table-doc cosine below: "no data"
 ASKDB_MAX_REPAIRS = env_int("ASKDB_MAX_REPAIRS", 3)
+ASKDB_RESULT_MAX_BYTES = env_int("ASKDB_RESULT_MAX_BYTES", 20 * 1024 * 1024)  # fetching stops past this
 ASKDB_QUESTION_MAX_CHARS = env_int("ASKDB_QUESTION_MAX_CHARS", 2000)
 # A running run whose heartbeat is older than this lost its worker (past the hard time limit).
 ASKDB_STALE_RUN_SECONDS = env_int("ASKDB_STALE_RUN_SECONDS", 420)

@@ -1,8 +1,11 @@
 """Executors for clinical databases: the only code that runs generated SQL.
 
 Every statement runs in a READ ONLY transaction with a statement timeout, through a server-side
-cursor so that a row cap bounds memory whatever the query returns. PostgreSQL is the default;
-SQLite files are opened read-only. Both speak the same small interface.
+cursor so that a row cap and a byte cap bound memory whatever the query returns. PostgreSQL is the
+default; SQLite files are opened read-only. Both speak the same small interface.
+
+These limits hold whatever SQL reaches them: validation is one barrier, this is the next, and the
+reader role's privileges (see metadata_admin.clinical.loader.grant_read) the last.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import decimal
+import os
 import sqlite3
 import threading
 import time
@@ -22,6 +26,11 @@ from urllib.parse import urlparse
 import psycopg
 from psycopg import sql as psql
 
+# Fetching stops once the rows held reach this many bytes (ASKDB_RESULT_MAX_BYTES; 20 MB).
+DEFAULT_RESULT_MAX_BYTES = int(os.environ.get("ASKDB_RESULT_MAX_BYTES") or 20 * 1024 * 1024)
+# Rows fetched per round trip at first; later batches are sized to the bytes still allowed.
+_FIRST_BATCH = 100
+
 
 class ExecutionError(RuntimeError):
     """A query failed; `message` is one line a user (and the LLM) can act on."""
@@ -29,16 +38,17 @@ class ExecutionError(RuntimeError):
     def __init__(self, message: str, *, code: str = "sql_error"):
         super().__init__(message)
         self.message = message
-        self.code = code  # "sql_error" | "timeout" | "connection" | "permission"
+        self.code = code  # "sql_error" | "timeout" | "cancelled" | "connection" | "permission"
 
 
 @dataclass(frozen=True)
 class QueryResult:
     columns: tuple[str, ...]
     rows: list[tuple]
-    truncated: bool  # more rows existed than the cap
+    truncated: bool  # more rows existed than the cap, or the byte cap cut the result
     elapsed_ms: float
     column_types: tuple[str, ...] = ()
+    truncated_reason: str = ""  # one line for the user when the result was cut
 
     @property
     def row_count(self) -> int:
@@ -70,7 +80,7 @@ class LiveTable:
 class SqlExecutor(Protocol):
     dialect: str
 
-    def execute(self, sql: str, *, timeout_s: float, row_cap: int) -> QueryResult: ...
+    def execute(self, sql: str, *, timeout_s: float, row_cap: int, max_bytes: int = ...) -> QueryResult: ...
     def explain(self, sql: str, *, timeout_s: float) -> str: ...
     def tables(self) -> list[LiveTable]: ...
     def distinct_values(
@@ -96,11 +106,51 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
+def _cell_bytes(value: Any) -> int:
+    """Roughly what a fetched cell costs in memory (and later as JSON)."""
+    if value is None or isinstance(value, bool | int | float | decimal.Decimal):
+        return 8
+    if isinstance(value, str | bytes | bytearray | memoryview):
+        return len(value)
+    return len(str(value))
+
+
+def _bytes_cut_message(max_bytes: int, rows: int) -> str:
+    return (
+        f"the result was cut after {rows} rows because it reached the {max_bytes / 1_048_576:g} MB "
+        "limit on result size; select fewer or narrower columns, or aggregate"
+    )
+
+
 def _one_line(exc: BaseException) -> str:
     diag = getattr(exc, "diag", None)
     primary = getattr(diag, "message_primary", None) or str(exc).strip().splitlines()[0]
     hint = getattr(diag, "message_hint", None)
     return f"{primary} (hint: {hint})" if hint else primary
+
+
+def _fetch_capped(fetchmany, row_cap: int, max_bytes: int) -> tuple[list[tuple], str]:
+    """Up to row_cap + 1 rows, stopping once they hold max_bytes; the rows and why they were cut."""
+    rows: list[tuple] = []
+    used = 0
+    batch = min(_FIRST_BATCH, row_cap + 1)
+    while len(rows) <= row_cap:
+        chunk = fetchmany(max(1, min(batch, row_cap + 1 - len(rows))))
+        if not chunk:
+            return rows, ""
+        for row in chunk:
+            rows.append(row)
+            used += sum(_cell_bytes(v) for v in row)
+            if used > max_bytes:
+                return rows[:-1], _bytes_cut_message(max_bytes, len(rows) - 1)
+        average = max(used // len(rows), 1)
+        batch = max(1, min(2000, (max_bytes - used) // average))
+    return rows, ""
+
+
+def _cancel_quietly(conn: psycopg.Connection) -> None:
+    with contextlib.suppress(Exception):
+        conn.cancel_safe(timeout=2)
 
 
 class PostgresExecutor:
@@ -125,6 +175,8 @@ class PostgresExecutor:
             psql.SQL("SET LOCAL statement_timeout = {}").format(psql.Literal(f"{int(timeout_s * 1000)}ms"))
         )
         conn.execute("SET LOCAL idle_in_transaction_session_timeout = '60s'")
+        # The lexer in validation reads '\' as a plain character; make the server agree.
+        conn.execute("SET LOCAL standard_conforming_strings = on")
         if self.search_path:
             conn.execute(
                 psql.SQL("SET LOCAL search_path = {}").format(
@@ -140,7 +192,18 @@ class PostgresExecutor:
                 self._begin(conn, timeout_s)
                 yield conn
             except psycopg.errors.QueryCanceled as exc:
-                raise ExecutionError(timeout_message, code="timeout") from exc
+                # statement_timeout and a cancel request share one SQLSTATE; the message tells them apart.
+                if "statement timeout" in _one_line(exc):
+                    raise ExecutionError(timeout_message, code="timeout") from exc
+                raise ExecutionError(
+                    f"the query was cancelled before it finished ({_one_line(exc)})", code="cancelled"
+                ) from exc
+            except psycopg.errors.ConfigurationLimitExceeded as exc:
+                raise ExecutionError(
+                    f"the query needed more temporary disk space than allowed ({_one_line(exc)}); "
+                    "narrow it down or aggregate",
+                    code="resource_limit",
+                ) from exc
             except psycopg.errors.InsufficientPrivilege as exc:
                 raise ExecutionError(f"not permitted: {_one_line(exc)}", code="permission") from exc
             except psycopg.Error as exc:
@@ -149,28 +212,29 @@ class PostgresExecutor:
                 if not conn.closed:
                     conn.rollback()  # read-only anyway; nothing is ever committed
 
-    def execute(self, sql: str, *, timeout_s: float, row_cap: int) -> QueryResult:
+    def execute(
+        self, sql: str, *, timeout_s: float, row_cap: int, max_bytes: int = DEFAULT_RESULT_MAX_BYTES
+    ) -> QueryResult:
         start = time.perf_counter()
         too_long = (
             f"the query ran longer than {timeout_s:g} s and was stopped; narrow it down "
             "(filter by patient, admission or time) or aggregate"
         )
         with self._read_only(timeout_s, too_long) as conn:
-            # A named (server-side) cursor: rows arrive in batches, so the cap bounds memory.
+            # A named (server-side) cursor: rows arrive in batches, so both caps bound memory.
             with conn.cursor(name=f"askdb_{uuid.uuid4().hex[:12]}") as cur:
-                cur.itersize = min(max(row_cap + 1, 1), 2000)
                 cur.execute(sql)
-                rows = cur.fetchmany(row_cap + 1)
+                rows, cut = _fetch_capped(cur.fetchmany, row_cap, max_bytes)
                 description = cur.description or []
             columns = tuple(d.name for d in description)
             types = tuple(self._type_name(conn, d.type_code) for d in description)
-        truncated = len(rows) > row_cap
         return QueryResult(
             columns=columns,
             rows=[tuple(jsonable(v) for v in r) for r in rows[:row_cap]],
-            truncated=truncated,
+            truncated=len(rows) > row_cap or bool(cut),
             elapsed_ms=(time.perf_counter() - start) * 1000,
             column_types=types,
+            truncated_reason=cut,
         )
 
     _type_cache: dict[int, str] = {}
@@ -187,8 +251,22 @@ class PostgresExecutor:
         return name
 
     def explain(self, sql: str, *, timeout_s: float) -> str:
+        """The plan, under its own statement_timeout; a watchdog cancels it if the server overruns."""
         with self._read_only(timeout_s, f"planning took longer than {timeout_s:g} s") as conn:
-            rows = conn.execute(f"EXPLAIN {sql}").fetchall()
+            # Planning folds constants (repeat('x', 5e8) runs here), so the timeout is set for the
+            # EXPLAIN itself, and a client-side cancel backs it up a second later.
+            conn.execute(
+                psql.SQL("SET LOCAL statement_timeout = {}").format(
+                    psql.Literal(f"{int(timeout_s * 1000)}ms")
+                )
+            )
+            watchdog = threading.Timer(timeout_s + 1, _cancel_quietly, args=(conn,))
+            watchdog.daemon = True
+            watchdog.start()
+            try:
+                rows = conn.execute(f"EXPLAIN {sql}").fetchall()
+            finally:
+                watchdog.cancel()
         return "\n".join(r[0] for r in rows)
 
     def ping(self) -> str:
@@ -297,14 +375,16 @@ class SqliteExecutor:
         conn.execute("PRAGMA query_only = ON")
         return conn
 
-    def execute(self, sql: str, *, timeout_s: float, row_cap: int) -> QueryResult:
+    def execute(
+        self, sql: str, *, timeout_s: float, row_cap: int, max_bytes: int = DEFAULT_RESULT_MAX_BYTES
+    ) -> QueryResult:
         start = time.perf_counter()
         deadline = time.monotonic() + timeout_s
         conn = self._connect()
         conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 10_000)
         try:
             cur = conn.execute(sql)
-            rows = cur.fetchmany(row_cap + 1)
+            rows, cut = _fetch_capped(cur.fetchmany, row_cap, max_bytes)
             columns = tuple(d[0] for d in cur.description or [])
         except sqlite3.OperationalError as exc:
             if "interrupted" in str(exc):
@@ -319,8 +399,9 @@ class SqliteExecutor:
         return QueryResult(
             columns=columns,
             rows=[tuple(jsonable(v) for v in r) for r in rows[:row_cap]],
-            truncated=len(rows) > row_cap,
+            truncated=len(rows) > row_cap or bool(cut),
             elapsed_ms=(time.perf_counter() - start) * 1000,
+            truncated_reason=cut,
         )
 
     def explain(self, sql: str, *, timeout_s: float) -> str:

@@ -2,6 +2,7 @@ import pickle
 
 import pytest
 
+from askdb.pipeline.sql_functions import ALLOWED_FUNCTIONS
 from askdb.pipeline.types import CatalogSchema, TableSchema
 from askdb.pipeline.validation import (
     DENIED_FUNCTIONS,
@@ -552,7 +553,22 @@ def test_the_error_carries_code_and_message_and_survives_pickling():
 
 def test_the_denylist_is_lower_case_so_lookups_match():
     assert all(name == name.lower() for name in DENIED_FUNCTIONS)
-    assert validate_sql("SELECT txid_current(), pg_current_xact_id()", CATALOG)
+
+
+@pytest.mark.parametrize("dialect", sorted(ALLOWED_FUNCTIONS))
+def test_no_allowed_function_is_a_known_dangerous_one(dialect):
+    exact = {n for n in DENIED_FUNCTIONS if not n.endswith("*")}
+    prefixes = tuple(n[:-1] for n in DENIED_FUNCTIONS if n.endswith("*"))
+    allowed = ALLOWED_FUNCTIONS[dialect]
+    assert all(name == name.lower() and name.isidentifier() for name in allowed)
+    assert not {n for n in allowed if n in exact or n.startswith(prefixes)}
+
+
+def test_functions_off_the_allow_list_are_refused_by_name():
+    for sql in ("SELECT txid_current()", "SELECT pg_current_xact_id()", "SELECT my_udf(1)"):
+        error = rejected(sql)
+        assert error.code == "denied_function"
+        assert sql.split("SELECT ")[1].split("(")[0] in error.message
 
 
 def test_referenced_tables_names_real_tables_without_ctes_or_functions():
@@ -570,3 +586,57 @@ def test_referenced_tables_rejects_what_it_cannot_parse():
     with pytest.raises(SqlValidationError) as info:
         referenced_tables("SELECT 1; SELECT 2")
     assert info.value.code == "multiple_statements"
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        'SELECT U&"\\0067ender" FROM mimiciv_hosp.patients',
+        "SELECT U&\"!0067ender\" UESCAPE '!' FROM mimiciv_hosp.patients",
+        'SELECT u&"\\+000067ender" FROM U&"mimiciv_hosp".U&"p\\0061tients"',
+        'SELECT "GENDER" FROM mimiciv_hosp.patients /* a comment */ -- and another',
+    ],
+)
+def test_escaped_names_are_read_as_the_database_reads_them(sql):
+    assert validate_sql(sql, CATALOG).columns == ("mimiciv_hosp.patients.gender",)
+
+
+@pytest.mark.parametrize(
+    ("sql", "code", "named"),
+    [
+        ('SELECT U&"\\0070g_sleep"(3) FROM mimiciv_hosp.patients u LIMIT 1', "denied_function", "pg_sleep"),
+        ("SELECT U&\"!0070g_sleep\" UESCAPE '!' (3)", "denied_function", "pg_sleep"),
+        ("SELECT E'\\'' , pg_sleep(1) --'", "denied_function", "pg_sleep"),
+        ("SELECT $a$'$a$, pg_sleep(1) --'", "denied_function", "pg_sleep"),
+        ("SELECT 1 /* /* */ AS x, '*/ , pg_sleep(1) --'", "parse_error", "comment inside a comment"),
+        ("SELECT 1 /* unterminated", "parse_error", "not closed"),
+        ('SELECT U&"\\zzzz"(1)', "parse_error", "invalid Unicode escape"),
+        ('SELECT ""(1)', "parse_error", "empty quoted name"),
+        ("SELECT\u00a0pg_sleep(1)", "parse_error", "not allowed outside a string"),
+        ("SELECT * FROM ts_stat('SELECT to_tsvector(rolname) FROM pg_roles')", "denied_function", "ts_stat"),
+        ("SELECT pg_show_all_settings()", "denied_function", "pg_show_all_settings"),
+        ("SELECT * FROM pg_stat_get_activity(NULL)", "denied_function", "pg_stat_get_activity"),
+        ("SELECT pg_catalog.now()", "denied_function", "pg_catalog.now"),
+        ("SELECT 'pg_sleep'::regproc", "denied_type", "regproc"),
+        ("SELECT 'x'::pg_catalog.regclass", "denied_type", "regclass"),
+        ("SELECT $1", "denied_syntax", "parameters"),
+        ("SELECT 1 OPERATOR(pg_catalog.+) 2", "denied_syntax", "OPERATOR"),
+        ("SELECT (p).pg_sleep FROM mimiciv_hosp.patients p", "denied_syntax", "pg_sleep"),
+        ("SELECT strftime('%Y', admittime) FROM mimiciv_hosp.admissions", "denied_function", "strftime"),
+    ],
+)
+def test_canonical_reading_closes_the_lexical_bypasses(sql, code, named):
+    error = rejected(sql)
+    assert error.code == code
+    assert named in error.message
+
+
+def test_sqlite_comments_do_not_nest_so_a_nested_one_is_refused():
+    # SQLite ends the comment at the first */ and would call load_extension; sqlglot nests.
+    assert rejected("SELECT 1 /* /* */, load_extension('x') -- */", SQLITE).code == "parse_error"
+    assert validate_sql("SELECT strftime('%Y', admittime), julianday('now') FROM admissions", SQLITE)
+    assert rejected("SELECT [load_extension]('x')", SQLITE).code == "denied_function"
+
+
+def test_referenced_tables_reads_escaped_names():
+    assert referenced_tables('SELECT * FROM U&"mimiciv_hosp".U&"\\0070atients"') == ("mimiciv_hosp.patients",)

@@ -1,0 +1,45 @@
+"""The canonical text validation parses: the tokens the database itself would read."""
+
+import pytest
+
+from askdb.pipeline.sql_text import SqlTextError, canonical_sql
+
+
+@pytest.mark.parametrize(
+    ("text", "canonical"),
+    [
+        ('SELECT U&"\\0070g_sleep"(3)', 'SELECT "pg_sleep"(3)'),
+        ("SELECT U&\"!0070g!!x\" UESCAPE '!'(3)", 'SELECT "pg!x"(3)'),
+        ("SELECT U&'\\+01F600 \\\\'", "SELECT '\U0001f600 \\'"),
+        ("SELECT E'it\\'s\\n', 'a\\'", "SELECT 'it''s\n', 'a\\'"),
+        ("SELECT $$x'y$$, $t$ $$ $t$", "SELECT 'x''y', ' $$ '"),
+        ("SELECT a$b$ FROM t", "SELECT a$b$ FROM t"),
+        ("SELECT 1 -- c\n/* d */ + 2", "SELECT 1  \n  + 2"),
+        ('SELECT "a""b"', 'SELECT "a""b"'),
+    ],
+)
+def test_postgres_literals_and_names_are_decoded(text, canonical):
+    assert canonical_sql(text, "postgres") == canonical
+
+
+def test_sqlite_brackets_and_backticks_become_quoted_names():
+    assert canonical_sql("SELECT [a b], `c` FROM t", "sqlite") == 'SELECT "a b", "c" FROM t'
+    # No E-strings in SQLite: the backslash is a plain character there too.
+    assert canonical_sql("SELECT e'\\'", "sqlite") == "SELECT e'\\'"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "SELECT 1 /* /* */",
+        "SELECT 'x",
+        'SELECT "x',
+        "SELECT $a$ x",
+        "SELECT U&'\\0000'",
+        "SELECT é",
+        "SELECT\x00 1",
+    ],
+)
+def test_what_cannot_be_read_exactly_is_refused(text):
+    with pytest.raises(SqlTextError):
+        canonical_sql(text, "postgres")
