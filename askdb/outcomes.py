@@ -12,13 +12,15 @@ generic sentence.
 Some codes are refined from what the run recorded, because the same code covers situations a
 researcher must not confuse:
 
-- `sql_invalid` whose attempts were refused as writes → `read_only` ("askdb only reads data");
+- `sql_invalid` whose attempts were refused as writes, or any decline or failure of a question
+  that asks to change data → `read_only` ("askdb only reads data");
 - `ambiguous` where most candidates failed to run or validate → `candidates_failed` (a failure
   of askdb, not an ambiguity of the question).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 
 # Validation codes that mean "the SQL tried to do something other than read".
@@ -32,7 +34,12 @@ WRITE_CODES = frozenset(
         "multiple_statements",
     }
 )
-_WRITE_WORDS = ("delete ", "drop ", "update ", "insert ", "truncate ", "alter ", "remove ", "erase ")
+# A question that asks to change data, in the imperative ("delete all patients older than 90").
+_WRITE_REQUEST = re.compile(
+    r"^\W*(?:please\s+|can you\s+|could you\s+)?(?:delete|drop|update|insert|truncate|alter|remove|erase|"
+    r"modify|overwrite|rename|set|add|create)\b",
+    re.I,
+)
 
 
 @dataclass(frozen=True)
@@ -223,7 +230,7 @@ def run_outcome_code(run) -> str:
     if not run.is_terminal:
         return run.status
     code = run.outcome or _STATUS_FALLBACK.get(run.status, "")
-    if code == "sql_invalid" and _refused_as_write(run):
+    if run.status != "succeeded" and code != "cancelled" and _refused_as_write(run, code):
         return "read_only"
     if code == "ambiguous" and _mostly_failed(run.candidates):
         return "candidates_failed"
@@ -237,12 +244,12 @@ def run_outcome(run) -> OutcomeText:
     return outcome_text(run_outcome_code(run), message=run.message)
 
 
-def _refused_as_write(run) -> bool:
-    codes = {a.error_code for a in run.attempts.all() if not a.valid}
-    if codes & WRITE_CODES:
+def _refused_as_write(run, code: str) -> bool:
+    if _WRITE_REQUEST.match(run.question.text):
         return True
-    question = f" {run.question.text.lower()} "
-    return any(f" {w}" in question for w in _WRITE_WORDS)
+    return code == "sql_invalid" and bool(
+        {a.error_code for a in run.attempts.all() if not a.valid} & WRITE_CODES
+    )
 
 
 def _mostly_failed(candidates) -> bool:

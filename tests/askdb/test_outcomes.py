@@ -35,6 +35,12 @@ def test_a_refused_write_reads_as_read_only_not_as_a_failure(source):
     )
     text = run_outcome(run)
     assert text.code == "read_only" and text.sentence.startswith("askdb only reads data")
+    asked = a_run(source, text="Please remove patient 7 from the data", status="declined", outcome="no_llm")
+    assert run_outcome(asked).code == "read_only"  # with no LLM too: it is a write request, not a gap
+    removed = a_run(
+        source, text="How many patients had a stent removed?", status="failed", outcome="sql_invalid"
+    )
+    assert run_outcome(removed).code == "sql_invalid"
 
 
 def test_failed_candidates_are_not_called_an_ambiguous_question(source):
