@@ -195,4 +195,4 @@ def test_train_store_score_and_switch_versions(library, home, tmp_path):
     client = Client()
     client.force_login(asker)
     page = client.get(f"/runs/{run.pk}/").content.decode()
-    assert "Answerability:" in page and "no table here is what the question needs" in page
+    assert "Can this data answer it?" in page and "no table here is what the question needs" in page
