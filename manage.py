@@ -7,6 +7,28 @@ import sys
 # Commands that must not start the embedded services (they manage or don't need them).
 NO_SERVICES = {"services", "help", "version", "--help", "-h", "--version"}
 
+# SQLSTATEs of a database that has not been migrated (to this version): no such table / column.
+UNMIGRATED = {"42P01", "42703"}
+
+
+def next_step(exc: BaseException) -> str | None:
+    """One line saying what to run, for the database errors a newcomer meets before `make demo`;
+    None for anything else (a real bug keeps its traceback)."""
+    from django.db import utils
+
+    cause = exc.__cause__
+    if isinstance(exc, utils.ProgrammingError) and getattr(cause, "sqlstate", None) in UNMIGRATED:
+        return (
+            "the database is not set up yet (or not migrated to this version); "
+            "run `make demo` (or `python manage.py migrate`) first"
+        )
+    if isinstance(exc, utils.ProgrammingError) and getattr(cause, "sqlstate", None) == "42501":
+        return (
+            "the app's database role lacks its grants (a state from before roles were split); "
+            "run `python manage.py migrate` (it grants them)"
+        )
+    return None  # an unreachable database is reported by the system checks (askdb.E005), with a hint
+
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
@@ -26,8 +48,16 @@ def main() -> None:
             sys.exit(1)
 
     from django.core.management import execute_from_command_line
+    from django.db import DatabaseError
 
-    execute_from_command_line(sys.argv)
+    try:
+        execute_from_command_line(sys.argv)
+    except DatabaseError as exc:
+        line = None if "--traceback" in sys.argv else next_step(exc)
+        if line is None:
+            raise
+        sys.stderr.write(f"askdb: {line}\n")
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ from askdb.serializers import (
 from askdb.services.examples import example_set_status
 from askdb.services.exports import examples_import
 from askdb.services.reviews import review_approve, review_correct, review_flag
-from askdb.services.runs import QuestionError, question_submit, run_cancel, run_retry
+from askdb.services.runs import QuestionError, QueueUnavailable, question_submit, run_cancel, run_retry
 from askdb.services.sql import ReviewError
 from askdb.services.users import user_token_issue
 from askdb.views_library import examples_filtered
@@ -86,6 +86,11 @@ def _first_message(errors: Any) -> str:
 
 def api_exception_handler(exc: Exception, context: dict) -> Response | None:
     """DRF's handler, with its answers reshaped to the API's one error shape."""
+    if isinstance(exc, QueueUnavailable):  # the run is saved and sent when the broker is back
+        url = reverse("api:run_detail", args=[exc.run_id])
+        return Response({"error": str(exc), "run": exc.run_id, "status": Run.Status.QUEUED, "url": url},
+                        status=status.HTTP_503_SERVICE_UNAVAILABLE,
+                        headers={"Retry-After": "30", "Location": url})  # fmt: skip
     response = exception_handler(exc, context)
     if response is None:
         return None

@@ -6,6 +6,7 @@ askdb.E003  the embedded state folder is missing
 askdb.E004  the clinical database cannot be reached
 askdb.E005  the app database cannot be reached
 askdb.W001  the Celery broker cannot be reached
+askdb.W010  the app's database role could rewrite the audit log
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from django.core import checks
 
 from askdb import health
 from config import embedded
+from infra.audit.database_roles import audit_rewrite_risks
 
 
 @checks.register("askdb")
@@ -92,5 +94,25 @@ def check_broker(app_configs=None, **kwargs):
             hint="Check CELERY_BROKER_URL, or unset it to use the embedded Redis "
             "(`python manage.py services start`).",
             id="askdb.W001",
+        )
+    ]
+
+
+@checks.register("askdb")
+def check_audit_role(app_configs=None, **kwargs):
+    """The app must connect as a role that can add audit events but never change or erase them."""
+    try:
+        role, risks = audit_rewrite_risks()
+    except Exception:  # unreachable or not migrated: askdb.E005 and manage.py say so
+        return []
+    if not risks:
+        return []
+    return [
+        checks.Warning(
+            f"The app's database role {role!r} could rewrite the audit log ({', '.join(risks)}).",
+            hint="Connect as a runtime role that owns nothing, with SELECT and INSERT only on "
+            "askdb_auditevent, and run migrations as the owner (DATABASE_OWNER_URL); see README, "
+            "'Database roles'.",
+            id="askdb.W010",
         )
     ]

@@ -112,13 +112,22 @@ def broker() -> Probe:
 
 
 def worker(timeout: float = 1.0) -> Probe:
+    """Up when some worker has a pool process that is really up. A worker whose main process
+    answers while every pool process dies at start (it happened) can take no question."""
+
     def probe():
         from config.celery import app
 
-        replies = app.control.ping(timeout=timeout) or []
-        if not replies:
+        replies = app.control.broadcast("askdb_pool", reply=True, timeout=timeout) or []
+        pools = {name: info for reply in replies for name, info in reply.items() if isinstance(info, dict)}
+        if not pools:
             return False, "no worker answered"
-        return True, f"{len(replies)} worker(s): " + ", ".join(sorted(k for r in replies for k in r))
+        up = sum(info.get("up", 0) for info in pools.values())
+        total = sum(info.get("concurrency", 0) for info in pools.values())
+        names = ", ".join(sorted(pools))
+        if not up:
+            return False, f"{len(pools)} worker(s) but no pool process is up (0 of {total}): {names}"
+        return True, f"{len(pools)} worker(s), {up} of {total} pool processes up: {names}"
 
     return _timed(probe)
 
@@ -131,6 +140,17 @@ def llm() -> Probe:
     if llm_configured():
         return Probe(ok=True, detail=f"{settings.LLM_MODEL} at {settings.LLM_BASE_URL or 'api.openai.com'}")
     return Probe(ok=False, detail="no LLM configured: set LLM_BASE_URL, LLM_MODEL and LLM_API_KEY")
+
+
+def public_health(report: dict) -> dict:
+    """What anyone may see of a report: each part's name and state, nothing that names a host,
+    a database, a role or an endpoint."""
+    parts = {name: value for name, value in report.items() if isinstance(value, dict) and "ok" in value}
+    return {
+        "ok": report["ok"],
+        "status": "ok" if report["ok"] and all(p["ok"] for p in parts.values()) else "degraded",
+        "components": {name: "ok" if part["ok"] else "down" for name, part in parts.items()},
+    }
 
 
 def system_health() -> dict:

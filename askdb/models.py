@@ -20,6 +20,8 @@ class Access(models.Model):
             ("view_audit", "Can read the audit log"),
             ("curate_catalog", "Can curate schema documentation"),
             ("manage_users", "Can manage users and roles"),
+            ("view_row_level", "Can see row-level results (not only aggregates)"),
+            ("view_sensitive", "Can see columns the catalog marks sensitive"),
         ]
 
     def __str__(self) -> str:
@@ -61,7 +63,8 @@ class Run(models.Model):
     question = models.ForeignKey(Question, on_delete=models.CASCADE, related_name="runs")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True)
     # Why it ended as it did, machine-readable: answered, no_rows, no_data, out_of_scope, non_medical,
-    # future_data, private_data, no_llm, sql_invalid, execution_error, llm_error, worker_lost, cancelled…
+    # future_data, private_data, no_llm, sql_invalid, execution_error, llm_error, worker_lost, cancelled,
+    # privacy_row_level, privacy_sensitive_column (the user may not see that output; see `privacy`)…
     outcome = models.CharField(max_length=32, blank=True)
     message = models.TextField(blank=True)  # the human sentence shown to the user
 
@@ -99,6 +102,9 @@ class Run(models.Model):
     confidence = models.FloatField(null=True, blank=True)  # 0..1; agreement of sampled candidates
     candidates = models.JSONField(default=list, blank=True)  # sampled SQL candidates, grouped
     answerability = models.JSONField(default=dict, blank=True)  # score, threshold, per-table relevance
+    # The privacy rules applied to this run's result: the suppression report (k, cells hidden,
+    # notes where askdb could not tell), or the refusal with its reason and the aggregate offered.
+    privacy = models.JSONField(default=dict, blank=True)
 
     # Review: every successful run waits for a reviewer unless the policy says otherwise.
     class Review(models.TextChoices):

@@ -144,6 +144,18 @@ for _code, _kw in {
         tone="warn",
         plain_message=True,
     ),
+    "privacy_row_level": dict(
+        label="Declined: counts only for your role",
+        sentence="Your role may see counts and statistics, not lists of patients, so askdb did not run this.",
+        next_step="Ask for a count or a summary instead (the Privacy box below offers one).",
+        tone="warn",
+    ),
+    "privacy_sensitive_column": dict(
+        label="Declined: sensitive information",
+        sentence="The answer would show columns marked sensitive, which your role may not see.",
+        next_step="Ask without those details, or ask a reviewer.",
+        tone="warn",
+    ),
     "read_only": dict(
         label="Refused: askdb only reads data",
         sentence="askdb only reads data: it cannot change, add or delete records, so it did not run anything.",

@@ -6,17 +6,31 @@ is the single place that says what each role may do, re-applied after every migr
 
 from __future__ import annotations
 
+AGGREGATE_RESEARCHER = "aggregate_researcher"
 RESEARCHER = "researcher"
 REVIEWER = "reviewer"
 ADMIN = "admin"
-ROLES = (RESEARCHER, REVIEWER, ADMIN)
+ROLES = (AGGREGATE_RESEARCHER, RESEARCHER, REVIEWER, ADMIN)
 
 # "app_label.codename"; a codename ending in "*" means every permission of that app.
+# Row-level results (view_row_level) are for researchers and up: an aggregate-only researcher gets
+# counts and statistics over groups only. Sensitive columns (view_sensitive) are for reviewers and
+# admins, who must read them to check SQL. A deployment that wants researchers aggregate-only puts
+# them in the aggregate_researcher group (see README "Privacy").
 ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
-    RESEARCHER: ("askdb.ask_questions",),
-    REVIEWER: ("askdb.ask_questions", "askdb.review_runs", "askdb.view_all_runs"),
+    AGGREGATE_RESEARCHER: ("askdb.ask_questions",),
+    RESEARCHER: ("askdb.ask_questions", "askdb.view_row_level"),
+    REVIEWER: (
+        "askdb.ask_questions",
+        "askdb.view_row_level",
+        "askdb.view_sensitive",
+        "askdb.review_runs",
+        "askdb.view_all_runs",
+    ),
     ADMIN: (
         "askdb.ask_questions",
+        "askdb.view_row_level",
+        "askdb.view_sensitive",
         "askdb.review_runs",
         "askdb.view_all_runs",
         "askdb.view_audit",
@@ -61,7 +75,7 @@ def user_role(user) -> str | None:
     if user.is_superuser:
         return ADMIN
     names = set(user.groups.values_list("name", flat=True))
-    for role in (ADMIN, REVIEWER, RESEARCHER):
+    for role in (ADMIN, REVIEWER, RESEARCHER, AGGREGATE_RESEARCHER):
         if role in names:
             return role
     return None

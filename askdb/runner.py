@@ -28,7 +28,7 @@ from infra.adapters.catalog_search import examples_nearest
 from infra.adapters.clinical import ExecutionError
 from infra.audit.services import audit_record
 from infra.providers.embeddings import get_embedder
-from metadata_admin.models import ClinicalSource, Relationship, TableDoc
+from metadata_admin.models import ClinicalSource, ColumnDoc, Relationship, TableDoc
 from metadata_admin.selectors import retrieve
 from metadata_admin.services import source_catalog_schema, source_executor
 
@@ -50,6 +50,7 @@ class DjangoPorts:
         self._contexts: dict[tuple[str, ...], list[TableContext]] = {}
         self._nearest_for: list[float] | None = None
         self._nearest_list: list[tuple[int, float]] = []
+        self._sensitive_columns: frozenset[str] | None = None
 
     def embed(self, question: str) -> list[float]:
         return self.embedder.embed([question])[0]
@@ -122,8 +123,20 @@ class DjangoPorts:
 
     def lookup_value(self, table_column: str, text: str) -> list[tuple[str, float]]:
         """Real values of one column like `text`, from the clinical database itself (read-only):
-        exact (case-insensitive) matches score 1.0, values containing the text by fuzzy ratio."""
+        exact (case-insensitive) matches score 1.0, values containing the text by fuzzy ratio.
+        A column the catalog marks sensitive is never searched: its values are not linked."""
+        table, _, column = table_column.rpartition(".")
+        if f"{table.rpartition('.')[2]}.{column}".lower() in self._sensitive():
+            return []
         return column_values_like(self.executor, table_column, text, dialect=self.source.dialect)
+
+    def _sensitive(self) -> frozenset[str]:
+        if self._sensitive_columns is None:
+            pairs = ColumnDoc.objects.filter(table__source=self.source, sensitive=True).values_list(
+                "table__name", "name"
+            )
+            self._sensitive_columns = frozenset(f"{t}.{c}".lower() for t, c in pairs)
+        return self._sensitive_columns
 
     def table_context(self, tables: list[str]) -> list[TableContext]:
         key = tuple(tables)

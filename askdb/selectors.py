@@ -8,6 +8,7 @@ import difflib
 import hashlib
 import io
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -21,9 +22,10 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from askdb.models import Example, Review, Run
+from askdb.pipeline import privacy
 from askdb.pipeline.validation import SqlValidationError, referenced_tables
 from askdb.roles import ADMIN, user_role
-from askdb.services.runs import runs_reap_stale
+from askdb.services.runs import runs_reap
 from infra.audit.models import AuditEvent
 from metadata_admin.models import TableDoc
 
@@ -116,16 +118,24 @@ def run_list_for_user(*, user, search: str = "", status: str = "", mine_only: bo
 
 def run_get_for_user(*, user, run_id: int):
     """The run, or None when it does not exist or is not the user's to see (both look like 404)."""
-    runs_reap_stale()  # a run whose worker died is shown as failed, not "running" forever
+    # a run whose worker died is shown as failed, not "running" forever; one the broker never got
+    # (it was down at submit) is sent now if it is back
+    runs_reap()
     return runs_visible_to(user).filter(pk=run_id).first()
 
 
+SUPPRESSED = re.compile(r"<\d+")  # a count cell hidden by small-cell suppression (askdb/pipeline/privacy.py)
+
+
 def _sort_key(value):
-    # NULLs last; numbers before text, each in its natural order.
+    # NULLs last; numbers before text, each in its natural order; a suppressed count ("<11") is
+    # a number below its k, so it sorts just under k.
     if value is None:
         return (2, 0, "")
     if isinstance(value, bool | int | float):
         return (0, value, "")
+    if isinstance(value, str) and SUPPRESSED.fullmatch(value):
+        return (0, int(value[1:]) - 0.5, "")
     return (1, 0, str(value).lower())
 
 
@@ -194,8 +204,14 @@ def run_chart_spec(*, run) -> dict | None:
         except ValueError:
             return False
 
+    def suppressed(v) -> bool:  # a small count hidden by privacy: no bar, said so
+        return isinstance(v, str) and bool(SUPPRESSED.fullmatch(v))
+
     def numeric(i: int) -> bool:
-        return all(is_number(r[i]) or r[i] is None for r in rows) and any(r[i] is not None for r in rows)
+        cells = [r[i] for r in rows]
+        return all(is_number(v) or v is None or suppressed(v) for v in cells) and any(
+            is_number(v) for v in cells
+        )
 
     stepped = [i for i, c in enumerate(columns) if c.lower() in _TIME_COLUMNS and numeric(i)]
     labels = [i for i in range(len(columns)) if not numeric(i)]
@@ -204,6 +220,8 @@ def run_chart_spec(*, run) -> dict | None:
     if yi is None or (len(columns) > 2 and len(labels) > 1):
         return None  # two label columns: a table says it better than one chart
     xs, ys = [r[xi] for r in rows], [r[yi] for r in rows]
+    hidden = [x for x, y in zip(xs, ys, strict=True) if suppressed(y)]
+    ys = [None if suppressed(y) else y for y in ys]
     if all(is_time(x) for x in xs if x is not None):
         kind = "line"
         pairs = sorted((x, y) for x, y in zip(xs, ys, strict=True) if x is not None)
@@ -221,7 +239,7 @@ def run_chart_spec(*, run) -> dict | None:
             return None
         kind = "bar"
     return {"type": kind, "labels": ["NULL" if x is None else str(x) for x in xs], "values": ys,
-            "x": columns[xi], "y": columns[yi]}  # fmt: skip
+            "x": columns[xi], "y": columns[yi], "suppressed": len(hidden)}  # fmt: skip
 
 
 def run_may_act(*, user, run) -> bool:
@@ -440,6 +458,8 @@ class Provenance:
     reviewer: str
     reviewed_at: dt.datetime | None
     askdb_version: str
+    suppression: str = ""  # "Counts below 11 were suppressed …", or ""
+    privacy_notes: tuple[str, ...] = ()  # where askdb could not tell whether a number is a small cell
 
 
 def askdb_version() -> str:
@@ -492,6 +512,8 @@ def run_provenance(*, run) -> Provenance:
         reviewer=reviewer,
         reviewed_at=local(reviewed_at),
         askdb_version=askdb_version(),
+        suppression=privacy.suppression_sentence(run.privacy or {}),
+        privacy_notes=tuple((run.privacy or {}).get("notes") or ()),
     )
 
 
@@ -530,7 +552,8 @@ def methods_paragraph(p: Provenance) -> str:
     else:
         checked = "it was not reviewed"
     joiner = " and " if p.review_action in ("approve", "correct") or p.review_status == "flagged" else "; "
-    return f"{first}; {made}{joiner}{checked}."
+    suppressed = f" {p.suppression}" if p.suppression else ""
+    return f"{first}; {made}{joiner}{checked}.{suppressed}"
 
 
 def methods_text(p: Provenance) -> str:

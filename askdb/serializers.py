@@ -319,11 +319,16 @@ class RunDetailSerializer(RunListSerializer):
         source="example_id", allow_null=True, help_text="The library example a library answer came from."
     )
     examples_used = serializers.ListField(child=serializers.IntegerField(), help_text="Few-shot example ids.")
+    privacy = serializers.JSONField(
+        help_text='Privacy rules applied: the suppression report ("k", cells "suppressed", "complementary", '
+        '"notes" where askdb could not tell), or "refused" with its "reason" and the "alternative" offered.'
+    )
 
     class Meta(RunListSerializer.Meta):
         fields = [*RunListSerializer.Meta.fields, "message", "started_at", "gate", "retrieval", "stages",
                   "attempts", "sql", "summary", "tokens", "cost_usd", "result", "review_status", "reviews",
-                  "confidence", "answered_by", "example", "examples_used", "catalog_version", "model"]  # fmt: skip
+                  "confidence", "answered_by", "example", "examples_used", "catalog_version", "model",
+                  "privacy"]  # fmt: skip
         read_only_fields = fields
 
     @extend_schema_field(ResultPageSerializer(allow_null=True))

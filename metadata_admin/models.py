@@ -33,6 +33,14 @@ class ClinicalSource(models.Model):
     row_level_to_llm = models.BooleanField(
         default=False, help_text="send result rows (not just schema and aggregates) to the LLM"
     )
+    # Small-cell suppression: counts 0 < n < k are shown as "<k" everywhere (page, exports, API, LLM).
+    min_cell_size = models.PositiveSmallIntegerField(
+        default=11,
+        help_text="counts below this are suppressed (11: the usual rule for patient data; 0 = off)",
+    )
+    aggregate_only = models.BooleanField(
+        default=False, help_text="everyone gets aggregated results only on this source, whatever their role"
+    )
     # Cost control per source; empty = the ASKDB_CANDIDATES / ASKDB_CONFIDENCE_THRESHOLD settings.
     candidates = models.PositiveSmallIntegerField(
         null=True, blank=True, help_text="SQL candidates sampled per question (1 = no sampling)"

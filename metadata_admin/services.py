@@ -606,7 +606,9 @@ def value_index_build(
     executor = source_executor(source)
     embedder = get_embedder()
     report = ValueIndexReport()
-    columns = ColumnDoc.objects.filter(table__source=source, table__exists_in_source=True, value_index=True)
+    columns = ColumnDoc.objects.filter(
+        table__source=source, table__exists_in_source=True, value_index=True, sensitive=False
+    )  # a sensitive column's values are never linked to questions nor put in a prompt
     for col in columns.select_related("table"):
         doc = col.table
         if progress:

@@ -14,12 +14,17 @@ import pytest
 
 
 def pytest_configure(config):
+    if not config.pluginmanager.has_plugin("tests.support.ci_skips"):
+        config.pluginmanager.import_plugin("tests.support.ci_skips")
     from django.conf import settings
 
     settings.DATABASES  # noqa: B018 - loads config.settings.test, which fixes ASKDB_HOME
     from config import embedded
 
-    config._askdb_started = embedded.ensure_started()
+    try:
+        config._askdb_started = embedded.ensure_started()
+    except embedded.EmbeddedError as exc:  # one line saying why and what to do, not a traceback
+        pytest.exit(f"askdb: {exc}", returncode=1)
 
 
 def pytest_unconfigure(config):

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
 import time
+from pathlib import Path
 
 import psutil
 import psycopg
@@ -16,9 +19,13 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def home(tmp_path):
-    yield tmp_path / "state"
-    embedded.stop(home=tmp_path / "state")
+def home():
+    # Not under pytest's tmp_path: as root the server runs as another user, and a concurrent
+    # pytest session resets pytest's root temp folder to 0700, locking that user out mid-test.
+    folder = Path(tempfile.mkdtemp(prefix="askdb-embedded-test-"))
+    yield folder / "state"
+    embedded.stop(home=folder / "state")
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _pid(path):
@@ -74,3 +81,34 @@ def test_long_state_paths_use_short_socket_folders(tmp_path):
     p = embedded.paths(deep)
     assert len(str(p.pg_socket)) < 108 and str(p.run_dir).startswith("/tmp/askdb-")
     assert embedded.paths(deep).run_dir == p.run_dir  # stable, so settings can compute it
+
+
+def test_pgvector_self_test_passes_here(home):
+    embedded.ensure_started(home)
+    assert (embedded.paths(home).home / "pgvector-selftest.ok").exists()
+    assert embedded.self_test(home) is False  # once per server build, not at every start
+    assert embedded.self_test(home, force=True) is True
+    with psycopg.connect(embedded.pg_dsn("postgres", home=home)) as conn:
+        names = {r[0] for r in conn.execute("SELECT datname FROM pg_database")}
+    assert embedded.SELF_TEST_DB not in names
+
+
+def test_a_backend_dying_in_the_self_test_stops_with_one_line(home, monkeypatch):
+    # A real backend death, as an AVX-512 build dies on an older CPU: the backend gets SIGILL
+    # (COPY TO PROGRAM runs a shell whose parent is the backend itself).
+    monkeypatch.setattr(
+        embedded,
+        "SELF_TEST_SQL",
+        (
+            *embedded.SELF_TEST_SQL[:4],
+            "COPY (SELECT 1) TO PROGRAM 'kill -ILL $PPID'",
+            *embedded.SELF_TEST_SQL[4:],
+        ),
+    )
+    with pytest.raises(embedded.EmbeddedError) as failure:
+        embedded.ensure_started(home)
+    message = str(failure.value)
+    assert "\n" not in message
+    assert "Illegal instruction" in message and "DATABASE_URL" in message
+    assert not embedded.postgres_running(embedded.paths(home))  # nothing half-started is left
+    assert not (embedded.paths(home).home / "pgvector-selftest.ok").exists()

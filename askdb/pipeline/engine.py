@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from askdb.pipeline import offline, prompts
+from askdb.pipeline import offline, privacy, prompts
 from askdb.pipeline.candidates import Candidate, choose_candidate, group_candidates
 from askdb.pipeline.compare import results_match
 from askdb.pipeline.extraction import (
@@ -48,6 +48,8 @@ class PipelineConfig:
     candidates: int = 1  # K SQL candidates sampled per question; 1 = no sampling
     temperature: float = 0.7  # for sampling; a single candidate is always asked at temperature 0
     confidence_threshold: float = 0.6  # below: the candidates are shown, not one answer
+    # Who may see what on this source: small-cell size, row-level and sensitive-column rights.
+    privacy: privacy.PrivacyPolicy = field(default_factory=privacy.PrivacyPolicy)
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,7 @@ class Outcome:
     answerability: dict = field(
         default_factory=dict
     )  # the answerability model's verdict and per-table relevance
+    privacy: dict = field(default_factory=dict)  # suppression report, or the refusal and its alternative
 
 
 def _match_json(match: MatchResult) -> dict:
@@ -192,6 +195,20 @@ class Pipeline:
                 "failed", "llm_error", f"The LLM could not be used: {exc.message}. Try again later."
             )
 
+    def _execute(self, sql: str, req: PipelineRequest) -> privacy.ProtectedResult:
+        """Run SQL the way every answer is run: the user's rights checked on the tree first
+        (raises PrivacyRefusal), small cells suppressed right after, so the summary, the candidate
+        previews, library answers and the stored run all see only the protected result."""
+        policy = self.config.privacy
+        analysis = privacy.analyse_output(sql, req.dialect, policy=policy, catalog=self.ports.catalog())
+        privacy.check_access(analysis, policy, sql=sql, question=req.question)
+        return privacy.protect(self.ports.execute(sql), analysis, policy)
+
+    def _refused(self, refusal: privacy.PrivacyRefusal, sql: str, gate: tuple[str, str], **extra) -> Outcome:
+        """The user may not see what this SQL outputs: declined, with the reason and the alternative."""
+        return Outcome("declined", f"privacy_{refusal.code}", refusal.message, gate_category=gate[0],
+                       gate_reason=gate[1], privacy=refusal.to_json() | {"sql": sql}, **extra)  # fmt: skip
+
     def _run(self, req: PipelineRequest) -> Outcome:
         cfg = self.config
         with self._stage("embed") as st:
@@ -213,6 +230,8 @@ class Pipeline:
         with self._stage("match") as st:
             library, match_info = self._library_match(req, vector, st)
             self._match_info = match_info
+        if isinstance(library, privacy.PrivacyRefusal):  # a verified answer this user may not see
+            return self._refused(library, match_info.get("sql", ""), ("", ""), library_match=match_info)
         if library is not None:  # a verified example, values rebound: no gate, no generation, no sampling
             sql, result, best = library
             return self._answered(req, sql, result, ("", ""), answered_by="library", example_id=best.example_id,
@@ -280,7 +299,11 @@ class Pipeline:
 
         with self._stage("execute") as st:
             try:
-                result = self.ports.execute(sql)
+                result = self._execute(sql, req)
+            except privacy.PrivacyRefusal as exc:
+                st.note(privacy=exc.code, reason=exc.message)
+                st.finish("stopped")
+                return self._refused(exc, sql, gate)
             except ExecutionFailure as exc:
                 st.note(error=exc.message, code=exc.code)
                 st.finish("failed")
@@ -310,11 +333,15 @@ class Pipeline:
         if best is None:
             return None, info
         try:
-            result = self.ports.execute(best.sql)
+            result = self._execute(best.sql, req)
             for other in competitors:  # two confident readings must agree, or neither is trusted
-                if not results_match(result.rows, self.ports.execute(other.sql).rows):
+                if not results_match(result.rows, self._execute(other.sql, req).rows):
                     st.note(disagreement=f"example {other.example_id} gives a different result")
                     return None, info | {"reasons": [*info["reasons"], "confident templates disagree"]}
+        except privacy.PrivacyRefusal as exc:
+            st.note(privacy=exc.code, reason=exc.message)
+            st.finish("stopped")
+            return exc, info | _match_json(best)
         except ExecutionFailure as exc:
             st.note(error=exc.message)
             return None, info | {"reasons": [*info["reasons"], f"the bound SQL failed: {exc.message}"]}
@@ -326,7 +353,8 @@ class Pipeline:
     def _answered(self, req: PipelineRequest, sql: str, result, gate: tuple[str, str], **extra) -> Outcome:
         cfg = self.config
         outcome = Outcome("succeeded", "answered" if result.row_count else "no_rows", sql=sql, result=result,
-                          gate_category=gate[0], gate_reason=gate[1], **extra)  # fmt: skip
+                          gate_category=gate[0], gate_reason=gate[1], privacy=getattr(result, "privacy", {}),
+                          **extra)  # fmt: skip
         if not result.row_count:
             outcome.message = "The query ran and returned no rows: nothing in the data matches."
         with self._stage("summarize") as st:
@@ -400,7 +428,7 @@ class Pipeline:
         with self._stage("execute") as st:
             candidates: list[Candidate] = []
             results: dict[int, Any] = {}
-            seen: dict[str, tuple[Any, ExecutionFailure | None]] = {}
+            seen: dict[str, tuple[Any, ExecutionFailure | privacy.PrivacyRefusal | None]] = {}
             for index, (sql, (error, code)) in enumerate(zip(sqls, errors, strict=True)):
                 if sql is None or error:
                     candidates.append(Candidate(index=index, sql=sql, error=error, error_code=code))
@@ -409,14 +437,17 @@ class Pipeline:
                 if key not in seen:  # the same SQL twice is run once
                     self._check_cancel()
                     try:
-                        seen[key] = (self.ports.execute(sql), None)
-                    except ExecutionFailure as exc:
+                        seen[key] = (self._execute(sql, req), None)
+                    except (ExecutionFailure, privacy.PrivacyRefusal) as exc:
                         seen[key] = (None, exc)
                 result, failure = seen[key]
                 if failure is not None:
-                    candidates.append(
-                        Candidate(index=index, sql=sql, error=failure.message, error_code=failure.code)
+                    code = (
+                        f"privacy_{failure.code}"
+                        if isinstance(failure, privacy.PrivacyRefusal)
+                        else failure.code
                     )
+                    candidates.append(Candidate(index=index, sql=sql, error=failure.message, error_code=code))
                     continue
                 results[index] = result
                 candidates.append(Candidate(
@@ -431,6 +462,11 @@ class Pipeline:
             st.note(executed=len(seen), groups=len(report.groups), confidence=round(report.confidence, 4),
                     disagreement=payload["disagreement"]["phrase"] if payload["disagreement"] else "")  # fmt: skip
             extra = {"confidence": report.confidence, "candidates": payload}
+            refusals = [f for _, f in seen.values() if isinstance(f, privacy.PrivacyRefusal)]
+            if not report.groups and refusals:  # every runnable candidate outputs what this user may not see
+                st.finish("stopped")
+                first = next(c for c in candidates if c.error_code.startswith("privacy_"))
+                return self._refused(refusals[0], first.sql or "", gate, **extra)
             if not report.groups:
                 st.finish("failed")
                 first = next(c for c in candidates if c.sql)
@@ -549,8 +585,10 @@ class Pipeline:
         return sql, error
 
     def _summarize(self, req: PipelineRequest, sql: str, result) -> str:
+        # Sensitive columns never reach the LLM, even for a user allowed to see them.
+        positions = getattr(result, "privacy", {}).get("sensitive_positions") or []
         preview = result_preview(
-            list(result.columns), [list(r) for r in result.rows],
+            list(result.columns), privacy.withhold_sensitive(result.rows, positions),
             aggregate=is_aggregate_query(sql, req.dialect), row_level_allowed=self.config.row_level_to_llm,
         )  # fmt: skip
         messages = prompts.summary_messages(

@@ -9,6 +9,7 @@ from django.db import transaction
 
 from askdb.models import Example, Review, Run
 from askdb.services.examples import example_upsert
+from askdb.services.privacy import result_protect
 from askdb.services.sql import ReviewError, sql_check
 from infra.audit.services import audit_record
 
@@ -85,6 +86,7 @@ def review_correct(*, run, reviewer, sql: str, comment: str = ""):
     validated, result = sql_check(
         source=run.question.source, sql=sql, actor=reviewer, purpose="correction", run=run
     )
+    result = result_protect(run=run, sql=validated.sql, result=result)
     before = run.sql
     diff = "".join(
         difflib.unified_diff(
@@ -98,13 +100,14 @@ def review_correct(*, run, reviewer, sql: str, comment: str = ""):
             approved_by=reviewer, origin="correction", origin_run=run, note=comment, defer_embedding=True,
         )  # fmt: skip
         run.sql = validated.sql
+        run.privacy = result.privacy
         run.result_columns = list(result.columns)
         run.result_rows = [list(r) for r in result.rows]
         run.result_truncated = result.truncated
         run.row_count = result.row_count
         run.review_status = Run.Review.CORRECTED
-        run.save(update_fields=["sql", "result_columns", "result_rows", "result_truncated", "row_count",
-                                "review_status"])  # fmt: skip
+        run.save(update_fields=["sql", "privacy", "result_columns", "result_rows", "result_truncated",
+                                "row_count", "review_status"])  # fmt: skip
         return _review_save(run, reviewer, Review.Action.CORRECT, comment=comment, example=example,
                             sql_before=before, sql_after=validated.sql, diff=diff)  # fmt: skip
 

@@ -5,16 +5,19 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
+import uuid
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from kombu.exceptions import OperationalError as BrokerError
 
 from askdb.models import Question, Run
 from askdb.pipeline import prompts
 from askdb.pipeline.engine import Pipeline, PipelineConfig, PipelineRequest
 from askdb.runner import DjangoPorts, DjangoRecorder
+from askdb.services.privacy import privacy_policy, result_protect
 from askdb.services.reviews import review_required
 from askdb.services.sql import ReviewError, sql_check
 from infra.audit.services import audit_record
@@ -22,13 +25,31 @@ from infra.providers.llm import get_chat_model
 from metadata_admin.models import TableDoc
 from metadata_admin.services import source_get
 
+logger = logging.getLogger(__name__)
+
 WORKER_LOST_MESSAGE = (
     "The worker running this question stopped before it finished. Nothing was lost: ask again to retry."
 )
 
 
+QUEUE_DOWN_MESSAGE = (
+    "Your question is saved, but the job queue is not reachable right now. It will be answered "
+    "when the queue is back; try again in a minute if it is not."
+)
+QUEUE_TIMEOUT_MESSAGE = "No worker took this question in time. Nothing was lost: ask again to retry."
+
+
 class QuestionError(ValueError):
     """A question that cannot be accepted, with a sentence the user can act on."""
+
+
+class QueueUnavailable(RuntimeError):
+    """The broker refused the job. The run is saved (queued, no task id) and the queued-run
+    reaper sends it when the broker is back; the caller answers 503 "try again"."""
+
+    def __init__(self, run_id: int):
+        super().__init__(QUEUE_DOWN_MESSAGE)
+        self.run_id = run_id
 
 
 def _clean_question(text: str) -> str:
@@ -61,11 +82,22 @@ def _question_create(*, user, text: str, source=None, ip: str | None = None):
     return run
 
 
-def _enqueue(run_id: int) -> None:
+def _enqueue(run_id: int) -> bool:
+    """Send a queued run's job, once: the task id is claimed before sending, so the submit and
+    the reapers never send the same run twice (a second delivery would fail a running run).
+    False when someone else sent it or the run ended; QueueUnavailable when the broker is down."""
     from askdb.tasks import run_question as run_question_task  # local: askdb.tasks imports this module
 
-    result = run_question_task.delay(run_id)
-    Run.objects.filter(pk=run_id).update(task_id=result.id or "")
+    task_id = str(uuid.uuid4())
+    if not Run.objects.filter(pk=run_id, status=Run.Status.QUEUED, task_id="").update(task_id=task_id):
+        return False
+    try:
+        run_question_task.apply_async((run_id,), task_id=task_id)
+    except (BrokerError, OSError) as exc:
+        Run.objects.filter(pk=run_id, task_id=task_id).update(task_id="")  # the reaper sends it later
+        logger.warning("run %s kept queued: the broker is unreachable (%s)", run_id, exc)
+        raise QueueUnavailable(run_id) from exc
+    return True
 
 
 def run_retry(*, run, user, ip: str | None = None):
@@ -131,6 +163,9 @@ def run_execute(*, run_id: int, worker: str = ""):
         row_cap=settings.CLINICAL_ROW_CAP,
         timeout_s=settings.CLINICAL_STATEMENT_TIMEOUT_S,
         row_level_to_llm=source.row_level_to_llm,
+        privacy=privacy_policy(
+            source=source, user=run.question.user, evaluation=run.question.channel == "evaluation"
+        ),
     )
     try:
         chat = get_chat_model()
@@ -175,6 +210,7 @@ def run_execute(*, run_id: int, worker: str = ""):
         "example_id": outcome.example_id,
         "library_match": outcome.library_match,
         "answerability": outcome.answerability,
+        "privacy": outcome.privacy,
         "catalog_version": catalog_version(source),
     }
     if outcome.result is not None:
@@ -206,6 +242,10 @@ def _run_finish(run, *, status: str, **fields) -> None:
                 "outcome": fields.get("outcome", ""),
                 "sql": fields.get("sql", "")[:4000],
                 "rows": fields.get("row_count"),
+                # suppression and refusals are part of the record of what the user was shown
+                "privacy": {
+                    k: v for k, v in (fields.get("privacy") or {}).items() if k != "sensitive_positions"
+                },
             },
         )
 
@@ -221,6 +261,32 @@ def runs_reap_stale(*, older_than_s: int | None = None) -> int:
                     message=WORKER_LOST_MESSAGE)  # fmt: skip
         count += 1
     return count
+
+
+def runs_requeue(*, unsent_after_s: float = 5, give_up_after_s: int | None = None) -> dict[str, int]:
+    """Queued runs no worker took: send those whose job never reached the broker (it was down at
+    submit), and fail (retryable) those queued longer than ASKDB_QUEUED_RUN_SECONDS."""
+    now = timezone.now()
+    unsent = Run.objects.filter(
+        status=Run.Status.QUEUED, task_id="", created_at__lt=now - dt.timedelta(seconds=unsent_after_s)
+    ).order_by("pk")
+    sent = 0
+    for run_id in unsent.values_list("pk", flat=True)[:200]:
+        try:
+            sent += _enqueue(run_id)
+        except QueueUnavailable:
+            break  # still down: the next reap tries again
+    limit = give_up_after_s if give_up_after_s is not None else settings.ASKDB_QUEUED_RUN_SECONDS
+    failed = 0
+    for run in Run.objects.filter(status=Run.Status.QUEUED, created_at__lt=now - dt.timedelta(seconds=limit)):
+        _run_finish(run, status=Run.Status.FAILED, outcome="queue_timeout", message=QUEUE_TIMEOUT_MESSAGE)
+        failed += 1
+    return {"requeued": sent, "failed": failed}
+
+
+def runs_reap() -> dict[str, int]:
+    """Both reapers, as the worker's timer and a run's page call them."""
+    return {"lost": runs_reap_stale(), **runs_requeue()}
 
 
 def question_submit_sync(*, user, text: str, source=None):
@@ -258,8 +324,10 @@ def run_pick_candidate(*, run, user, group: int):
         raise ReviewError("Only the person who asked can choose an answer.")
     _, result = sql_check(source=run.question.source, sql=groups[group]["sql"], actor=user,
                           purpose="candidate", run=run)  # fmt: skip
+    result = result_protect(run=run, sql=groups[group]["sql"], result=result)
     with transaction.atomic():
         run.sql = groups[group]["sql"]
+        run.privacy = result.privacy
         run.result_columns = list(result.columns)
         run.result_rows = [list(r) for r in result.rows]
         run.result_truncated = result.truncated

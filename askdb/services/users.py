@@ -12,6 +12,7 @@ from infra.audit.services import audit_record
 
 DEMO_USERS = (
     # username, password, role — printed by `make demo`; never use these outside a demo.
+    ("analyst", "askdb-analyst", "aggregate_researcher"),  # aggregates only (README "Privacy")
     ("researcher", "askdb-researcher", "researcher"),
     ("reviewer", "askdb-reviewer", "reviewer"),
     ("admin", "askdb-admin", "admin"),

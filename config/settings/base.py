@@ -4,6 +4,7 @@ variable with an embedded default, documented in the README's configuration tabl
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -54,6 +55,7 @@ THIRD_PARTY_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_htmx",
+    "axes",
 ]
 LOCAL_APPS = [
     "infra.audit",
@@ -75,6 +77,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: turns a locked-out sign-in into its own page
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -98,13 +101,20 @@ TEMPLATES = [
 
 # --- Databases ----------------------------------------------------------------------------
 # DATABASE_URL unset: the embedded PostgreSQL (config/embedded.py) over its Unix socket.
+# The app connects as a runtime role that owns nothing; migrations run as DATABASE_OWNER
+# (DATABASE_OWNER_URL, or the embedded superuser), and the runtime role gets only the grants
+# it needs, the audit table's being SELECT and INSERT (infra/audit/database_roles.py).
 DATABASES = {
     "default": dj_database_url.parse(
-        env("DATABASE_URL") or embedded.pg_dsn(embedded.APP_DB),
+        env("DATABASE_URL") or embedded.pg_dsn(embedded.APP_DB, user=embedded.APP_ROLE),
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60),
         conn_health_checks=True,
     )
 }
+_owner_url = env("DATABASE_OWNER_URL") or ("" if env("DATABASE_URL") else embedded.pg_dsn(embedded.APP_DB))
+DATABASE_OWNER = dj_database_url.parse(_owner_url) if _owner_url else None
+# The role granted after every migrate; empty when one role does everything (askdb.W010 then).
+ASKDB_APP_ROLE = DATABASES["default"]["USER"] if DATABASE_OWNER else ""
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # The clinical database is not a Django database: generated SQL runs through the executor
@@ -126,11 +136,29 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Sign-in throttling (django-axes): after ASKDB_LOGIN_FAILURE_LIMIT wrong passwords for one
+# username from one address, that pair is locked for ASKDB_LOGIN_LOCKOUT_MINUTES. Counted in the
+# app database, so every web process sees the same count; each lockout is audited.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("ASKDB_LOGIN_FAILURE_LIMIT", 10)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("ASKDB_LOGIN_LOCKOUT_MINUTES", 15))
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "askdb.views.login_locked_out"
+AXES_DISABLE_ACCESS_LOG = True  # sign-ins are in the audit log already
+AXES_VERBOSE = False
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 8 * 3600)
+
+# /healthz shows anyone only each part's state; its details (hosts, databases, roles, the LLM
+# endpoint) go to admins and to monitoring that sends `Authorization: Bearer $ASKDB_HEALTHZ_TOKEN`.
+ASKDB_HEALTHZ_TOKEN = env("ASKDB_HEALTHZ_TOKEN")
 
 # --- Internationalization -----------------------------------------------------------------
 LANGUAGE_CODE = "en-us"
@@ -155,6 +183,20 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 300)
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 360)
 CELERY_BROKER_CONNECTION_TIMEOUT = 3
+# A submit with the broker down must fail in seconds (a 503 "try again"; the question is kept and
+# re-queued when the broker is back), not after Celery's and Redis' default retries (19 s).
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 1,
+    "interval_start": 0,
+    "interval_step": 0.5,
+    "interval_max": 0.5,
+}
+CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {
+    "retry_policy": {"max_retries": 1, "interval_start": 0, "interval_step": 0.5, "interval_max": 0.5}
+}
+# A new pool process has this long to report it is up before Celery kills it (default 4 s);
+# the warm-up runs in the background (askdb/tasks.py), this is margin for imports on a busy machine.
+CELERY_WORKER_PROC_ALIVE_TIMEOUT = env_float("CELERY_WORKER_PROC_ALIVE_TIMEOUT", 30.0)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_RESULT_EXPIRES = 3600
 CELERY_TASK_ALWAYS_EAGER = False  # never: tests use a real worker and broker
@@ -177,6 +219,10 @@ ASKDB_RESULT_MAX_BYTES = env_int("ASKDB_RESULT_MAX_BYTES", 20 * 1024 * 1024)  # 
 ASKDB_QUESTION_MAX_CHARS = env_int("ASKDB_QUESTION_MAX_CHARS", 2000)
 # A running run whose heartbeat is older than this lost its worker (past the hard time limit).
 ASKDB_STALE_RUN_SECONDS = env_int("ASKDB_STALE_RUN_SECONDS", 420)
+# A queued run no worker took for this long is failed (retryable); one whose job never reached the
+# broker is sent again at the next reap. The worker reaps every ASKDB_REAP_INTERVAL_SECONDS.
+ASKDB_QUEUED_RUN_SECONDS = env_int("ASKDB_QUEUED_RUN_SECONDS", 1800)
+ASKDB_REAP_INTERVAL_SECONDS = env_int("ASKDB_REAP_INTERVAL_SECONDS", 30)
 
 # --- Review and the example library -------------------------------------------------------
 # Which answered runs wait for a reviewer: "all", "low_confidence" (sampled candidates disagree, or
@@ -191,6 +237,13 @@ ASKDB_FIRST_OF_KIND_SIMILARITY = env_float("ASKDB_FIRST_OF_KIND_SIMILARITY", 0.8
 ASKDB_CANDIDATES = env_int("ASKDB_CANDIDATES", 5)
 ASKDB_CANDIDATES_TEMPERATURE = env_float("ASKDB_CANDIDATES_TEMPERATURE", 0.7)
 ASKDB_CONFIDENCE_THRESHOLD = env_float("ASKDB_CONFIDENCE_THRESHOLD", 0.6)
+# Columns that identify one patient, admission or stay: an aggregate grouped by one, or filtered to
+# one value of one, describes individuals, so aggregate-only users get it refused (README "Privacy").
+ASKDB_IDENTIFIER_COLUMNS = tuple(
+    c.strip().lower()
+    for c in env("ASKDB_IDENTIFIER_COLUMNS", "subject_id,hadm_id,stay_id").split(",")
+    if c.strip()
+)
 
 # --- Embeddings ---------------------------------------------------------------------------
 EMBEDDING_PROVIDER = env("EMBEDDING_PROVIDER", "local")  # "local" (all-MiniLM-L6-v2) or "openai"

@@ -7,6 +7,14 @@ os.environ.setdefault("ASKDB_HOME", str(Path(__file__).resolve().parents[2] / ".
 os.environ.setdefault("ASKDB_PG_FAST", "1")
 
 from .base import *  # noqa: F403
+from .base import DATABASE_OWNER, DATABASES, env
+
+# pytest-django creates and migrates the test database through "default", so here it is the
+# owner; after migrate the runtime role gets exactly its production grants on the test database
+# (tests that prove what the app may do connect as that role: tests/askdb/test_audit_role.py).
+if DATABASE_OWNER and not env("DATABASE_URL"):
+    DATABASES["default"].update({k: DATABASE_OWNER[k] for k in ("USER", "PASSWORD", "HOST", "PORT")})
+    DATABASE_OWNER = None
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 STORAGES = {

@@ -32,6 +32,14 @@ def table_similarities(*, source_id: int, vector: list[float], model: str) -> di
         return {name: float(score) for name, score in cur.fetchall()}
 
 
+# A value of a column the catalog marks sensitive is never linked, even if it was indexed before
+# the column was marked.
+SENSITIVE = (
+    "EXISTS (SELECT 1 FROM metadata_admin_columndoc c "
+    'WHERE c.table_id = e.table_id AND c.name = e."column" AND c.sensitive)'
+)
+
+
 def values_fuzzy(
     *, source_id: int, terms: list[str], per_term: int = 3, threshold: float = 0.75
 ) -> list[LinkedValue]:
@@ -41,7 +49,7 @@ def values_fuzzy(
     with connection.cursor() as cur:
         cur.execute("SELECT set_config('pg_trgm.word_similarity_threshold', %s, true)", [str(threshold)])
         cur.execute(
-            """
+            f"""
             SELECT t.term, v.qualified, v.column, v.value, v.code, v.score
             FROM unnest(%s::text[]) AS t(term)
             CROSS JOIN LATERAL (
@@ -50,7 +58,7 @@ def values_fuzzy(
                        word_similarity(t.term, e.value) AS score
                 FROM metadata_admin_valueentry e
                 JOIN metadata_admin_tabledoc d ON d.id = e.table_id
-                WHERE e.source_id = %s AND e.value %%> t.term
+                WHERE e.source_id = %s AND e.value %%> t.term AND NOT {SENSITIVE}
                 ORDER BY word_similarity(t.term, e.value) DESC, e.frequency DESC, length(e.value)
                 LIMIT %s
             ) v
@@ -94,6 +102,7 @@ def values_semantic(
                 FROM metadata_admin_valueentry e
                 JOIN metadata_admin_tabledoc d ON d.id = e.table_id
                 WHERE e.source_id = %s AND e.embedding_model = %s AND vector_dims(e.embedding) = {dims}
+                  AND NOT {SENSITIVE}
                 ORDER BY (e.embedding::vector({dims})) <=> %s::vector({dims})
                 LIMIT %s
                 """,

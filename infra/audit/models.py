@@ -22,10 +22,11 @@ class AuditEvent(models.Model):
     """
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # A user with audit events cannot be deleted (the rows may not change): deactivate them.
     actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
-    actor_name = models.CharField(max_length=150, blank=True)  # kept if the user is deleted
+    actor_name = models.CharField(max_length=150, blank=True)
     action = models.CharField(max_length=64, db_index=True)  # "auth.login", "run.completed", …
     target_type = models.CharField(max_length=64, blank=True)
     target_id = models.CharField(max_length=64, blank=True)

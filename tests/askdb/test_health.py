@@ -5,16 +5,52 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
 from askdb import checks
+from askdb.roles import ADMIN, RESEARCHER
 from config import embedded
+from tests.factories import make_user
 
 pytestmark = pytest.mark.django_db
 
 
-def test_healthz_reports_each_part_anonymously(client):
+PARTS = {"app_database", "clinical_database", "broker", "worker", "llm"}
+
+
+def test_anonymous_healthz_shows_status_only(client, settings, scripted_llm):
+    response = client.get("/healthz")
+    body = response.content.decode()
+    report = json.loads(body)
+    assert set(report) == {"ok", "status", "components"}
+    assert set(report["components"]) == PARTS
+    assert set(report["components"].values()) <= {"ok", "down"}
+    assert report["components"]["app_database"] == "ok"
+    assert report["status"] in ("ok", "degraded") and report["ok"] is True
+    # nothing that names an endpoint, a database, a role or a host
+    for secret in (scripted_llm.base_url, "127.0.0.1", "askdb_clinical", "askdb_reader", "pgvector", "@"):
+        assert secret not in body
+
+
+def test_healthz_details_with_the_token(client, settings):
+    settings.ASKDB_HEALTHZ_TOKEN = "s3cret-monitoring-token"
+    assert "detail" not in client.get("/healthz", HTTP_AUTHORIZATION="Bearer wrong").content.decode()
+    report = json.loads(client.get("/healthz", HTTP_AUTHORIZATION="Bearer s3cret-monitoring-token").content)
+    assert "pgvector" in report["app_database"]["detail"]
+
+
+def test_healthz_details_for_admins_only(client):
+    make_user("rita", RESEARCHER)
+    client.force_login(make_user("root", ADMIN))
+    assert "detail" in json.loads(client.get("/healthz").content)["app_database"]
+    client.force_login(get_user_model().objects.get(username="rita"))
+    assert "components" in json.loads(client.get("/healthz").content)
+
+
+def test_healthz_reports_each_part_to_an_admin(client):
+    client.force_login(make_user("root", ADMIN))
     response = client.get("/healthz")
     report = json.loads(response.content)
     assert set(report) >= {
@@ -34,6 +70,7 @@ def test_healthz_reports_each_part_anonymously(client):
 
 def test_healthz_says_plainly_when_no_llm_is_configured(client, settings):
     settings.LLM_MODEL = ""
+    client.force_login(make_user("root", ADMIN))
     report = json.loads(client.get("/healthz").content)
     assert report["llm_configured"] is False
     assert "LLM_BASE_URL" in report["llm"]["detail"]
@@ -49,7 +86,7 @@ def test_healthz_is_503_when_the_broker_is_down(client, settings):
     finally:
         app.conf.broker_url = embedded.redis_url()
     assert response.status_code == 503
-    assert json.loads(response.content)["broker"]["ok"] is False
+    assert json.loads(response.content)["components"]["broker"] == "down"
 
 
 def test_configured_system_passes_checks():

@@ -4,22 +4,17 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from askdb.models import Run
 from askdb.services.runs import question_submit, run_cancel, run_execute, run_retry, runs_reap_stale
-from tests.celery_worker import running_worker
+from tests.celery_worker import running_worker, wait_for, worker_process
 from tests.factories import make_user
 from tests.support.scripted_llm import Delay, Hang, Reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -27,16 +22,6 @@ def llm(scripted_llm):
     scripted_llm.when("You screen questions", Reply('{"category": "answerable", "reason": "ok"}'))
     scripted_llm.when("You explain the result", Reply("Forty patients."))
     return scripted_llm
-
-
-def wait_for(predicate, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
 
 
 def test_question_runs_through_broker_and_worker(source, llm):
@@ -66,31 +51,13 @@ def test_cancel_stops_a_running_run_at_the_next_stage(source, llm):
 
 def test_a_worker_killed_mid_run_leaves_a_failed_retryable_run(source, llm, tmp_path):
     llm.when("You write one", Hang())
-    log = open(tmp_path / "worker.log", "wb")  # noqa: SIM115 - read in the assertion message
-    env = os.environ | {
-        "DJANGO_SETTINGS_MODULE": "config.settings.test",
-        "DATABASE_URL": _test_database_url(),
-        "LLM_BASE_URL": llm.base_url,
-        "LLM_MODEL": "scripted",
-        "LLM_MAX_RETRIES": "0",
-    }
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool", "solo", "--loglevel", "WARNING",
-         "--hostname", f"doomed-{os.getpid()}@%h"],
-        cwd=ROOT, env=env, start_new_session=True, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
+    with worker_process("doomed", tmp_path / "worker.log", pool="solo", llm=llm) as worker:
         user = make_user("r3", "researcher")
         run = question_submit(user=user, text="How many patients are there?", source=source)
-        try:
-            wait_for(lambda: run.stages.filter(name="generate").exists(), timeout=60)
-        except AssertionError:
-            raise AssertionError((tmp_path / "worker.log").read_text()[-3000:]) from None
+        wait_for(lambda: run.stages.filter(name="generate").exists(), timeout=60,
+                 message=lambda: (tmp_path / "worker.log").read_text()[-3000:])  # fmt: skip
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait(10)
-    finally:
-        if worker.poll() is None:
-            os.killpg(worker.pid, signal.SIGKILL)
     run.refresh_from_db()
     assert run.status == Run.Status.RUNNING  # what a dead worker leaves behind
 
@@ -121,9 +88,3 @@ def test_a_redelivered_message_for_a_started_run_fails_it_instead_of_running_twi
     run.refresh_from_db()
     assert run.status == Run.Status.FAILED and run.outcome == "worker_lost"
     assert run_execute(run_id=10**9) is None  # a message about a run that no longer exists
-
-
-def _test_database_url() -> str:
-    from config import embedded
-
-    return embedded.pg_dsn(connection.settings_dict["NAME"])

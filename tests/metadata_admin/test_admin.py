@@ -371,3 +371,15 @@ def test_revisions_and_values_are_read_only(admin_client, source):
     values = admin_client.get(reverse("admin:metadata_admin_valueentry_changelist"), {"q": "creatinine"})
     assert values.status_code == 200 and "Creatinine" in values.content.decode()
     assert admin_client.get(reverse("admin:metadata_admin_valueentry_add")).status_code == 403
+
+
+def test_the_minimum_cell_size_is_set_per_source_in_the_admin_and_audited(admin_client, source):
+    url = reverse("admin:metadata_admin_clinicalsource_change", args=[source.pk])
+    data = form_fields(admin_client.get(url).content.decode(), "clinicalsource_form")
+    assert data["min_cell_size"] == "11"
+    response = admin_client.post(url, data | {"min_cell_size": "5"})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    source.refresh_from_db()
+    assert source.min_cell_size == 5
+    event = AuditEvent.objects.get(action="source.changed")
+    assert event.detail == {"min_cell_size": "5"} and event.message == "min_cell_size"

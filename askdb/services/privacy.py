@@ -1,0 +1,49 @@
+"""Privacy rules for a user on a source: the policy the pipeline enforces (small-cell size from
+the source, row-level and sensitive-column rights from the role, sensitive columns from the
+catalog), and the same protection for results that reach a run outside the pipeline."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from askdb.pipeline import privacy
+from askdb.services.sql import ReviewError
+from metadata_admin.models import ColumnDoc
+from metadata_admin.services import source_catalog_schema
+
+
+def privacy_policy(*, source, user, evaluation: bool = False) -> privacy.PrivacyPolicy:
+    """What `user` may see of `source` (user None: the strictest rights). Row-level results need
+    the role's view_row_level permission and a source that is not aggregate-only.
+
+    An evaluation run (`evaluation`) measures askdb's SQL against gold answers for admins; its
+    inactive user holds no permission, so the rights come from the channel, not the user. The
+    source's small-cell rule applies to it like to any run."""
+    sensitive = ColumnDoc.objects.filter(table__source=source, sensitive=True).values_list(
+        "table__name", "name"
+    )
+    return privacy.PrivacyPolicy(
+        min_cell_size=source.min_cell_size,
+        row_level=evaluation
+        or (not source.aggregate_only and bool(user and user.has_perm("askdb.view_row_level"))),
+        sensitive_allowed=evaluation or bool(user and user.has_perm("askdb.view_sensitive")),
+        sensitive_columns=frozenset(f"{t}.{c}".lower() for t, c in sensitive),
+        identifier_columns=frozenset(settings.ASKDB_IDENTIFIER_COLUMNS),
+    )
+
+
+def result_protect(*, run, sql: str, result) -> privacy.ProtectedResult:
+    """A result that reaches a run outside the pipeline (a reviewer's correction, a picked
+    candidate) is protected like any answer, for the person who asked: their rights, the source's k.
+
+    Raises ReviewError with the reason when the asker may not see this output."""
+    source = run.question.source
+    policy = privacy_policy(source=source, user=run.question.user)
+    analysis = privacy.analyse_output(
+        sql, source.dialect, policy=policy, catalog=source_catalog_schema(source)
+    )
+    try:
+        privacy.check_access(analysis, policy, sql=sql)
+    except privacy.PrivacyRefusal as exc:
+        raise ReviewError(f"The person who asked may not see this result: {exc.message}") from exc
+    return privacy.protect(result, analysis, policy)
