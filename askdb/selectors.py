@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from askdb.models import Example, Review, Run
 from askdb.pipeline import privacy
+from askdb.pipeline.answer import answer_sentence
 from askdb.pipeline.validation import SqlValidationError, referenced_tables
 from askdb.roles import ADMIN, user_role
 from askdb.services.runs import runs_reap
@@ -240,6 +241,17 @@ def run_chart_spec(*, run) -> dict | None:
         kind = "bar"
     return {"type": kind, "labels": ["NULL" if x is None else str(x) for x in xs], "values": ys,
             "x": columns[xi], "y": columns[yi], "suppressed": len(hidden)}  # fmt: skip
+
+
+def run_answer(*, run) -> str:
+    """The answer in one sentence: the LLM's summary, or (no LLM) a sentence built from the
+    question and the result; "" when the run has no result to state."""
+    if run.status != Run.Status.SUCCEEDED or not run.result_columns or run.outcome == "ambiguous":
+        return ""
+    if run.summary:
+        return run.summary
+    rows = (run.result_rows or [])[:50]
+    return answer_sentence(run.question.text, run.result_columns, rows, row_count=run.row_count)
 
 
 def run_may_act(*, user, run) -> bool:

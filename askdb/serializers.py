@@ -11,6 +11,7 @@ from rest_framework import serializers
 
 from askdb.models import Example, Review, Run, SqlAttempt, StageEvent
 from askdb.outcomes import run_outcome
+from askdb.selectors import run_answer
 
 # --------------------------------------------------------------------------- inputs
 
@@ -304,6 +305,9 @@ class RunDetailSerializer(RunListSerializer):
 
     gate = GateSerializer(source="*")
     tokens = TokensSerializer(source="*")
+    answer = serializers.SerializerMethodField(
+        help_text="The answer in one sentence (the LLM's summary, or built from the question and the result)."
+    )
     stages = StageSerializer(many=True)
     attempts = SqlAttemptSerializer(many=True)
     # The result page comes in through the context (key "result"): it depends on the request's
@@ -325,11 +329,14 @@ class RunDetailSerializer(RunListSerializer):
     )
 
     class Meta(RunListSerializer.Meta):
-        fields = [*RunListSerializer.Meta.fields, "message", "started_at", "gate", "retrieval", "stages",
+        fields = [*RunListSerializer.Meta.fields, "answer", "message", "started_at", "gate", "retrieval", "stages",
                   "attempts", "sql", "summary", "tokens", "cost_usd", "result", "review_status", "reviews",
                   "confidence", "answered_by", "example", "examples_used", "catalog_version", "model",
                   "privacy"]  # fmt: skip
         read_only_fields = fields
+
+    def get_answer(self, run: Run) -> str:
+        return run_answer(run=run)
 
     @extend_schema_field(ResultPageSerializer(allow_null=True))
     def get_result(self, run: Run) -> dict | None:

@@ -27,7 +27,7 @@ from openpyxl import Workbook
 from askdb import health, selectors
 from askdb.models import Review, Run
 from askdb.outcomes import run_outcome
-from askdb.pipeline.answer import answer_sentence, format_cell
+from askdb.pipeline.answer import format_cell
 from askdb.roles import ADMIN, user_role
 from askdb.services.reviews import review_approve, review_correct, review_flag, review_reassign
 from askdb.services.runs import (
@@ -111,7 +111,7 @@ def _run_context(request: HttpRequest, run: Run) -> dict:
         "tables": [t | {"pct": round(100 * min(max(t.get("score") or 0, 0), 1))} for t in tables],
         "values": run.retrieval.get("values", [])[:10] if run.retrieval else [],
         "result": _result_page(request, run),
-        "answer": (answer := _answer(run) if succeeded and run.result_columns else ""),
+        "answer": (answer := selectors.run_answer(run=run)),
         "single_value": _single_value(run, answer) if succeeded else None,
         "chart": selectors.run_chart_spec(run=run) if succeeded else None,
         "changed_bindings": _changed_bindings(run),
@@ -129,15 +129,6 @@ def _run_context(request: HttpRequest, run: Run) -> dict:
             "suggestions": selectors.run_suggestions(run=run) if not succeeded or not run.sql else [],
         }
     return context
-
-
-def _answer(run: Run) -> str:
-    """The LLM's summary, or (no LLM) a sentence built from the question and the result."""
-    if run.summary:
-        return run.summary
-    return answer_sentence(
-        run.question.text, run.result_columns, run.result_rows[:50], row_count=run.row_count
-    )
 
 
 def _changed_bindings(run: Run) -> list[dict]:
