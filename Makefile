@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint format smoke services-stop bench clean browser
+.PHONY: demo test install lint format smoke services-stop bench bench-answerability clean browser
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || command -v python3 >/dev/null 2>&1 || { echo "askdb: Python 3.11 is required (python3.11 not found); install it and retry"; exit 1; }
@@ -56,6 +56,10 @@ test: install browser lint
 
 bench: install
 	$(PY) benchmarks/run.py
+
+# The answerability gate on EHRSQL-2024 (train → valid); needs ../shared/ehrsql-2024-dev.
+bench-answerability: install
+	nice $(PY) benchmarks/ehrsql_answerability.py --json .askdb/bench-answerability.json
 
 services-stop: install
 	@$(PY) manage.py services stop

@@ -13,4 +13,5 @@ urlpatterns = [
     path("import/", views_library.examples_import_view, name="import"),
     path("export/", views_library.examples_export_view, name="export"),
     path("revalidate/", views_library.examples_revalidate_view, name="revalidate"),
+    path("answerability/train/", views_library.answerability_train_view, name="train_answerability"),
 ]

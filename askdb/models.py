@@ -133,6 +133,26 @@ class Run(models.Model):
     def is_terminal(self) -> bool:
         return self.status in self.TERMINAL
 
+    @property
+    def gate_label(self) -> str:
+        """The gate's decision in words (never the raw category code)."""
+        from askdb.answerability.rules import CATEGORY_LABELS
+
+        return CATEGORY_LABELS.get(self.gate_category, self.gate_category.replace("_", " "))
+
+    @property
+    def outcome_label(self) -> str:
+        """The outcome in words: a gate category by its label, anything else without underscores."""
+        from askdb.answerability.rules import CATEGORY_LABELS
+
+        if self.outcome == self.gate_category and self.outcome in CATEGORY_LABELS:
+            return CATEGORY_LABELS[self.outcome]
+        return self.outcome.replace("_", " ")
+
+    @property
+    def answerability_version(self) -> str:
+        return (self.answerability or {}).get("version", "")
+
 
 class StageEvent(models.Model):
     class Status(models.TextChoices):

@@ -116,6 +116,20 @@ for _code, _kw in {
         tone="warn",
         plain_message=True,
     ),
+    "not_in_schema": dict(
+        label="Declined: not in this database",
+        sentence="This database does not hold the information the question asks for.",
+        next_step=_REPHRASE,
+        tone="warn",
+        plain_message=True,
+    ),
+    "advice": dict(
+        label="Declined: asks for advice",
+        sentence="The question asks for advice or an opinion; the database records the care given, not what is best.",
+        next_step="Ask what was done instead (which drugs were given, how often…).",
+        tone="warn",
+        plain_message=True,
+    ),
     "out_of_scope": dict(
         label="Declined: outside this database",
         sentence="This question is about something this clinical database does not cover.",

@@ -15,7 +15,7 @@ from django.utils import timezone
 from rapidfuzz import fuzz
 from sqlglot import exp
 
-from askdb.answerability.scorer import get_scorer
+from askdb.answerability.scorer import gate_verdict
 from askdb.models import Example, LlmCall, Run, SqlAttempt, StageEvent
 from askdb.pipeline import offline, prompts
 from askdb.pipeline.engine import ExecutionFailure, RetrievalView
@@ -115,11 +115,9 @@ class DjangoPorts:
         return results, threshold
 
     def answerability(self, question: str, values: list) -> dict | None:
-        """The trained schema-relevance model's verdict (None when no model is trained for the source)."""
-        scorer = get_scorer(self.source)
-        if scorer is None:
-            return None
-        return scorer.score(question, linked_values=values).to_json()
+        """The answerability gate's verdict: the trained model with its rules, or the rules alone
+        when no model is trained for the source (they need no training)."""
+        return gate_verdict(self.source, question)
 
     def lookup_value(self, table_column: str, text: str) -> list[tuple[str, float]]:
         """Real values of one column like `text`, from the clinical database itself (read-only):

@@ -168,7 +168,12 @@ class RunListSerializer(serializers.ModelSerializer):
 
 class GateSerializer(serializers.Serializer):
     category = serializers.CharField(source="gate_category")
-    reason = serializers.CharField(source="gate_reason")
+    label = serializers.CharField(source="gate_label", help_text="The category in words.")
+    reason = serializers.CharField(source="gate_reason", help_text="Why, in plain words.")
+    model_version = serializers.CharField(
+        source="answerability_version",
+        help_text="The answerability model that judged the question ('' for rules only).",
+    )
 
 
 class TokensSerializer(serializers.Serializer):

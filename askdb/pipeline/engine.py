@@ -36,6 +36,9 @@ NO_LLM_MESSAGE = (
 )
 
 
+GATE_FALLBACK_REASON = "No table or column in this database seems to hold what this question asks for, so askdb cannot answer it."
+
+
 @dataclass(frozen=True)
 class PipelineConfig:
     k: int = 5
@@ -238,26 +241,25 @@ class Pipeline:
                                   library_match=match_info)  # fmt: skip
 
         with self._stage("gate") as st:
+            # The answerability gate, before any LLM call: its rules and (when trained) its model
+            # decline a question with a reason in plain words, and an unanswerable question costs
+            # no tokens. With an LLM, the LLM's category check still follows.
+            verdict = self.ports.answerability(req.question, view.values)
+            if verdict is not None:
+                self._answerability = verdict
+                st.note(answerability={k: verdict.get(k) for k in ("probability", "threshold", "answerable",
+                        "kind", "version") if k in verdict}, reason=verdict.get("reason", ""),
+                        top_tables=verdict.get("per_table", [])[:3])  # fmt: skip
+                if not verdict.get("answerable", True):
+                    st.finish("stopped")
+                    category = verdict.get("category") or "not_in_schema"
+                    reason = verdict.get("reason") or GATE_FALLBACK_REASON
+                    return Outcome("declined", category, reason, gate_category=category, gate_reason=reason)
             if view.best_doc_score < cfg.similarity_floor:
                 st.note(decision="no_data", best_doc_score=view.best_doc_score, floor=cfg.similarity_floor)
                 st.finish("stopped")
                 reason = "I don't have the data to answer that: no table in this database is about what the question asks."
                 return Outcome("declined", "no_data", reason, gate_category="no_data", gate_reason=reason)
-            # The schema-relevance model, before any LLM call: an unanswerable question costs no tokens.
-            verdict = self.ports.answerability(req.question, view.values)
-            if verdict is not None:
-                self._answerability = verdict
-                st.note(answerability={k: verdict.get(k) for k in ("probability", "threshold", "answerable")},
-                        top_tables=verdict.get("per_table", [])[:3])  # fmt: skip
-                if not verdict.get("answerable", True):
-                    st.finish("stopped")
-                    best = (verdict.get("per_table") or [{}])[0]
-                    reason = (
-                        "I don't think this database can answer that: no table here is what the question needs "
-                        f"(the most relevant, {best.get('table', '?')}, scores {best.get('relevance', 0):.2f}; "
-                        f"answerability {verdict.get('probability', 0):.2f}, below {verdict.get('threshold', 0):.2f})."
-                    )
-                    return Outcome("declined", "no_data", reason, gate_category="no_data", gate_reason=reason)
             if self.ports.chat is None:
                 st.note(decision="not checked", reason="no LLM configured")
                 st.finish("skipped")

@@ -172,7 +172,7 @@ def test_a_researcher_asks_and_finds_the_run_in_list_and_detail(source):
     detail = client.get(body["url"]).json()
     assert detail["run"] == run.pk and detail["status"] == "queued" and detail["user"] == "rita"
     assert detail["stages"] == [] and detail["attempts"] == [] and detail["result"] is None
-    assert detail["gate"] == {"category": "", "reason": ""}
+    assert detail["gate"] == {"category": "", "label": "", "reason": "", "model_version": ""}
     assert detail["tokens"] == {"prompt": 0, "completion": 0}
 
 
@@ -275,7 +275,8 @@ def test_a_finished_run_shows_everything_and_a_sorted_page_of_its_result(source)
 
     detail = client.get(detail_url(run)).json()
     assert detail["status"] == "succeeded" and detail["outcome"] == "answered"
-    assert detail["gate"] == {"category": "answerable", "reason": "the patients table holds this"}
+    assert detail["gate"] == {"category": "answerable", "label": "answerable",
+                              "reason": "the patients table holds this", "model_version": ""}  # fmt: skip
     assert detail["retrieval"]["tables"][0]["table"] == "mimiciv_hosp.patients"
     assert [s["name"] for s in detail["stages"]] == ["gate", "generate", "validate", "execute"]
     assert set(detail["stages"][0]) == {"name", "status", "started_at", "duration_ms", "detail"}
@@ -487,7 +488,12 @@ def test_a_question_asked_over_http_is_answered_by_a_worker_and_downloaded(sourc
     assert (
         detail["summary"] == "Forty." and detail["sql"] == "SELECT count(*) AS n FROM mimiciv_hosp.patients"
     )
-    assert detail["gate"] == {"category": "answerable", "reason": "ok"}
+    assert detail["gate"] == {
+        "category": "answerable",
+        "label": "answerable",
+        "reason": "ok",
+        "model_version": "",
+    }
     assert "execute" in [s["name"] for s in detail["stages"]] and detail["attempts"][0]["valid"]
     with psycopg.connect(embedded.pg_dsn(embedded.CLINICAL_DB)) as conn:
         patients = conn.execute("SELECT count(*) FROM mimiciv_hosp.patients").fetchone()[0]

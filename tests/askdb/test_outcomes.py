@@ -19,7 +19,7 @@ def a_run(source, text="How many patients are there?", **fields) -> Run:
 
 
 def test_every_code_the_pipeline_ends_with_has_plain_words():
-    codes = ["answered", "no_rows", "ambiguous", "no_llm", "no_data", "out_of_scope", "non_medical", "future_data",
+    codes = ["answered", "no_rows", "ambiguous", "no_llm", "no_data", "not_in_schema", "advice", "out_of_scope", "non_medical", "future_data",
              "private_data", "sql_invalid", "execution_error", "timeout", "time_limit", "llm_error", "worker_lost",
              "error", "cancelled"]  # fmt: skip
     for code in codes:

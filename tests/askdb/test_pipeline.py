@@ -105,7 +105,8 @@ def test_repair_loop_gives_up_after_n_rounds(source, llm, settings):
 @pytest.mark.parametrize("category", ["out_of_scope", "non_medical", "future_data", "private_data"])
 def test_each_gate_category_stops_politely_with_its_reason(source, llm, category):
     llm.when(GATE, Reply(f'{{"category": "{category}", "reason": "because {category}"}}'))
-    run = ask("What is the home address of the oldest patient?", source)
+    # A question the gate's rules let through: the LLM's category check decides.
+    run = ask("How many patients had a knee MRI?", source)
 
     assert run.status == Run.Status.DECLINED and run.outcome == category
     assert run.gate_category == category and run.message == f"because {category}"
@@ -115,7 +116,7 @@ def test_each_gate_category_stops_politely_with_its_reason(source, llm, category
 
 def test_similarity_floor_answers_no_data_without_any_llm_call(source, llm, settings):
     settings.ASKDB_SIMILARITY_FLOOR = 0.99
-    run = ask("What is the weather in Paris tomorrow?", source)
+    run = ask("Tell me about the Eiffel tower.", source)
     assert run.status == Run.Status.DECLINED and run.outcome == "no_data"
     assert "don't have the data" in run.message
     assert llm.chat_requests() == []

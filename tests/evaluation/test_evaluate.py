@@ -89,7 +89,8 @@ def test_evaluate_end_to_end_in_parallel(source, scripted_llm, settings, benchma
     assert (q1.verdict, q1.abstained, q1.correct, q1.outcome) == ("correct", False, True, "answered")
     assert (q2.verdict, q2.abstained, q2.correct) == ("wrong", False, False)
     assert "rows" in q2.why or "values" in q2.why
-    assert (q3.verdict, q3.abstained, q3.outcome) == ("correct_abstention", True, "private_data")
+    # The answerability gate's rules decline the address question before any LLM call.
+    assert (q3.verdict, q3.abstained, q3.outcome) == ("correct_abstention", True, "not_in_schema")
     assert q2.predicted_sql.endswith("gender = 'F'") and q2.category == "count"
     assert q1.metadata == {"tables": ["mimiciv_hosp.patients"], "paraphrase_of": None}
 

@@ -21,18 +21,21 @@ class Command(BaseCommand):
             "--questions", default=None,
             help="held-out labelled questions (a file `evaluate` reads); default: leave-one-out over the library",
         )  # fmt: skip
+        parser.add_argument("--labels", default=None, help="the EHRSQL label.json that goes with --questions")
         parser.add_argument("--min-precision", type=float, default=0.95)
         parser.add_argument("--no-progress", action="store_true")
 
-    def handle(self, *args, source, questions, min_precision, no_progress, **options):
+    def handle(self, *args, source, questions, labels, min_precision, no_progress, **options):
         try:
             src = source_get(source)
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
+        if labels and not questions:
+            raise CommandError("--labels goes with --questions (the EHRSQL data.json it labels)")
         items = None
         if questions:  # any format `evaluate` reads: our benchmark's JSON list, EHRSQL, CSV
             try:
-                items = [{"question": i.question, "sql": i.gold_sql} for i in load_items(questions)]
+                items = [{"question": i.question, "sql": i.gold_sql} for i in load_items(questions, labels)]
             except FormatError as exc:
                 raise CommandError(str(exc)) from exc
         total = len(items) if items else src.examples.filter(kind="answerable", status="active").count()

@@ -152,6 +152,7 @@ class Command(BaseCommand):
         users = demo_users_ensure()
         self._step("demo users ready", t0)
         self._seed_library(t0)
+        self._train_gate(t0)
 
         manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
         logs = settings.ASKDB_HOME / "log"
@@ -206,6 +207,26 @@ class Command(BaseCommand):
         reviewer = get_user_model().objects.filter(username="reviewer").first()
         summary = library_seed_demo(source=source_get(None), path=path, approved_by=reviewer)
         self._step(f"example library ready ({summary})", t0)
+
+    def _train_gate(self, t0: float) -> None:
+        """Train the answerability gate on the seeded library once, so the first unanswerable
+        question is declined with its reason (the rules alone would still run without it)."""
+        from askdb.answerability import store
+        from askdb.answerability.data import answerability_train
+        from askdb.answerability.model import TrainingError
+        from metadata_admin.services import source_get
+
+        source = source_get(None)
+        if store.current_version(source.name):
+            self._step(f"answerability model {store.current_version(source.name)} ready", t0)
+            return
+        try:
+            report = answerability_train(source=source)
+        except TrainingError as exc:
+            self._step(f"answerability model not trained ({exc}); the gate's rules still run", t0)
+            return
+        f1 = report.metrics["unanswerable"]["f1"]
+        self._step(f"answerability model {report.version} trained (grouped-CV F1 {f1:.2f})", t0)
 
     def _load_demo_data(self, t0: float) -> None:
         from metadata_admin.services import clinical_demo_ensure

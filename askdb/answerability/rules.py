@@ -1,0 +1,287 @@
+"""Plain-word rules for the kinds of question no clinical database answers, with their reasons.
+
+The learned model (`model`) decides from what a library taught it; these rules name *why*, and
+catch the kinds a small library has never shown it: questions about the future, requests for
+advice or opinions, attempts to identify or contact a person, questions that are not about the
+patient data at all, and questions about information no column of this catalog holds.
+
+Each rule is a regular expression written from the kinds of question reviewers flag (the
+EHRSQL train split's unanswerable questions, and the issue's examples), never from held-out
+data. A rule is "decisive" when it alone declines a question (its wording is unambiguous, e.g.
+"should be prescribed", "phone number"); every rule is also a feature the learned combiner
+weighs, so a softer hint ("next", "family") only declines together with the model.
+
+Concepts ("blood type", "patient addresses") are checked against the catalog's column docs: a
+concept some column documents (MIMIC's admissions.insurance, language, marital_status, race) is
+not absent, so questions about it pass; one no column mentions is "not in the schema".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+KINDS = ("not_in_schema", "future", "advice", "private", "out_of_scope")
+PRIORITY = ("private", "out_of_scope", "not_in_schema", "advice", "future")
+
+# The gate category each kind is recorded under (the LLM gate's categories, plus two of ours).
+CATEGORY = {
+    "not_in_schema": "not_in_schema",
+    "future": "future_data",
+    "advice": "advice",
+    "private": "private_data",
+    "out_of_scope": "out_of_scope",
+}
+
+KIND_LABELS = {
+    "not_in_schema": "not in the database",
+    "future": "about the future",
+    "advice": "advice or opinion",
+    "private": "identifies or contacts a person",
+    "out_of_scope": "outside this database's scope",
+}
+
+# Said when the kind comes from the flagged question this one resembles, not from its own words.
+KIND_REASONS = {
+    "not_in_schema": "it asks for information no table or column in this database holds",
+    "future": "it asks about the future, and the database only holds what happened up to its as-of date",
+    "advice": "it asks for advice or an opinion, and the database records the care given, not what is best",
+    "private": "it would identify or contact a person, and the data is de-identified",
+    "out_of_scope": "it is not about the patient records this database holds",
+}
+
+# What a researcher reads for each category, whoever declined (this gate or the LLM's check).
+CATEGORY_LABELS = {
+    "answerable": "answerable",
+    "no_data": "no table holds this",
+    "not_in_schema": "information the database does not hold",
+    "future_data": "about the future",
+    "advice": "asks for advice or an opinion",
+    "private_data": "would identify or contact a person",
+    "out_of_scope": "outside this database's scope",
+    "non_medical": "not about the patient data",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One rule that fired: its kind, the words that triggered it, and the sentence to show."""
+
+    kind: str
+    rule: str
+    evidence: str
+    reason: str
+    decisive: bool
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "rule": self.rule, "evidence": self.evidence, "reason": self.reason,
+                "decisive": self.decisive}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    kind: str
+    pattern: str
+    reason: str  # may use {evidence}
+    decisive: bool = True
+
+    def search(self, text: str) -> re.Match | None:
+        return re.search(self.pattern, text, re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Concept:
+    """Information researchers ask for that a clinical catalog may or may not document."""
+
+    name: str
+    pattern: str  # how a question asks for it
+    covered_by: str  # words that, in a column's name or doc, mean the catalog holds it
+    what: str  # "patient addresses": fills "The database has no {what}"
+    decisive: bool = True
+
+
+_PATIENT = r"(?:patient|subject|person|he|she|they|him|her|them)"
+
+RULES: tuple[Rule, ...] = (
+    # -- the future, predictions --------------------------------------------------------------
+    Rule("predict", "future",
+         r"\b(?:predict\w*|forecast\w*|prognos\w*|projected|extrapolat\w*)\b",
+         "This asks for a prediction ({evidence}); the database records what has happened up to its "
+         "as-of date, so askdb cannot answer it."),
+    Rule("will_happen", "future",
+         r"\b(?:will|going to|gonna|is (?:he|she|they) likely to|is likely to|expected to)\b(?![^?]*\bcost\b)"
+         r"[^?.]{0,60}\b(?:be|get|have|need|die|survive|visit|return|come|receive|develop|stay|take|go|"
+         r"admitted|discharged|given|provided|done|readmitted|recover)\b",
+         "This asks about the future ({evidence}); the database only holds what happened up to its "
+         "as-of date, so askdb cannot answer it."),
+    Rule("next_time", "future",
+         r"\b(?:next (?:year|month|week|visit|appointment|admission|time|dose|stay)|tomorrow|in the (?:coming|next) "
+         r"\w+|upcoming|from now on|in the future|be able to visit|scheduled (?:to|for)|earliest (?:scheduled|next)|"
+         r"next visit)\b",
+         "This asks about the future ({evidence}); the database only holds what happened up to its "
+         "as-of date, so askdb cannot answer it."),
+    Rule("may_be_admitted", "future",
+         r"\b(?:may|can|could|might) be (?:admitted|hospitali[sz]ed|transferred|discharged)\b",
+         "This asks what could happen next ({evidence}); the database only records what did happen, so "
+         "askdb cannot answer it."),
+    # -- advice and opinion -------------------------------------------------------------------
+    Rule("should", "advice",
+         r"\b(?:should|ought to|must)\b(?:[^?.]{0,40})\b(?:be |i |we |you |he |she |they )?"
+         r"(?:prescrib\w*|give|given|administer\w*|taken|take|do|done|use|used|avoid\w*|follow\w*|recommend\w*|"
+         r"treat\w*|prepare\w*|visit\w*|start\w*|stop\w*)\b",
+         "This asks for advice ({evidence}); the database records the care patients received, not what "
+         "should be done, so askdb cannot answer it."),
+    Rule("should_not", "advice",
+         r"\b(?:should ?n[o']t|should not|must not|not to be (?:given|taken|administered)|isn'?t to be|"
+         r"to avoid|contraindicat\w*)\b",
+         "This asks for advice ({evidence}); the database records the care patients received, not what "
+         "should be done, so askdb cannot answer it."),
+    Rule("recommend", "advice",
+         r"\b(?:recommend\w*|advis\w*|best (?:way|treatment|drug|medication|option|choice)|what (?:to|should i) "
+         r"do|precaution\w*|guideline\w*|protocol\w*|proc+edural|is it safe|in your opinion|checklist|"
+         r"what to prepare|prepare (?:before|for)|preparation for|suggestions? for|tips? (?:on|for)|things to do|"
+         r"how (?:do you|to) proceed|steps? (?:after|before|to take))\b",
+         "This asks for advice or an opinion ({evidence}); the database records the care patients "
+         "received, not what is best, so askdb cannot answer it."),
+    # -- identifying or contacting a person ---------------------------------------------------
+    Rule("identify", "private",
+         r"\b(?:re-?identif\w*|identify (?:the |this |that |a )?(?:patient|person|subject|him|her)|de-?anonymi\w*|"
+         r"real (?:name|identity)|who (?:exactly )?is (?:patient|subject) \d+|(?:full |first |last |sur)name of "
+         r"(?:the )?(?:patient|subject)|(?:patient|subject) \d+'?s? (?:full |first |last )?name\b|"
+         r"social security|ssn|passport|driver'?s licen[cs]e|medical record number|mrn)\b",
+         "This would identify a person ({evidence}); the data is de-identified and askdb will not help "
+         "re-identify anyone."),
+    Rule("contact", "private",
+         r"\b(?:contact|reach|call|e-?mail|text|locate|track down|get in touch with)\b[^?.]{0,30}\b"
+         r"(?:patient|subject|family|relatives?|next of kin|him|her|them)\b(?![^?.]*\b(?:hospital|icu|ward|"
+         r"emergency|careunit)\b)",
+         "This asks how to contact or find a person ({evidence}); the data is de-identified and askdb "
+         "will not help reach anyone."),
+    # -- not about the patient data ------------------------------------------------------------
+    Rule("non_medical", "out_of_scope",
+         r"\b(?:weather|forecast for|stock price|bitcoin|football|soccer|recipe|joke|poem|song|movie|"
+         r"capital of|translate|python code|write (?:me )?(?:a|an|some) (?:code|program|story|essay|email)|"
+         r"who won|lottery|horoscope)\b",
+         "This is not a question about the patient data in this database ({evidence}), so askdb cannot "
+         "answer it."),
+    Rule("hospital_operations", "out_of_scope",
+         r"\b(?:how many (?:operating|operation) rooms|(?:operating|operation) rooms? (?:are |is )?(?:available|now|"
+         r"exist\w*|free|open|there)|single rooms?|rooms? (?:are )?available|available rooms?|bed availability|"
+         r"quarantine room|disinfect\w*|steriliz\w*|outpatient schedule|(?:rounds|office hours|shifts?) "
+         r"(?:of|for|with|today)|dr\. ?\w+'?s? (?:rounds|schedule|outpatient|office)|rounds and procedures|"
+         r"reimburs\w*|insurance (?:claim|coverage|policy)|parking|cafeteria|visiting hours|ward id|"
+         r"id of (?:the )?ward|ward (?:identification|number))\b",
+         "This is about running the hospital ({evidence}), not about the patient records this database "
+         "holds, so askdb cannot answer it."),
+    Rule("other_department", "out_of_scope",
+         r"\b(?:(?:an)?other|different) (?:medical )?(?:department|hospital|clinic|institution)s?\b",
+         "This asks about care given elsewhere ({evidence}); the database only holds this hospital's "
+         "records, so askdb cannot answer it."),
+    Rule("external_knowledge", "out_of_scope",
+         r"\bicd-?11\b|\bicd-?10-?(?:pcs|cm)? (?:code )?(?:for|of) icd-?11\b",
+         "This needs a code system the database does not hold ({evidence}), so askdb cannot answer it."),
+)  # fmt: skip
+
+CONCEPTS: tuple[Concept, ...] = (
+    Concept("address", r"\b(?:home |street |postal |mailing )?address(?:es)?\b|\bwhere (?:does|did) "
+            rf"{_PATIENT} (?:\d+ )?live\b|\bzip ?code\b|\bpostcode\b",
+            r"\baddress|\bzip\b|postcode|postal", "patient addresses"),
+    Concept("phone", r"\b(?:phone|telephone|mobile|cell) (?:number|no\.?)s?\b|\bphone\b|\bfax\b",
+            r"\bphone|telephone", "phone numbers"),
+    Concept("email", r"\be-?mail(?: address)?\b", r"e-?mail", "e-mail addresses"),
+    Concept("blood_type", r"\bblood ?(?:type|group)s?\b|\b(?:type|kind|sort)s? of blood\b|\brh factor\b|"
+            r"\babo\b", r"blood (?:type|group)|\babo\b", "blood types"),
+    Concept("family_history", r"\bfamily history\b(?! of (?:malignant|other|diabetes|ischemic)\b)|"
+            r"\b(?:his|her|hisher|their)(?: ?/ ?(?:his|her))? family\b|'s family\b|"
+            r"\bin (?:the|his|her|their) family\b|\bhereditary\b|"
+            r"\binherited (?:disease|condition|disorder)s?\b|\bfamily of a person\b", r"family history",
+            "family histories", decisive=False),
+    Concept("travel", r"\btravel\w*\b|\babroad\b|\boverseas\b|\banother country\b|\bforeign countr",
+            r"\btravel", "travel histories"),
+    Concept("genetics", r"\bgenetic\w*\b|\bgenom\w*\b|\bchromosom\w*\b|\bdna (?:test|sequenc)\w*|\bgene "
+            r"(?:test|panel|and)\w*", r"genetic|genom|genotyp", "genetic test results"),
+    Concept("covid", r"\bcovid\b|\bcovid-?19\b|\bsars-?cov-?2\b|\bcoronavirus\b", r"covid|sars-?cov",
+            "COVID-19 test results"),
+    Concept("side_effects", r"\bside[- ]effects?\b|\badverse (?:reaction|event)s?\b|\bill effects?\b|\bcomplications? (?:when|while|"
+            r"during) (?:undergoing|receiving|having)\b",
+            r"side effect|adverse (?:reaction|event)", "records of side effects"),
+    Concept("appointments", r"\bappointments?\b", r"appointment", "appointment schedules"),
+    Concept("occupation", r"\boccupation\b|\bprofession\b|\bemployer\b|\bjob title\b|\bwhat (?:does|did) "
+            rf"{_PATIENT} (?:\d+ )?do for a living\b", r"occupation|employ", "occupations"),
+    Concept("income", r"\bincome\b|\bsalary\b|\bwages?\b|\bnet worth\b", r"\bincome|salary", "incomes"),
+    Concept("religion", r"\breligio\w*\b|\bfaith\b", r"religio", "religions"),
+    Concept("education", r"\beducation(?:al)? (?:level|attainment)\b|\bschooling\b|\bdegree (?:did|does)\b",
+            r"education", "education levels"),
+    Concept("imaging", r"\b(?:x-?ray|ct|mri|ultrasound|radiology|scan) (?:image|images|pixels?|films?)\b|"
+            r"\bdicom\b", r"dicom|\bimage", "medical images"),
+    Concept("opioid_dose", r"\bdos(?:e|age) of (?:an |the )?(?:prescribed )?opi(?:oid|ate)|\bopi(?:oid|ate)s? "
+            r"(?:dose|dosage)\b|\bprescribed opi(?:oid|ate)\b", r"opioid", "opioid classes of drugs",
+            decisive=False),
+    Concept("drug_classes", r"\bimmuno[- ]?(?:cancer|oncolog|cauter)\w*|\banti-?cancer drugs?\b|\bdrugs? "
+            r"(?:against|that work to treat) cancer\b|\bchemotherapy drugs?\b|\bdrug class(?:es)?\b",
+            r"drug class|\batc\b", "drug classes"),
+)  # fmt: skip
+
+_COMPILED_CONCEPTS = [(c, re.compile(c.pattern, re.IGNORECASE), re.compile(c.covered_by, re.IGNORECASE))
+                      for c in CONCEPTS]  # fmt: skip
+FEATURE_NAMES = tuple(f"rule_{k}" for k in KINDS)
+
+
+def absent_concepts(column_texts: Iterable[str]) -> frozenset[str]:
+    """Concepts no column of the catalog documents (by name or doc text)."""
+    text = "\n".join(column_texts)
+    return frozenset(c.name for c, _, covered in _COMPILED_CONCEPTS if not covered.search(text))
+
+
+def _evidence(match: re.Match) -> str:
+    return " ".join(match.group(0).split())
+
+
+def _future_dates(question: str, as_of_year: int | None) -> Finding | None:
+    if not as_of_year:
+        return None
+    for m in re.finditer(r"\b(1[89]\d\d|2\d\d\d)\b", question):
+        if int(m.group(1)) > as_of_year:
+            return Finding("future", "after_as_of", m.group(1),
+                           f"This asks about {m.group(1)}, after the data's as-of year {as_of_year}; the "
+                           "database cannot hold what has not happened yet.", True)  # fmt: skip
+    return None
+
+
+def findings(question: str, *, absent: Iterable[str] = (), as_of_year: int | None = None) -> list[Finding]:
+    """Every rule the question trips, decisive ones first."""
+    text = " ".join(str(question or "").split())
+    found = []
+    for rule in RULES:
+        m = rule.search(text)
+        if m:
+            ev = _evidence(m)
+            found.append(
+                Finding(rule.kind, rule.name, ev, rule.reason.format(evidence=f'"{ev}"'), rule.decisive)
+            )
+    absent = set(absent)
+    for concept, pattern, _ in _COMPILED_CONCEPTS:
+        if concept.name not in absent:
+            continue
+        m = pattern.search(text)
+        if m:
+            found.append(Finding("not_in_schema", concept.name, _evidence(m),
+                                 f"The database has no {concept.what}, so askdb cannot answer this.",
+                                 concept.decisive))  # fmt: skip
+    date = _future_dates(text, as_of_year)
+    if date:
+        found.append(date)
+    # Decisive first; among them the most specific kind names the reason ("will the weather be…"
+    # is about the weather before it is about the future).
+    return sorted(found, key=lambda f: (not f.decisive, PRIORITY.index(f.kind)))
+
+
+def rule_features(found: Sequence[Finding]) -> list[float]:
+    """One feature per kind: 1 for a decisive hit, 0.5 for a soft one, else 0."""
+    out = []
+    for kind in KINDS:
+        hits = [f for f in found if f.kind == kind]
+        out.append(1.0 if any(f.decisive for f in hits) else 0.5 if hits else 0.0)
+    return out
