@@ -92,6 +92,30 @@ class TemplateCandidate:
     template: Template
     similarity: float | None = None  # embedding cosine similarity of the questions, from the caller
     question: str = ""  # the example's question (defaults to the template's)
+    family: Family | None = None  # all paraphrases of its template (askdb.pipeline.library)
+
+
+@dataclass(frozen=True)
+class Family:
+    """What all paraphrases of one template say, so one example's wording is not the only yardstick.
+
+    `operators`: per operator key, every value the paraphrases use ("total" in one and "maximum" in
+    another is the same SQL). `words`: every content-word stem the paraphrases use. `neutral`:
+    words so common across the library's templates that they tell templates apart by nothing.
+    """
+
+    key: str
+    operators: dict[str, frozenset]
+    words: frozenset[str]
+    neutral: frozenset[str] = frozenset()
+    size: int = 1
+
+
+class ValueFinder(Protocol):
+    """Database values of linkable columns that a question contains, longest first (see library.ValueIndex)."""
+
+    def contained(self, question: str, column: str) -> list[tuple[int, int, str]]: ...
+    def spans(self, question: str) -> list[tuple[int, int]]: ...
 
 
 @dataclass(frozen=True)
@@ -142,17 +166,22 @@ def extract_values(question: str, template: Template | None = None) -> list[Span
     return sorted(spans, key=lambda s: (s.start, s.end))
 
 
-def mask_question(question: str) -> str:
-    """The question with ids, numbers, years, dates and genders replaced by `{type}`.
+def mask_question(question: str, values: ValueFinder | None = None) -> str:
+    """The question with ids, numbers, dates and genders replaced by `{type}`, named values by `{value}`.
 
-    Embedding masked questions keeps "patient 10004235" and "patient 10006580" equally close to an
-    example, which is what template retrieval wants.
+    Embedding masked questions keeps "patient 10004235" and "patient 10006580", or "aspirin" and
+    "heparin", equally close to an example, which is what template retrieval wants.
     """
+    pieces = [(s.start, s.end, f"{{{s.type}}}") for s in question_typed_spans(question, values)]
+    if values is not None:
+        pieces += [(a, b, "{value}") for a, b in values.spans(question)]
     out, cursor = [], 0
-    for span in extract_typed_spans(question):
-        out.append(question[cursor : span.start])
-        out.append(f"{{{span.type}}}")
-        cursor = span.end
+    for start, end, placeholder in sorted(pieces):
+        if start < cursor:
+            continue
+        out.append(question[cursor:start])
+        out.append(placeholder)
+        cursor = end
     out.append(question[cursor:])
     return "".join(out)
 
@@ -175,9 +204,15 @@ def _token_status(token: Token, fixed: set[str]) -> str:
     return "content"
 
 
-def _leftover_runs(question: str, tokens: list[Token], spans: list[Span], template: Template) -> list[Span]:
+def _leftover_runs(
+    question: str,
+    tokens: list[Token],
+    spans: list[Span],
+    template: Template,
+    fixed_words: frozenset[str] | None = None,
+) -> list[Span]:
     """Runs of content words that are neither the template's fixed words nor typed values."""
-    fixed = set(content_words(template.masked_question))
+    fixed = set(fixed_words) if fixed_words is not None else set(content_words(template.masked_question))
     taken = [(s.start, s.end) for s in spans]
     runs: list[list[Token]] = [[]]
     for token in tokens:
@@ -219,6 +254,7 @@ def match(
     catalog: CatalogSchema | None = None,
     calibration: Calibration | None = None,
     min_value_score: float = MIN_VALUE_SCORE,
+    values: ValueFinder | None = None,
 ) -> list[MatchResult]:
     """Every candidate scored for `question`, best first (clean bindings before the rest).
 
@@ -227,7 +263,7 @@ def match(
     """
     calibration = calibration or DEFAULT_CALIBRATION
     ops = question_operators(question)
-    typed = extract_typed_spans(question)
+    typed = question_typed_spans(question, values)
     quoted = _quoted(question, typed)
     cache: dict[tuple[str, str], list[tuple[str, float]]] = {}
 
@@ -238,7 +274,9 @@ def match(
         return cache[key]
 
     results = [
-        _match_one(question, ops, typed, quoted, c, cached_lookup, catalog, calibration, min_value_score)
+        _match_one(
+            question, ops, typed, quoted, c, cached_lookup, catalog, calibration, min_value_score, values
+        )
         for c in candidates
     ]
     results.sort(
@@ -250,6 +288,15 @@ def match(
         )
     )
     return results
+
+
+def question_typed_spans(question: str, values: ValueFinder | None = None) -> list[Span]:
+    """Typed spans of a question, less those inside a database value it names ("nacl 0.9%")."""
+    typed = extract_typed_spans(question)
+    if values is None:
+        return typed
+    named = values.spans(question)
+    return [s for s in typed if not any(a <= s.start and s.end <= b for a, b in named)]
 
 
 def decide(results: Sequence[MatchResult], threshold: float) -> tuple[MatchResult | None, list[MatchResult]]:
@@ -284,18 +331,20 @@ def _match_one(
     catalog: CatalogSchema | None,
     calibration: Calibration,
     min_value_score: float,
+    values: ValueFinder | None = None,
 ) -> MatchResult:
     template = candidate.template
+    family = candidate.family
     work = _Work()
     example_question = candidate.question or template.question
     if not template.usable:
         work.reasons.append(f"the example cannot be used as a template: {template.error or 'no SQL'}")
         return _result(candidate, example_question, None, work, {}, 0.0, question)
     for key in sorted(set(ops) | set(template.operators)):
-        if ops.get(key) != template.operators.get(key):
-            work.reasons.append(
-                f"{key} differs: the question says {ops.get(key)!r}, the example {template.operators.get(key)!r}"
-            )
+        allowed = family.operators.get(key, frozenset()) if family else {template.operators.get(key)}
+        if ops.get(key) not in allowed:
+            said = sorted(map(str, allowed)) if family else repr(template.operators.get(key))
+            work.reasons.append(f"{key} differs: the question says {ops.get(key)!r}, the template {said}")
     if work.reasons:  # no lookups for a template that cannot apply
         return _result(candidate, example_question, None, work, {"operators_agree": 0.0}, 0.0, question)
     lowered = question.lower()
@@ -310,8 +359,19 @@ def _match_one(
         else:
             free.remove(hit)
     _assign_typed(template, question, free, work)
-    runs = _leftover_runs(question, tokenize(question), typed + quoted, template)
+    fixed = family.words if family else None
+    if values is not None:
+        _assign_contained(template, question, typed, values, work)
+    taken = typed + quoted + list(work.placed.values())
+    runs = _leftover_runs(question, tokenize(question), taken, template, fixed)
     _assign_values(template, quoted + runs, lookup, min_value_score, work)
+    if family is not None and not work.reasons:
+        unexplained = _unexplained(question, typed, work, family)
+        if unexplained:
+            work.reasons.append(
+                f"no paraphrase of this template says {', '.join(map(repr, unexplained))}: "
+                "a condition the template would drop"
+            )
     sql = None
     if not work.reasons:
         sql = _bind_and_check(template, work, catalog)
@@ -395,7 +455,7 @@ def _assign_values(
 ) -> None:
     """Named-value slots to runs of the question, each linked to a real database value."""
     free = list(runs)
-    for slot in (s for s in template.slots if s.type == VALUE):
+    for slot in (s for s in template.slots if s.type == VALUE and s.name not in work.bindings):
         best: tuple[float, Span, str, str] | None = None  # score, span used, db value, bound value
         closest: tuple[float, str, str] | None = None
         for run in free:
@@ -436,6 +496,63 @@ def _assign_values(
             if re.search(r"[A-Za-z]", rest):
                 offset = run.text.index(rest, start - run.start) + run.start
                 free.append(Span(_TEXT, rest, offset, offset + len(rest), rest))
+
+
+def _assign_contained(
+    template: Template, question: str, typed: list[Span], values: ValueFinder, work: _Work
+) -> None:
+    """Named-value slots to the longest database value of their column the question contains.
+
+    "docusate sodium (liquid)" is a drug of its own, not "docusate sodium" plus a word: the longest
+    contained value wins. The example's own wording of its value counts as one more candidate
+    ("weight" for 'daily weight'), so approved mappings keep working.
+    """
+    taken = [(s.start, s.end) for s in typed] + [(p.start, p.end) for p in work.placed.values()]
+    for slot in (s for s in template.slots if s.type == VALUE):
+        found = [
+            (a, b, v) for a, b, v in values.contained(question, slot.column) if not _overlaps(a, b, taken)
+        ]
+        own = slot.text.strip()
+        if own:
+            pattern = r"(?<![A-Za-z0-9])" + re.escape(own).replace(r"\ ", r"\s+") + r"(?![A-Za-z0-9])"
+            for m in re.finditer(pattern, question, flags=re.I):
+                if not _overlaps(m.start(), m.end(), taken):
+                    found.append((m.start(), m.end(), slot.value))
+        if not found:
+            continue
+        start, end, value = max(found, key=lambda f: (f[1] - f[0], f[2] == slot.value))
+        text = question[start:end]
+        bound = value
+        if slot.uses and all(u.like for u in slot.uses):
+            bound = apply_case(text.strip(), slot.uses[0].case)
+        work.bindings[slot.name] = Binding(slot.name, VALUE, slot.text, text, bound, 1.0, False, slot.column)
+        work.placed[slot.name] = Span(_TEXT, text, start, end, text)
+        taken.append((start, end))
+
+
+def _overlaps(start: int, end: int, ranges: list[tuple[int, int]]) -> bool:
+    return any(start < b and a < end for a, b in ranges)
+
+
+def _unexplained(question: str, typed: list[Span], work: _Work, family: Family) -> list[str]:
+    """Content words of the question that no paraphrase, bound value or common word accounts for."""
+    taken = [(s.start, s.end) for s in typed] + [(p.start, p.end) for p in work.placed.values()]
+    out = []
+    for token in tokenize(question):
+        if _overlaps(token.start, token.end, taken) or token.lower in NEUTRAL_WORDS:
+            continue
+        if _NUMERIC.fullmatch(token.text):
+            continue
+        word = stem(token.text)
+        if word in family.words or word in family.neutral:
+            continue
+        if len(word) >= 5 and any(fuzz.ratio(word, w) >= 90 for w in family.words if len(w) >= 5):
+            continue
+        out.append(token.text)
+    return out
+
+
+_NUMERIC = re.compile(r"[\d.,:/-]+%?")
 
 
 def _pieces(run: Span) -> list[Span]:

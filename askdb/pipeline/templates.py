@@ -30,13 +30,25 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 # Bump when the algorithm changes so that stored templates (Example.template) are rebuilt.
-TEMPLATE_VERSION = 1
+TEMPLATE_VERSION = 2
 
 # Slot types. Ids are told apart by MIMIC's ranges and by the words before them.
 PATIENT_ID, ADMISSION_ID, STAY_ID = "patient_id", "admission_id", "stay_id"
 NUMBER, YEAR, DATE, GENDER, VALUE = "number", "year", "date", "gender", "value"
+# Calendar pieces questions name without a full date: "12/2100", "05/this year", "11/23/this year",
+# "last month/23", and a full "2100-06-07 05:00:00". Each binds to the SQL literal of the same shape.
+MONTH_YEAR, MONTH, MONTH_DAY, DAY, TIMESTAMP = "month_year", "month", "month_day", "day", "timestamp"
+CALENDAR_TYPES = (MONTH_YEAR, MONTH, MONTH_DAY, DAY, TIMESTAMP)
 ID_TYPES = (PATIENT_ID, ADMISSION_ID, STAY_ID)
-SLOT_TYPES = (*ID_TYPES, NUMBER, YEAR, DATE, GENDER, VALUE)
+SLOT_TYPES = (*ID_TYPES, NUMBER, YEAR, DATE, GENDER, VALUE, *CALENDAR_TYPES)
+# The SQL literal each calendar type writes (its value is stored in this form).
+_CALENDAR_FORMS = {
+    MONTH_YEAR: r"\d{4}-\d{2}",
+    MONTH: r"\d{2}",
+    MONTH_DAY: r"\d{2}-\d{2}",
+    DAY: r"\d{2}",
+    TIMESTAMP: r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}",
+}
 
 # Columns whose values the value index holds (metadata_admin.docs.VALUE_COLUMNS), by bare table name.
 # The pipeline core cannot import metadata_admin, so callers with a catalog pass `value_columns`.
@@ -90,7 +102,8 @@ _GENDER_WORDS = {
     "boys": "M",
 }
 
-_TOKEN = re.compile(r"[A-Za-z0-9]+(?:[-./:][A-Za-z0-9]+)*%?")
+# "/" joins digits to digits ("1/2", "12/2100") and letters to letters ("po/ng"), not "05/this".
+_TOKEN = re.compile(r"[A-Za-z0-9]+(?:(?:[-.:]|(?<=\d)/(?=\d)|(?<=[A-Za-z])/(?=[A-Za-z]))[A-Za-z0-9]+)*%?")
 _INT = re.compile(r"\d+")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _ISO_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
@@ -160,13 +173,57 @@ class Span:
     value: str  # digits for ids and numbers, "2150" for a year, ISO for a date, "F"/"M" for a gender
 
 
-def extract_typed_spans(question: str) -> list[Span]:
-    """Ids, numbers, years, dates and gender words, in order of appearance."""
-    tokens = tokenize(question)
+_RELATIVE = r"(?:this|last|next|previous|current)"
+_CALENDAR_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (TIMESTAMP, re.compile(r"(?<![\d-])(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2}))?(?![\d:])")),
+    (DATE, re.compile(r"(?<![\d/])(\d{1,2})/(\d{1,2})/(\d{4})(?![\d/])")),
+    (MONTH_DAY, re.compile(rf"(?<![\d/])(\d{{1,2}})/(\d{{1,2}})(?=/{_RELATIVE}\s+year\b)", re.I)),
+    (MONTH_YEAR, re.compile(r"(?<![\d/])(\d{1,2})/(\d{4})(?![\d/])")),
+    (MONTH, re.compile(rf"(?<![\d/])(\d{{1,2}})(?=/{_RELATIVE}\s+year\b)", re.I)),
+    (DAY, re.compile(r"(?<=month/)(\d{1,2})(?![\d/])", re.I)),
+)
+
+
+def _calendar_spans(question: str) -> list[Span]:
+    """Dates and their pieces in the forms EHRSQL-style questions use, normalised to SQL's form."""
     spans: list[Span] = []
+    for kind, pattern in _CALENDAR_PATTERNS:
+        for m in pattern.finditer(question):
+            if any(s.start < m.end() and m.start() < s.end for s in spans):
+                continue
+            g = m.groups()
+            try:
+                if kind == TIMESTAMP:
+                    value = f"{g[0]}-{g[1]}-{g[2]} {g[3]}:{g[4]}:{g[5] or '00'}"
+                    dt.datetime.fromisoformat(value)
+                elif kind == DATE:
+                    value = dt.date(int(g[2]), int(g[0]), int(g[1])).isoformat()
+                elif kind == MONTH_DAY:
+                    dt.date(2000, int(g[0]), int(g[1]))
+                    value = f"{int(g[0]):02d}-{int(g[1]):02d}"
+                elif kind == MONTH_YEAR:
+                    value = dt.date(int(g[1]), int(g[0]), 1).isoformat()[:7]
+                elif kind == MONTH:
+                    value = dt.date(2000, int(g[0]), 1).isoformat()[5:7]
+                else:
+                    value = dt.date(2000, 1, int(g[0])).isoformat()[8:10]
+            except ValueError:
+                continue
+            spans.append(Span(kind, m.group(0), m.start(), m.end(), value))
+    return spans
+
+
+def extract_typed_spans(question: str) -> list[Span]:
+    """Ids, numbers, years, dates, calendar pieces and gender words, in order of appearance."""
+    tokens = tokenize(question)
+    spans: list[Span] = _calendar_spans(question)
+    taken = [(s.start, s.end) for s in spans]
     for i, token in enumerate(tokens):
         text = token.text
         before = [t.lower for t in tokens[max(0, i - 3) : i]]
+        if _overlaps(token.start, token.end, taken):
+            # "05/this": only the calendar part is a value; a trailing word is left to the words.
+            continue
         if _ISO_DATE.fullmatch(text) and _valid_date(text):
             spans.append(Span(DATE, text, token.start, token.end, text))
         elif _NUMBER.fullmatch(text):
@@ -175,7 +232,7 @@ def extract_typed_spans(question: str) -> list[Span]:
             )
         elif token.lower in _GENDER_WORDS:
             spans.append(Span(GENDER, text, token.start, token.end, _GENDER_WORDS[token.lower]))
-    return spans
+    return sorted(spans, key=lambda s: s.start)
 
 
 def _number_type(text: str, before: list[str]) -> str:
@@ -443,6 +500,23 @@ class Template:
         return tree.sql(dialect=self.dialect)
 
 
+def template_key(template: Template) -> str:
+    """The template's identity: its normalised SQL with every slot literal replaced by its type.
+
+    Examples whose SQL differs only in the values their questions name share a key: they are one
+    template with many paraphrases. Fixed literals stay (`'-0 year'` "this year" and `'-1 year'`
+    "last year" are different templates). "" for an unusable template.
+    """
+    if not template.usable:
+        return ""
+    tree = _parse(template.sql_template, template.dialect)
+    literals = list(tree.find_all(exp.Literal))
+    for slot in template.slots:
+        for use in slot.uses:
+            literals[use.index].replace(exp.var(f"{{{slot.type}}}"))
+    return tree.sql(dialect=template.dialect)
+
+
 def template_is_current(data: dict[str, Any] | None) -> bool:
     """Whether a stored template was built by this version of the algorithm (else rebuild it)."""
     return bool(data) and data.get("version") == TEMPLATE_VERSION
@@ -607,6 +681,14 @@ def _claim_literal(
     text = literal.this
     is_string = literal.is_string
     col_name = column.rsplit(".", 1)[-1]
+    if is_string:
+        # Calendar pieces by their SQL form: '2100-12', '05', '11-23', '2100-06-07 05:00:00'.
+        core = text.strip("%")
+        hits = [s for s in spans if s.type in CALENDAR_TYPES and s.value == core]
+        if hits:
+            free = [s for s in hits if (s.start, s.end) not in claims] or hits
+            prefix, _, suffix = text.partition(core)
+            return "slot", free[0], LiteralUse(index, text, True, prefix, suffix)
     # Numbers (ids, counts, years) by value, also inside strings: '6 months', '-6 month', '2150'.
     number = re.fullmatch(r"([+-]?)(\d+(?:\.\d+)?)(\s*[A-Za-z][A-Za-z ]*)?", text)
     if number:
@@ -809,6 +891,10 @@ def _literal_for(slot: Slot, use: LiteralUse, value: str) -> exp.Expr:
             core = (dt.date.fromisoformat(value) + dt.timedelta(days=use.offset)).isoformat()
         except ValueError as error:
             raise BindError(f"{slot.name} needs an ISO date, not {value!r}") from error
+    elif slot.type in CALENDAR_TYPES:
+        if not re.fullmatch(_CALENDAR_FORMS[slot.type], value):
+            raise BindError(f"{slot.name} needs the form {_CALENDAR_FORMS[slot.type]}, not {value!r}")
+        core = value
     elif slot.type == GENDER:
         code = value.upper()[:1]
         if code not in ("F", "M"):
