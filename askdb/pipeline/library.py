@@ -58,6 +58,11 @@ TEMPLATES_TRIED = 3  # templates (best voted first) whose binding is tried
 MEMBERS_TRIED = 3  # paraphrases per template whose wording is tried for binding
 VOTE_TEMPERATURE = 0.03  # softmax temperature of the vote over cosine similarities
 NEUTRAL_SHARE = 0.08  # a word used by at least this share of templates is no condition of its own
+# Number words are values ("top three" vs "top five"), never mere wording.
+NEVER_NEUTRAL = frozenset(
+    "zero one two three four five six seven eight nine ten eleven twelve twenty hundred".split()
+)
+OPTIONAL_TEMPLATES = 3  # a word some paraphrases leave out, in this many templates, is only wording
 
 
 def answer_threshold(wrong_answer_cost: float) -> float:
@@ -195,7 +200,17 @@ class LibraryIndex:
             words_of[key], ops_of[key] = words, ops
         counts = Counter(w for words in words_of.values() for w in words)
         floor = max(3, math.ceil(NEUTRAL_SHARE * len(words_of)))
-        neutral = frozenset(w for w, n in counts.items() if n >= floor)
+        neutral = {w for w, n in counts.items() if n >= floor}
+        # A word that some paraphrases of a template use and others leave out, in several templates,
+        # is wording ("documented", "exactly"), not a condition: a condition is in every paraphrase.
+        optional: Counter[str] = Counter()
+        for key, idx in self.members.items():
+            if key == UNANSWERABLE or len(idx) < 2:
+                continue
+            each = [set(content_words(self.entries[i].template.masked_question)) for i in idx]  # type: ignore[union-attr]
+            optional.update(set.union(*each) - set.intersection(*each))
+        neutral |= {w for w, n in optional.items() if n >= OPTIONAL_TEMPLATES}
+        neutral = frozenset(neutral - NEVER_NEUTRAL)
         return {
             key: Family(
                 key,

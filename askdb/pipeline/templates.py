@@ -63,6 +63,14 @@ DEFAULT_VALUE_COLUMNS = frozenset(
         ("pharmacy", "medication"),
         ("emar", "medication"),
         ("microbiologyevents", "org_name"),
+        ("microbiologyevents", "spec_type_desc"),
+        ("microbiologyevents", "test_name"),
+        ("prescriptions", "route"),
+        ("transfers", "careunit"),
+        ("admissions", "admission_location"),
+        ("admissions", "admission_type"),
+        ("admissions", "discharge_location"),
+        ("admissions", "insurance"),
     }
 )
 
@@ -322,14 +330,27 @@ _OPERATOR_PATTERNS: dict[str, list[tuple[str, str]]] = {
 }
 
 
+_VISIT = re.compile(
+    r"\b(first|initial|earliest|1st|last|latest|most recent|final|current|present|this|ongoing)\s+"
+    r"(?:(?:hospital|icu|hospital's|ward)\s+)?(?:visit|encounter|stay|admission|hospitalization|hospital)s?\b"
+)
+_VISIT_NAMES = {"initial": "first", "earliest": "first", "1st": "first", "latest": "last", "most recent": "last",
+                "final": "last", "present": "current", "this": "current", "ongoing": "current"}  # fmt: skip
+
+
 def question_operators(question: str) -> dict[str, Any]:
     """The words that flip a question's meaning while its embedding barely moves, normalised.
 
     Two questions may share SQL only if every entry is equal. Values are strings ("" joins several,
-    "|"-separated and sorted), None, or booleans, so the dict survives JSON unchanged.
+    "|"-separated and sorted), None, or booleans, so the dict survives JSON unchanged. Which visit
+    ("the first hospital visit", "the current ICU stay") is its own entry, so that "the last time
+    in the first visit" and "the first time in the last visit" differ.
     """
     text = " " + re.sub(r"\s+", " ", question.lower().replace("’", "'")) + " "
-    ops: dict[str, Any] = {}
+    visits = [(m.start(), m.end(), _VISIT_NAMES.get(m.group(1), m.group(1))) for m in _VISIT.finditer(text)]
+    for start, end, _ in visits:  # the visit's own first/last is not the question's order
+        text = text[:start] + " " * (end - start) + text[end:]
+    ops: dict[str, Any] = {"visit": "|".join(sorted({v for _, _, v in visits})) or None}
     for key, patterns in _OPERATOR_PATTERNS.items():
         found = sorted({name for name, pattern in patterns if re.search(pattern, text)})
         ops[key] = "|".join(found) or None
@@ -513,7 +534,9 @@ def template_key(template: Template) -> str:
     literals = list(tree.find_all(exp.Literal))
     for slot in template.slots:
         for use in slot.uses:
-            literals[use.index].replace(exp.var(f"{{{slot.type}}}"))
+            shift = f"{use.offset:+d}" if use.offset else ""
+            placeholder = f"{use.prefix}{{{slot.type}{shift}}}{use.suffix}"
+            literals[use.index].replace(exp.Literal.string(placeholder) if use.is_string else exp.var(placeholder))
     return tree.sql(dialect=template.dialect)
 
 
@@ -738,7 +761,9 @@ def _claim_literal(
     prefix, core, suffix = _split_wildcards(text) if like else ("", text, "")
     if len(re.sub(r"[^A-Za-z]", "", core)) < 2:
         return None
-    found = _find_name_span(question, core, spans, claims)
+    # The same name used again (a subquery repeats the filter) fills the same slot.
+    again = [k for k, uses in claims.items() if any(u[1].literal.strip("%").lower() == core.lower() for u in uses)]
+    found = again[0] if again else _find_name_span(question, core, spans, claims)
     if found is None:
         return None
     start, end = found
