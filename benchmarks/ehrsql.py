@@ -59,19 +59,11 @@ def load_split(name: str) -> list[tuple[str, str, str]]:
 
 
 def value_index(executor) -> object:
-    from askdb.pipeline.library import ValueIndex
-    from askdb.pipeline.templates import DEFAULT_VALUE_COLUMNS
+    from askdb.pipeline.library import load_values
 
-    values = {}
-    for table, column in DEFAULT_VALUE_COLUMNS:
-        try:
-            rows = executor.execute(
-                f"SELECT DISTINCT {column} FROM {table}", timeout_s=60, row_cap=500000
-            ).rows
-        except Exception:  # a column this database lacks
-            continue
-        values[f"{table}.{column}"] = [r[0] for r in rows if isinstance(r[0], str)]
-    return ValueIndex(values)
+    tables = {r[0].lower(): r[0] for r in executor.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table'", timeout_s=10, row_cap=1000).rows}  # fmt: skip
+    return load_values(executor, tables, "sqlite")
 
 
 def build(train: list[tuple[str, str, str]], *, progress: bool = True) -> Library:
@@ -86,7 +78,7 @@ def build(train: list[tuple[str, str, str]], *, progress: bool = True) -> Librar
     executor = SqliteExecutor(str(DATA / "mimic_iv.sqlite"))
     values = value_index(executor)
     entries, skipped = [], 0
-    for n, (ident, question, sql) in enumerate(train):
+    for n, (_ident, question, sql) in enumerate(train):
         template = build_template(question, sql, dialect="sqlite") if sql else None
         entry = entry_for(n, question, sql, template)
         if entry is None:
@@ -119,7 +111,7 @@ class Runner:
                 self._cache[sql] = self.executor.execute(
                     apply_as_of(sql, "sqlite", AS_OF), timeout_s=30, row_cap=1000
                 ).rows
-            except Exception as exc:  # noqa: BLE001 - a failing SQL is an answer that is wrong
+            except Exception as exc:
                 self._cache[sql] = exc
         return self._cache[sql]
 

@@ -108,3 +108,31 @@ def _is_time_argument(node: exp.Literal, sqlite: bool) -> bool:
             return str(parent.this).lower() in _SQLITE_TIME_FUNCTIONS
         return isinstance(parent, (exp.Func,)) and parent.key in ("timetostr", "strtotime", "date", "time")
     return isinstance(parent, exp.Cast)  # 'now'::timestamp
+
+
+class AsOfExecutor:
+    """An executor whose every statement sees "now" as the source's as-of time (see the module doc).
+
+    Wraps any executor with `execute(sql, …)` and `explain(sql, …)`; everything else is delegated.
+    `last_as_of` says whether the last statement was rewritten, for provenance.
+    """
+
+    def __init__(self, executor, *, dialect: str, as_of: str | dt.datetime | None):
+        self._executor = executor
+        self.dialect = dialect
+        self.as_of = normalise_as_of(as_of)
+        self.last_rewritten = False
+
+    def rewrite(self, sql: str) -> str:
+        out = apply_as_of(sql, self.dialect, self.as_of)
+        self.last_rewritten = out != sql
+        return out
+
+    def execute(self, sql: str, **kwargs):
+        return self._executor.execute(self.rewrite(sql), **kwargs)
+
+    def explain(self, sql: str, **kwargs):
+        return self._executor.explain(self.rewrite(sql), **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._executor, name)

@@ -20,6 +20,7 @@ Pure: no Django, no database. The caller supplies embeddings, the value finder a
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import re
@@ -40,11 +41,13 @@ from askdb.pipeline.offline import (
     _match_one,
     _quoted,
     fit_calibration,
+    operator_signature,
     question_typed_spans,
 )
 from askdb.pipeline.templates import (
     FUNCTION_WORDS,
     NEUTRAL_WORDS,
+    VALUE,
     Template,
     content_words,
     question_operators,
@@ -69,6 +72,24 @@ def answer_threshold(wrong_answer_cost: float) -> float:
     """The P(correct) above which answering beats abstaining: c / (c + 1) for a wrong answer costing c."""
     c = max(0.0, float(wrong_answer_cost))
     return c / (c + 1.0)
+
+
+def blank(question: str, spans: Iterable[tuple[int, int]]) -> str:
+    """The question with named values blanked, so that "not elsewhere classified" or "first" inside
+    a diagnosis or drug name is not read as an operator word."""
+    out, cursor = [], 0
+    for start, end in sorted(spans):
+        if start < cursor:
+            continue
+        out += [question[cursor:start], "X"]
+        cursor = end
+    out.append(question[cursor:])
+    return "".join(out)
+
+
+def key_hash(key: str) -> str:
+    """The stored, indexed form of a template key (Example.template_key)."""
+    return hashlib.sha1(key.encode()).hexdigest()[:16] if key else ""
 
 
 def sql_group(sql: str) -> str:
@@ -146,6 +167,29 @@ class ValueIndex:
         return sorted(out)
 
 
+def load_values(executor, tables: dict[str, str], dialect: str) -> ValueIndex:
+    """A ValueIndex over the linkable columns (templates.DEFAULT_VALUE_COLUMNS) of these tables.
+
+    `tables` maps a bare table name to the name to query ("d_items" -> "mimiciv_icu.d_items"); one
+    DISTINCT query per column through `executor` (read-only). A column that cannot be read is skipped.
+    """
+    import sqlglot.expressions as sx
+
+    from askdb.pipeline.templates import DEFAULT_VALUE_COLUMNS
+
+    found: dict[str, list[str]] = {}
+    for table, column in sorted(DEFAULT_VALUE_COLUMNS):
+        if table not in tables:
+            continue
+        query = sx.select(sx.column(column, quoted=True)).distinct().from_(sx.to_table(tables[table]))
+        try:
+            rows = executor.execute(query.sql(dialect=dialect), timeout_s=60, row_cap=500_000).rows
+        except Exception:  # a column this database lacks or cannot read: no values to link
+            continue
+        found[f"{tables[table]}.{column}"] = [r[0] for r in rows if isinstance(r[0], str)]
+    return ValueIndex(found)
+
+
 # --- the library ----------------------------------------------------------------------------------
 
 
@@ -186,18 +230,23 @@ class LibraryIndex:
     def _families(self) -> dict[str, Family]:
         words_of: dict[str, set[str]] = {}
         ops_of: dict[str, dict[str, set]] = {}
+        signatures_of: dict[str, set[tuple]] = {}
         for key, idx in self.members.items():
             if key == UNANSWERABLE:
                 continue
             words: set[str] = set()
             ops: dict[str, set] = defaultdict(set)
+            signatures = set()
             for i in idx:
                 template = self.entries[i].template
                 assert template is not None
                 words.update(content_words(template.masked_question))
-                for name, value in template.operators.items():
+                named = [(x.start, x.end) for x in template.slots if x.type == VALUE]
+                member_ops = question_operators(blank(template.question, named))
+                signatures.add(operator_signature(member_ops))
+                for name, value in member_ops.items():
                     ops[name].add(value)
-            words_of[key], ops_of[key] = words, ops
+            words_of[key], ops_of[key], signatures_of[key] = words, ops, signatures
         counts = Counter(w for words in words_of.values() for w in words)
         floor = max(3, math.ceil(NEUTRAL_SHARE * len(words_of)))
         neutral = {w for w, n in counts.items() if n >= floor}
@@ -218,6 +267,7 @@ class LibraryIndex:
                 frozenset(words_of[key]),
                 neutral,
                 len(self.members[key]),
+                frozenset(signatures_of[key]),
             )
             for key in words_of
         }
@@ -309,7 +359,7 @@ def match_library(
     ranked = sorted(((key, w / total) for key, w in votes.items()), key=lambda p: -p[1])
     unanswerable_share = dict(ranked).get(UNANSWERABLE, 0.0)
 
-    ops = question_operators(question)
+    ops = question_operators(blank(question, values.spans(question)) if values else question)
     typed = question_typed_spans(question, values)
     quoted = _quoted(question, typed)
     cache: dict[tuple[str, str], list[tuple[str, float]]] = {}
@@ -352,18 +402,7 @@ def match_library(
             "family_size": round(math.log1p(family.size), 4),
         }
         confidence = round(risk.predict(features), 4) if result.hard_ok else 0.0
-        results.append(
-            MatchResult(
-                result.example_id,
-                result.example_question,
-                result.sql,
-                result.bindings,
-                features,
-                confidence,
-                result.reasons,
-                result.masked_question,
-            )  # fmt: skip
-        )
+        results.append(dataclasses.replace(result, features=features, confidence=confidence))
     results.sort(key=lambda r: (-int(r.hard_ok), -r.confidence, r.features.get("vote_rank", 0)))
     return LibraryMatch(results, masked_question, ranked[:5])
 
@@ -459,6 +498,8 @@ __all__ = [
     "expected",
     "fit_risk",
     "grouped_folds",
+    "key_hash",
+    "load_values",
     "match_library",
     "sql_group",
 ]

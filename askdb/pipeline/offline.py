@@ -109,6 +109,16 @@ class Family:
     words: frozenset[str]
     neutral: frozenset[str] = frozenset()
     size: int = 1
+    # Each paraphrase's operators together (less SOFT_OPERATORS): "highest mortality" and "lowest
+    # survival" may be one SQL, but "highest survival" is neither paraphrase.
+    signatures: frozenset = frozenset()
+
+
+SOFT_OPERATORS = ("aggregate",)  # "maximum total cost" and "maximum cost": judged key by key only
+
+
+def operator_signature(ops: dict[str, Any]) -> tuple:
+    return tuple(sorted((k, v) for k, v in ops.items() if k not in SOFT_OPERATORS))
 
 
 class ValueFinder(Protocol):
@@ -345,6 +355,13 @@ def _match_one(
         if ops.get(key) not in allowed:
             said = sorted(map(str, allowed)) if family else repr(template.operators.get(key))
             work.reasons.append(f"{key} differs: the question says {ops.get(key)!r}, the template {said}")
+    if (
+        family is not None
+        and family.signatures
+        and not work.reasons
+        and operator_signature(ops) not in family.signatures
+    ):
+        work.reasons.append("the question combines operator words as no paraphrase of the template does")
     if work.reasons:  # no lookups for a template that cannot apply
         return _result(candidate, example_question, None, work, {"operators_agree": 0.0}, 0.0, question)
     lowered = question.lower()

@@ -332,7 +332,8 @@ _OPERATOR_PATTERNS: dict[str, list[tuple[str, str]]] = {
 
 _VISIT = re.compile(
     r"\b(first|initial|earliest|1st|last|latest|most recent|final|current|present|this|ongoing)\s+"
-    r"(?:(?:hospital|icu|hospital's|ward)\s+)?(?:visit|encounter|stay|admission|hospitalization|hospital)s?\b"
+    r"(?:(?:(?:hospital|icu|hospital's|ward)\s+)?(?:visit|encounter|admission|hospitalization|hospital)s?\b"
+    r"|(?:hospital|icu)\s+stays?\b)"
 )
 _VISIT_NAMES = {"initial": "first", "earliest": "first", "1st": "first", "latest": "last", "most recent": "last",
                 "final": "last", "present": "current", "this": "current", "ongoing": "current"}  # fmt: skip
@@ -536,7 +537,9 @@ def template_key(template: Template) -> str:
         for use in slot.uses:
             shift = f"{use.offset:+d}" if use.offset else ""
             placeholder = f"{use.prefix}{{{slot.type}{shift}}}{use.suffix}"
-            literals[use.index].replace(exp.Literal.string(placeholder) if use.is_string else exp.var(placeholder))
+            literals[use.index].replace(
+                exp.Literal.string(placeholder) if use.is_string else exp.var(placeholder)
+            )
     return tree.sql(dialect=template.dialect)
 
 
@@ -762,7 +765,9 @@ def _claim_literal(
     if len(re.sub(r"[^A-Za-z]", "", core)) < 2:
         return None
     # The same name used again (a subquery repeats the filter) fills the same slot.
-    again = [k for k, uses in claims.items() if any(u[1].literal.strip("%").lower() == core.lower() for u in uses)]
+    again = [
+        k for k, uses in claims.items() if any(u[1].literal.strip("%").lower() == core.lower() for u in uses)
+    ]
     found = again[0] if again else _find_name_span(question, core, spans, claims)
     if found is None:
         return None
