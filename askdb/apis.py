@@ -37,10 +37,8 @@ from rest_framework.response import Response
 from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView, exception_handler
 
-from askdb import library_io, selectors, services
-from askdb.adapters.clinical import ExecutionError
+from askdb import library_io, selectors
 from askdb.models import Example, Run
-from askdb.providers.embeddings import EmbeddingError
 from askdb.serializers import (
     ErrorSerializer,
     ExampleDetailSerializer,
@@ -61,6 +59,15 @@ from askdb.serializers import (
     RunQueuedSerializer,
     TokenSerializer,
 )
+from askdb.services.examples import example_set_status
+from askdb.services.exports import examples_import
+from askdb.services.reviews import review_approve, review_correct, review_flag
+from askdb.services.runs import QuestionError, question_submit, run_cancel, run_retry
+from askdb.services.sql import ReviewError
+from askdb.services.users import user_token_issue
+from askdb.views_library import examples_filtered
+from infra.adapters.clinical import ExecutionError
+from infra.providers.embeddings import EmbeddingError
 from metadata_admin.services import source_get
 
 # --------------------------------------------------------------------------- errors
@@ -209,13 +216,13 @@ class RunListApi(ApiErrorsMixin, GenericAPIView):
         except ValueError as exc:  # unknown name, or no source registered at all
             return _error(f"{str(exc)[:1].upper()}{str(exc)[1:]}.", status.HTTP_400_BAD_REQUEST)
         try:
-            run = services.question_submit(
+            run = question_submit(
                 user=request.user,
                 text=data.validated_data["question"],
                 source=source,
                 ip=_client_ip(request),
             )
-        except services.QuestionError as exc:
+        except QuestionError as exc:
             return _error(str(exc), status.HTTP_400_BAD_REQUEST)
         return _queued(run)
 
@@ -299,7 +306,7 @@ class RunCancelApi(ApiErrorsMixin, APIView):
     def post(self, request: Request, run_id: int) -> Response:
         run = _run_or_404(request, run_id)
         self.check_object_permissions(request, run)
-        return Response({"cancelled": services.run_cancel(run=run, user=request.user)})
+        return Response({"cancelled": run_cancel(run=run, user=request.user)})
 
 
 class RunRetryApi(ApiErrorsMixin, APIView):
@@ -328,7 +335,7 @@ class RunRetryApi(ApiErrorsMixin, APIView):
                 f"Run {run.pk} is still {run.status}; cancel it or wait for it to end before retrying.",
                 status.HTTP_409_CONFLICT,
             )
-        return _queued(services.run_retry(run=run, user=request.user, ip=_client_ip(request)))
+        return _queued(run_retry(run=run, user=request.user, ip=_client_ip(request)))
 
 
 # --------------------------------------------------------------------------- review
@@ -377,17 +384,17 @@ class RunReviewApi(ApiErrorsMixin, APIView):
         action, comment = data.validated_data["action"], data.validated_data.get("comment", "")
         try:
             if action == "approve":
-                review = services.review_approve(run=run, reviewer=request.user, comment=comment)
+                review = review_approve(run=run, reviewer=request.user, comment=comment)
             elif action == "correct":
-                review = services.review_correct(
+                review = review_correct(
                     run=run, reviewer=request.user, sql=data.validated_data.get("sql", ""), comment=comment
                 )
             else:
-                review = services.review_flag(
+                review = review_flag(
                     run=run, reviewer=request.user, category=data.validated_data.get("category", ""),
                     comment=comment,
                 )  # fmt: skip
-        except services.ReviewError as exc:
+        except ReviewError as exc:
             # The service decides and words every refusal; the status code only tells a script
             # whether the request could ever succeed for this user (403) or needs fixing (400).
             own = action in ("approve", "correct") and run.question.user_id == request.user.pk
@@ -424,8 +431,6 @@ class ExampleListApi(ApiErrorsMixin, GenericAPIView):
         responses={200: ExampleSerializer(many=True), 400: ErrorSerializer, 403: ErrorSerializer},
     )
     def get(self, request: Request) -> Response:
-        from askdb.views_library import examples_filtered
-
         filters = ExampleListFilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
         f = filters.validated_data
@@ -458,10 +463,10 @@ class _ExampleStatusApi(ApiErrorsMixin, APIView):
         data = ExampleStatusInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         try:
-            services.example_set_status(
+            example_set_status(
                 example=example, actor=request.user, status=self.status_to, note=data.validated_data["note"]
             )
-        except services.ReviewError as exc:
+        except ReviewError as exc:
             return _error(str(exc), status.HTTP_400_BAD_REQUEST)
         return Response(ExampleDetailSerializer(example).data)
 
@@ -532,7 +537,7 @@ class ExampleImportApi(ApiErrorsMixin, APIView):
             return _error(str(exc), status.HTTP_400_BAD_REQUEST)
         source = _source_or_400(data.validated_data.get("source"))
         try:
-            report = services.examples_import(
+            report = examples_import(
                 source=source, items=items, approved_by=request.user, execute=data.validated_data["execute"]
             )
         except (ExecutionError, EmbeddingError) as exc:  # the database or the embedder is down, not the data
@@ -565,5 +570,5 @@ class TokenObtainApi(ApiErrorsMixin, ObtainAuthToken):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)  # a wrong password is audited by the auth signals
         user = serializer.validated_data["user"]
-        token = services.user_token_issue(user=user, ip=_client_ip(request))
+        token = user_token_issue(user=user, ip=_client_ip(request))
         return Response({"token": token.key})

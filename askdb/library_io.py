@@ -5,7 +5,7 @@ the page, the API and the `import_examples` command read files the same way, and
 is refused with a sentence that says where it is wrong before anything touches the library.
 
 An item is {"id": str, "question": str, "sql": str} (sql "" for an unanswerable question), plus
-"note" when the file has one — the shape `askdb.services.examples_import` takes.
+"note" when the file has one — the shape `askdb.services.exports.examples_import` takes.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""askdb's records: the audit log, and the role permissions every page checks."""
+"""askdb's records: questions, runs, reviews, the example library, and the role permissions every page checks."""
 
 from __future__ import annotations
 
@@ -24,51 +24,6 @@ class Access(models.Model):
 
     def __str__(self) -> str:
         return "askdb access"
-
-
-class AuditEventQuerySet(models.QuerySet):
-    def update(self, **kwargs):
-        raise PermissionError("the audit log is append-only")
-
-    def delete(self):
-        raise PermissionError("the audit log is append-only")
-
-
-class AuditEvent(models.Model):
-    """One thing that happened: who did what to which object, and what came of it.
-
-    Append-only: the model refuses updates and deletes, and a database trigger refuses them
-    too, so not even a bug or a shell session can rewrite history.
-    """
-
-    at = models.DateTimeField(auto_now_add=True, db_index=True)
-    actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    actor_name = models.CharField(max_length=150, blank=True)  # kept if the user is deleted
-    action = models.CharField(max_length=64, db_index=True)  # "auth.login", "run.completed", …
-    target_type = models.CharField(max_length=64, blank=True)
-    target_id = models.CharField(max_length=64, blank=True)
-    message = models.TextField(blank=True)
-    detail = models.JSONField(default=dict, blank=True)
-    ip = models.GenericIPAddressField(null=True, blank=True)
-
-    objects = AuditEventQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["-at", "-id"]
-        indexes = [models.Index(fields=["target_type", "target_id"])]
-
-    def __str__(self) -> str:
-        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name or '-'} {self.action}"
-
-    def save(self, *args, **kwargs):
-        if self.pk is not None:
-            raise PermissionError("the audit log is append-only")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args, **kwargs):
-        raise PermissionError("the audit log is append-only")
 
 
 class Question(models.Model):

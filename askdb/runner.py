@@ -8,15 +8,31 @@ import time
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import F
+import sqlglot
+from django.conf import settings
+from django.db.models import Count, F, Max, Prefetch
 from django.utils import timezone
+from rapidfuzz import fuzz
+from sqlglot import exp
 
-from askdb.adapters.clinical import ExecutionError
-from askdb.models import LlmCall, Run, SqlAttempt, StageEvent
-from askdb.pipeline import prompts
+from askdb.answerability.scorer import get_scorer
+from askdb.models import Example, LlmCall, Run, SqlAttempt, StageEvent
+from askdb.pipeline import library, offline, prompts
+from askdb.pipeline.asof import AsOfExecutor
+from askdb.pipeline.compare import results_match
 from askdb.pipeline.engine import ExecutionFailure, RetrievalView
+from askdb.pipeline.offline import TemplateCandidate
+from askdb.pipeline.templates import Template, template_is_current
 from askdb.pipeline.types import CatalogSchema, ChatResult, ColumnContext, ExampleContext, TableContext
-from metadata_admin.models import ClinicalSource, TableDoc
+from askdb.services.examples import example_template
+from askdb.services.sql import audit_sql_executed
+from infra.adapters.catalog_search import examples_nearest
+from infra.adapters.clinical import ExecutionError
+from infra.audit.services import audit_record
+from infra.providers.embeddings import get_embedder
+from metadata_admin.models import ClinicalSource, Relationship, TableDoc
+from metadata_admin.selectors import retrieve
+from metadata_admin.services import source_catalog_schema, source_executor
 
 
 class DjangoPorts:
@@ -25,15 +41,10 @@ class DjangoPorts:
     def __init__(
         self, source: ClinicalSource, *, chat, timeout_s: float, row_cap: int, run: Run | None = None
     ):
-        from askdb.providers.embeddings import get_embedder
-        from metadata_admin.services import source_catalog_schema, source_executor
-
         self.source = source
         self.run = run  # for the audit of the SQL it executes
         self.chat = chat
         self.embedder = get_embedder()
-        from askdb.pipeline.asof import AsOfExecutor
-
         # "now" is the source's as-of time in every statement this run executes (shown in provenance).
         self.executor = AsOfExecutor(source_executor(source), dialect=source.dialect, as_of=source.as_of)
         self._catalog = source_catalog_schema(source)
@@ -49,8 +60,6 @@ class DjangoPorts:
     def retrieve(
         self, question: str, vector: list[float], k: int, examples: list[ExampleContext]
     ) -> RetrievalView:
-        from metadata_admin.selectors import retrieve
-
         example_tables: dict[str, float] = {}
         for e in examples:  # a table read by a close verified example is likely needed again
             for table in e.tables:
@@ -65,10 +74,6 @@ class DjangoPorts:
     def _nearest(self, vector: list[float]) -> list[tuple[int, float]]:
         """The closest active answerable examples, searched once per question: the few-shot
         examples and the template candidates are both taken from this one list."""
-        from django.conf import settings
-
-        from askdb.adapters.catalog_search import examples_nearest
-
         if self._nearest_for is not vector:
             k = max(settings.ASKDB_EXAMPLES_K, LIBRARY_CANDIDATES)
             self._nearest_list = examples_nearest(
@@ -80,10 +85,6 @@ class DjangoPorts:
     def examples(self, question: str, vector: list[float]) -> list[ExampleContext]:
         """The closest reviewer-verified pairs, as few-shot examples. Never unverified ones: those
         measurably hurt accuracy, so only active library examples are eligible."""
-        from django.conf import settings
-
-        from askdb.models import Example
-
         nearest = [
             (i, s) for i, s in self._nearest(vector)[: settings.ASKDB_EXAMPLES_K]
             if s >= settings.ASKDB_EXAMPLE_MIN_SIMILARITY
@@ -109,8 +110,6 @@ class DjangoPorts:
         result's confidence is the calibrated P(correct). The threshold is c / (c + 1) for
         ASKDB_WRONG_ANSWER_COST = c.
         """
-        from askdb.pipeline import library, offline
-
         risk = library_risk(self.source)
         index, values = library_index(self.source, self.executor, self.embedder)
         if not index.entries:
@@ -125,8 +124,6 @@ class DjangoPorts:
 
     def answerability(self, question: str, values: list) -> dict | None:
         """The trained schema-relevance model's verdict (None when no model is trained for the source)."""
-        from askdb.answerability.scorer import get_scorer
-
         scorer = get_scorer(self.source)
         if scorer is None:
             return None
@@ -144,10 +141,6 @@ class DjangoPorts:
         return self._contexts[key]
 
     def _table_context(self, tables: list[str]) -> list[TableContext]:
-        from django.db.models import Prefetch
-
-        from metadata_admin.models import Relationship
-
         wanted = [t.rpartition(".") for t in tables]
         relationships = Prefetch(
             "relationships",
@@ -204,8 +197,6 @@ class DjangoPorts:
             raise ExecutionFailure(exc.message, exc.code) from exc
 
     def execute(self, sql: str):
-        from askdb.services import audit_sql_executed
-
         actor = self.run.question.user if self.run is not None else None
         try:
             result = self.executor.execute(sql, timeout_s=self.timeout_s, row_cap=self.row_cap)
@@ -286,8 +277,6 @@ class DjangoRecorder:
             duration_ms=result.duration_ms if result else 0,
             error=error,
         )
-        from askdb.services import audit_record
-
         audit_record(
             action="llm.call", target=self.run, message=f"{purpose}: {error or 'ok'}"[:500],
             detail={
@@ -347,10 +336,6 @@ LIBRARY_CANDIDATES = 8  # closest verified examples whose templates the matcher 
 
 def library_risk(source):
     """The source's calibrated P(correct) model with the threshold of the configured wrong-answer cost."""
-    from django.conf import settings
-
-    from askdb.pipeline import library, offline
-
     threshold = library.answer_threshold(settings.ASKDB_WRONG_ANSWER_COST)
     data = (source.library_calibration or {}).get("risk")
     if not data:
@@ -366,11 +351,9 @@ _VALUES: dict[int, object] = {}  # source id -> ValueIndex
 
 def source_values(source, executor):
     """Every value of the source's linkable columns (one DISTINCT query per column, once per process)."""
-    from askdb.pipeline.library import load_values
-
     if source.pk not in _VALUES:
         docs = TableDoc.objects.filter(source=source, exists_in_source=True).defer("embedding")
-        _VALUES[source.pk] = load_values(
+        _VALUES[source.pk] = library.load_values(
             executor, {d.name.lower(): d.qualified_name for d in docs}, source.dialect
         )
     return _VALUES[source.pk]
@@ -382,13 +365,6 @@ def library_index(source, executor, embedder):
     Masked-question vectors are stored on the examples (computed in one batch for those that lack
     one), so a restart costs one query, and a new example one embedding.
     """
-    from django.db.models import Count, Max
-
-    from askdb.models import Example
-    from askdb.pipeline import library, offline
-    from askdb.pipeline.templates import Template, template_is_current
-    from askdb.services import example_template
-
     values = source_values(source, executor)
     active = Example.objects.filter(source=source, status=Example.Status.ACTIVE)
     version = tuple(active.aggregate(n=Count("id"), last=Max("updated_at")).values())
@@ -430,11 +406,6 @@ def library_index(source, executor, embedder):
 
 def library_candidates(nearest: list[tuple[int, float]]) -> list:
     """Template candidates from (example id, similarity) pairs; stale templates are rebuilt."""
-    from askdb.models import Example
-    from askdb.pipeline.offline import TemplateCandidate
-    from askdb.pipeline.templates import Template, template_is_current
-    from askdb.services import example_template
-
     found = Example.objects.in_bulk([i for i, _ in nearest])
     out = []
     for example_id, score in nearest:
@@ -454,12 +425,6 @@ def library_candidates(nearest: list[tuple[int, float]]) -> list:
 
 def column_values_like(executor, table_column: str, text: str, *, dialect: str, limit: int = 5):
     """(value, score) of one column's values equal to or containing `text`, most frequent first."""
-    import sqlglot
-    from rapidfuzz import fuzz
-    from sqlglot import exp
-
-    from askdb.adapters.clinical import ExecutionError
-
     table, _, column = table_column.rpartition(".")
     text = text.strip()
     if not table or not column or not text:
@@ -499,15 +464,6 @@ def library_cross_validate(*, source, items: list[dict] | None = None, progress=
     source). Labelled `items` (questions not in the library) add held-out samples. The report gives
     the threshold c / (c + 1) and the coverage and precision expected at it.
     """
-    from django.conf import settings
-    from django.utils import timezone
-
-    from askdb.pipeline import library, offline
-    from askdb.pipeline.asof import AsOfExecutor
-    from askdb.pipeline.compare import results_match
-    from askdb.providers.embeddings import get_embedder
-    from metadata_admin.services import source_catalog_schema, source_executor
-
     executor = AsOfExecutor(source_executor(source), dialect=source.dialect, as_of=source.as_of)
     catalog, embedder = source_catalog_schema(source), get_embedder()
     index, values = library_index(source, executor, embedder)

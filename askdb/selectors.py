@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import difflib
 import hashlib
+import io
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 
+import sqlglot
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.db.models import Q, QuerySet
+from django.utils import timezone
 
-from askdb.models import AuditEvent
+from askdb.models import Example, Review, Run
+from askdb.pipeline.validation import SqlValidationError, referenced_tables
+from askdb.roles import ADMIN, user_role
+from askdb.services.runs import runs_reap_stale
+from infra.audit.models import AuditEvent
+from metadata_admin.models import TableDoc
 
 
 def audit_event_list(
@@ -53,8 +67,6 @@ def audit_event_list(
 
 
 def _day_start(day: dt.date) -> dt.datetime:
-    from django.utils import timezone
-
     return timezone.make_aware(dt.datetime.combine(day, dt.time.min))
 
 
@@ -63,8 +75,6 @@ AUDIT_CSV_COLUMNS = ("at", "actor", "action", "target_type", "target_id", "messa
 
 def audit_event_csv_lines(*, events: QuerySet[AuditEvent]) -> Iterator[str]:
     """The given events as CSV lines (detail as compact JSON), read from the database in chunks."""
-    import json
-
     yield _csv_line(AUDIT_CSV_COLUMNS)
     for e in events.iterator(chunk_size=2000):
         yield _csv_line(
@@ -76,9 +86,6 @@ def audit_event_csv_lines(*, events: QuerySet[AuditEvent]) -> Iterator[str]:
 
 
 def _csv_line(values) -> str:
-    import csv
-    import io
-
     buffer = io.StringIO()
     csv.writer(buffer).writerow(["" if v is None else v for v in values])
     return buffer.getvalue()
@@ -89,8 +96,6 @@ def _csv_line(values) -> str:
 
 def runs_visible_to(user) -> QuerySet:
     """Runs a user may see: their own, or everyone's for reviewers and admins."""
-    from askdb.models import Run
-
     qs = Run.objects.select_related("question", "question__user", "question__source")
     if not user.has_perm("askdb.view_all_runs"):
         qs = qs.filter(question__user=user)
@@ -98,8 +103,6 @@ def runs_visible_to(user) -> QuerySet:
 
 
 def run_list_for_user(*, user, search: str = "", status: str = "", mine_only: bool = False) -> QuerySet:
-    from askdb.models import Run
-
     qs = runs_visible_to(user)
     if mine_only:
         qs = qs.filter(question__user=user)
@@ -112,8 +115,6 @@ def run_list_for_user(*, user, search: str = "", status: str = "", mine_only: bo
 
 def run_get_for_user(*, user, run_id: int):
     """The run, or None when it does not exist or is not the user's to see (both look like 404)."""
-    from askdb.services import runs_reap_stale
-
     runs_reap_stale()  # a run whose worker died is shown as failed, not "running" forever
     return runs_visible_to(user).filter(pk=run_id).first()
 
@@ -154,9 +155,6 @@ def run_result_page(
 
 def run_result_csv_lines(*, run):
     """The full stored result as CSV lines, for a streaming download."""
-    import csv
-    import io
-
     buffer = io.StringIO()
     writer = csv.writer(buffer)
 
@@ -173,8 +171,6 @@ def run_result_csv_lines(*, run):
 
 def run_chart_spec(*, run) -> dict | None:
     """A chart when the shape suits: a category and a number → bars, a time and a number → a line."""
-    import datetime as dt
-
     columns, rows = list(run.result_columns or []), list(run.result_rows or [])
     if len(columns) != 2 or not 2 <= len(rows) <= 500:
         return None
@@ -210,8 +206,6 @@ def run_chart_spec(*, run) -> dict | None:
 
 def run_may_act(*, user, run) -> bool:
     """Cancelling or re-asking a run is for the person who asked it, or an admin."""
-    from askdb.roles import ADMIN, user_role
-
     return run.question.user_id == user.pk or user_role(user) == ADMIN
 
 
@@ -220,8 +214,6 @@ def run_may_act(*, user, run) -> bool:
 
 def sql_pretty(sql: str, dialect: str = "postgres") -> str:
     """SQL laid out one clause per line (so diffs are readable), or as written if it does not parse."""
-    import sqlglot
-
     try:
         return sqlglot.transpile(sql, read=dialect, write=dialect, pretty=True)[0]
     except (sqlglot.errors.ParseError, sqlglot.errors.TokenError, IndexError, ValueError):
@@ -277,16 +269,12 @@ REVIEW_POLICIES = {
 
 def review_policy() -> tuple[str, str]:
     """The active review policy and a sentence saying what it means."""
-    from django.conf import settings
-
     policy = settings.ASKDB_REVIEW_POLICY
     return policy, REVIEW_POLICIES.get(policy, "every answered run waits for a reviewer")
 
 
 def run_tables(run) -> list[str]:
     """Tables the run's SQL reads, parsed; the retrieved tables when there is no SQL that parses."""
-    from askdb.pipeline.validation import SqlValidationError, referenced_tables
-
     if run.sql:
         try:
             return list(referenced_tables(run.sql, run.question.source.dialect))
@@ -314,8 +302,6 @@ def review_queue_list(
     The table filter narrows in the database (the SQL mentions the name, or retrieval found the
     table) and then keeps only runs whose parsed SQL really reads it.
     """
-    from askdb.models import Run
-
     qs = (
         Run.objects.select_related("question__user", "question__source", "assigned_to")
         .exclude(question__channel="evaluation")
@@ -340,8 +326,6 @@ def review_queue_list(
 
 def review_queue_next(*, user, after=None):
     """The run a reviewer should look at next: the oldest pending one they may act on."""
-    from askdb.models import Run
-
     qs = (
         Run.objects.filter(review_status=Run.Review.PENDING)
         .exclude(question__channel="evaluation")
@@ -355,17 +339,12 @@ def review_queue_next(*, user, after=None):
 
 def review_table_choices() -> list[str]:
     """Qualified names of the catalogued tables, for the queue's table filter."""
-    from metadata_admin.models import TableDoc
-
     names = TableDoc.objects.filter(exists_in_source=True).values_list("schema_name", "name").distinct()
     return sorted({f"{schema}.{name}" if schema else name for schema, name in names})
 
 
 def reviewers_list() -> QuerySet:
     """Active users who may review (through a role, a direct permission, or as superuser)."""
-    from django.contrib.auth import get_user_model
-    from django.contrib.auth.models import Permission
-
     perms = Permission.objects.filter(codename="review_runs", content_type__app_label="askdb")
     return (
         get_user_model()
@@ -378,16 +357,12 @@ def reviewers_list() -> QuerySet:
 
 def run_review_outcome(*, run):
     """The latest review that decided something (approve, correct or flag), or None."""
-    from askdb.models import Review
-
     return run.reviews.exclude(action=Review.Action.REASSIGN).select_related("reviewer", "example").first()
 
 
 def run_nearest_examples(*, run, limit: int = 5) -> list[dict]:
     """The approved examples retrieval found closest to this question, each with the diff of its
     SQL against this run's (both laid out the same way, so only real changes show)."""
-    from askdb.models import Example
-
     refs = [r for r in (run.retrieval or {}).get("examples", []) if r.get("id")][:limit]
     found = Example.objects.in_bulk([r["id"] for r in refs])
     dialect = run.question.source.dialect
@@ -432,8 +407,6 @@ class Provenance:
 
 
 def askdb_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("askdb")
     except PackageNotFoundError:
@@ -446,10 +419,6 @@ def sql_sha256(sql: str) -> str:
 
 def run_provenance(*, run) -> Provenance:
     """Gather a run's provenance: the SQL and its hash, data, catalog, model, examples, approval."""
-    from django.utils import timezone
-
-    from askdb.models import Review
-
     approval = (
         run.reviews.filter(action__in=(Review.Action.APPROVE, Review.Action.CORRECT))
         .select_related("reviewer")

@@ -269,7 +269,7 @@ class ImportFailureSerializer(serializers.Serializer):
 
 
 class ImportReportSerializer(serializers.Serializer):
-    """askdb.services.ImportReport: nothing imported silently, nothing failed silently."""
+    """askdb.services.exports.ImportReport: nothing imported silently, nothing failed silently."""
 
     created = serializers.ListField(child=serializers.IntegerField(), help_text="Ids of new examples.")
     merged = serializers.ListField(

@@ -1,11 +1,21 @@
-"""Authentication, user and role changes go to the audit log, whichever screen or shell made them."""
+"""Authentication, user and role changes go to the audit log, whichever screen or shell made them;
+and a catalog change re-validates the example library (the catalog sends it, askdb listens)."""
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
 from django.db.models.signals import m2m_changed, post_save, pre_save
 from django.dispatch import receiver
 
-from askdb.services import audit_record
+from askdb.services.examples import examples_revalidate_later
+from infra.audit.services import audit_record
+from metadata_admin.signals import catalog_changed
+
+
+@receiver(catalog_changed)
+def _catalog_changed(sender, source, **kwargs):
+    examples_revalidate_later(source)
 
 
 def _ip(request) -> str | None:
@@ -57,8 +67,6 @@ def _user_saved(sender, instance, created, **kwargs):
 def _groups_changed(sender, instance, action, pk_set, model, **kwargs):
     if action not in ("post_add", "post_remove", "post_clear"):
         return
-    from django.contrib.auth.models import Group
-
     if isinstance(instance, Group):  # changed from the group's side
         users = list(model.objects.filter(pk__in=pk_set or [])) if pk_set else []
         groups = [instance]
@@ -73,6 +81,4 @@ def _groups_changed(sender, instance, action, pk_set, model, **kwargs):
 
 
 def connect_group_signals() -> None:
-    from django.contrib.auth import get_user_model
-
     m2m_changed.connect(_groups_changed, sender=get_user_model().groups.through, dispatch_uid="askdb-roles")

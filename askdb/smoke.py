@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import time
 
+from django.contrib.auth import get_user_model
+
+from askdb.models import Run
+from askdb.services.runs import question_submit
+
 # Outcomes that prove the pipeline ran as it should with the configuration at hand.
 GOOD_OUTCOMES = {"answered", "no_rows", "no_llm"}
 
 
 def smoke_question(question: str, *, stdout, timeout_s: float = 120) -> bool:
-    from django.contrib.auth import get_user_model
-
-    from askdb.models import Run
-    from askdb.services import question_submit
-
     user = get_user_model().objects.get(username="researcher")
     run = question_submit(user=user, text=question)
     deadline = time.monotonic() + timeout_s

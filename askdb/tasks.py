@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 
 from celery import shared_task
 from celery.signals import worker_process_init
-from django.db import DatabaseError, connection
+from django.conf import settings
+from django.db import DatabaseError, connection, connections
+
+from askdb.services.examples import examples_revalidate
+from askdb.services.runs import run_execute
+from infra.providers.embeddings import get_embedder
+from metadata_admin.models import ClinicalSource
 
 
 @worker_process_init.connect
 def _warm_up(**kwargs) -> None:
     """Load the local embedding model when a worker process starts, not in the first question."""
-    from django.conf import settings
-
     if settings.EMBEDDING_PROVIDER == "local":
-        from askdb.providers.embeddings import get_embedder
-
         get_embedder().warm_up()
     _warm_up_answerability()
 
@@ -24,13 +27,9 @@ def _warm_up(**kwargs) -> None:
 def _warm_up_answerability() -> None:
     """Load each source's trained answerability model now: loading it takes seconds, and the
     first question a worker takes must not pay for it. A missing or broken model is not an error."""
-    import logging
-
-    from django.db import connections
-
     try:
+        # local, inside the try: a broken answerability install must not stop the worker starting
         from askdb.answerability.scorer import get_scorer
-        from metadata_admin.models import ClinicalSource
 
         for source in ClinicalSource.objects.all():
             get_scorer(source)
@@ -61,8 +60,6 @@ def ping() -> dict:
     max_retries=5,
 )
 def run_question(self, run_id: int) -> dict:
-    from askdb.services import run_execute
-
     run = run_execute(run_id=run_id, worker=self.request.hostname or socket.gethostname())
     if run is None:
         return {"run": run_id, "status": "missing"}
@@ -72,9 +69,6 @@ def run_question(self, run_id: int) -> dict:
 @shared_task(name="askdb.revalidate_examples", acks_late=True, soft_time_limit=600, time_limit=660)
 def revalidate_examples(source_id: int, execute: bool = False) -> dict:
     """After a catalog or schema change: mark library examples that no longer validate."""
-    from askdb.services import examples_revalidate
-    from metadata_admin.models import ClinicalSource
-
     source = ClinicalSource.objects.filter(pk=source_id).first()
     if source is None:
         return {"source": source_id, "status": "missing"}

@@ -7,6 +7,8 @@ of the result table); every link and form also works without JavaScript.
 from __future__ import annotations
 
 import datetime as dt
+import io
+import json
 import random
 
 from django.contrib import messages
@@ -18,21 +20,22 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from openpyxl import Workbook
 
 from askdb import health, selectors
 from askdb.models import Review, Run
-from askdb.services import (
+from askdb.services.reviews import review_approve, review_correct, review_flag, review_reassign
+from askdb.services.runs import (
     QuestionError,
-    ReviewError,
     question_submit,
-    review_approve,
-    review_correct,
-    review_flag,
-    review_reassign,
     run_cancel,
     run_export_record,
+    run_pick_candidate,
     run_retry,
 )
+from askdb.services.sql import ReviewError
+from infra.audit.services import audit_record
+from metadata_admin.models import ClinicalSource, TableDoc
 
 
 def _ip(request: HttpRequest) -> str | None:
@@ -40,8 +43,6 @@ def _ip(request: HttpRequest) -> str | None:
 
 
 def _example_questions(limit: int = 6) -> list[str]:
-    from metadata_admin.models import TableDoc
-
     pool = [
         q
         for qs in TableDoc.objects.filter(exists_in_source=True).values_list("example_questions", flat=True)
@@ -175,10 +176,6 @@ def run_csv(request: HttpRequest, run_id: int) -> HttpResponse:
 @require_GET
 @permission_required("askdb.ask_questions", raise_exception=True)
 def run_xlsx(request: HttpRequest, run_id: int) -> HttpResponse:
-    import io
-
-    from openpyxl import Workbook
-
     run = _run_or_404(request, run_id)
     if not run.result_columns:
         return _NO_RESULT()
@@ -218,8 +215,6 @@ def run_cancel_view(request: HttpRequest, run_id: int) -> HttpResponse:
 @permission_required("askdb.ask_questions", raise_exception=True)
 def run_pick_candidate_view(request: HttpRequest, run_id: int) -> HttpResponse:
     """The researcher picks the candidate that matches what they meant (re-executed, still reviewed)."""
-    from askdb.services import ReviewError, run_pick_candidate
-
     run = _run_or_404(request, run_id)
     if not _may_act(request, run):
         raise Http404("no such run")
@@ -287,8 +282,6 @@ def review_queue(request: HttpRequest) -> HttpResponse:
     page = Paginator(runs, 25).get_page(request.GET.get("page"))
     rows = [{"run": r, "tables": selectors.run_tables(r), "own": r.question.user_id == request.user.pk}
             for r in page.object_list]  # fmt: skip
-    from metadata_admin.models import ClinicalSource
-
     policy, policy_text = selectors.review_policy()
     context = {
         "page": page,
@@ -387,8 +380,6 @@ def _int(value: str) -> int | None:
 
 
 def _run_review_context(request: HttpRequest, run: Run) -> dict:
-    import json
-
     dialect = run.question.source.dialect
     own = run.question.user_id == request.user.pk
     answered = run.status == Run.Status.SUCCEEDED and bool(run.sql)
@@ -428,8 +419,6 @@ def _date(value: str) -> dt.date | None:
 @permission_required("askdb.view_audit", raise_exception=True)
 def audit_log(request: HttpRequest) -> HttpResponse:
     """The audit log, filtered; `?format=csv` streams every matching event (not just one page)."""
-    import json
-
     filters = {
         "search": request.GET.get("q", "").strip(),
         "action": request.GET.get("action", "").strip(),
@@ -441,8 +430,6 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     }
     events = selectors.audit_event_list(**filters)
     if request.GET.get("format") == "csv":
-        from askdb.services import audit_record
-
         audit_record(action="audit.exported", actor=request.user, message="audit log CSV",
                      detail={k: str(v) for k, v in filters.items() if v})  # fmt: skip
         response = StreamingHttpResponse(

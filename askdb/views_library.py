@@ -2,13 +2,14 @@
 import files (JSON, YAML, the EHRSQL pair) with a validation report, export, and re-validate.
 
 Thin like askdb/views.py: parsing is askdb/library_io.py, every write is a service in
-askdb/services.py (the same ones the API and the import command call).
+askdb/services/ (the same ones the API and the import command call).
 """
 
 from __future__ import annotations
 
 from functools import wraps
 
+import sqlglot
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -20,14 +21,13 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from askdb import library_io
 from askdb.models import Example, Review
-from askdb.services import (
-    ImportReport,
-    ReviewError,
-    example_set_status,
-    examples_export,
-    examples_import,
-    examples_revalidate,
-)
+from askdb.services.examples import example_set_status, examples_revalidate
+from askdb.services.exports import ImportReport, examples_export, examples_import
+from askdb.services.sql import ReviewError
+from infra.adapters.clinical import ExecutionError
+from infra.providers.embeddings import EmbeddingError
+from metadata_admin.models import ClinicalSource, TableDoc
+from metadata_admin.services import source_get
 
 BROWSE_PERMS = ("askdb.review_runs", "askdb.curate_catalog")  # reviewers and admins
 EDIT_PERM = "askdb.review_runs"  # import, export, retire, restore
@@ -62,8 +62,6 @@ def examples_filtered(
     A table is a qualified name ("mimiciv_hosp.patients") or a bare one ("patients"), which
     matches that table in any schema. Belongs in askdb/selectors.py; kept here until it moves.
     """
-    from metadata_admin.models import TableDoc
-
     qs = Example.objects.select_related("source", "approved_by").defer("embedding")
     if source is not None:
         qs = qs.filter(source=source)
@@ -92,8 +90,6 @@ def examples_filtered(
 
 
 def _sources():
-    from metadata_admin.models import ClinicalSource
-
     return list(ClinicalSource.objects.order_by("name"))
 
 
@@ -103,8 +99,6 @@ def _source_named(name: str):
 
 
 def _pretty(sql: str, dialect: str) -> str:
-    import sqlglot
-
     try:
         return sqlglot.transpile(sql, read=dialect, write=dialect, pretty=True)[0]
     except (sqlglot.errors.ParseError, IndexError, ValueError):
@@ -223,8 +217,6 @@ def example_restore(request: HttpRequest, example_id: int) -> HttpResponse:
 @_require_any(REVALIDATE_PERM)
 def examples_revalidate_view(request: HttpRequest) -> HttpResponse:
     """Re-check every example of a source against the catalog (and the data, when asked)."""
-    from metadata_admin.services import source_get
-
     try:
         source = source_get(request.POST.get("source") or None)
     except ValueError as exc:
@@ -255,10 +247,6 @@ def examples_import_view(request: HttpRequest) -> HttpResponse:
     A file that cannot be read is refused whole with what is wrong and where (400); a readable
     file is imported pair by pair, and the report lists every pair that failed with its error.
     """
-    from askdb.adapters.clinical import ExecutionError
-    from askdb.providers.embeddings import EmbeddingError
-    from metadata_admin.services import source_get
-
     context = {"sources": _sources(), "chosen": request.POST.get("source", ""), "error": "", "report": None,
                "max_mb": library_io.MAX_UPLOAD_BYTES // 1024 // 1024}  # fmt: skip
     if request.method == "GET":
@@ -309,8 +297,6 @@ def _report_rows(report: ImportReport) -> dict:
 @_require_any(EDIT_PERM)
 def examples_export_view(request: HttpRequest) -> HttpResponse:
     """The library as a JSON or YAML download, in the shape the import reads."""
-    from metadata_admin.services import source_get
-
     fmt = request.GET.get("format", "json")
     if fmt not in library_io.FORMATS:
         return HttpResponse(

@@ -68,11 +68,11 @@ def value_index(executor) -> object:
 
 def build(train: list[tuple[str, str, str]], *, progress: bool = True) -> Library:
     """The library of `train`: templates, value index, masked-question vectors (one batch)."""
-    from askdb.adapters.clinical import SqliteExecutor
     from askdb.pipeline.library import LibraryIndex, entry_for
     from askdb.pipeline.offline import mask_question
     from askdb.pipeline.templates import build_template
-    from askdb.providers.embeddings import get_embedder
+    from infra.adapters.clinical import SqliteExecutor
+    from infra.providers.embeddings import get_embedder
 
     start = time.perf_counter()
     executor = SqliteExecutor(str(DATA / "mimic_iv.sqlite"))

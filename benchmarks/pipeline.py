@@ -198,7 +198,7 @@ def prepare(home: Path = DEFAULT_HOME, *, log: Callable[[str], None] | None = No
         django.setup()
         from django.core.management import call_command
 
-        from askdb.services import demo_users_ensure
+        from askdb.services.users import demo_users_ensure
         from metadata_admin.services import clinical_demo_ensure
 
         call_command("migrate", interactive=False, verbosity=0)
@@ -365,7 +365,7 @@ class SyncResult:
 
 def part_sync(user, questions: list[tuple[str, str]], latency: float) -> SyncResult:
     """Questions one after another in this process, as `manage.py ask` runs them."""
-    from askdb.services import question_submit_sync
+    from askdb.services.runs import question_submit_sync
 
     result = SyncResult(latency)
     question_submit_sync(user=user, text=WARM_UP_QUESTION)  # loads the model, fills connection pools
@@ -420,7 +420,7 @@ def part_batch(user, questions: list[tuple[str, str]], timeout_s: float) -> Batc
     from django.db import DatabaseError
 
     from askdb.models import Run
-    from askdb.services import question_submit
+    from askdb.services.runs import question_submit
 
     batch = Batch()
     ids = []
@@ -460,7 +460,7 @@ def warm_worker(user, slots: int, timeout_s: float = 180) -> None:
     """A question per worker slot first, a moment apart: loads the embedding model in every pool
     process (the threads pool loads it on first use) and opens the database connections."""
     from askdb.models import Run
-    from askdb.services import question_submit
+    from askdb.services.runs import question_submit
 
     ids = []
     for _ in range(slots):
@@ -482,7 +482,7 @@ def warm_worker(user, slots: int, timeout_s: float = 180) -> None:
 def machine_facts(pools: list[tuple[str, int]]) -> list[list[Any]]:
     from django.conf import settings
 
-    from askdb.providers.embeddings import get_embedder
+    from infra.providers.embeddings import get_embedder
 
     embedder = get_embedder()
     try:

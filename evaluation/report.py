@@ -7,7 +7,11 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
+from django.template.loader import render_to_string
+from django.utils.safestring import mark_safe
+
 from evaluation import metrics
+from evaluation.selectors import evaluation_failures
 
 PALETTE = ("#2f6db5", "#e08a2c", "#3a9b5c", "#c0392b", "#8e6bbf", "#7f8c8d")
 OUTCOME_COLORS = {
@@ -223,10 +227,6 @@ def charts(m: dict[str, Any]) -> dict[str, str]:
 
 
 def report_context(*, evaluation, items: Sequence) -> dict[str, Any]:
-    from django.utils.safestring import mark_safe
-
-    from evaluation.selectors import evaluation_failures
-
     m = evaluation.metrics or {}
     ex = m.get("execution_accuracy", {})
     ans = m.get("answerability", {})
@@ -315,6 +315,4 @@ def report_context(*, evaluation, items: Sequence) -> dict[str, Any]:
 
 def report_render(*, evaluation, items: Sequence) -> str:
     """The report as one HTML document."""
-    from django.template.loader import render_to_string
-
     return render_to_string("evaluation/report.html", report_context(evaluation=evaluation, items=items))

@@ -15,16 +15,24 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import connections, transaction
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from askdb.adapters.clinical import ExecutionError
+from askdb.models import Example, Question, Run, StageEvent
+from askdb.pipeline import prompts
 from askdb.pipeline.compare import results_match
-from askdb.services import audit_record
+from askdb.services.runs import run_execute
 from evaluation import metrics
-from evaluation.formats import BenchmarkItem
 from evaluation.models import Evaluation, EvaluationItem
+from evaluation.report import report_render
+from evaluation.selectors import evaluation_results
+from infra.adapters.clinical import ExecutionError
+from infra.audit.services import audit_record
+from infra.formats import BenchmarkItem
+from infra.providers import embeddings
+from metadata_admin.services import source_executor
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +47,6 @@ class EvaluationError(RuntimeError):
 def evaluator_user():
     """The inactive user evaluation questions are asked as: it cannot log in, and its questions
     (channel "evaluation") stay out of every real user's history and the review queue."""
-    from django.contrib.auth import get_user_model
-
     user, created = get_user_model().objects.get_or_create(
         username=EVALUATOR_USERNAME, defaults={"is_active": False}
     )
@@ -52,10 +58,6 @@ def evaluator_user():
 
 def evaluation_settings_snapshot(*, source, offline: bool = False) -> dict[str, Any]:
     """What produced an evaluation's numbers, so evaluations compare across versions without git."""
-    from askdb.models import Example
-    from askdb.pipeline import prompts
-    from askdb.providers import embeddings
-
     model = "" if offline else (settings.LLM_MODEL or "")
     embedding_model = settings.EMBEDDING_MODEL or (
         embeddings.LOCAL_MODEL if settings.EMBEDDING_PROVIDER == "local" else embeddings.OPENAI_DEFAULT_MODEL
@@ -194,9 +196,6 @@ def evaluation_item_execute(*, item_pk: int) -> EvaluationItem:
     (interrupted between run and scoring) is only scored; a run left 'running' by a killed
     evaluation is failed as worker_lost and the question asked again.
     """
-    from askdb.models import Question, Run
-    from askdb.services import run_execute
-
     item = EvaluationItem.objects.select_related("evaluation__source", "run").get(pk=item_pk)
     if item.done:
         return item
@@ -226,9 +225,6 @@ def _execute(executor, sql: str):
 
 
 def _score(item: EvaluationItem, run) -> None:
-    from askdb.models import StageEvent
-    from metadata_admin.services import source_executor
-
     executor = source_executor(item.evaluation.source)
     stages: dict[str, float] = {}
     for name, ms in StageEvent.objects.filter(run=run).values_list("name", "duration_ms"):
@@ -349,8 +345,6 @@ def item_score(item: EvaluationItem) -> metrics.ItemScore:
 
 def evaluation_finish(*, evaluation: Evaluation) -> Evaluation:
     """Metrics and report from the items done so far; finished when every item is done."""
-    from evaluation.report import report_render
-
     items = list(evaluation.items.select_related(None).order_by("position"))
     done = [i for i in items if i.done]
     evaluation.metrics = metrics.summarize([item_score(i) for i in done])
@@ -371,8 +365,6 @@ def evaluation_finish(*, evaluation: Evaluation) -> Evaluation:
 
 def evaluation_write_files(*, evaluation: Evaluation, out_dir: Path) -> dict[str, Path]:
     """results.json and report.html in `out_dir` (plus evaluation.json, which makes it resumable)."""
-    from evaluation.selectors import evaluation_results
-
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {
         "marker": out_dir / "evaluation.json",

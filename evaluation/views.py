@@ -15,7 +15,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from evaluation import metrics, selectors
-from evaluation.report import OUTCOME_LABELS, fmt
+from evaluation.report import OUTCOME_LABELS, fmt, report_render
 
 
 def can_view_evaluations(user) -> bool:
@@ -100,8 +100,6 @@ def evaluation_detail(request: HttpRequest, evaluation_id: int) -> HttpResponse:
 @evaluations_permission
 def evaluation_report(request: HttpRequest, evaluation_id: int) -> HttpResponse:
     """The stored report, or one rendered now from the stored metrics and items."""
-    from evaluation.report import report_render
-
     evaluation = _evaluation_or_404(evaluation_id)
     body = evaluation.report_html or report_render(evaluation=evaluation, items=list(evaluation.items.all()))
     response = HttpResponse(body, content_type="text/html; charset=utf-8")

@@ -17,7 +17,7 @@ from django.http import HttpRequest
 from django.template.defaultfilters import pluralize
 from django.utils.html import format_html
 
-from askdb.services import audit_record, examples_revalidate_later
+from infra.audit.services import audit_record
 from metadata_admin import drafting
 from metadata_admin.models import (
     ClinicalSource,
@@ -29,6 +29,7 @@ from metadata_admin.models import (
 )
 from metadata_admin.selectors import current_embedding_model, table_doc_embedding_status
 from metadata_admin.services import table_doc_schedule_embedding, table_doc_snapshot, table_docs_reembed
+from metadata_admin.signals import catalog_changed
 
 
 def url_without_password(url: str) -> str:
@@ -231,7 +232,7 @@ class TableDocAdmin(admin.ModelAdmin):
     def delete_model(self, request: HttpRequest, obj: TableDoc) -> None:
         audit_record(action="docs.deleted", actor=request.user, target=obj, message=obj.qualified_name)
         super().delete_model(request, obj)
-        examples_revalidate_later(obj.source)
+        catalog_changed.send(sender=ClinicalSource, source=obj.source)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
         for doc in queryset:
@@ -239,7 +240,7 @@ class TableDocAdmin(admin.ModelAdmin):
         sources = {doc.source for doc in queryset}
         super().delete_queryset(request, queryset)
         for source in sources:
-            examples_revalidate_later(source)
+            catalog_changed.send(sender=ClinicalSource, source=source)
 
     # Actions: each one calls a service, so the command line and the admin agree.
 

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
-from askdb.adapters.clinical import ExecutionError
 from askdb.pipeline.extraction import JsonExtractionError, extract_json_object
 from askdb.pipeline.types import LLMError
-from askdb.providers.llm import get_chat_model
-from askdb.services import audit_record
+from infra.adapters.clinical import ExecutionError
+from infra.audit.services import audit_record
+from infra.providers.llm import get_chat_model
 from metadata_admin.models import ColumnDoc, DocRevision, TableDoc
 from metadata_admin.services import source_executor, table_doc_schedule_embedding, table_doc_snapshot
 

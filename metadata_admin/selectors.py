@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 from django.db.models import Count, Prefetch
 
-from askdb.adapters import catalog_search
 from askdb.pipeline.retrieval import (
     Edge,
     LinkedValue,
@@ -17,7 +16,8 @@ from askdb.pipeline.retrieval import (
     question_terms,
     rank_tables,
 )
-from askdb.providers.embeddings import get_embedder
+from infra.adapters import catalog_search
+from infra.providers.embeddings import get_embedder
 from metadata_admin.models import ClinicalSource, ColumnDoc, Relationship, TableDoc, content_hash
 from metadata_admin.services import table_doc_embedding_text
 

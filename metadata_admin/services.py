@@ -13,15 +13,17 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlparse
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from askdb.adapters.clinical import ExecutionError, LiveTable, SqlExecutor, executor_for
 from askdb.pipeline.types import CatalogSchema, TableSchema
-from askdb.providers.embeddings import EmbeddingError, get_embedder
-from askdb.services import audit_record, examples_revalidate_later
+from infra.adapters.clinical import ExecutionError, LiveTable, SqlExecutor, executor_for
+from infra.audit.services import audit_record
+from infra.providers.embeddings import EmbeddingError, get_embedder
+from metadata_admin.clinical import loader, synthetic
 from metadata_admin.docs import (
     BUNDLED_DOCS,
     VALUE_COLUMNS,
@@ -40,6 +42,7 @@ from metadata_admin.models import (
     ValueEntry,
     content_hash,
 )
+from metadata_admin.signals import catalog_changed
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +245,7 @@ def docs_import(
             message=report.summary(),
             detail={"warnings": report.warnings[:50]},
         )
-        examples_revalidate_later(source)
+        catalog_changed.send(sender=ClinicalSource, source=source)
     return report
 
 
@@ -344,6 +347,7 @@ def table_doc_schedule_embedding(doc: TableDoc) -> None:
     """Re-embed in the worker after commit, and only when the embedded text changed."""
     if doc.content_hash == content_hash(table_doc_embedding_text(doc)) and not doc.embedding_error:
         return
+    # local: metadata_admin.tasks imports this module (its task calls table_docs_reembed)
     from metadata_admin.tasks import embed_table_doc as embed_table_doc_task
 
     transaction.on_commit(lambda: embed_table_doc_task.delay(doc.pk))
@@ -447,7 +451,7 @@ def source_introspect(
         report.tables_gone = [d.qualified_name for d in gone]
         gone.update(exists_in_source=False)
         audit_record(action="source.introspected", actor=actor, target=source, message=report.summary())
-        examples_revalidate_later(source)
+        catalog_changed.send(sender=ClinicalSource, source=source)
     return report
 
 
@@ -643,8 +647,6 @@ def clinical_demo_ensure(*, stdout=None, patients: int = 100, seed: int = 42) ->
     Loads real MIMIC-IV from MIMIC_DIR when set, else deterministic synthetic data. Each step is
     skipped when already done, so a second `make demo` is quick.
     """
-    from metadata_admin.clinical import loader
-
     write = (lambda s: stdout.write(s)) if stdout else (lambda s: None)
     admin_url = settings.CLINICAL_ADMIN_DATABASE_URL
     if not admin_url:
@@ -659,8 +661,6 @@ def clinical_demo_ensure(*, stdout=None, patients: int = 100, seed: int = 42) ->
             release = Path(mimic_dir)
             as_of = None
         else:
-            from metadata_admin.clinical import synthetic
-
             release = settings.ASKDB_HOME / "demo-data"
             write(f"generating synthetic MIMIC-IV-shaped data ({patients} patients, seed {seed}) …")
             result = synthetic.generate(release, patients=patients, seed=seed)
@@ -706,7 +706,7 @@ def clinical_source_refresh(
                 TableDoc.objects.filter(pk=doc.pk).update(exists_in_source=doc.qualified_name in present)
                 changed = True
         if changed:  # the schema changed under the library: check its examples still hold
-            examples_revalidate_later(source)
+            catalog_changed.send(sender=ClinicalSource, source=source)
     if TableDoc.objects.filter(source=source, embedding__isnull=True).exists():
         write("embedding table documentation …")
         table_docs_reembed(source=source)
@@ -730,10 +730,6 @@ def clinical_release_load(
 
     Returns the loader's report; a failed table is in `report.failed`, nothing of it kept.
     Raises loader.LoadError when the release itself is unusable."""
-    from urllib.parse import urlparse
-
-    from metadata_admin.clinical import loader
-
     report = loader.load_release(path, dsn=dsn, replace=replace, progress=progress, tables=tables,
                                  out=out or (lambda s: None))  # fmt: skip
     loader.grant_read(dsn, urlparse(settings.CLINICAL_DATABASE_URL).username or "askdb_reader")

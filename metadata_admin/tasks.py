@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from askdb.providers.embeddings import EmbeddingError
+from infra.providers.embeddings import EmbeddingError
+from metadata_admin.models import TableDoc
+from metadata_admin.services import table_docs_reembed
 
 
 @shared_task(
@@ -17,9 +19,6 @@ from askdb.providers.embeddings import EmbeddingError
     soft_time_limit=120,
 )
 def embed_table_doc(table_doc_id: int) -> dict:
-    from metadata_admin.models import TableDoc
-    from metadata_admin.services import table_docs_reembed
-
     doc = TableDoc.objects.filter(pk=table_doc_id).first()
     if doc is None:
         return {"skipped": "deleted"}

@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from askdb.providers.embeddings import EmbeddingError
+from infra.providers.embeddings import EmbeddingError
 from metadata_admin import selectors
 from metadata_admin.models import ClinicalSource
 from metadata_admin.services import source_get

@@ -119,7 +119,7 @@ def test_a_reviewer_sees_another_users_run_and_a_researcher_does_not(page, sourc
     owner = make_user("owen", "researcher")
     make_user("rita", "reviewer")
     make_user("rick", "researcher")
-    from askdb.services import question_submit
+    from askdb.services.runs import question_submit
 
     with running_worker():
         run = question_submit(user=owner, text="How many ICU stays were there per care unit?", source=source)
@@ -140,7 +140,7 @@ def test_a_reviewer_sees_another_users_run_and_a_researcher_does_not(page, sourc
 def test_a_reviewer_approves_from_the_queue_and_the_researcher_sees_it(page, source, llm):
     """Browser → Django → Celery → PostgreSQL → scripted LLM, then the review path back to the asker."""
     from askdb.models import Example
-    from askdb.services import question_submit
+    from askdb.services.runs import question_submit
 
     owner = make_user("olga", "researcher")
     make_user("rory", "reviewer")

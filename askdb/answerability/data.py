@@ -94,7 +94,7 @@ def catalog_questions(tables: list[TableText], source) -> list[TrainQuestion]:
 def read_labelled_file(path: str | Path) -> list[dict]:
     """A labelled question file in any format the evaluation harness reads (our benchmark's JSON
     list, EHRSQL, CSV). The label is the category when there is one, else whether SQL is given."""
-    from evaluation.formats import FormatError, load_items
+    from infra.formats import FormatError, load_items
 
     try:
         items = load_items(path)
@@ -206,8 +206,8 @@ def answerability_train(
     """Train on the library (plus a file), store a new version, and make it current."""
     from django.utils import timezone
 
-    from askdb.providers.embeddings import LOCAL_MODEL
-    from askdb.services import audit_record
+    from infra.audit.services import audit_record
+    from infra.providers.embeddings import LOCAL_MODEL
 
     say = progress or (lambda s: None)
     config = config or TrainConfig()

@@ -56,6 +56,7 @@ THIRD_PARTY_APPS = [
     "django_htmx",
 ]
 LOCAL_APPS = [
+    "infra.audit",
     "askdb",
     "metadata_admin",
     "evaluation",
@@ -70,7 +71,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
-    "askdb.middleware.AuditContextMiddleware",
+    "infra.audit.middleware.AuditContextMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -107,7 +108,7 @@ DATABASES = {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # The clinical database is not a Django database: generated SQL runs through the executor
-# (askdb/adapters) as a read-only role. The admin URL is only used to load data into it.
+# (infra/adapters) as a read-only role. The admin URL is only used to load data into it.
 CLINICAL_DATABASE_URL = env("CLINICAL_DATABASE_URL") or embedded.pg_dsn(
     embedded.CLINICAL_DB, user=embedded.READER_ROLE
 )

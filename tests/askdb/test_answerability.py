@@ -180,7 +180,7 @@ def test_train_store_score_and_switch_versions(library, home, tmp_path):
 
     # The gate uses the model before any LLM call, and the run page explains it with bars.
     from askdb.models import Run
-    from askdb.services import question_submit_sync
+    from askdb.services.runs import question_submit_sync
     from tests.factories import make_user
 
     asker = make_user("gate-asker", "researcher")

@@ -20,9 +20,10 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 from rest_framework.throttling import UserRateThrottle
 
-from askdb.models import AuditEvent, Question, Run, SqlAttempt, StageEvent
+from askdb.models import Question, Run, SqlAttempt, StageEvent
 from askdb.roles import ADMIN, RESEARCHER, REVIEWER
 from config import embedded
+from infra.audit.models import AuditEvent
 from tests.celery_worker import running_worker
 from tests.factories import PASSWORD, make_user
 from tests.support.scripted_llm import Reply

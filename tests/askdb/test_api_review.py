@@ -7,9 +7,10 @@ import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
-from askdb.models import AuditEvent, Example, Question, Review, Run
+from askdb.models import Example, Question, Review, Run
 from askdb.roles import ADMIN, RESEARCHER, REVIEWER
-from askdb.services import examples_import
+from askdb.services.exports import examples_import
+from infra.audit.models import AuditEvent
 from tests.factories import make_user
 
 pytestmark = pytest.mark.django_db

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from askdb.models import AuditEvent
 from askdb.roles import ADMIN, RESEARCHER
-from askdb.services import audit_record
+from infra.audit.models import AuditEvent
+from infra.audit.services import audit_record
 from tests.factories import PASSWORD, make_user
 
 pytestmark = pytest.mark.django_db

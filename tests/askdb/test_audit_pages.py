@@ -11,9 +11,10 @@ import json
 import pytest
 from django.utils import timezone
 
-from askdb.models import AuditEvent, Question, Run
+from askdb.models import Question, Run
 from askdb.roles import ADMIN, RESEARCHER, REVIEWER
-from askdb.services import audit_record
+from infra.audit.models import AuditEvent
+from infra.audit.services import audit_record
 from tests.factories import make_user
 
 pytestmark = pytest.mark.django_db

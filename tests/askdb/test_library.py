@@ -10,12 +10,12 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import CommandError, call_command
 
-from askdb.adapters import catalog_search
 from askdb.library_io import MAX_UPLOAD_BYTES, parse_examples
 from askdb.models import Example, Question, Run
-from askdb.providers.embeddings import get_embedder
 from askdb.roles import ADMIN, RESEARCHER, REVIEWER
-from askdb.services import examples_import
+from askdb.services.exports import examples_import
+from infra.adapters import catalog_search
+from infra.providers.embeddings import get_embedder
 from tests.factories import make_user
 
 pytestmark = pytest.mark.django_db

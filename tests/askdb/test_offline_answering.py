@@ -7,7 +7,9 @@ import psycopg
 import pytest
 
 from askdb.models import Run
-from askdb.services import example_upsert, library_calibrate, question_submit_sync
+from askdb.services.calibration import library_calibrate
+from askdb.services.examples import example_upsert
+from askdb.services.runs import question_submit_sync
 from config import embedded
 from tests.factories import make_user
 from tests.support.scripted_llm import Reply

@@ -7,7 +7,7 @@ import psycopg
 import pytest
 
 from askdb.models import LlmCall, Run
-from askdb.services import QuestionError, question_submit_sync
+from askdb.services.runs import QuestionError, question_submit_sync
 from config import embedded
 from tests.factories import make_user
 from tests.support.scripted_llm import Delay, Malformed, Reply

@@ -6,19 +6,19 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import Group
 
-from askdb.models import AuditEvent, Example, Question, Review, Run
-from askdb.services import (
-    ReviewError,
-    example_upsert,
-    examples_import,
-    examples_revalidate,
-    question_submit_sync,
+from askdb.models import Example, Question, Review, Run
+from askdb.services.examples import example_upsert, examples_revalidate
+from askdb.services.exports import examples_import
+from askdb.services.reviews import (
     review_approve,
     review_correct,
     review_flag,
     review_reassign,
     review_required,
 )
+from askdb.services.runs import question_submit_sync
+from askdb.services.sql import ReviewError
+from infra.audit.models import AuditEvent
 from metadata_admin.models import TableDoc
 from tests.factories import make_user
 from tests.support.scripted_llm import Reply

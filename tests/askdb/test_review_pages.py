@@ -10,9 +10,10 @@ import hashlib
 import pytest
 from django.utils import timezone
 
-from askdb.models import AuditEvent, Example, Question, Review, Run, SqlAttempt, StageEvent
+from askdb.models import Example, Question, Review, Run, SqlAttempt, StageEvent
 from askdb.roles import ADMIN, RESEARCHER, REVIEWER
 from askdb.selectors import DiffLine, Provenance, diff_lines, methods_paragraph, sql_diff
+from infra.audit.models import AuditEvent
 from tests.factories import make_user
 
 COUNT_SQL = "SELECT count(*) AS n FROM mimiciv_hosp.patients"

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 
 from askdb.models import Run
-from askdb.services import question_submit, run_cancel, run_execute, run_retry, runs_reap_stale
+from askdb.services.runs import question_submit, run_cancel, run_execute, run_retry, runs_reap_stale
 from tests.celery_worker import running_worker
 from tests.factories import make_user
 from tests.support.scripted_llm import Delay, Hang, Reply

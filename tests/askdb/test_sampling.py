@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from askdb.models import AuditEvent, Run, SqlAttempt
-from askdb.services import ReviewError, question_submit_sync, run_pick_candidate
+from askdb.models import Run, SqlAttempt
+from askdb.services.runs import question_submit_sync, run_pick_candidate
+from askdb.services.sql import ReviewError
+from infra.audit.models import AuditEvent
 from tests.factories import make_user
 from tests.support.scripted_llm import Error, Reply
 

@@ -193,7 +193,7 @@ def test_gold_sql_that_fails_is_excluded_not_counted_against_the_model(
 
 def _finished_evaluation(source) -> Evaluation:
     from evaluation import services
-    from evaluation.formats import BenchmarkItem
+    from infra.formats import BenchmarkItem
 
     evaluation = services.evaluation_start(
         source=source, items=[BenchmarkItem("x1", "How many?", "SELECT 1")], questions_file="/tmp/q.json",
@@ -235,7 +235,7 @@ def test_pages_for_admins_only(client, source):
 @pytest.mark.django_db
 def test_a_run_left_running_by_a_killed_evaluation_is_failed_and_asked_again(source, scripted_llm, settings):
     from evaluation import services
-    from evaluation.formats import BenchmarkItem
+    from infra.formats import BenchmarkItem
 
     settings.ASKDB_SIMILARITY_FLOOR = 0.0
     script(scripted_llm)

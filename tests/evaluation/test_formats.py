@@ -7,7 +7,7 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from evaluation.formats import FormatError, load_items
+from infra.formats import FormatError, load_items
 
 
 def write(tmp_path, name, content):

@@ -10,8 +10,8 @@ from html.parser import HTMLParser
 import pytest
 from django.urls import reverse
 
-from askdb.models import AuditEvent
 from askdb.roles import ADMIN, RESEARCHER, REVIEWER
+from infra.audit.models import AuditEvent
 from metadata_admin.drafting import NO_LLM_MESSAGE
 from metadata_admin.models import ColumnDoc, DocRevision, TableDoc, content_hash
 from metadata_admin.selectors import current_embedding_model, table_doc_embedding_status

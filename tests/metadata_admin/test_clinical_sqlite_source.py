@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from askdb.adapters.clinical import ExecutionError, executor_for
+from infra.adapters.clinical import ExecutionError, executor_for
 from metadata_admin.models import ColumnDoc, TableDoc
 from metadata_admin.services import source_introspect, source_register
 

@@ -8,7 +8,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from askdb.models import Run
-from askdb.services import QuestionError, question_submit_sync
+from askdb.services.runs import QuestionError, question_submit_sync
+from metadata_admin.services import source_get
 
 
 class Command(BaseCommand):
@@ -24,8 +25,6 @@ class Command(BaseCommand):
         parser.add_argument("--rows", type=int, default=20, help="rows to print")
 
     def handle(self, *args, question, source, user, json: bool, rows: int, **options):
-        from metadata_admin.services import source_get
-
         User = get_user_model()
         who = User.objects.filter(username=user).first() if user else None
         who = (

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
+
+from askdb.services.calibration import library_calibrate
+from infra.formats import FormatError, load_items
+from metadata_admin.services import source_get
 
 
 class Command(BaseCommand):
@@ -20,19 +25,12 @@ class Command(BaseCommand):
         parser.add_argument("--no-progress", action="store_true")
 
     def handle(self, *args, source, questions, min_precision, no_progress, **options):
-        from tqdm import tqdm
-
-        from askdb.services import library_calibrate
-        from metadata_admin.services import source_get
-
         try:
             src = source_get(source)
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         items = None
         if questions:  # any format `evaluate` reads: our benchmark's JSON list, EHRSQL, CSV
-            from evaluation.formats import FormatError, load_items
-
             try:
                 items = [{"question": i.question, "sql": i.gold_sql} for i in load_items(questions)]
             except FormatError as exc:

@@ -143,7 +143,7 @@ class Command(BaseCommand):
 
     def _run(self, supervisor, smoke, host, port, question, stopping, t0) -> bool:
         from askdb import health
-        from askdb.services import demo_users_ensure
+        from askdb.services.users import demo_users_ensure
 
         self._step("services ready (PostgreSQL + pgvector, Redis)", t0)
         call_command("migrate", interactive=False, verbosity=0)
@@ -196,7 +196,7 @@ class Command(BaseCommand):
     def _seed_library(self, t0: float) -> None:
         from django.contrib.auth import get_user_model
 
-        from askdb.services import library_seed_demo
+        from askdb.services.calibration import library_seed_demo
         from metadata_admin.services import source_get
 
         path = (

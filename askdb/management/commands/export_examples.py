@@ -7,7 +7,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from askdb.library_io import FORMATS, dump_examples
-from askdb.services import examples_export
+from askdb.services.exports import examples_export
 from metadata_admin.services import source_get
 
 

@@ -8,10 +8,10 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from askdb.adapters.clinical import ExecutionError
 from askdb.library_io import LibraryFormatError, parse_ehrsql, parse_examples
-from askdb.providers.embeddings import EmbeddingError
-from askdb.services import examples_import
+from askdb.services.exports import examples_import
+from infra.adapters.clinical import ExecutionError
+from infra.providers.embeddings import EmbeddingError
 from metadata_admin.services import source_get
 
 

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from askdb.answerability import store
 from askdb.answerability.data import answerability_evaluate, answerability_train
 from askdb.answerability.model import FineTuneConfig, TrainConfig, TrainingError
+from metadata_admin.services import source_get
 
 
 def _fmt(metrics: dict) -> list[str]:
@@ -56,8 +57,6 @@ class Command(BaseCommand):
         parser.add_argument("--threads", type=int, default=FineTuneConfig.threads)
 
     def handle(self, *args, **opts):
-        from metadata_admin.services import source_get
-
         try:
             source = source_get(opts["source"])
             if opts["list"]:

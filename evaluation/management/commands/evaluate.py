@@ -7,6 +7,13 @@ import json
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
+
+from evaluation import services
+from evaluation.models import Evaluation
+from evaluation.report import fmt
+from infra.formats import FormatError, load_items
+from metadata_admin.services import source_get
 
 
 class Command(BaseCommand):
@@ -29,8 +36,6 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts):
-        from evaluation import services
-
         out = Path(opts["out"]).expanduser() if opts["out"] else None
         evaluation = self._existing(opts["resume"], out, opts["questions"])
         if evaluation is None:
@@ -47,8 +52,6 @@ class Command(BaseCommand):
         self._print(evaluation, paths)
 
     def _existing(self, resume: int | None, out: Path | None, questions: str | None):
-        from evaluation.models import Evaluation
-
         if resume is not None:
             evaluation = Evaluation.objects.filter(pk=resume).first()
             if evaluation is None:
@@ -72,10 +75,6 @@ class Command(BaseCommand):
         return evaluation
 
     def _start(self, opts, out: Path | None):
-        from evaluation import services
-        from evaluation.formats import FormatError, load_items
-        from metadata_admin.services import source_get
-
         if not opts["questions"]:
             raise CommandError("--questions FILE is required (or --resume EVAL_ID)")
         try:
@@ -106,10 +105,6 @@ class Command(BaseCommand):
         return evaluation
 
     def _run(self, evaluation, workers: int):
-        from tqdm import tqdm
-
-        from evaluation import services
-
         total = evaluation.items.count()
         done = evaluation.items.filter(done=True).count()
         with tqdm(total=total, initial=done, unit="q", desc="evaluate", file=self.stderr._out) as bar:
@@ -126,8 +121,6 @@ class Command(BaseCommand):
                 ) from None
 
     def _print(self, evaluation, paths) -> None:
-        from evaluation.report import fmt
-
         m = evaluation.metrics
         ex, ans, rs = m["execution_accuracy"], m["answerability"], m["rs"]
         w = self.stdout.write

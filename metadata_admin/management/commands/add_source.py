@@ -3,7 +3,7 @@
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.dateparse import parse_datetime
 
-from askdb.adapters.clinical import ExecutionError
+from infra.adapters.clinical import ExecutionError
 from metadata_admin.services import source_register
 
 

@@ -3,7 +3,7 @@
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from askdb.adapters.clinical import ExecutionError
+from infra.adapters.clinical import ExecutionError
 from metadata_admin.services import source_get, source_introspect
 
 

@@ -3,7 +3,7 @@
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from askdb.providers.embeddings import EmbeddingError
+from infra.providers.embeddings import EmbeddingError
 from metadata_admin.models import TableDoc
 from metadata_admin.services import source_get, table_docs_reembed, value_index_build
 

@@ -1,5 +1,6 @@
 """`python manage.py retrieve "QUESTION" [--source S] [--k 5] [--json]`."""
 
+import json as jsonlib
 from dataclasses import asdict
 
 from django.core.management.base import BaseCommand, CommandError
@@ -18,8 +19,6 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args, question, source, k, json: bool, **options):
-        import json as jsonlib
-
         try:
             result = retrieve(source=source_get(source), question=question, k=k)
         except ValueError as exc:

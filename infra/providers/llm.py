@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from decimal import Decimal
 
+from django.conf import settings
+
 from askdb.pipeline.types import ChatResult, LLMError
 
 
@@ -29,7 +31,7 @@ class OpenAIChat:
     """ChatModel over the openai client. Thread-safe; one instance per process is enough."""
 
     def __init__(self, config: LLMSettings):
-        import openai
+        import openai  # local: a process with no LLM configured never pays for importing the client
 
         self.config = config
         self.model = config.model
@@ -51,7 +53,7 @@ class OpenAIChat:
     def complete(
         self, messages: list[dict], *, temperature: float = 0.0, n: int = 1, max_tokens: int | None = None
     ) -> ChatResult:
-        import openai
+        import openai  # local: a process with no LLM configured never pays for importing the client
 
         start = time.perf_counter()
         try:
@@ -112,8 +114,6 @@ def _brief(exc) -> str:
 
 def get_chat_model() -> OpenAIChat | None:
     """The configured LLM, or None when no LLM is configured (askdb then says so plainly)."""
-    from django.conf import settings
-
     if not settings.LLM_MODEL:
         return None
     return _cached(

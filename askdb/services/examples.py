@@ -1,0 +1,168 @@
+"""The example library: add or merge verified pairs, retire or restore them, re-validate them
+after catalog changes."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from askdb.models import Example
+from askdb.pipeline.templates import build_template
+from askdb.services.sql import ReviewError, sql_check
+from infra.adapters import catalog_search
+from infra.audit.services import audit_record
+from infra.providers.embeddings import get_embedder
+
+
+def _normalized(text: str) -> str:
+    """Text compared for duplicates: case, spacing and punctuation ignored ("?" and ";" alike)."""
+    return " ".join(re.sub(r"[^\w'%.*<>=!-]+", " ", text.lower()).split()).rstrip(".")
+
+
+def example_upsert(
+    *,
+    source,
+    question: str,
+    sql: str,
+    kind: str = "answerable",
+    approved_by=None,
+    origin: str = "review",
+    origin_run=None,
+    note: str = "",
+    vector: list[float] | None = None,
+):
+    """Add a verified pair to the library, or merge it into its near-duplicate.
+
+    A near-duplicate is the same question (normalized), or a question at least
+    ASKDB_EXAMPLE_MERGE_SIMILARITY close with the same SQL: merging keeps one example (the newest
+    SQL and approver) and remembers the other wording as a paraphrase, so the few-shot slots are
+    not spent on one question asked three ways.
+    """
+    question = " ".join(question.split())
+    parsed_tables: list[str] = []
+    parsed_columns: list[str] = []
+    if kind == Example.Kind.ANSWERABLE:
+        validated, _ = sql_check(source=source, sql=sql, execute=False)
+        sql, parsed_tables, parsed_columns = validated.sql, list(validated.tables), list(validated.columns)
+    else:
+        sql = ""
+    embedder = get_embedder()
+    vector = vector or embedder.embed([question])[0]
+
+    same = Example.objects.filter(source=source, kind=kind).exclude(status=Example.Status.RETIRED)
+    duplicate = next((e for e in same.filter(question__iexact=question)), None)
+    if duplicate is None:
+        for example_id, score in catalog_search.examples_nearest(
+            source_id=source.pk, vector=vector, model=embedder.model, k=3, kinds=(kind,)
+        ):
+            if score < settings.ASKDB_EXAMPLE_MERGE_SIMILARITY:
+                break
+            candidate = Example.objects.get(pk=example_id)
+            if _normalized(candidate.sql) == _normalized(sql):
+                duplicate = candidate
+                break
+    now = timezone.now()
+    if duplicate is not None:
+        if _normalized(duplicate.question) != _normalized(question) and question not in duplicate.paraphrases:
+            duplicate.paraphrases = [*duplicate.paraphrases, question]
+        duplicate.sql, duplicate.tables, duplicate.columns = sql, parsed_tables, parsed_columns
+        duplicate.approved_by, duplicate.approved_at = approved_by, now
+        duplicate.status, duplicate.validation_error, duplicate.validated_at = Example.Status.ACTIVE, "", now
+        duplicate.note = note or duplicate.note
+        duplicate.template = example_template(duplicate)
+        duplicate.save()
+        audit_record(action="example.merged", actor=approved_by, target=duplicate, message=question[:500])
+        return duplicate
+    example = Example(
+        source=source, question=question, sql=sql, kind=kind, tables=parsed_tables, columns=parsed_columns,
+        embedding=vector, embedding_model=embedder.model, origin=origin, origin_run=origin_run,
+        approved_by=approved_by, approved_at=now, note=note, validated_at=now,
+    )  # fmt: skip
+    example.template = example_template(example)
+    example.save()
+    audit_record(action="example.created", actor=approved_by, target=example, message=question[:500],
+                 detail={"kind": kind, "origin": origin, "tables": parsed_tables})  # fmt: skip
+    return example
+
+
+def example_template(example) -> dict:
+    """The offline-answering template of an answerable example ({} when there is none yet)."""
+    if example.kind != "answerable" or not example.sql:
+        return {}
+    try:
+        return build_template(example.question, example.sql, dialect=example.source.dialect).to_dict()
+    except Exception:  # a template is an optimisation: an example without one is still an example
+        logging.getLogger(__name__).warning("no template for example %s", example.pk, exc_info=True)
+        return {}
+
+
+def example_set_status(*, example, actor, status: str, note: str = ""):
+    """Retire an example (never used again) or bring it back (after checking it still works)."""
+    with transaction.atomic():
+        return _example_set_status(example=example, actor=actor, status=status, note=note)
+
+
+def _example_set_status(*, example, actor, status: str, note: str = ""):
+    if status not in Example.Status.values:
+        raise ReviewError(f"Unknown status {status!r}.")
+    if status == Example.Status.ACTIVE and example.kind == Example.Kind.ANSWERABLE:
+        sql_check(source=example.source, sql=example.sql, execute=False)
+        example.validation_error = ""
+    example.status = status
+    example.note = note or example.note
+    example.save(update_fields=["status", "note", "validation_error", "updated_at"])
+    audit_record(action=f"example.{status}", actor=actor, target=example, message=note[:500])
+    return example
+
+
+def examples_revalidate(*, source, execute: bool = False, actor=None) -> dict:
+    """Check every library example of a source against today's catalog (and data, if `execute`).
+
+    Broken examples are marked "needs_review" rather than used; examples broken by an earlier
+    change that work again are brought back. Called after every catalog or schema change.
+    """
+    report = {"checked": 0, "broken": [], "restored": []}
+    examples = Example.objects.filter(source=source, kind=Example.Kind.ANSWERABLE).exclude(
+        status=Example.Status.RETIRED
+    )
+    for example in examples:
+        report["checked"] += 1
+        try:
+            sql_check(source=source, sql=example.sql, execute=execute, row_cap=1, actor=actor,
+                      purpose="revalidation")  # fmt: skip
+            error = ""
+        except ReviewError as exc:
+            error = str(exc)
+        example.validated_at = timezone.now()
+        if error and example.status == Example.Status.ACTIVE:
+            example.status, example.validation_error = Example.Status.NEEDS_REVIEW, error
+            report["broken"].append(example.pk)
+        elif not error and example.status == Example.Status.NEEDS_REVIEW and example.validation_error:
+            example.status, example.validation_error = Example.Status.ACTIVE, ""
+            report["restored"].append(example.pk)
+        example.save(update_fields=["status", "validation_error", "validated_at", "updated_at"])
+    if report["broken"] or report["restored"]:
+        audit_record(
+            action="examples.revalidated", actor=actor, target=source,
+            message=f"{len(report['broken'])} broken, {len(report['restored'])} restored of {report['checked']}",
+            detail=report,
+        )  # fmt: skip
+    return report
+
+
+def examples_revalidate_later(source) -> None:
+    """Queue a re-validation after the current transaction commits (catalog and schema changes)."""
+
+    def enqueue():
+        from askdb.tasks import revalidate_examples  # local: askdb.tasks imports this module for its task
+
+        try:
+            revalidate_examples.delay(source.pk)
+        except Exception:  # no broker (a management command on a stopped demo): check inline
+            examples_revalidate(source=source)
+
+    transaction.on_commit(enqueue)

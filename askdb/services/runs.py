@@ -1,0 +1,279 @@
+"""Questions and their runs: submit, execute (the pipeline), retry, cancel, reap, pick a candidate, export."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+
+from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from askdb.models import Question, Run
+from askdb.pipeline import prompts
+from askdb.pipeline.engine import Pipeline, PipelineConfig, PipelineRequest
+from askdb.runner import DjangoPorts, DjangoRecorder
+from askdb.services.reviews import review_required
+from askdb.services.sql import ReviewError, sql_check
+from infra.audit.services import audit_record
+from infra.providers.llm import get_chat_model
+from metadata_admin.models import TableDoc
+from metadata_admin.services import source_get
+
+WORKER_LOST_MESSAGE = (
+    "The worker running this question stopped before it finished. Nothing was lost: ask again to retry."
+)
+
+
+class QuestionError(ValueError):
+    """A question that cannot be accepted, with a sentence the user can act on."""
+
+
+def _clean_question(text: str) -> str:
+    if not isinstance(text, str):
+        raise QuestionError("The question must be text.")
+    cleaned = " ".join("".join(ch for ch in text if ch.isprintable() or ch.isspace()).split())
+    if len(cleaned) < 3:
+        raise QuestionError("Please type a question (at least a few words).")
+    if len(cleaned) > settings.ASKDB_QUESTION_MAX_CHARS:
+        raise QuestionError(
+            f"The question is too long ({len(cleaned)} characters; at most {settings.ASKDB_QUESTION_MAX_CHARS})."
+        )
+    return cleaned
+
+
+def question_submit(*, user, text: str, source=None, ip: str | None = None):
+    """Accept a question and queue its first run; the worker picks it up after commit."""
+    with transaction.atomic():
+        run = _question_create(user=user, text=text, source=source, ip=ip)
+        transaction.on_commit(lambda: _enqueue(run.pk))
+    return run
+
+
+def _question_create(*, user, text: str, source=None, ip: str | None = None):
+    """A question and its first (queued) run, audited; the caller owns the transaction."""
+    cleaned = _clean_question(text)
+    question = Question.objects.create(user=user, source=source or source_get(None), text=cleaned)
+    run = Run.objects.create(question=question)
+    audit_record(action="question.asked", actor=user, target=run, message=cleaned[:500], ip=ip)
+    return run
+
+
+def _enqueue(run_id: int) -> None:
+    from askdb.tasks import run_question as run_question_task  # local: askdb.tasks imports this module
+
+    result = run_question_task.delay(run_id)
+    Run.objects.filter(pk=run_id).update(task_id=result.id or "")
+
+
+def run_retry(*, run, user, ip: str | None = None):
+    """A new run of the same question (after a failure, a lost worker or a cancel)."""
+    with transaction.atomic():
+        new = Run.objects.create(question=run.question)
+        audit_record(action="run.retried", actor=user, target=new, message=f"retry of run {run.pk}", ip=ip)
+        transaction.on_commit(lambda: _enqueue(new.pk))
+    return new
+
+
+def run_cancel(*, run, user) -> bool:
+    """Stop a queued or running run at the next stage boundary. False if it already ended."""
+    with transaction.atomic():
+        updated = (
+            Run.objects.filter(pk=run.pk)
+            .exclude(status__in=Run.TERMINAL)
+            .update(
+                status=Run.Status.CANCELLED,
+                outcome="cancelled",
+                message="Cancelled by the user.",
+                finished_at=timezone.now(),
+            )
+        )
+        if updated:
+            audit_record(action="run.cancelled", actor=user, target=run)
+    return bool(updated)
+
+
+def run_execute(*, run_id: int, worker: str = ""):
+    """The pipeline for one run. Idempotent: an ended run is left alone, and a run found already
+    'running' was started by a worker that died, so it is failed (retryable), not re-run."""
+    with transaction.atomic():
+        run = (
+            # of=("self",): lock only the run, not the source and user rows joined in (a shared
+            # source row locked by every starting run deadlocked concurrent submissions).
+            Run.objects.select_for_update(of=("self",))
+            .select_related("question__source", "question__user")
+            .filter(pk=run_id)
+            .first()
+        )
+        if run is None:  # deleted, or a message redelivered from another database's life
+            return None
+        if run.is_terminal:
+            return run
+        if run.status == Run.Status.RUNNING:
+            _run_finish(run, status=Run.Status.FAILED, outcome="worker_lost",
+                        message=WORKER_LOST_MESSAGE)  # fmt: skip
+            return run
+        run.status, run.started_at, run.heartbeat_at = Run.Status.RUNNING, timezone.now(), timezone.now()
+        run.deliveries += 1
+        run.worker = worker[:200]
+        run.save(update_fields=["status", "started_at", "heartbeat_at", "deliveries", "worker"])
+
+    source = run.question.source
+    config = PipelineConfig(
+        candidates=source.candidates or settings.ASKDB_CANDIDATES,
+        temperature=settings.ASKDB_CANDIDATES_TEMPERATURE,
+        confidence_threshold=source.confidence_threshold or settings.ASKDB_CONFIDENCE_THRESHOLD,
+        k=settings.ASKDB_RETRIEVAL_K,
+        similarity_floor=settings.ASKDB_SIMILARITY_FLOOR,
+        max_repairs=settings.ASKDB_MAX_REPAIRS,
+        row_cap=settings.CLINICAL_ROW_CAP,
+        timeout_s=settings.CLINICAL_STATEMENT_TIMEOUT_S,
+        row_level_to_llm=source.row_level_to_llm,
+    )
+    try:
+        chat = get_chat_model()
+        ports = DjangoPorts(source, chat=chat, timeout_s=config.timeout_s, row_cap=config.row_cap, run=run)
+        outcome = Pipeline(ports, DjangoRecorder(run), config).run(
+            PipelineRequest(
+                question=run.question.text,
+                dialect=source.dialect,
+                as_of=source.as_of.strftime("%Y-%m-%d %H:%M:%S") if source.as_of else "",
+            )
+        )
+    except Exception as exc:  # an unexpected bug must still end the run, with its reason
+        run.refresh_from_db()
+        if isinstance(exc, SoftTimeLimitExceeded):
+            outcome, message = (
+                "time_limit",
+                "Answering took longer than askdb allows and was stopped; try a narrower question.",
+            )
+        else:
+            logging.getLogger(__name__).exception("run %s crashed", run_id)
+            outcome, message = (
+                "error",
+                f"askdb hit an internal error ({type(exc).__name__}); the question is kept, try again.",
+            )
+        if not run.is_terminal:
+            _run_finish(run, status=Run.Status.FAILED, outcome=outcome, message=message)
+        return run
+    run.refresh_from_db()
+    if run.status == Run.Status.CANCELLED:
+        return run
+    fields = {
+        "outcome": outcome.outcome,
+        "message": outcome.message,
+        "sql": outcome.sql,
+        "summary": outcome.summary,
+        "gate_category": outcome.gate_category,
+        "gate_reason": outcome.gate_reason,
+        "model": chat.model if chat is not None else "",
+        "confidence": outcome.confidence,
+        "candidates": outcome.candidates,
+        "answered_by": outcome.answered_by,
+        "example_id": outcome.example_id,
+        "library_match": outcome.library_match,
+        "answerability": outcome.answerability,
+        "catalog_version": catalog_version(source),
+    }
+    if outcome.result is not None:
+        fields.update(
+            result_columns=list(outcome.result.columns),
+            result_rows=[list(r) for r in outcome.result.rows],
+            result_truncated=outcome.result.truncated,
+            row_count=outcome.result.row_count,
+        )
+    _run_finish(run, status=outcome.status, **fields)
+    return run
+
+
+def _run_finish(run, *, status: str, **fields) -> None:
+    with transaction.atomic():
+        for key, value in fields.items():
+            setattr(run, key, value)
+        run.status = status
+        run.finished_at = timezone.now()
+        run.prompt_version = prompts.PROMPT_VERSION
+        if review_required(run):
+            run.review_status = run.Review.PENDING
+        run.save()
+        audit_record(
+            action=f"run.{status}",
+            target=run,
+            message=(fields.get("message") or fields.get("outcome") or "")[:500],
+            detail={
+                "outcome": fields.get("outcome", ""),
+                "sql": fields.get("sql", "")[:4000],
+                "rows": fields.get("row_count"),
+            },
+        )
+
+
+def runs_reap_stale(*, older_than_s: int | None = None) -> int:
+    """Fail runs whose worker died: running with no heartbeat for longer than any task may take."""
+    limit = older_than_s if older_than_s is not None else settings.ASKDB_STALE_RUN_SECONDS
+    cutoff = timezone.now() - dt.timedelta(seconds=limit)
+    stale = Run.objects.filter(status=Run.Status.RUNNING, heartbeat_at__lt=cutoff)
+    count = 0
+    for run in stale:
+        _run_finish(run, status=Run.Status.FAILED, outcome="worker_lost",
+                    message=WORKER_LOST_MESSAGE)  # fmt: skip
+        count += 1
+    return count
+
+
+def question_submit_sync(*, user, text: str, source=None):
+    """The same use case as question_submit, run in this process (the `ask` command, benchmarks)."""
+    with transaction.atomic():
+        run = _question_create(user=user, text=text, source=source)
+    return run_execute(run_id=run.pk, worker="manage.py ask")
+
+
+def catalog_version(source) -> str:
+    """A short fingerprint of the documentation retrieval and prompting saw (for provenance)."""
+    hashes = TableDoc.objects.filter(source=source, exists_in_source=True).order_by("schema_name", "name")
+    digest = hashlib.sha256("|".join(hashes.values_list("content_hash", flat=True)).encode()).hexdigest()
+    return digest[:12]
+
+
+def run_export_record(*, run, user, fmt: str, rows: int | None = None, ip: str | None = None) -> None:
+    """Every export of a result leaves an audit event: data left askdb, and who took it."""
+    audit_record(
+        action="run.exported", actor=user, target=run, message=f"{fmt} export",
+        detail={"format": fmt, "rows": rows if rows is not None else run.row_count}, ip=ip,
+    )  # fmt: skip
+
+
+def run_pick_candidate(*, run, user, group: int):
+    """The researcher chooses one of the disagreeing candidates as the answer they meant.
+
+    Its SQL is validated and executed again (the run kept only a preview), the run then shows that
+    result, and it stays in the review queue: choosing is not the same as being verified.
+    """
+    groups = (run.candidates or {}).get("groups") or []
+    if not isinstance(group, int) or not 0 <= group < len(groups):
+        raise ReviewError("That candidate does not exist.")
+    if run.question.user_id != user.pk and not user.has_perm("askdb.view_all_runs"):
+        raise ReviewError("Only the person who asked can choose an answer.")
+    _, result = sql_check(source=run.question.source, sql=groups[group]["sql"], actor=user,
+                          purpose="candidate", run=run)  # fmt: skip
+    with transaction.atomic():
+        run.sql = groups[group]["sql"]
+        run.result_columns = list(result.columns)
+        run.result_rows = [list(r) for r in result.rows]
+        run.result_truncated = result.truncated
+        run.row_count = result.row_count
+        run.outcome = "answered" if result.row_count else "no_rows"
+        run.candidates = {**run.candidates, "picked": group}
+        members = len(groups[group].get("members") or [])
+        run.message = (
+            f"You chose candidate {group + 1} ({members} of {run.candidates.get('k', '?')} candidates agreed on it). "
+            "It has not been verified yet: a reviewer will check it."
+        )
+        if run.review_status not in (run.Review.APPROVED, run.Review.CORRECTED):
+            run.review_status = run.Review.PENDING
+        run.save()
+        audit_record(action="run.candidate_picked", actor=user, target=run, message=f"group {group}",
+                     detail={"sql": run.sql[:4000]})  # fmt: skip
+    return run

@@ -1,0 +1,70 @@
+"""People's SQL checked against the catalog and run read-only, audited: the one path by which
+corrections, imports, re-validation and chosen candidates reach the clinical database."""
+
+from __future__ import annotations
+
+import hashlib
+
+from django.conf import settings
+
+from askdb.pipeline.validation import SqlValidationError, validate_sql
+from infra.adapters.clinical import ExecutionError
+from infra.audit.services import audit_record
+from metadata_admin.services import source_catalog_schema, source_executor
+
+
+class ReviewError(ValueError):
+    """A review action that cannot be done, with a sentence the reviewer can act on.
+
+    Raised by sql_check, so by every review, library and candidate action built on it; it lives
+    here, below them all."""
+
+
+def _catalog_and_executor(source):
+    return source_catalog_schema(source), source_executor(source)
+
+
+def sql_check(
+    *, source, sql: str, execute: bool = True, row_cap: int | None = None, actor=None, purpose: str = "check",
+    run=None,
+):  # fmt: skip
+    """Validate SQL against a source's catalog and (optionally) run it read-only, audited.
+
+    Returns (ValidatedSql, QueryResult | None); raises ReviewError with the real error. The one
+    path by which people's SQL (corrections, imports, re-validation) reaches the database.
+    """
+    catalog, executor = _catalog_and_executor(source)
+    try:
+        validated = validate_sql(sql, catalog)
+    except SqlValidationError as exc:
+        raise ReviewError(f"The SQL is not valid: {exc.message}") from exc
+    if not execute:
+        return validated, None
+    try:
+        result = executor.execute(
+            validated.sql, timeout_s=settings.CLINICAL_STATEMENT_TIMEOUT_S,
+            row_cap=row_cap or settings.CLINICAL_ROW_CAP,
+        )  # fmt: skip
+    except ExecutionError as exc:
+        audit_sql_executed(actor=actor, source=source, sql=validated.sql, purpose=purpose, rows=None,
+                           duration_ms=None, outcome=exc.code, run=run, error=exc.message)  # fmt: skip
+        raise ReviewError(f"The SQL failed when run: {exc.message}") from exc
+    audit_sql_executed(actor=actor, source=source, sql=validated.sql, purpose=purpose, rows=result.row_count,
+                       duration_ms=result.elapsed_ms, outcome="ok", run=run)  # fmt: skip
+    return validated, result
+
+
+def audit_sql_executed(
+    *, actor=None, source, sql: str, purpose: str, rows: int | None, duration_ms: float | None,
+    outcome: str, run=None, error: str = "",
+) -> None:  # fmt: skip
+    """An audit event per SQL statement run against clinical data: text, hash, source, size, time."""
+    audit_record(
+        action="sql.executed", actor=actor, target=run if run is not None else source,
+        message=f"{purpose}: {outcome}",
+        detail={
+            "sql": sql[:8000], "sha256": hashlib.sha256(sql.encode()).hexdigest(), "source": source.name,
+            "rows": rows, "duration_ms": round(duration_ms, 1) if duration_ms is not None else None,
+            "outcome": outcome, "purpose": purpose, "error": error[:500],
+        },
+    )  # fmt: skip

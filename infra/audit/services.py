@@ -1,0 +1,39 @@
+"""Writing to the audit log. Every app (catalog, questions, review) records through this."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infra.audit.middleware import current_request
+from infra.audit.models import AuditEvent
+
+
+def audit_record(
+    *,
+    action: str,
+    actor=None,
+    target: Any = None,
+    message: str = "",
+    detail: dict | None = None,
+    ip: str | None = None,
+) -> AuditEvent:
+    """Append one audit event. Call it inside the transaction of the write it records."""
+    request = current_request()
+    if actor is None and request is not None:  # changes made through a page (the admin) name who made them
+        actor = getattr(request, "user", None)
+    if ip is None and request is not None:
+        ip = request.META.get("REMOTE_ADDR")
+    target_type = target_id = ""
+    if target is not None:
+        target_type = getattr(getattr(target, "_meta", None), "label_lower", type(target).__name__)
+        target_id = str(getattr(target, "pk", target))
+    return AuditEvent.objects.create(
+        action=action,
+        actor=actor if getattr(actor, "is_authenticated", False) else None,
+        actor_name=getattr(actor, "username", "") or "",
+        target_type=target_type,
+        target_id=target_id,
+        message=message,
+        detail=detail or {},
+        ip=ip,
+    )

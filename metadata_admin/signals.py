@@ -1,0 +1,7 @@
+"""What the catalog tells the apps built on it, without knowing them."""
+
+from django.dispatch import Signal
+
+# Sent (sender=ClinicalSource, source=<the source>) when a source's documentation or schema changed
+# in a way that may break SQL written against it. askdb re-validates its example library on it.
+catalog_changed = Signal()
