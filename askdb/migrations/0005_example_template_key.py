@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("askdb", "0003_review_examples"),
+        ("askdb", "0004_auditevent_moved_to_audit"),
     ]
 
     operations = [
