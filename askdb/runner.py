@@ -18,7 +18,6 @@ from sqlglot import exp
 from askdb.answerability.scorer import get_scorer
 from askdb.models import Example, LlmCall, Run, SqlAttempt, StageEvent
 from askdb.pipeline import library, offline, prompts
-from askdb.pipeline.asof import AsOfExecutor
 from askdb.pipeline.compare import results_match
 from askdb.pipeline.engine import ExecutionFailure, RetrievalView
 from askdb.pipeline.offline import TemplateCandidate
@@ -45,8 +44,7 @@ class DjangoPorts:
         self.run = run  # for the audit of the SQL it executes
         self.chat = chat
         self.embedder = get_embedder()
-        # "now" is the source's as-of time in every statement this run executes (shown in provenance).
-        self.executor = AsOfExecutor(source_executor(source), dialect=source.dialect, as_of=source.as_of)
+        self.executor = source_executor(source)  # "now" is the source's as-of time (shown in provenance)
         self._catalog = source_catalog_schema(source)
         self.timeout_s = timeout_s
         self.row_cap = row_cap
@@ -464,7 +462,7 @@ def library_cross_validate(*, source, items: list[dict] | None = None, progress=
     source). Labelled `items` (questions not in the library) add held-out samples. The report gives
     the threshold c / (c + 1) and the coverage and precision expected at it.
     """
-    executor = AsOfExecutor(source_executor(source), dialect=source.dialect, as_of=source.as_of)
+    executor = source_executor(source)
     catalog, embedder = source_catalog_schema(source), get_embedder()
     index, values = library_index(source, executor, embedder)
     cache: dict[str, Any] = {}

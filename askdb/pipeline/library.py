@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import sqlglot.expressions as sx
 
 from askdb.pipeline.offline import (
     DEFAULT_CALIBRATION,
@@ -45,6 +46,7 @@ from askdb.pipeline.offline import (
     question_typed_spans,
 )
 from askdb.pipeline.templates import (
+    DEFAULT_VALUE_COLUMNS,
     FUNCTION_WORDS,
     NEUTRAL_WORDS,
     VALUE,
@@ -173,10 +175,6 @@ def load_values(executor, tables: dict[str, str], dialect: str) -> ValueIndex:
     `tables` maps a bare table name to the name to query ("d_items" -> "mimiciv_icu.d_items"); one
     DISTINCT query per column through `executor` (read-only). A column that cannot be read is skipped.
     """
-    import sqlglot.expressions as sx
-
-    from askdb.pipeline.templates import DEFAULT_VALUE_COLUMNS
-
     found: dict[str, list[str]] = {}
     for table, column in sorted(DEFAULT_VALUE_COLUMNS):
         if table not in tables:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
 
 from django.conf import settings
 from django.db import transaction
@@ -11,6 +12,14 @@ from askdb.models import Example, Review, Run
 from askdb.services.examples import example_upsert
 from askdb.services.sql import ReviewError, sql_check
 from infra.audit.services import audit_record
+
+
+def library_answer_sampled(run_id: int) -> bool:
+    """Whether this library answer is among the ASKDB_LIBRARY_REVIEW_SHARE that a reviewer rechecks
+    (by a hash of the run id: stable, and spread evenly over time)."""
+    share = settings.ASKDB_LIBRARY_REVIEW_SHARE
+    bucket = int(hashlib.sha1(f"library-review:{run_id}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return share > 0 and bucket < share
 
 
 def review_required(run) -> bool:
@@ -24,8 +33,10 @@ def review_required(run) -> bool:
         return False
     if run.outcome == "ambiguous":  # the candidates disagreed: a person must look, whatever the policy
         return True
-    if not run.sql or run.answered_by == "library":
+    if not run.sql:
         return False
+    if run.answered_by == "library":  # reviewed through its example; a sampled share is checked again
+        return library_answer_sampled(run.pk)
     policy = settings.ASKDB_REVIEW_POLICY
     if policy == "low_confidence":
         low = run.question.source.confidence_threshold or settings.ASKDB_CONFIDENCE_THRESHOLD
@@ -126,6 +137,13 @@ def review_flag(*, run, reviewer, category: str, comment: str = ""):
             )  # fmt: skip
         run.review_status = Run.Review.FLAGGED
         run.save(update_fields=["review_status"])
+        if run.answered_by == "library" and run.example_id:
+            # The example answered wrongly: it answers nothing more until a reviewer looks at it.
+            Example.objects.filter(pk=run.example_id, status=Example.Status.ACTIVE).update(
+                status=Example.Status.NEEDS_REVIEW,
+                validation_error=f"flagged on run {run.pk}: {comment}"[:2000],
+            )
+            audit_record(action="example.flagged", actor=reviewer, target=run.example, message=comment[:500])
         return _review_save(run, reviewer, Review.Action.FLAG, category=category, comment=comment,
                             example=example, sql_before=run.sql)  # fmt: skip
 
