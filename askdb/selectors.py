@@ -514,3 +514,17 @@ def methods_text(p: Provenance) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def paraphrases_of(example, limit: int = 50) -> dict:
+    """The other active examples of the same template (same Example.template_key): how many, which."""
+    if not example.template_key:
+        return {"count": 0, "examples": []}
+    same = (
+        Example.objects.filter(source_id=example.source_id, template_key=example.template_key)
+        .exclude(pk=example.pk)
+        .filter(status=Example.Status.ACTIVE)
+        .only("id", "question")
+        .order_by("id")
+    )
+    return {"count": same.count(), "examples": list(same[:limit])}

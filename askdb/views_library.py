@@ -21,6 +21,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from askdb import library_io
 from askdb.models import Example, Review
+from askdb.selectors import paraphrases_of
 from askdb.services.examples import example_set_status, examples_revalidate
 from askdb.services.exports import ImportReport, examples_export, examples_import
 from askdb.services.sql import ReviewError
@@ -170,6 +171,7 @@ def _detail_context(request: HttpRequest, example: Example) -> dict:
         ),
         "template_slots": _slots(template.get("slots")),
         "template": template,
+        "paraphrases": paraphrases_of(example),
         "may_edit": request.user.has_perm(EDIT_PERM),
     }
 
