@@ -229,12 +229,14 @@ class LibraryIndex:
         words_of: dict[str, set[str]] = {}
         ops_of: dict[str, dict[str, set]] = {}
         signatures_of: dict[str, set[tuple]] = {}
+        signature_words_of: dict[str, dict[tuple, frozenset]] = {}
         for key, idx in self.members.items():
             if key == UNANSWERABLE:
                 continue
             words: set[str] = set()
             ops: dict[str, set] = defaultdict(set)
             signatures = set()
+            by_signature: dict[tuple, set[str]] = defaultdict(set)
             for i in idx:
                 template = self.entries[i].template
                 assert template is not None
@@ -242,9 +244,11 @@ class LibraryIndex:
                 named = [(x.start, x.end) for x in template.slots if x.type == VALUE]
                 member_ops = question_operators(blank(template.question, named))
                 signatures.add(operator_signature(member_ops))
+                by_signature[operator_signature(member_ops)].update(content_words(template.masked_question))
                 for name, value in member_ops.items():
                     ops[name].add(value)
             words_of[key], ops_of[key], signatures_of[key] = words, ops, signatures
+            signature_words_of[key] = {k: frozenset(v) for k, v in by_signature.items()}
         counts = Counter(w for words in words_of.values() for w in words)
         floor = max(3, math.ceil(NEUTRAL_SHARE * len(words_of)))
         neutral = {w for w, n in counts.items() if n >= floor}
@@ -266,6 +270,7 @@ class LibraryIndex:
                 neutral,
                 len(self.members[key]),
                 frozenset(signatures_of[key]),
+                signature_words_of[key],
             )
             for key in words_of
         }

@@ -112,6 +112,9 @@ class Family:
     # Each paraphrase's operators together (less SOFT_OPERATORS): "highest mortality" and "lowest
     # survival" may be one SQL, but "highest survival" is neither paraphrase.
     signatures: frozenset = frozenset()
+    # The content words of the paraphrases with each signature: "survival" said only where the
+    # operator is "lowest" must not be read with "highest".
+    signature_words: dict = field(default_factory=dict)
 
 
 SOFT_OPERATORS = ("aggregate",)  # "maximum total cost" and "maximum cost": judged key by key only
@@ -382,6 +385,15 @@ def _match_one(
     taken = typed + quoted + list(work.placed.values())
     runs = _leftover_runs(question, tokenize(question), taken, template, fixed)
     _assign_values(template, quoted + runs, lookup, min_value_score, work)
+    if family is not None and not work.reasons and len(family.signature_words) > 1:
+        own = family.signature_words.get(operator_signature(ops), frozenset())
+        contrary = [
+            w for w in _question_words(question, typed, work) if w in family.words - own - family.neutral
+        ]
+        if contrary:
+            work.reasons.append(
+                f"{', '.join(map(repr, contrary))} goes with other operator words in this template's paraphrases"
+            )
     if family is not None and not work.reasons:
         unexplained = _unexplained(question, typed, work, family)
         if unexplained:
@@ -549,6 +561,18 @@ def _assign_contained(
 
 def _overlaps(start: int, end: int, ranges: list[tuple[int, int]]) -> bool:
     return any(start < b and a < end for a, b in ranges)
+
+
+def _question_words(question: str, typed: list[Span], work: _Work) -> list[str]:
+    """Stems of the question's content words outside its values."""
+    taken = [(s.start, s.end) for s in typed] + [(p.start, p.end) for p in work.placed.values()]
+    return [
+        stem(t.text)
+        for t in tokenize(question)
+        if not _overlaps(t.start, t.end, taken)
+        and t.lower not in NEUTRAL_WORDS
+        and not _NUMERIC.fullmatch(t.text)
+    ]
 
 
 def _unexplained(question: str, typed: list[Span], work: _Work, family: Family) -> list[str]:
