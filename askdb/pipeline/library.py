@@ -67,6 +67,7 @@ NEUTRAL_SHARE = 0.08  # a word used by at least this share of templates is no co
 NEVER_NEUTRAL = frozenset(
     "zero one two three four five six seven eight nine ten eleven twelve twenty hundred".split()
 )
+CORE_SHARE = 0.6  # a word this share of a template's paraphrases say is its subject: the question must say it
 OPTIONAL_TEMPLATES = 3  # a word some paraphrases leave out, in this many templates, is only wording
 
 
@@ -230,6 +231,7 @@ class LibraryIndex:
         ops_of: dict[str, dict[str, set]] = {}
         signatures_of: dict[str, set[tuple]] = {}
         signature_words_of: dict[str, dict[tuple, frozenset]] = {}
+        core_of: dict[str, frozenset[str]] = {}
         for key, idx in self.members.items():
             if key == UNANSWERABLE:
                 continue
@@ -249,9 +251,14 @@ class LibraryIndex:
                     ops[name].add(value)
             words_of[key], ops_of[key], signatures_of[key] = words, ops, signatures
             signature_words_of[key] = {k: frozenset(v) for k, v in by_signature.items()}
+            said = Counter(
+                w for i in idx for w in set(content_words(self.entries[i].template.masked_question))
+            )  # type: ignore[union-attr]
+            core_of[key] = frozenset(w for w, n in said.items() if n >= CORE_SHARE * len(idx))
         counts = Counter(w for words in words_of.values() for w in words)
         floor = max(3, math.ceil(NEUTRAL_SHARE * len(words_of)))
         neutral = {w for w, n in counts.items() if n >= floor}
+        common = set(neutral)  # said by many templates: no template's subject
         # A word that some paraphrases of a template use and others leave out, in several templates,
         # is wording ("documented", "exactly"), not a condition: a condition is in every paraphrase.
         optional: Counter[str] = Counter()
@@ -271,6 +278,7 @@ class LibraryIndex:
                 len(self.members[key]),
                 frozenset(signatures_of[key]),
                 signature_words_of[key],
+                core_of[key] - frozenset(common),
             )
             for key in words_of
         }

@@ -115,6 +115,9 @@ class Family:
     # The content words of the paraphrases with each signature: "survival" said only where the
     # operator is "lowest" must not be read with "highest".
     signature_words: dict = field(default_factory=dict)
+    # Words (nearly) every paraphrase says: the template's subject ("discharged", "specimen"). A
+    # question that says none of one is about something else.
+    core: frozenset[str] = frozenset()
 
 
 SOFT_OPERATORS = ("aggregate",)  # "maximum total cost" and "maximum cost": judged key by key only
@@ -394,6 +397,13 @@ def _match_one(
             work.reasons.append(
                 f"{', '.join(map(repr, contrary))} goes with other operator words in this template's paraphrases"
             )
+    if family is not None and not work.reasons and family.core:
+        said = {stem(t.text) for t in tokenize(question)}
+        missing = sorted(w for w in family.core if not any(_same_stem(w, x) for x in said))
+        if missing:
+            work.reasons.append(
+                f"the question does not say {', '.join(map(repr, missing))}, which the template's paraphrases say"
+            )
     if family is not None and not work.reasons:
         unexplained = _unexplained(question, typed, work, family)
         if unexplained:
@@ -561,6 +571,18 @@ def _assign_contained(
 
 def _overlaps(start: int, end: int, ranges: list[tuple[int, int]]) -> bool:
     return any(start < b and a < end for a, b in ranges)
+
+
+def _same_stem(a: str, b: str) -> bool:
+    """ "admitt" and "admission", "discharg" and "discharged": the same word for the guard."""
+    if a == b:
+        return True
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n >= 4 and n >= 0.6 * min(len(a), len(b))
 
 
 def _question_words(question: str, typed: list[Span], work: _Work) -> list[str]:

@@ -381,6 +381,10 @@ def question_operators(question: str) -> dict[str, Any]:
     ops["period"] = "|".join(sorted(periods)) or None
     ops["units"] = "|".join(sorted(units)) or None
     ops["ever"] = bool(re.search(r"\bever\b", text))
+    # Asking for a time ("when", "what time", "what date") is another answer than asking for a thing.
+    ops["when"] = bool(
+        re.search(r"\bwhen\b|\bwhat (?:time|date|day)\b|\bthe (?:time|date) (?:of|when)\b", text)
+    )
     ops["times"] = times
     ops["negation"] = bool(
         re.search(r"\b(?:not|no|never|without|none|neither|nor|excluding|except)\b|n't\b", text)
