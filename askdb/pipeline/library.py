@@ -161,6 +161,9 @@ class ValueIndex:
         col = bare_column(column)
         return [(a, b, hit[col]) for a, b, hit in self._all(question) if col in hit]
 
+    def covers(self, column: str) -> bool:
+        return bare_column(column) in self.columns
+
     def spans(self, question: str) -> list[tuple[int, int]]:
         """The longest non-overlapping values the question contains (any column)."""
         out: list[tuple[int, int]] = []
@@ -257,8 +260,8 @@ class LibraryIndex:
             core_of[key] = frozenset(w for w, n in said.items() if n >= CORE_SHARE * len(idx))
         counts = Counter(w for words in words_of.values() for w in words)
         floor = max(3, math.ceil(NEUTRAL_SHARE * len(words_of)))
-        neutral = {w for w, n in counts.items() if n >= floor}
-        common = set(neutral)  # said by many templates: no template's subject
+        common = {w for w, n in counts.items() if n >= floor}  # said by many templates: no template's subject
+        neutral: set[str] = set()
         # A word that some paraphrases of a template use and others leave out, in several templates,
         # is wording ("documented", "exactly"), not a condition: a condition is in every paraphrase.
         optional: Counter[str] = Counter()
@@ -268,7 +271,16 @@ class LibraryIndex:
             each = [set(content_words(self.entries[i].template.masked_question)) for i in idx]  # type: ignore[union-attr]
             optional.update(set.union(*each) - set.intersection(*each))
         neutral |= {w for w, n in optional.items() if n >= OPTIONAL_TEMPLATES}
-        neutral = frozenset(neutral - NEVER_NEUTRAL)
+        # A word that goes with one operator in a template ("survival" with "lowest" where "mortality"
+        # goes with "highest") carries meaning, however often paraphrases leave it out.
+        polarity = {
+            w
+            for by_sig in signature_words_of.values()
+            if len(by_sig) > 1
+            for sig, words in by_sig.items()
+            for w in words - frozenset().union(*(v for k, v in by_sig.items() if k != sig))
+        }
+        neutral = frozenset(neutral - NEVER_NEUTRAL - polarity)
         return {
             key: Family(
                 key,

@@ -132,6 +132,7 @@ class ValueFinder(Protocol):
 
     def contained(self, question: str, column: str) -> list[tuple[int, int, str]]: ...
     def spans(self, question: str) -> list[tuple[int, int]]: ...
+    def covers(self, column: str) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -387,12 +388,14 @@ def _match_one(
         _assign_contained(template, question, typed, values, work)
     taken = typed + quoted + list(work.placed.values())
     runs = _leftover_runs(question, tokenize(question), taken, template, fixed)
-    _assign_values(template, quoted + runs, lookup, min_value_score, work)
+    # A column whose every value is indexed needs no fuzzy lookup: the value is in the question or not.
+    covered = {
+        s.name for s in template.slots if values is not None and s.type == VALUE and values.covers(s.column)
+    }
+    _assign_values(template, quoted + runs, lookup, min_value_score, work, skip=covered)
     if family is not None and not work.reasons and len(family.signature_words) > 1:
         own = family.signature_words.get(operator_signature(ops), frozenset())
-        contrary = [
-            w for w in _question_words(question, typed, work) if w in family.words - own - family.neutral
-        ]
+        contrary = [w for w in _question_words(question, typed, work) if w in family.words - own]
         if contrary:
             work.reasons.append(
                 f"{', '.join(map(repr, contrary))} goes with other operator words in this template's paraphrases"
@@ -490,11 +493,19 @@ def _ordering(template: Template, question: str, slots: list[Slot], spans: list[
 
 
 def _assign_values(
-    template: Template, runs: list[Span], lookup: ValueLookup, min_value_score: float, work: _Work
+    template: Template,
+    runs: list[Span],
+    lookup: ValueLookup,
+    min_value_score: float,
+    work: _Work,
+    skip: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> None:
     """Named-value slots to runs of the question, each linked to a real database value."""
     free = list(runs)
     for slot in (s for s in template.slots if s.type == VALUE and s.name not in work.bindings):
+        if slot.name in skip:
+            work.reasons.append(f"the question names no {slot.column} value")
+            continue
         best: tuple[float, Span, str, str] | None = None  # score, span used, db value, bound value
         closest: tuple[float, str, str] | None = None
         for run in free:

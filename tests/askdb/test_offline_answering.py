@@ -102,9 +102,10 @@ def test_leave_one_out_calibration_is_stored(source, ids, library):
                        sql=GENDER_SQL.format(id=other))  # fmt: skip
     report = library_calibrate(source=source)
     source.refresh_from_db()
-    assert report["mode"] == "leave-one-out" and report["held_out"] == 4
+    assert report["mode"] == "grouped cross-validation" and report["held_out"] == 4
     assert report["correct_matches"] >= 2  # the gender examples answer each other
-    assert source.library_calibration["calibration"]["threshold"] == report["threshold"]
+    assert source.library_calibration["threshold"] == report["threshold"] == round(10 / 11, 4)
+    assert source.library_calibration["risk"]["weights"]
 
 
 def test_calibrate_command_reads_held_out_questions_and_refuses_a_broken_file(source, ids, library, tmp_path):
@@ -121,8 +122,8 @@ def test_calibrate_command_reads_held_out_questions_and_refuses_a_broken_file(so
     out = io.StringIO()
     call_command("calibrate_library", "--questions", str(held_out), "--no-progress", stdout=out)
     source.refresh_from_db()
-    assert "file: 1 questions, 1 matched a template (1 correctly)" in out.getvalue()
-    assert source.library_calibration["mode"] == "file"
+    assert "grouped cross-validation + file: 4 questions" in out.getvalue()
+    assert source.library_calibration["mode"] == "grouped cross-validation + file"
 
     broken = tmp_path / "broken.json"
     broken.write_text('[{"id": "x"}]')
