@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint format smoke services-stop bench clean browser
+.PHONY: demo test install lint format smoke services-stop bench bench-ehrsql clean browser
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || command -v python3 >/dev/null 2>&1 || { echo "askdb: Python 3.11 is required (python3.11 not found); install it and retry"; exit 1; }
@@ -49,6 +49,10 @@ test: install browser lint
 
 bench: install
 	$(PY) benchmarks/run.py
+
+# The verified library alone on EHRSQL-2024 (library = train, questions = valid, no LLM); needs ../shared.
+bench-ehrsql: install
+	nice $(PY) benchmarks/ehrsql.py
 
 services-stop: install
 	@$(PY) manage.py services stop

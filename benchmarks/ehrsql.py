@@ -142,9 +142,10 @@ def calibrate(lib: Library, runner: Runner, *, cost: float, progress: bool = Tru
 
     start = time.perf_counter()
     step = max(1, len(lib.index.entries) // 10)
+    details: list = []
     samples = L.cross_validate(
         lib.index, lambda idx: lib.index.matrix[idx], is_correct=is_correct, lookup=lookup, values=lib.values,
-        progress=(lambda n: print(f"  cv {n}", file=sys.stderr) if progress and n % step == 0 else None),
+        details=details, progress=(lambda n: print(f"  cv {n}", file=sys.stderr) if progress and n % step == 0 else None),
     )  # fmt: skip
     risk = L.fit_risk(samples, wrong_answer_cost=cost)
     scored = [(risk.predict(f), ok) for f, ok in samples]
@@ -152,6 +153,11 @@ def calibrate(lib: Library, runner: Runner, *, cost: float, progress: bool = Tru
     report.update(
         samples=len(samples), correct=sum(ok for _, ok in samples), seconds=round(time.perf_counter() - start)
     )
+    report["wrong_answers"] = [  # train only: what to tune on
+        {"question": e.question, "answered_from": b.example_question, "p": round(risk.predict(b.features), 4),
+         "gold": e.template.sql if e.template else "", "sql": b.sql}
+        for e, b, ok in details if not ok and risk.predict(b.features) >= risk.threshold
+    ]  # fmt: skip
     return risk, report, lookup
 
 
@@ -228,7 +234,7 @@ def run(*, cost: float = 10.0, limit: int | None = None, progress: bool = True) 
     runner = Runner(lib.executor)
     risk, cv, lookup = calibrate(lib, runner, cost=cost, progress=progress)
     if progress:
-        print(f"calibration: {cv}", file=sys.stderr)
+        print(f"calibration: { {k: v for k, v in cv.items() if k != 'wrong_answers'} }", file=sys.stderr)
     scores, details, latency = evaluate(lib, runner, risk, lookup, valid, progress=progress)
     answerable = [s for s in scores if s.answerable]
     answered = [s for s in scores if not s.abstained]

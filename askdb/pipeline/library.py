@@ -480,6 +480,7 @@ def cross_validate(
     catalog: CatalogSchema | None = None,
     folds: int = 5,
     progress: Callable[[int], None] | None = None,
+    details: list | None = None,
 ) -> list[tuple[dict[str, float], bool]]:
     """Held-out (features, correct) for the best hard-rule-passing match of every library question.
 
@@ -500,6 +501,8 @@ def cross_validate(
             if best is not None and best.hard_ok and best.sql:
                 ok = entry.template is not None and is_correct(entry, best)
                 samples.append((best.features, ok))
+                if details is not None:  # for tuning on the library: what answered what
+                    details.append((entry, best, ok))
             done += 1
             if progress:
                 progress(done)
