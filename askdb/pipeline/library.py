@@ -9,7 +9,7 @@ embedding; and "total" in one paraphrase and "maximum" in another may be the ver
 - Retrieval: questions are compared with their values masked by type (ids, numbers, calendar
   pieces, database values), and the nearest masked paraphrases vote for templates, not examples.
 - Meaning guard: a template may answer only if every content word of the question is explained by
-  some paraphrase of it, a bound value, or a word common across the whole library, and every
+  some paraphrase of it, a bound value, or a word paraphrases leave out across the library, and every
   operator word (first/last, min/max/…) is one its paraphrases use (offline._match_one with a family).
 - Risk: P(correct) from a logistic model over match features, fitted by cross-validation over the
   library that holds out whole paraphrase groups (`grouped_folds`); askdb answers only when
@@ -48,9 +48,11 @@ from askdb.pipeline.offline import (
 from askdb.pipeline.templates import (
     DEFAULT_VALUE_COLUMNS,
     FUNCTION_WORDS,
+    GUARD_FILLER,
     NEUTRAL_WORDS,
     VALUE,
     Template,
+    canonical,
     content_words,
     question_operators,
     template_key,
@@ -62,13 +64,17 @@ NEIGHBOURS = 12  # masked paraphrases that vote
 TEMPLATES_TRIED = 3  # templates (best voted first) whose binding is tried
 MEMBERS_TRIED = 3  # paraphrases per template whose wording is tried for binding
 VOTE_TEMPERATURE = 0.03  # softmax temperature of the vote over cosine similarities
-NEUTRAL_SHARE = 0.08  # a word used by at least this share of templates is no condition of its own
 # Number words are values ("top three" vs "top five"), never mere wording.
 NEVER_NEUTRAL = frozenset(
     "zero one two three four five six seven eight nine ten eleven twelve twenty hundred".split()
 )
 CORE_SHARE = 0.6  # a word this share of a template's paraphrases say is its subject: the question must say it
 OPTIONAL_TEMPLATES = 3  # a word some paraphrases leave out, in this many templates, is only wording
+
+
+def guard_words(text: str) -> list[str]:
+    """Content words as the meaning guard compares them: stems, synonyms folded."""
+    return [w for w in map(canonical, content_words(text)) if w not in GUARD_FILLER]
 
 
 def answer_threshold(wrong_answer_cost: float) -> float:
@@ -245,22 +251,17 @@ class LibraryIndex:
             for i in idx:
                 template = self.entries[i].template
                 assert template is not None
-                words.update(content_words(template.masked_question))
+                words.update(guard_words(template.masked_question))
                 named = [(x.start, x.end) for x in template.slots if x.type == VALUE]
                 member_ops = question_operators(blank(template.question, named))
                 signatures.add(operator_signature(member_ops))
-                by_signature[operator_signature(member_ops)].update(content_words(template.masked_question))
+                by_signature[operator_signature(member_ops)].update(guard_words(template.masked_question))
                 for name, value in member_ops.items():
                     ops[name].add(value)
             words_of[key], ops_of[key], signatures_of[key] = words, ops, signatures
             signature_words_of[key] = {k: frozenset(v) for k, v in by_signature.items()}
-            said = Counter(
-                w for i in idx for w in set(content_words(self.entries[i].template.masked_question))
-            )  # type: ignore[union-attr]
+            said = Counter(w for i in idx for w in set(guard_words(self.entries[i].template.masked_question)))  # type: ignore[union-attr]
             core_of[key] = frozenset(w for w, n in said.items() if n >= CORE_SHARE * len(idx))
-        counts = Counter(w for words in words_of.values() for w in words)
-        floor = max(3, math.ceil(NEUTRAL_SHARE * len(words_of)))
-        common = {w for w, n in counts.items() if n >= floor}  # said by many templates: no template's subject
         neutral: set[str] = set()
         # A word that some paraphrases of a template use and others leave out, in several templates,
         # is wording ("documented", "exactly"), not a condition: a condition is in every paraphrase.
@@ -268,7 +269,7 @@ class LibraryIndex:
         for key, idx in self.members.items():
             if key == UNANSWERABLE or len(idx) < 2:
                 continue
-            each = [set(content_words(self.entries[i].template.masked_question)) for i in idx]  # type: ignore[union-attr]
+            each = [set(guard_words(self.entries[i].template.masked_question)) for i in idx]  # type: ignore[union-attr]
             optional.update(set.union(*each) - set.intersection(*each))
         neutral |= {w for w, n in optional.items() if n >= OPTIONAL_TEMPLATES}
         # A word that goes with one operator in a template ("survival" with "lowest" where "mortality"
@@ -290,7 +291,7 @@ class LibraryIndex:
                 len(self.members[key]),
                 frozenset(signatures_of[key]),
                 signature_words_of[key],
-                core_of[key] - frozenset(common),
+                core_of[key],
             )
             for key in words_of
         }

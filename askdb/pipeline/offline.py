@@ -34,6 +34,7 @@ from sqlglot import exp
 
 from askdb.pipeline.templates import (
     FUNCTION_WORDS,
+    GUARD_FILLER,
     NEUTRAL_WORDS,
     VALUE,
     BindError,
@@ -43,6 +44,7 @@ from askdb.pipeline.templates import (
     Token,
     apply_case,
     bind_sql,
+    canonical,
     content_words,
     extract_typed_spans,
     question_operators,
@@ -401,7 +403,7 @@ def _match_one(
                 f"{', '.join(map(repr, contrary))} goes with other operator words in this template's paraphrases"
             )
     if family is not None and not work.reasons and family.core:
-        said = {stem(t.text) for t in tokenize(question)}
+        said = {canonical(stem(t.text)) for t in tokenize(question)}
         missing = sorted(w for w in family.core if not any(_same_stem(w, x) for x in said))
         if missing:
             work.reasons.append(
@@ -600,7 +602,7 @@ def _question_words(question: str, typed: list[Span], work: _Work) -> list[str]:
     """Stems of the question's content words outside its values."""
     taken = [(s.start, s.end) for s in typed] + [(p.start, p.end) for p in work.placed.values()]
     return [
-        stem(t.text)
+        canonical(stem(t.text))
         for t in tokenize(question)
         if not _overlaps(t.start, t.end, taken)
         and t.lower not in NEUTRAL_WORDS
@@ -617,8 +619,8 @@ def _unexplained(question: str, typed: list[Span], work: _Work, family: Family) 
             continue
         if _NUMERIC.fullmatch(token.text):
             continue
-        word = stem(token.text)
-        if word in family.words or word in family.neutral:
+        word = canonical(stem(token.text))
+        if word in family.words or word in family.neutral or word in GUARD_FILLER:
             continue
         if len(word) >= 5 and any(fuzz.ratio(word, w) >= 90 for w in family.words if len(w) >= 5):
             continue

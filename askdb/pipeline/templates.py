@@ -91,7 +91,7 @@ OPERATOR_WORDS = frozenset(
     within during ever times often not no never without none neither nor excluding except more less than
     greater fewer older younger over under above below higher lower longer shorter larger exceed exceeds
     exceeded exceeding at past previous current next today yesterday now currently year years month months
-    week weeks day days hour hours minute minutes decade decades""".split()
+    week weeks day days hour hours minute minutes decade decades time""".split()
 )
 NEUTRAL_WORDS = FUNCTION_WORDS | OPERATOR_WORDS
 
@@ -160,6 +160,57 @@ def stem(word: str) -> str:
         if word.endswith(suffix) and len(word) - len(suffix) >= 4:
             return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
     return word
+
+
+# Words that say the same thing in these questions, to one form: the meaning guard compares meanings,
+# not spellings ("price" is "cost", "laboratory" is "lab"). Keys and values are stems (see `stem`).
+_SYNONYMS = {
+    word: group[0]
+    for group in (
+        ("lab", "laboratory"),
+        ("cost", "price", "bill", "charge", "expens", "expense", "expenditure", "spend", "spent", "paid"),
+        ("drug", "medic", "medicin", "medicine", "med"),
+        ("includ", "include", "involv", "involve", "contain"),
+        ("differ", "difference", "chang", "change"),
+        (
+            "get",
+            "got",
+            "gett",
+            "had",
+            "receiv",
+            "receive",
+            "underwent",
+            "undergo",
+            "undergone",
+            "given",
+            "took",
+            "taken",
+            "take",
+            "experienc",
+            "have",
+            "having",
+        ),
+        ("patient", "people", "person", "individual"),
+        ("microbiology", "microbial", "microbiologic", "microbiological", "micro"),
+        ("test", "exam", "examin", "examination", "check"),
+        ("visit", "encounter", "stay", "admission", "hospitalization"),
+        ("name", "named", "call", "called"),
+    )
+    for word in group
+}
+
+
+def canonical(word: str) -> str:
+    """One stem for words the meaning guard treats as the same ("price" -> "cost")."""
+    return _SYNONYMS.get(word, word)
+
+
+# Verbs that ask or that only say something happened to the patient ("tell me", "calculate", "got",
+# "underwent"): no condition of their own, in any template.
+GUARD_FILLER = frozenset(
+    {"get", "calculate", "compute", "provide", "retrieve", "fetch", "tell", "show", "give", "list", "display",
+     "know", "find", "identify", "determine", "quantify", "specify", "state", "report", "check", "let"}
+)  # fmt: skip
 
 
 def content_words(text: str) -> list[str]:
