@@ -60,8 +60,8 @@ from askdb.pipeline.templates import (
 from askdb.pipeline.types import CatalogSchema
 
 UNANSWERABLE = "unanswerable"  # the key of the library's unanswerable examples
-NEIGHBOURS = 12  # masked paraphrases that vote
-TEMPLATES_TRIED = 3  # templates (best voted first) whose binding is tried
+NEIGHBOURS = 20  # masked paraphrases that vote
+TEMPLATES_TRIED = 5  # templates (best voted first) whose binding is tried
 MEMBERS_TRIED = 3  # paraphrases per template whose wording is tried for binding
 VOTE_TEMPERATURE = 0.03  # softmax temperature of the vote over cosine similarities
 # Number words are values ("top three" vs "top five"), never mere wording.
