@@ -95,6 +95,12 @@ OPERATOR_WORDS = frozenset(
 )
 NEUTRAL_WORDS = FUNCTION_WORDS | OPERATOR_WORDS
 
+# Number words questions use for counts and ranks ("one" is left out: "which one", "any one").
+NUMBER_WORDS = {
+    w: n
+    for n, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve".split())
+    if n >= 2
+}
 _GENDER_WORDS = {
     "female": "F",
     "females": "F",
@@ -289,6 +295,8 @@ def extract_typed_spans(question: str) -> list[Span]:
             spans.append(
                 Span(_number_type(text, before), text, token.start, token.end, _canonical_number(text))
             )
+        elif token.lower in NUMBER_WORDS:  # "the top four diagnoses": LIMIT / rank 4
+            spans.append(Span(NUMBER, text, token.start, token.end, str(NUMBER_WORDS[token.lower])))
         elif token.lower in _GENDER_WORDS:
             spans.append(Span(GENDER, text, token.start, token.end, _GENDER_WORDS[token.lower]))
     return sorted(spans, key=lambda s: s.start)
