@@ -41,6 +41,7 @@ from askdb.pipeline.offline import (
     ValueLookup,
     _match_one,
     _quoted,
+    bare_column,
     fit_calibration,
     operator_signature,
     question_typed_spans,
@@ -107,11 +108,6 @@ def sql_group(sql: str) -> str:
 
 
 # --- database values a question names ------------------------------------------------------------
-
-
-def bare_column(column: str) -> str:
-    """ "mimiciv_hosp.d_items.label" and "d_items.label" are the same column for value linking."""
-    return ".".join(column.lower().split(".")[-2:])
 
 
 class ValueIndex:
@@ -266,12 +262,15 @@ class LibraryIndex:
         # A word that some paraphrases of a template use and others leave out, in several templates,
         # is wording ("documented", "exactly"), not a condition: a condition is in every paraphrase.
         optional: Counter[str] = Counter()
+        present: Counter[str] = Counter()
         for key, idx in self.members.items():
             if key == UNANSWERABLE or len(idx) < 2:
                 continue
             each = [set(guard_words(self.entries[i].template.masked_question)) for i in idx]  # type: ignore[union-attr]
             optional.update(set.union(*each) - set.intersection(*each))
-        neutral |= {w for w, n in optional.items() if n >= OPTIONAL_TEMPLATES}
+            present.update(set.union(*each))
+        # …and left out in at least half the templates that use it ("input" is said wherever it matters).
+        neutral |= {w for w, n in optional.items() if n >= OPTIONAL_TEMPLATES and n >= 0.5 * present[w]}
         # A word that goes with one operator in a template ("survival" with "lowest" where "mortality"
         # goes with "highest") carries meaning, however often paraphrases leave it out.
         polarity = {

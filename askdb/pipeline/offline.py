@@ -560,7 +560,33 @@ def _assign_contained(
     ("weight" for 'daily weight'), so approved mappings keep working.
     """
     taken = [(s.start, s.end) for s in typed] + [(p.start, p.end) for p in work.placed.values()]
+    by_column: dict[str, list[Slot]] = {}
     for slot in (s for s in template.slots if s.type == VALUE):
+        by_column.setdefault(bare_column(slot.column), []).append(slot)
+    for slots in (v for v in by_column.values() if len(v) > 1):
+        # Several values of one column ("X … after Y"): the longest named values, placed as the
+        # example places them (by the word before each); unclear placement refuses.
+        chosen: list[tuple[int, int, str]] = []
+        for a, b, v in sorted(values.contained(question, slots[0].column), key=lambda f: f[0] - f[1]):
+            if not _overlaps(a, b, taken + [(x, y) for x, y, _ in chosen]):
+                chosen.append((a, b, v))
+        if len(chosen) != len(slots):
+            continue  # left to the one-by-one linking below, which reports what is missing
+        spans = [Span(_TEXT, question[a:b], a, b, v) for a, b, v in sorted(chosen)]
+        order = _ordering(template, question, slots, spans)
+        if order is None:
+            work.reasons.append(f"cannot tell which {slots[0].column} value goes where")
+            return
+        for slot, span in zip(slots, order, strict=True):
+            bound = span.value
+            if slot.uses and all(u.like for u in slot.uses):
+                bound = apply_case(span.text.strip(), slot.uses[0].case)
+            work.bindings[slot.name] = Binding(
+                slot.name, VALUE, slot.text, span.text, bound, 1.0, False, slot.column
+            )
+            work.placed[slot.name] = span
+            taken.append((span.start, span.end))
+    for slot in (s for s in template.slots if s.type == VALUE and s.name not in work.bindings):
         found = [
             (a, b, v) for a, b, v in values.contained(question, slot.column) if not _overlaps(a, b, taken)
         ]
@@ -584,6 +610,11 @@ def _assign_contained(
 
 def _overlaps(start: int, end: int, ranges: list[tuple[int, int]]) -> bool:
     return any(start < b and a < end for a, b in ranges)
+
+
+def bare_column(column: str) -> str:
+    """ "mimiciv_hosp.d_items.label" and "d_items.label" are the same column for value linking."""
+    return ".".join(column.lower().split(".")[-2:])
 
 
 def _same_stem(a: str, b: str) -> bool:

@@ -442,7 +442,18 @@ def question_operators(question: str) -> dict[str, Any]:
     ops["ever"] = bool(re.search(r"\bever\b", text))
     # Asking for a time ("when", "what time", "what date") is another answer than asking for a thing.
     ops["when"] = bool(
-        re.search(r"\bwhen\b|\bwhat (?:time|date|day)\b|\bthe (?:time|date) (?:of|when)\b", text)
+        re.search(
+            r"\bwhen\b|\bwhat (?:time|date|day)\b|\bthe (?:time|date) (?:of|when)\b"
+            r"|\b(?:what|which) (?:is|was|were) the (?:\w+ )?(?:first|last|latest|earliest|initial) time\b",
+            text,
+        )
+    )
+    # A yes/no question ("has patient … been …?", "was … given?") asks whether, not what or how much.
+    ops["yes_no"] = bool(
+        re.match(
+            r"\s*(?:(?:tell me|can you tell me|please|in \S+|since \S+),?\s+)?(?:has|have|had|is|was|were|are|did|does|do)\b",
+            text,
+        )
     )
     ops["times"] = times
     ops["negation"] = bool(
