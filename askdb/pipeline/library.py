@@ -70,6 +70,7 @@ NEVER_NEUTRAL = frozenset(
     "zero one two three four five six seven eight nine ten eleven twelve twenty hundred".split()
 )
 CORE_SHARE = 0.6  # a word this share of a template's paraphrases say is its subject: the question must say it
+TEMPLATE_HOLDOUT = 0.3  # share of templates held out whole in cross-validation (questions of unseen kinds)
 OPTIONAL_TEMPLATES = 3  # a word some paraphrases leave out, in this many templates, is only wording
 
 
@@ -437,13 +438,21 @@ def grouped_folds(entries: Sequence[Entry], folds: int = 5) -> list[list[int]]:
     """Entry indices split into folds so that a paraphrase group never straddles two folds.
 
     A group is the same SQL (the same template with the same values) or, for unanswerable examples,
-    the same question: holding out single paraphrases would let their twins answer for them.
+    the same question: holding out single paraphrases would let their twins answer for them. For a
+    share of templates (TEMPLATE_HOLDOUT) the group is the whole template, because real questions
+    often have no template in the library at all, and the risk must be learnt on those too.
     """
     out: list[list[int]] = [[] for _ in range(folds)]
     for i, entry in enumerate(entries):
-        bucket = int(hashlib.sha1(entry.group.encode()).hexdigest(), 16) % folds
-        out[bucket].append(i)
+        group = entry.group
+        if entry.key != UNANSWERABLE and _share(entry.key) < TEMPLATE_HOLDOUT:
+            group = entry.key  # the whole template out: a question of a kind the library has never seen
+        out[int(hashlib.sha1(group.encode()).hexdigest(), 16) % folds].append(i)
     return out
+
+
+def _share(text: str) -> float:
+    return int(hashlib.sha1(("share:" + text).encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
 
 
 def fit_risk(
