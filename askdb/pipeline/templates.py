@@ -791,6 +791,8 @@ def _claim_literal(
             return "slot", free[0], LiteralUse(index, text, True, prefix, suffix)
     # Numbers (ids, counts, years) by value, also inside strings: '6 months', '-6 month', '2150'.
     number = re.fullmatch(r"([+-]?)(\d+(?:\.\d+)?)(\s*[A-Za-z][A-Za-z ]*)?", text)
+    if number and not is_string and isinstance(literal.parent, (exp.Mul, exp.Div)):
+        return None  # a constant of arithmetic (`365 / 4` for "3-month"), not a value the question names
     if number:
         value = _canonical_number(number.group(2))
         hits = [s for s in spans if s.type in (*ID_TYPES, NUMBER, YEAR) and s.value == value]
