@@ -116,7 +116,7 @@ class DjangoPorts:
         masked_vector = self.embedder.embed([masked])[0]
         found = library.match_library(
             question, masked_vector, index, lookup=self.lookup_value, values=values, catalog=self._catalog,
-            risk=risk, masked_question=masked,
+            risk=risk, masked_question=masked, probe=self.probe,
         )  # fmt: skip
         return found.results, risk.threshold
 
@@ -126,6 +126,10 @@ class DjangoPorts:
         if scorer is None:
             return None
         return scorer.score(question, linked_values=values).to_json()
+
+    def probe(self, sql: str) -> bool:
+        """Does this small check query return a row (a bound value under the template's conditions)?"""
+        return source_probe(self.executor, sql)
 
     def lookup_value(self, table_column: str, text: str) -> list[tuple[str, float]]:
         """Real values of one column like `text`, from the clinical database itself (read-only):
@@ -453,6 +457,14 @@ def column_values_like(executor, table_column: str, text: str, *, dialect: str, 
     return scored[:limit]
 
 
+def source_probe(executor, sql: str) -> bool:
+    """True when `sql` returns a row; a failing probe counts as no row (the value is not confirmed)."""
+    try:
+        return executor.execute(sql, timeout_s=5, row_cap=1).row_count > 0
+    except ExecutionError:
+        return False
+
+
 def library_cross_validate(*, source, items: list[dict] | None = None, progress=None) -> dict:
     """P(correct) for library answers, fitted by cross-validation over the library itself.
 
@@ -487,14 +499,16 @@ def library_cross_validate(*, source, items: list[dict] | None = None, progress=
     samples = library.cross_validate(
         index, lambda held: index.matrix[held], is_correct=lambda entry, best: same(best.sql, entry.template.sql),
         lookup=lookup, values=values, catalog=catalog, progress=progress,
+        probe=lambda sql: source_probe(executor, sql),
     )  # fmt: skip
     labelled = [(str(i["question"]), str(i.get("sql") or "")) for i in (items or [])]
     if labelled:
         masked = [offline.mask_question(q, values) for q, _ in labelled]
         for (question, gold), vector in zip(labelled, embedder.embed(masked), strict=True):
             best = library.match_library(
-                question, vector, index, lookup=lookup, values=values, catalog=catalog
-            ).best
+                question, vector, index, lookup=lookup, values=values, catalog=catalog,
+                probe=lambda sql: source_probe(executor, sql),
+            ).best  # fmt: skip
             if best is not None and best.hard_ok and best.sql:
                 samples.append((best.features, bool(gold) and same(best.sql, gold)))
     risk = library.fit_risk(samples, wrong_answer_cost=settings.ASKDB_WRONG_ANSWER_COST)

@@ -115,6 +115,10 @@ class Runner:
                 self._cache[sql] = exc
         return self._cache[sql]
 
+    def probe(self, sql: str) -> bool:
+        rows = self.rows(sql)
+        return not isinstance(rows, Exception) and len(rows) > 0
+
     def same(self, sql: str, gold: str) -> bool:
         from askdb.pipeline.compare import results_match
 
@@ -145,7 +149,7 @@ def calibrate(lib: Library, runner: Runner, *, cost: float, progress: bool = Tru
     details: list = []
     samples = L.cross_validate(
         lib.index, lambda idx: lib.index.matrix[idx], is_correct=is_correct, lookup=lookup, values=lib.values,
-        details=details, progress=(lambda n: print(f"  cv {n}", file=sys.stderr) if progress and n % step == 0 else None),
+        details=details, probe=runner.probe, progress=(lambda n: print(f"  cv {n}", file=sys.stderr) if progress and n % step == 0 else None),
     )  # fmt: skip
     risk = L.fit_risk(samples, wrong_answer_cost=cost)
     scored = [(risk.predict(f), ok) for f, ok in samples]
@@ -174,7 +178,7 @@ def evaluate(lib: Library, runner: Runner, risk, lookup, items, *, progress: boo
         masked = offline.mask_question(question, lib.values)
         vector = lib.embedder.embed([masked])[0]
         found = L.match_library(question, vector, lib.index, lookup=lookup, values=lib.values, risk=risk,
-                                masked_question=masked)  # fmt: skip
+                                masked_question=masked, probe=runner.probe)  # fmt: skip
         best, competitors = offline.decide(found.results, risk.threshold)
         latency.append((time.perf_counter() - t0) * 1000)
         answered_sql = None

@@ -359,6 +359,7 @@ def match_library(
     catalog: CatalogSchema | None = None,
     risk: Calibration | None = None,
     masked_question: str = "",
+    probe: Callable[[str], bool] | None = None,
 ) -> LibraryMatch:
     """Rank templates for `question` by a vote of its nearest masked paraphrases, bind the best few.
 
@@ -408,7 +409,7 @@ def match_library(
             )
             result = _match_one(
                 question, ops, typed, quoted, candidate, cached_lookup, catalog, DEFAULT_CALIBRATION,
-                MIN_VALUE_SCORE, values,
+                MIN_VALUE_SCORE, values, probe,
             )  # fmt: skip
             tried.append(result)
             if result.hard_ok:
@@ -490,6 +491,7 @@ def cross_validate(
     folds: int = 5,
     progress: Callable[[int], None] | None = None,
     details: list | None = None,
+    probe: Callable[[str], bool] | None = None,
 ) -> list[tuple[dict[str, float], bool]]:
     """Held-out (features, correct) for the best hard-rule-passing match of every library question.
 
@@ -504,7 +506,7 @@ def cross_validate(
         for i, vector in zip(held, vectors, strict=True):
             entry = index.entries[i]
             found = match_library(
-                entry.question, vector, train, lookup=lookup, values=values, catalog=catalog
+                entry.question, vector, train, lookup=lookup, values=values, catalog=catalog, probe=probe
             )
             best = found.best
             if best is not None and best.hard_ok and best.sql:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -351,6 +351,7 @@ def _match_one(
     calibration: Calibration,
     min_value_score: float,
     values: ValueFinder | None = None,
+    probe: Callable[[str], bool] | None = None,
 ) -> MatchResult:
     template = candidate.template
     family = candidate.family
@@ -419,6 +420,14 @@ def _match_one(
     sql = None
     if not work.reasons:
         sql = _bind_and_check(template, work, catalog)
+    if sql is not None and probe is not None:
+        for check in value_probes(template, sql):
+            if not probe(check):
+                work.reasons.append(
+                    f"a bound value does not exist together with the template's other conditions: {check}"
+                )
+                sql = None
+                break
     features = _features(question, candidate, template, work, runs, quoted)
     confidence = 0.0 if work.reasons else calibration.predict(features)
     return _result(candidate, example_question, sql, work, features, confidence, question)
@@ -660,6 +669,53 @@ def _unexplained(question: str, typed: list[Span], work: _Work, family: Family) 
 
 
 _NUMERIC = re.compile(r"[\d.,:/-]+%?")
+
+
+def value_probes(template: Template, sql: str) -> list[str]:
+    """Queries that must return a row for the bound named values to make sense.
+
+    A value is linked to its column alone, but the SQL may also filter its table with fixed
+    conditions: 'foley' is a d_items label, yet not one with linksto = 'inputevents'. For each
+    named-value literal, the conditions on the same table in the same WHERE (no subqueries) become
+    `SELECT 1 FROM table WHERE … LIMIT 1`; none when the value is the only condition.
+    """
+    tree = sqlglot.parse_one(sql, dialect=template.dialect)
+    literals = list(tree.find_all(exp.Literal))
+    out: list[str] = []
+    for slot in (s for s in template.slots if s.type == VALUE):
+        for use in slot.uses:
+            if use.index >= len(literals):
+                continue
+            literal = literals[use.index]
+            select = literal.find_ancestor(exp.Select)
+            source = select.args.get("from_") or select.args.get("from") if select is not None else None
+            where = select.args.get("where") if select is not None else None
+            if (
+                source is None
+                or where is None
+                or select.args.get("joins")
+                or not isinstance(source.this, exp.Table)
+            ):
+                continue
+            table = source.this
+            names = {table.name.lower(), table.alias_or_name.lower(), ""}
+            conjuncts = list(where.this.flatten()) if isinstance(where.this, exp.And) else [where.this]
+            kept = [
+                c
+                for c in conjuncts
+                if not c.find(exp.Select)
+                and all(col.table.lower() in names for col in c.find_all(exp.Column))
+                and any(True for _ in c.find_all(exp.Column))
+            ]
+            if len(kept) < 2 or not any(literal in set(c.find_all(exp.Literal)) for c in kept):
+                continue
+            probe = (
+                exp.select(exp.Literal.number(1))
+                .from_(table.copy())
+                .where(exp.and_(*[c.copy() for c in kept]))
+            )
+            out.append(probe.limit(1).sql(dialect=template.dialect))
+    return list(dict.fromkeys(out))
 
 
 def _pieces(run: Span) -> list[Span]:

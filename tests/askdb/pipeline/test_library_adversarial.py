@@ -184,17 +184,20 @@ def ehrsql():
     def rows(sql: str):
         return executor.execute(sql, timeout_s=30, row_cap=1000).rows
 
+    def probe(sql: str) -> bool:
+        return bool(rows(sql))
+
     def same(sql: str, gold: str) -> bool:
         return results_match(rows(sql), rows(gold))
 
     samples = L.cross_validate(
         index, lambda held: index.matrix[held], lookup=lookup, values=value_index,
-        is_correct=lambda entry, best: same(best.sql, entry.template.sql),
+        is_correct=lambda entry, best: same(best.sql, entry.template.sql), probe=probe,
     )  # fmt: skip
     risk = L.fit_risk(samples, wrong_answer_cost=10)
     return {
         "index": index, "values": value_index, "embedder": embedder, "lookup": lookup, "risk": risk,
-        "same": same, "sql_of": sql_of,
+        "same": same, "sql_of": sql_of, "probe": probe,
     }  # fmt: skip
 
 
@@ -205,7 +208,7 @@ def _answer(lib, question: str):
     masked = offline.mask_question(question, lib["values"])
     found = L.match_library(
         question, lib["embedder"].embed([masked])[0], lib["index"], lookup=lib["lookup"], values=lib["values"],
-        risk=lib["risk"],
+        risk=lib["risk"], probe=lib["probe"],
     )  # fmt: skip
     best, _ = offline.decide(found.results, lib["risk"].threshold)
     return best
