@@ -198,32 +198,44 @@ def evaluate(lib: Library, runner: Runner, risk, lookup, items, *, progress: boo
             library_correct=top_correct if top and top.sql else None, stages_ms={"match": latency[-1]},
         ))  # fmt: skip
         details.append({"id": ident, "question": question, "gold": gold, "answered": answered_sql,
-                        "correct": correct, "top": top, "top_correct": top_correct, "votes": found.votes})  # fmt: skip
+                        "correct": correct, "top": top, "top_correct": top_correct, "votes": found.votes,
+                        "results": found.results})  # fmt: skip
         if progress and n % 200 == 0:
             print(f"  valid {n}/{len(items)}", file=sys.stderr)
     return scores, details, latency
 
 
-def miss_cause(lib: Library, d: dict, threshold: float) -> str:
-    """Why an answerable question was not answered correctly (for the misses table)."""
-    from askdb.pipeline.library import UNANSWERABLE
+def miss_cause(lib: Library, d: dict, threshold: float, runner: Runner) -> str:
+    """Why an answerable question was not answered (correctly), judged by its gold SQL's template."""
+    from askdb.pipeline.library import entry_for
+    from askdb.pipeline.templates import build_template
 
-    top = d["top"]
-    if top is None or not d["votes"]:
-        return "no template voted"
-    if d["votes"][0][0] == UNANSWERABLE and (top is None or not top.hard_ok):
-        return "library says unanswerable"
-    if top.hard_ok and d["top_correct"]:
-        return "right SQL, under the threshold" if top.confidence < threshold else "competitor disagreed"
-    if top.hard_ok:
-        return "wrong template or value (refused by risk)"
-    reason = top.reasons[0] if top.reasons else ""
-    for key, label in (("differs", "operator rule"), ("no paraphrase", "meaning guard"),
-                       ("value", "value not bound"), ("gives no", "value missing"), ("place", "extra value"),
-                       ("about", "anchor missing"), ("fixed", "fixed value missing")):  # fmt: skip
+    gold = entry_for(
+        None, d["question"], d["gold"], build_template(d["question"], d["gold"], dialect="sqlite")
+    )
+    if gold is None or gold.key not in lib.index.families:
+        return "its template is not in the library"
+    key_of = {e.example_id: e.key for e in lib.index.entries}
+    right = next((r for r in d["results"] if key_of.get(r.example_id) == gold.key), None)
+    if right is None:
+        return "its template was not among the best voted"
+    if right.hard_ok:
+        if not runner.same(right.sql, d["gold"]):
+            return "its template, a value bound wrongly"
+        return (
+            "right SQL, P(correct) under the threshold"
+            if right.confidence < threshold
+            else "another answer won"
+        )
+    reason = right.reasons[0] if right.reasons else ""
+    for key, label in (("no paraphrase", "a word no paraphrase says"), ("does not say", "a word all paraphrases say is missing"),
+                       ("goes with other", "operator words combined otherwise"), ("combines operator", "operator words combined otherwise"),
+                       ("differs", "an operator word differs"), ("value", "a value not found / not bound"),
+                       ("gives no", "a value missing"), ("place", "an extra value"), ("about", "an anchor word missing"),
+                       ("fixed", "a fixed value missing")):  # fmt: skip
         if key in reason:
-            return f"rule: {label}"
-    return "rule: other"
+            return f"its template refused: {label}"
+    return "its template refused: other"
 
 
 def run(*, cost: float = 10.0, limit: int | None = None, progress: bool = True) -> dict:
@@ -244,9 +256,9 @@ def run(*, cost: float = 10.0, limit: int | None = None, progress: bool = True) 
     answered = [s for s in scores if not s.abstained]
     correct = sum(1 for s in answered if s.answerable and s.correct)
     causes = Counter(
-        miss_cause(lib, d, risk.threshold)
+        miss_cause(lib, d, risk.threshold, runner)
         for d, s in zip(details, scores, strict=True)
-        if s.answerable and s.abstained
+        if s.answerable and (s.abstained or not s.correct)
     )
     wrong = [
         d
@@ -282,7 +294,7 @@ def table(result: dict) -> str:
         *[(f"RS({k})", f"{v:.1f}" if v is not None else "-") for k, v in rs.items()],
         ("answerability P / R / F1 (unanswerable = positive)",
          " / ".join(f"{ans.get(k):.3f}" if isinstance(ans.get(k), float) else "-" for k in ("precision", "recall", "f1"))),
-        *[(f"miss: {k}", v) for k, v in result["misses"].items()],
+        *[(f"not answered right: {k}", v) for k, v in result["misses"].items()],
         ("match stage p50 / p95 ms", f"{result['p50_ms']:.1f} / {result['p95_ms']:.1f}"),
         ("total time", f"{result['seconds']:.0f} s"),
     ]  # fmt: skip
