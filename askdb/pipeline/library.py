@@ -223,7 +223,8 @@ class LibraryIndex:
 
     def __init__(self, entries: Sequence[Entry], vectors: np.ndarray | Sequence[Sequence[float]]):
         self.entries = list(entries)
-        matrix = np.asarray(vectors, dtype=np.float32).reshape(len(self.entries), -1)
+        matrix = np.asarray(vectors, dtype=np.float32)
+        matrix = matrix.reshape(len(self.entries), -1) if self.entries else np.zeros((0, 1), dtype=np.float32)
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
         self.matrix = matrix / norms
