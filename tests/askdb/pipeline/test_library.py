@@ -276,3 +276,8 @@ def test_the_executor_sees_the_as_of_time():
     executor = AsOfExecutor(Echo(), dialect="sqlite", as_of=NOW)
     assert executor.execute("SELECT strftime('%Y', current_time)", timeout_s=1, row_cap=1) == [("2100",)]
     assert executor.last_rewritten
+
+
+def test_an_empty_library_answers_nothing():
+    empty = L.LibraryIndex([], [])
+    assert L.match_library("how many patients?", [1.0, 0.0], empty, lookup=no_lookup).results == []
