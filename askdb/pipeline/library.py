@@ -69,7 +69,7 @@ VOTE_TEMPERATURE = 0.03  # softmax temperature of the vote over cosine similarit
 NEVER_NEUTRAL = frozenset(
     "zero one two three four five six seven eight nine ten eleven twelve twenty hundred".split()
 )
-CORE_SHARE = 0.6  # a word this share of a template's paraphrases say is its subject: the question must say it
+CORE_SHARE = 1.0  # a word this share of a template's paraphrases say is its subject: the question must say it
 TEMPLATE_HOLDOUT = 0.3  # share of templates held out whole in cross-validation (questions of unseen kinds)
 OPTIONAL_TEMPLATES = 3  # a word some paraphrases leave out, in this many templates, is only wording
 
