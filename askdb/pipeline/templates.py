@@ -201,6 +201,8 @@ _SYNONYMS = {
         ("test", "exam", "examin", "examination", "check"),
         ("visit", "encounter", "stay", "admission", "hospitalization"),
         ("name", "named", "call", "called"),
+        ("happen", "occur", "occurr", "perform", "conduct", "carri", "done", "complet", "made", "execut"),
+        ("measur", "measure", "measurement", "record", "document", "read", "reading", "chart"),
     )
     for word in group
 }
@@ -215,7 +217,9 @@ def canonical(word: str) -> str:
 # "underwent"): no condition of their own, in any template.
 GUARD_FILLER = frozenset(
     {"get", "calculate", "compute", "provide", "retrieve", "fetch", "tell", "show", "give", "list", "display",
-     "know", "find", "identify", "determine", "quantify", "specify", "state", "report", "check", "let"}
+     "know", "find", "identify", "determine", "quantify", "specify", "state", "report", "check", "let",
+     "inform", "information", "instanc", "instance", "case", "thing", "anyth", "anything", "medical", "hey",
+     "value", "name", "kind", "sort"}
 )  # fmt: skip
 
 
