@@ -636,3 +636,17 @@ def run_suggestions(*, run, limit: int = 3) -> list[dict]:
     return [{"id": e.pk, "question": e.question} for e in ordered if e.question.strip().lower() != own][
         :limit
     ]
+
+
+def paraphrases_of(example, limit: int = 50) -> dict:
+    """The other active examples of the same template (same Example.template_key): how many, which."""
+    if not example.template_key:
+        return {"count": 0, "examples": []}
+    same = (
+        Example.objects.filter(source_id=example.source_id, template_key=example.template_key)
+        .exclude(pk=example.pk)
+        .filter(status=Example.Status.ACTIVE)
+        .only("id", "question")
+        .order_by("id")
+    )
+    return {"count": same.count(), "examples": list(same[:limit])}

@@ -23,6 +23,7 @@ from askdb import library_io
 from askdb.answerability import store as answerability_store
 from askdb.answerability.tasks import answerability_train_task
 from askdb.models import Example, Review
+from askdb.selectors import paraphrases_of
 from askdb.services.examples import example_set_status, examples_revalidate
 from askdb.services.exports import ImportReport, examples_export, examples_import
 from askdb.services.sql import ReviewError
@@ -176,6 +177,7 @@ def _detail_context(request: HttpRequest, example: Example) -> dict:
         ),
         "template_slots": _slots(template.get("slots")),
         "template": template,
+        "paraphrases": paraphrases_of(example),
         "may_edit": request.user.has_perm(EDIT_PERM),
     }
 

@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from askdb.pipeline.asof import AsOfExecutor
 from askdb.pipeline.types import CatalogSchema, TableSchema
 from infra.adapters.clinical import ExecutionError, LiveTable, SqlExecutor, executor_for
 from infra.audit.services import audit_record
@@ -111,7 +112,10 @@ def source_schemas(source: ClinicalSource) -> tuple[str, ...]:
 
 
 def source_executor(source: ClinicalSource) -> SqlExecutor:
-    return executor_for(source.resolved_url(), engine=source.engine, search_path=source_schemas(source))
+    """The source's read-only executor. Every statement askdb runs on a source goes through it, so
+    this is where "now" becomes the source's as-of time (askdb.pipeline.asof)."""
+    executor = executor_for(source.resolved_url(), engine=source.engine, search_path=source_schemas(source))
+    return AsOfExecutor(executor, dialect=source.dialect, as_of=source.as_of)
 
 
 def source_catalog_schema(source: ClinicalSource) -> CatalogSchema:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
 
 from django.conf import settings
 from django.db import transaction
@@ -12,6 +13,14 @@ from askdb.services.examples import example_upsert
 from askdb.services.privacy import result_protect
 from askdb.services.sql import ReviewError, sql_check
 from infra.audit.services import audit_record
+
+
+def library_answer_sampled(run_id: int) -> bool:
+    """Whether this library answer is among the ASKDB_LIBRARY_REVIEW_SHARE that a reviewer rechecks
+    (by a hash of the run id: stable, and spread evenly over time)."""
+    share = settings.ASKDB_LIBRARY_REVIEW_SHARE
+    bucket = int(hashlib.sha1(f"library-review:{run_id}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return share > 0 and bucket < share
 
 
 def review_required(run) -> bool:
@@ -25,8 +34,10 @@ def review_required(run) -> bool:
         return False
     if run.outcome == "ambiguous":  # the candidates disagreed: a person must look, whatever the policy
         return True
-    if not run.sql or run.answered_by == "library":
+    if not run.sql:
         return False
+    if run.answered_by == "library":  # reviewed through its example; a sampled share is checked again
+        return library_answer_sampled(run.pk)
     policy = settings.ASKDB_REVIEW_POLICY
     if policy == "low_confidence":
         low = run.question.source.confidence_threshold or settings.ASKDB_CONFIDENCE_THRESHOLD
