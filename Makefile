@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint format smoke services-stop bench bench-answerability clean browser
+.PHONY: demo test install lint format smoke services-stop bench bench-ehrsql bench-answerability clean browser
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || command -v python3 >/dev/null 2>&1 || { echo "askdb: Python 3.11 is required (python3.11 not found); install it and retry"; exit 1; }
@@ -60,6 +60,10 @@ bench: install
 # The answerability gate on EHRSQL-2024 (train → valid); needs ../shared/ehrsql-2024-dev.
 bench-answerability: install
 	nice $(PY) benchmarks/ehrsql_answerability.py --json .askdb/bench-answerability.json
+
+# The verified library alone on EHRSQL-2024 (library = train, questions = valid, no LLM); needs ../shared.
+bench-ehrsql: install
+	nice $(PY) benchmarks/ehrsql.py
 
 services-stop: install
 	@$(PY) manage.py services stop

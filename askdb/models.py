@@ -249,6 +249,10 @@ class Example(models.Model):
     embedding = VectorField(null=True, blank=True)
     embedding_model = models.CharField(max_length=200, blank=True)
     template = models.JSONField(default=dict, blank=True)  # slots for offline answering, rebuilt on change
+    # The template's identity (hash of templates.template_key): examples sharing it are paraphrases
+    # of one template. The masked question's vector is what template retrieval compares.
+    template_key = models.CharField(max_length=16, blank=True, db_index=True)
+    masked_embedding = VectorField(null=True, blank=True)
     origin = models.CharField(max_length=16, default="review")  # review | correction | import | demo
     origin_run = models.ForeignKey(
         Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="library_examples"

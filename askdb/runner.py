@@ -13,14 +13,15 @@ import sqlglot
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import Count, F, Max
 from django.utils import timezone
 from rapidfuzz import fuzz
 from sqlglot import exp
 
 from askdb.answerability.scorer import gate_verdict
 from askdb.models import Example, LlmCall, Run, SqlAttempt, StageEvent
-from askdb.pipeline import offline, prompts
+from askdb.pipeline import library, offline, prompts
+from askdb.pipeline.compare import results_match
 from askdb.pipeline.engine import ExecutionFailure, RetrievalView
 from askdb.pipeline.offline import TemplateCandidate
 from askdb.pipeline.templates import Template, template_is_current
@@ -31,9 +32,9 @@ from infra.adapters.catalog_search import examples_nearest
 from infra.adapters.clinical import ExecutionError
 from infra.audit.services import audit_record
 from infra.providers.embeddings import get_embedder
-from metadata_admin.models import ClinicalSource, ColumnDoc
+from metadata_admin.models import ClinicalSource, ColumnDoc, TableDoc
 from metadata_admin.selectors import catalog_snapshot, retrieve
-from metadata_admin.services import source_executor
+from metadata_admin.services import source_catalog_schema, source_executor
 
 
 class DjangoPorts:
@@ -48,6 +49,7 @@ class DjangoPorts:
         self.embedder = get_embedder()
         # The catalog as of this run, loaded once per catalog change (not per question).
         self.snapshot = catalog_snapshot(source)
+        # "now" is the source's as-of time (shown in provenance)
         self.executor = source_executor(source, schemas=self.snapshot.schemas)
         self._catalog = self.snapshot.schema
         self.timeout_s = timeout_s
@@ -106,23 +108,33 @@ class DjangoPorts:
         ]
 
     def library_match(self, question: str, vector: list[float]) -> tuple[list, float]:
-        """Verified templates scored for this question (best first) and the answering threshold."""
-        calibration = offline.Calibration.from_dict(self.source.library_calibration["calibration"]) if (
-            self.source.library_calibration.get("calibration")
-        ) else None  # fmt: skip
-        threshold = calibration.threshold if calibration else offline.DEFAULT_THRESHOLD
-        candidates = library_candidates(self._nearest(vector)[:LIBRARY_CANDIDATES])
-        if not candidates:
-            return [], threshold
-        results = offline.match(
-            question, candidates, lookup=self.lookup_value, catalog=self._catalog, calibration=calibration
-        )
-        return results, threshold
+        """Verified templates scored for this question (best first) and the answering threshold.
+
+        Templates, not single examples: the nearest masked paraphrases vote (askdb.pipeline.library),
+        the meaning guard checks the question against all paraphrases of a template, and each
+        result's confidence is the calibrated P(correct). The threshold is c / (c + 1) for
+        ASKDB_WRONG_ANSWER_COST = c.
+        """
+        risk = library_risk(self.source)
+        index, values = library_index(self.source, self.executor, self.embedder)
+        if not index.entries:
+            return [], risk.threshold
+        masked = offline.mask_question(question, values)
+        masked_vector = self.embedder.embed([masked])[0]
+        found = library.match_library(
+            question, masked_vector, index, lookup=self.lookup_value, values=values, catalog=self._catalog,
+            risk=risk, masked_question=masked, probe=self.probe,
+        )  # fmt: skip
+        return found.results, risk.threshold
 
     def answerability(self, question: str, values: list) -> dict | None:
         """The answerability gate's verdict: the trained model with its rules, or the rules alone
         when no model is trained for the source (they need no training)."""
         return gate_verdict(self.source, question)
+
+    def probe(self, sql: str) -> bool:
+        """Does this small check query return a row (a bound value under the template's conditions)?"""
+        return source_probe(self.executor, sql)
 
     def lookup_value(self, table_column: str, text: str) -> list[tuple[str, float]]:
         """Real values of one column like `text`, from the clinical database itself (read-only):
@@ -439,6 +451,76 @@ def capped_text(text: str, limit: int) -> str:
 LIBRARY_CANDIDATES = 8  # closest verified examples whose templates the matcher tries
 
 
+def library_risk(source):
+    """The source's calibrated P(correct) model with the threshold of the configured wrong-answer cost."""
+    threshold = library.answer_threshold(settings.ASKDB_WRONG_ANSWER_COST)
+    data = (source.library_calibration or {}).get("risk")
+    if not data:
+        base = library.DEFAULT_RISK
+        return offline.Calibration(dict(base.weights), base.intercept, threshold)
+    risk = offline.Calibration.from_dict(data)
+    return offline.Calibration(risk.weights, risk.intercept, threshold, risk.samples)
+
+
+_LIBRARIES: dict[int, tuple[tuple, object]] = {}  # source id -> (library version, LibraryIndex)
+_VALUES: dict[int, object] = {}  # source id -> ValueIndex
+
+
+def source_values(source, executor):
+    """Every value of the source's linkable columns (one DISTINCT query per column, once per process)."""
+    if source.pk not in _VALUES:
+        docs = TableDoc.objects.filter(source=source, exists_in_source=True).defer("embedding")
+        _VALUES[source.pk] = library.load_values(
+            executor, {d.name.lower(): d.qualified_name for d in docs}, source.dialect
+        )
+    return _VALUES[source.pk]
+
+
+def library_index(source, executor, embedder):
+    """The source's active library as templates with paraphrases, rebuilt when the library changes.
+
+    Masked-question vectors are stored on the examples (computed in one batch for those that lack
+    one), so a restart costs one query, and a new example one embedding.
+    """
+    values = source_values(source, executor)
+    active = Example.objects.filter(source=source, status=Example.Status.ACTIVE)
+    version = tuple(active.aggregate(n=Count("id"), last=Max("updated_at")).values())
+    cached = _LIBRARIES.get(source.pk)
+    if cached is not None and cached[0] == version:
+        return cached[1], values
+    entries, vectors, missing, changed = [], [], [], []
+    for example in active.order_by("id"):
+        if example.kind == Example.Kind.ANSWERABLE and not template_is_current(example.template):
+            example.template = example_template(example)
+            changed.append(example)
+        template = Template.from_dict(example.template) if example.template else None
+        entry = library.entry_for(example.pk, example.question, example.sql, template)
+        if entry is None:
+            continue
+        key = library.key_hash(entry.key)
+        if example.template_key != key:
+            example.template_key = key
+            changed.append(example)
+        if example.masked_embedding is None:
+            missing.append((len(entries), example))
+        entries.append(entry)
+        vectors.append(example.masked_embedding)
+    if missing:
+        masked = [offline.mask_question(e.question, values) for _, e in missing]
+        for (i, example), vector in zip(missing, embedder.embed(masked), strict=True):
+            vectors[i] = example.masked_embedding = vector
+            changed.append(example)
+    if changed:
+        Example.objects.bulk_update(
+            list({e.pk: e for e in changed}.values()),
+            ["template", "template_key", "masked_embedding"],
+            batch_size=500,
+        )
+    index = library.LibraryIndex(entries, [list(v) for v in vectors])
+    _LIBRARIES[source.pk] = (version, index)
+    return index, values
+
+
 def library_candidates(nearest: list[tuple[int, float]]) -> list:
     """Template candidates from (example id, similarity) pairs; stale templates are rebuilt."""
     found = Example.objects.in_bulk([i for i, _ in nearest])
@@ -488,3 +570,71 @@ def column_values_like(executor, table_column: str, text: str, *, dialect: str, 
         scored.append((value, score))
     scored.sort(key=lambda p: -p[1])
     return scored[:limit]
+
+
+def source_probe(executor, sql: str) -> bool:
+    """True when `sql` returns a row; a failing probe counts as no row (the value is not confirmed)."""
+    try:
+        return executor.execute(sql, timeout_s=5, row_cap=1).row_count > 0
+    except ExecutionError:
+        return False
+
+
+def library_cross_validate(*, source, items: list[dict] | None = None, progress=None) -> dict:
+    """P(correct) for library answers, fitted by cross-validation over the library itself.
+
+    Whole paraphrase groups (same SQL, or the same unanswerable question) are held out together, and
+    unanswerable library examples are asked too (any answer to one is wrong). A held-out answer is
+    correct when its bound SQL is the example's SQL or returns the same result ("now" as of the
+    source). Labelled `items` (questions not in the library) add held-out samples. The report gives
+    the threshold c / (c + 1) and the coverage and precision expected at it.
+    """
+    executor = source_executor(source)
+    catalog, embedder = source_catalog_schema(source), get_embedder()
+    index, values = library_index(source, executor, embedder)
+    cache: dict[str, Any] = {}
+
+    def rows(sql: str):
+        if sql not in cache:
+            try:
+                cache[sql] = executor.execute(sql, timeout_s=10, row_cap=1000).rows
+            except ExecutionError as exc:
+                cache[sql] = exc
+        return cache[sql]
+
+    def same(sql: str, gold: str) -> bool:
+        if " ".join(sql.lower().split()) == " ".join(gold.lower().split()):
+            return True
+        a, b = rows(sql), rows(gold)
+        return not isinstance(a, Exception) and not isinstance(b, Exception) and results_match(a, b)
+
+    def lookup(table_column: str, text: str):
+        return column_values_like(executor, table_column, text, dialect=source.dialect)
+
+    samples = library.cross_validate(
+        index, lambda held: index.matrix[held], is_correct=lambda entry, best: same(best.sql, entry.template.sql),
+        lookup=lookup, values=values, catalog=catalog, progress=progress,
+        probe=lambda sql: source_probe(executor, sql),
+    )  # fmt: skip
+    labelled = [(str(i["question"]), str(i.get("sql") or "")) for i in (items or [])]
+    if labelled:
+        masked = [offline.mask_question(q, values) for q, _ in labelled]
+        for (question, gold), vector in zip(labelled, embedder.embed(masked), strict=True):
+            best = library.match_library(
+                question, vector, index, lookup=lookup, values=values, catalog=catalog,
+                probe=lambda sql: source_probe(executor, sql),
+            ).best  # fmt: skip
+            if best is not None and best.hard_ok and best.sql:
+                samples.append((best.features, bool(gold) and same(best.sql, gold)))
+    risk = library.fit_risk(samples, wrong_answer_cost=settings.ASKDB_WRONG_ANSWER_COST)
+    scored = [(risk.predict(f), ok) for f, ok in samples]
+    asked = len(index.entries) + len(labelled)
+    at = library.expected(scored, risk.threshold, asked)
+    return {
+        "risk": risk.to_dict(), "threshold": round(risk.threshold, 4),
+        "wrong_answer_cost": settings.ASKDB_WRONG_ANSWER_COST,
+        "held_out": asked, "matched": len(samples), "correct_matches": sum(ok for _, ok in samples),
+        "answered": at["answered"], "expected_coverage": at["coverage"], "precision": at["precision"],
+        "templates": len(index.families), "examples": len(index.entries),
+        "mode": "grouped cross-validation" + (" + file" if labelled else ""), "at": timezone.now().isoformat(),
+    }  # fmt: skip

@@ -17,11 +17,13 @@ import sqlglot
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
+from django.contrib.postgres.search import TrigramSimilarity
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from askdb.models import Example, Review, Run
 from askdb.pipeline import privacy
+from askdb.pipeline.answer import answer_sentence
 from askdb.pipeline.validation import SqlValidationError, referenced_tables
 from askdb.roles import ADMIN, user_role
 from askdb.services.runs import runs_reap
@@ -179,10 +181,16 @@ def run_result_csv_lines(*, run):
         yield line(row)
 
 
+_TIME_COLUMNS = ("year", "month", "day", "hour", "week")
+
+
 def run_chart_spec(*, run) -> dict | None:
-    """A chart when the shape suits: a category and a number → bars, a time and a number → a line."""
+    """A chart when the shape suits: a category and a number → bars, a time and a number → a line.
+
+    With more than two columns the first label column and the first number column after it are
+    drawn; a line over whole years (or other integer steps) keeps the missing steps as gaps."""
     columns, rows = list(run.result_columns or []), list(run.result_rows or [])
-    if len(columns) != 2 or not 2 <= len(rows) <= 500:
+    if len(columns) < 2 or not 2 <= len(rows) <= 500:
         return None
 
     def is_number(v) -> bool:
@@ -197,23 +205,53 @@ def run_chart_spec(*, run) -> dict | None:
         except ValueError:
             return False
 
-    xs, ys = [r[0] for r in rows], [r[1] for r in rows]
-    hidden = [x for x, y in zip(xs, ys, strict=True) if isinstance(y, str) and SUPPRESSED.fullmatch(y)]
-    ys = [None if isinstance(y, str) and SUPPRESSED.fullmatch(y) else y for y in ys]  # no bar: suppressed
-    if not all(is_number(y) or y is None for y in ys):
-        return None
+    def suppressed(v) -> bool:  # a small count hidden by privacy: no bar, said so
+        return isinstance(v, str) and bool(SUPPRESSED.fullmatch(v))
+
+    def numeric(i: int) -> bool:
+        cells = [r[i] for r in rows]
+        return all(is_number(v) or v is None or suppressed(v) for v in cells) and any(
+            is_number(v) for v in cells
+        )
+
+    stepped = [i for i, c in enumerate(columns) if c.lower() in _TIME_COLUMNS and numeric(i)]
+    labels = [i for i in range(len(columns)) if not numeric(i)]
+    xi = stepped[0] if stepped else (labels[0] if labels else 0)
+    yi = next((i for i in range(len(columns)) if i != xi and numeric(i)), None)
+    if yi is None or (len(columns) > 2 and len(labels) > 1):
+        return None  # two label columns: a table says it better than one chart
+    xs, ys = [r[xi] for r in rows], [r[yi] for r in rows]
+    hidden = [x for x, y in zip(xs, ys, strict=True) if suppressed(y)]
+    ys = [None if suppressed(y) else y for y in ys]
     if all(is_time(x) for x in xs if x is not None):
         kind = "line"
         pairs = sorted((x, y) for x, y in zip(xs, ys, strict=True) if x is not None)
         xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
-    elif all(is_number(x) for x in xs) and columns[0].lower() in ("year", "month", "day", "hour", "week"):
+    elif xi in stepped:
         kind = "line"
+        pairs = dict(sorted((int(x), y) for x, y in zip(xs, ys, strict=True) if x is not None))
+        if pairs and max(pairs) - min(pairs) <= 500:
+            xs = list(range(min(pairs), max(pairs) + 1))
+            ys = [pairs.get(x) for x in xs]  # a missing year is a gap, not a jump
+        else:
+            xs, ys = list(pairs), list(pairs.values())
     else:
         if len(rows) > 50:
             return None
         kind = "bar"
     return {"type": kind, "labels": ["NULL" if x is None else str(x) for x in xs], "values": ys,
-            "x": columns[0], "y": columns[1], "suppressed": len(hidden)}  # fmt: skip
+            "x": columns[xi], "y": columns[yi], "suppressed": len(hidden)}  # fmt: skip
+
+
+def run_answer(*, run) -> str:
+    """The answer in one sentence: the LLM's summary, or (no LLM) a sentence built from the
+    question and the result; "" when the run has no result to state."""
+    if run.status != Run.Status.SUCCEEDED or not run.result_columns or run.outcome == "ambiguous":
+        return ""
+    if run.summary:
+        return run.summary
+    rows = (run.result_rows or [])[:50]
+    return answer_sentence(run.question.text, run.result_columns, rows, row_count=run.row_count)
 
 
 def run_may_act(*, user, run) -> bool:
@@ -273,16 +311,32 @@ def sql_diff(before: str, after: str, *, fromfile: str = "before", tofile: str =
 REVIEW_QUEUE_STATUSES = ("pending", "approved", "corrected", "flagged", "all")
 
 REVIEW_POLICIES = {
-    "all": "every answered run waits for a reviewer",
-    "low_confidence": "only runs whose candidates disagreed or whose answerability score was low wait",
-    "first_of_kind": "only runs no approved example is close to wait",
+    "all": "every answer an LLM wrote waits for a reviewer",
+    "low_confidence": "answers an LLM wrote wait only when its candidates disagreed or the answerability "
+    "score was low",
+    "first_of_kind": "answers an LLM wrote wait only when no approved example is close to the question",
 }
+# What review_required (askdb/services/reviews.py) does whatever the policy, said the same way.
+REVIEW_POLICY_ALWAYS = (
+    "Answers from the verified library do not wait (their example was reviewed already); answers whose "
+    "candidates disagreed always do; declined and failed runs have no SQL to review."
+)
 
 
 def review_policy() -> tuple[str, str]:
     """The active review policy and a sentence saying what it means."""
     policy = settings.ASKDB_REVIEW_POLICY
-    return policy, REVIEW_POLICIES.get(policy, "every answered run waits for a reviewer")
+    return policy, REVIEW_POLICIES.get(policy, REVIEW_POLICIES["all"])
+
+
+def review_not_waiting_counts() -> dict:
+    """Answered runs that are not in the queue, by why, so an empty queue explains itself."""
+    answered = Run.objects.exclude(question__channel="evaluation").filter(status=Run.Status.SUCCEEDED)
+    return {
+        "library": answered.filter(answered_by="library", review_status="").count(),
+        "policy": answered.exclude(answered_by="library").filter(review_status="").count(),
+        "decided": answered.exclude(review_status__in=("", Run.Review.PENDING)).count(),
+    }
 
 
 def run_tables(run) -> list[str]:
@@ -531,3 +585,68 @@ def methods_text(p: Provenance) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- what askdb can answer
+
+
+def library_suggestions(*, source, limit: int = 6) -> list[Example]:
+    """Questions the active library answers on this source, one per set of tables it reads, so a
+    first session (even with no LLM) starts with questions askdb will answer."""
+    examples = list(
+        Example.objects.filter(source=source, kind=Example.Kind.ANSWERABLE, status=Example.Status.ACTIVE)
+        .exclude(template={})
+        .defer("embedding")
+        .order_by("id")[:400]
+    )
+    seen: set[tuple[str, ...]] = set()
+    first = []  # one per set of tables first, then the rest in order
+    for example in examples:
+        key = tuple(example.tables or ())
+        if key not in seen:
+            seen.add(key)
+            first.append(example)
+    rest = [e for e in examples if e not in first]
+    return (first + rest)[:limit]
+
+
+def run_suggestions(*, run, limit: int = 3) -> list[dict]:
+    """Verified questions close to a run's question that askdb can answer ("Did you mean …"):
+    the matcher's best template, the examples retrieval found, then the library's closest wording
+    by trigram similarity (no embedding model needed in the web process)."""
+    ids: list[int] = []
+    match = run.library_match or {}
+    if match.get("example_id"):
+        ids.append(match["example_id"])
+    ids += [e["id"] for e in (run.retrieval or {}).get("examples", []) if e.get("id")]
+    usable = Example.objects.filter(
+        source=run.question.source_id, kind=Example.Kind.ANSWERABLE, status=Example.Status.ACTIVE
+    ).defer("embedding")
+    found = usable.in_bulk(ids)
+    ordered = [found[i] for i in dict.fromkeys(ids) if i in found]
+    if len(ordered) < limit:
+        close = (
+            usable.exclude(pk__in=[e.pk for e in ordered])
+            .annotate(similarity=TrigramSimilarity("question", run.question.text))
+            .filter(similarity__gt=0.1)
+            .order_by("-similarity")[: limit - len(ordered)]
+        )
+        ordered += list(close)
+    own = run.question.text.strip().lower()
+    return [{"id": e.pk, "question": e.question} for e in ordered if e.question.strip().lower() != own][
+        :limit
+    ]
+
+
+def paraphrases_of(example, limit: int = 50) -> dict:
+    """The other active examples of the same template (same Example.template_key): how many, which."""
+    if not example.template_key:
+        return {"count": 0, "examples": []}
+    same = (
+        Example.objects.filter(source_id=example.source_id, template_key=example.template_key)
+        .exclude(pk=example.pk)
+        .filter(status=Example.Status.ACTIVE)
+        .only("id", "question")
+        .order_by("id")
+    )
+    return {"count": same.count(), "examples": list(same[:limit])}

@@ -10,6 +10,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from askdb.models import Example, Review, Run, SqlAttempt, StageEvent
+from askdb.outcomes import run_outcome
+from askdb.selectors import run_answer
 
 # --------------------------------------------------------------------------- inputs
 
@@ -136,17 +138,32 @@ class TokenSerializer(serializers.Serializer):
     token = serializers.CharField(help_text='Send as the header "Authorization: Token <token>".')
 
 
+class OutcomeTextSerializer(serializers.Serializer):
+    """A run's outcome in plain words, from askdb/outcomes.py (the same words the pages show)."""
+
+    code = serializers.CharField(help_text="The outcome code, refined (e.g. read_only, candidates_failed).")
+    label = serializers.CharField(help_text='A few words: "Answered", "Declined: not in this data"…')
+    sentence = serializers.CharField(help_text="What happened and why.")
+    next_step = serializers.CharField(help_text="What the researcher can do; empty when nothing is needed.")
+    tone = serializers.CharField(help_text="ok, info, warn or error.")
+
+
 class RunListSerializer(serializers.ModelSerializer):
     run = serializers.IntegerField(source="pk")
+    outcome_text = serializers.SerializerMethodField()
     question = serializers.CharField(source="question.text")
     user = serializers.CharField(source="question.user.username")
     source = serializers.CharField(source="question.source.name")
 
     class Meta:
         model = Run
-        fields = ["run", "question", "user", "source", "status", "outcome", "created_at", "finished_at",
-                  "row_count"]  # fmt: skip
+        fields = ["run", "question", "user", "source", "status", "outcome", "outcome_text", "created_at",
+                  "finished_at", "row_count"]  # fmt: skip
         read_only_fields = fields
+
+    @extend_schema_field(OutcomeTextSerializer)
+    def get_outcome_text(self, run: Run) -> dict:
+        return run_outcome(run).to_json()
 
 
 class GateSerializer(serializers.Serializer):
@@ -293,6 +310,9 @@ class RunDetailSerializer(RunListSerializer):
 
     gate = GateSerializer(source="*")
     tokens = TokensSerializer(source="*")
+    answer = serializers.SerializerMethodField(
+        help_text="The answer in one sentence (the LLM's summary, or built from the question and the result)."
+    )
     stages = StageSerializer(many=True)
     attempts = SqlAttemptSerializer(many=True)
     # The result page comes in through the context (key "result"): it depends on the request's
@@ -314,11 +334,14 @@ class RunDetailSerializer(RunListSerializer):
     )
 
     class Meta(RunListSerializer.Meta):
-        fields = [*RunListSerializer.Meta.fields, "message", "started_at", "gate", "retrieval", "stages",
+        fields = [*RunListSerializer.Meta.fields, "answer", "message", "started_at", "gate", "retrieval", "stages",
                   "attempts", "sql", "summary", "tokens", "cost_usd", "result", "review_status", "reviews",
                   "confidence", "answered_by", "example", "examples_used", "catalog_version", "model",
                   "privacy"]  # fmt: skip
         read_only_fields = fields
+
+    def get_answer(self, run: Run) -> str:
+        return run_answer(run=run)
 
     @extend_schema_field(ResultPageSerializer(allow_null=True))
     def get_result(self, run: Run) -> dict | None:

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, connections
 
 from askdb.answerability.tasks import answerability_train_task  # noqa: F401  (registered with the worker)
-from askdb.services.examples import examples_revalidate
+from askdb.services.examples import example_embed, examples_revalidate
 from askdb.services.runs import run_execute
 from infra.providers.embeddings import get_embedder
 from metadata_admin.models import ClinicalSource
@@ -111,3 +111,10 @@ def revalidate_examples(source_id: int, execute: bool = False) -> dict:
     if source is None:
         return {"source": source_id, "status": "missing"}
     return examples_revalidate(source=source, execute=execute)
+
+
+@shared_task(name="askdb.embed_example", acks_late=True, soft_time_limit=120, time_limit=150)
+def embed_example(example_id: int) -> dict:
+    """A reviewer's new library example gets its vector here, not in their request."""
+    example = example_embed(example_id=example_id)
+    return {"example": example_id, "now": example.pk if example is not None else None}

@@ -26,6 +26,8 @@ from openpyxl import Workbook
 
 from askdb import health, selectors
 from askdb.models import Review, Run
+from askdb.outcomes import run_outcome
+from askdb.pipeline.answer import format_cell
 from askdb.roles import ADMIN, user_role
 from askdb.services.reviews import review_approve, review_correct, review_flag, review_reassign
 from askdb.services.runs import (
@@ -40,6 +42,7 @@ from askdb.services.runs import (
 from askdb.services.sql import ReviewError
 from infra.audit.services import audit_record
 from metadata_admin.models import ClinicalSource, TableDoc
+from metadata_admin.services import source_get
 
 
 def _ip(request: HttpRequest) -> str | None:
@@ -71,8 +74,15 @@ def home(request: HttpRequest) -> HttpResponse:
         else:
             return redirect("run_detail", run_id=run.pk)
     recent = selectors.run_list_for_user(user=request.user, mine_only=True)[:5]
-    context = {"text": text, "error": error, "examples": _example_questions(), "recent": recent,
-               "health_llm": health.llm()}  # fmt: skip
+    try:
+        source = source_get(None)
+    except ValueError:  # no source yet: the page still renders, asking says why
+        source = None
+    suggestions = selectors.library_suggestions(source=source) if source else []
+    # Without an LLM only library questions can be answered: the docs' examples would all be declined.
+    examples = _example_questions() if not suggestions and health.llm_configured() else []
+    context = {"text": text, "error": error, "suggestions": suggestions, "source": source, "examples": examples,
+               "recent": recent}  # fmt: skip
     return render(request, "askdb/home.html", context, status=status)
 
 
@@ -85,22 +95,26 @@ def _run_or_404(request: HttpRequest, run_id: int) -> Run:
 
 def _run_context(request: HttpRequest, run: Run) -> dict:
     dialect = run.question.source.dialect
-    attempts = [{"attempt": a, "pretty": selectors.sql_pretty(a.sql, dialect)} for a in run.attempts.all()]
     tables = run.retrieval.get("tables", []) if run.retrieval else []
-    top = max((t.get("score") or 0 for t in tables), default=0) or 1
+    succeeded = run.status == Run.Status.SUCCEEDED
     stages = list(run.stages.all())
     context = {
         "run": run,
+        "outcome_text": run_outcome(run),
         "stages": stages,
         # Why the result was cut (the byte cap says so; the row cap is the default wording).
         "truncated_reason": next(
             (s.detail["truncated_reason"] for s in stages if s.detail.get("truncated_reason")), ""
         ),
-        "attempts": attempts,
-        "tables": [t | {"pct": round(100 * max(t.get("score") or 0, 0) / top)} for t in tables],
+        "sql_groups": _sql_groups(run, dialect),
+        # scores are similarities in 0..1: a bar is drawn to scale, not relative to the best table
+        "tables": [t | {"pct": round(100 * min(max(t.get("score") or 0, 0), 1))} for t in tables],
         "values": run.retrieval.get("values", [])[:10] if run.retrieval else [],
         "result": _result_page(request, run),
-        "chart": selectors.run_chart_spec(run=run) if run.status == Run.Status.SUCCEEDED else None,
+        "answer": (answer := selectors.run_answer(run=run)),
+        "single_value": _single_value(run, answer) if succeeded else None,
+        "chart": selectors.run_chart_spec(run=run) if succeeded else None,
+        "changed_bindings": _changed_bindings(run),
         "can_cancel": not run.is_terminal and _may_act(request, run),
         "can_retry": run.is_terminal and _may_act(request, run),
     }
@@ -112,8 +126,38 @@ def _run_context(request: HttpRequest, run: Run) -> dict:
             "outcome_diff": _review_diff(outcome, dialect),
             "provenance": provenance,
             "methods": selectors.methods_paragraph(provenance) if run.sql else "",
+            "suggestions": selectors.run_suggestions(run=run) if not succeeded or not run.sql else [],
         }
     return context
+
+
+def _changed_bindings(run: Run) -> list[dict]:
+    """The library match's values that differ from the example's (the same value is no change)."""
+    bindings = (run.library_match or {}).get("bindings", [])
+    return [b for b in bindings if str(b.get("old")) != str(b.get("value", b.get("new")))]
+
+
+def _single_value(run: Run, answer: str) -> str | None:
+    """A one-cell result, rounded, to show large, unless the answer sentence already says it."""
+    if len(run.result_columns or []) == 1 and len(run.result_rows or []) == 1:
+        value = format_cell(run.result_rows[0][0])
+        return None if value in answer else value
+    return None
+
+
+def _sql_groups(run: Run, dialect: str) -> list[dict]:
+    """The run's SQL attempts with identical SQL shown once (five sampled candidates that agree
+    are one query written five times), each with how often and in which attempts it appeared."""
+    groups: dict[str, dict] = {}
+    for a in run.attempts.all():
+        key = " ".join(a.sql.split()).rstrip(";").lower()
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = {"pretty": selectors.sql_pretty(a.sql, dialect) if a.sql else "", "attempts": [],
+                                   "valid": a.valid, "error": a.error, "origin": a.origin}  # fmt: skip
+        group["attempts"].append(a.number)
+        group["valid"] = group["valid"] or a.valid
+    return list(groups.values())
 
 
 def _review_diff(review: Review | None, dialect: str) -> list:
@@ -198,6 +242,7 @@ def run_xlsx(request: HttpRequest, run_id: int) -> HttpResponse:
         sheet.append(list(row))
     info = book.create_sheet("query")
     info.append(["question", run.question.text])
+    info.append(["outcome", run_outcome(run).label])
     info.append(["sql", run.sql])
     info.append(["run", run.pk])
     buffer = io.BytesIO()
@@ -309,6 +354,8 @@ def review_queue(request: HttpRequest) -> HttpResponse:
         "table_choices": selectors.review_table_choices(),
         "policy": policy,
         "policy_text": policy_text,
+        "policy_always": selectors.REVIEW_POLICY_ALWAYS,
+        "not_waiting": selectors.review_not_waiting_counts() if not page.object_list else {},
     }
     return render(request, "askdb/review_queue.html", context)
 
@@ -467,6 +514,11 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         "q": filters["search"],
         "filters": filters | {"date_from": request.GET.get("from", ""), "date_to": request.GET.get("to", "")},
         "known_actions": AUDIT_ACTIONS,
+        "date_errors": [
+            f"“{raw}” is not a date (write it as YYYY-MM-DD), so that filter was not applied."
+            for raw in (request.GET.get("from", ""), request.GET.get("to", ""))
+            if raw.strip() and _date(raw) is None
+        ],
         "csv_query": _with(request, format="csv", page=None),
     }
     return render(request, "askdb/audit_log.html", context)

@@ -23,6 +23,7 @@ from askdb import library_io
 from askdb.answerability import store as answerability_store
 from askdb.answerability.tasks import answerability_train_task
 from askdb.models import Example, Review
+from askdb.selectors import paraphrases_of
 from askdb.services.examples import example_set_status, examples_revalidate
 from askdb.services.exports import ImportReport, examples_export, examples_import
 from askdb.services.sql import ReviewError
@@ -31,7 +32,8 @@ from infra.providers.embeddings import EmbeddingError
 from metadata_admin.models import ClinicalSource, TableDoc
 from metadata_admin.services import source_get
 
-BROWSE_PERMS = ("askdb.review_runs", "askdb.curate_catalog")  # reviewers and admins
+# Everyone who asks may browse (read-only): without an LLM the library is what askdb can answer.
+BROWSE_PERMS = ("askdb.ask_questions", "askdb.review_runs", "askdb.curate_catalog")
 EDIT_PERM = "askdb.review_runs"  # import, export, retire, restore
 REVALIDATE_PERM = "askdb.curate_catalog"  # admins: it re-checks the whole library
 PER_PAGE = 25
@@ -157,6 +159,8 @@ def example_detail(request: HttpRequest, example_id: int) -> HttpResponse:
 def _detail_context(request: HttpRequest, example: Example) -> dict:
     template = example.template or {}
     answered = example.answered_runs.select_related("question__user").order_by("-created_at")
+    if not request.user.has_perm("askdb.view_all_runs"):  # a researcher sees only their own runs
+        answered = answered.filter(question__user=request.user)
     return {
         "example": example,
         "pretty_sql": _pretty(example.sql, example.source.dialect) if example.sql else "",
@@ -173,6 +177,7 @@ def _detail_context(request: HttpRequest, example: Example) -> dict:
         ),
         "template_slots": _slots(template.get("slots")),
         "template": template,
+        "paraphrases": paraphrases_of(example),
         "may_edit": request.user.has_perm(EDIT_PERM),
     }
 

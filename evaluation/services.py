@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from decimal import Decimal
@@ -30,7 +31,7 @@ from evaluation.report import report_render
 from evaluation.selectors import evaluation_results
 from infra.adapters.clinical import ExecutionError
 from infra.audit.services import audit_record
-from infra.formats import BenchmarkItem
+from infra.formats import BenchmarkItem, load_items
 from infra.providers import embeddings
 from metadata_admin.services import source_executor
 
@@ -383,3 +384,52 @@ def evaluation_write_files(*, evaluation: Evaluation, out_dir: Path) -> dict[str
 
 def default_out_dir(evaluation: Evaluation) -> Path:
     return Path(settings.ASKDB_HOME) / "evaluations" / str(evaluation.pk)
+
+
+def evaluation_start_from_files(
+    *, source, questions, labels=None, name: str = "", offline: bool = False, limit: int = 0, actor=None
+) -> Evaluation:
+    """Start an evaluation from uploaded files (the /evaluations/ page): the files are kept under
+    ASKDB_HOME/evaluations/uploads/, read like `manage.py evaluate` reads them (a FormatError says
+    what is wrong with them), and the run goes to a worker after commit."""
+    folder = Path(settings.ASKDB_HOME) / "evaluations" / "uploads" / uuid.uuid4().hex[:12]
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for upload in (questions, labels):
+        if upload is None:
+            paths.append(None)
+            continue
+        path = folder / Path(upload.name).name
+        with path.open("wb") as out:
+            for chunk in upload.chunks():
+                out.write(chunk)
+        paths.append(path)
+    items = load_items(paths[0], paths[1])
+    if limit:
+        items = items[:limit]
+    evaluation = evaluation_start(source=source, items=items, questions_file=str(paths[0]),
+                                  labels_file=str(paths[1] or ""), name=name, offline=offline)  # fmt: skip
+    evaluation.out_dir = str(default_out_dir(evaluation))
+    evaluation.save(update_fields=["out_dir"])
+    audit_record(
+        action="evaluation.queued", actor=actor, target=evaluation, message=f"{len(items)} questions"
+    )
+
+    def enqueue() -> None:
+        from evaluation.tasks import run_evaluation  # local: evaluation.tasks imports this module
+
+        run_evaluation.delay(evaluation.pk)
+
+    transaction.on_commit(enqueue)
+    return evaluation
+
+
+def evaluation_run_and_report(*, evaluation_id: int, workers: int = 2) -> Evaluation | None:
+    """Run a queued evaluation to the end and write its files (results.json, report.html)."""
+    evaluation = Evaluation.objects.filter(pk=evaluation_id).first()
+    if evaluation is None:
+        return None
+    out = Path(evaluation.out_dir) if evaluation.out_dir else default_out_dir(evaluation)
+    evaluation = evaluation_run(evaluation=evaluation, workers=workers)
+    evaluation_write_files(evaluation=evaluation, out_dir=out)
+    return evaluation

@@ -9,13 +9,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import wraps
 
+from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods
 
 from evaluation import metrics, selectors
 from evaluation.report import OUTCOME_LABELS, fmt, report_render
+from evaluation.services import evaluation_start_from_files
+from infra.formats import FormatError
+from metadata_admin.models import ClinicalSource
 
 
 def can_view_evaluations(user) -> bool:
@@ -60,11 +64,39 @@ def _row(evaluation) -> dict:
     }
 
 
-@require_GET
+START_PERM = "askdb.manage_users"  # admins start evaluations; auditors only read them
+
+
+@require_http_methods(["GET", "POST"])
 @evaluations_permission
 def evaluation_list(request: HttpRequest) -> HttpResponse:
+    """Evaluations side by side; admins start a new one from uploaded files (run by a worker)."""
+    error = ""
+    if request.method == "POST":
+        if not request.user.has_perm(START_PERM):
+            raise PermissionDenied
+        source = ClinicalSource.objects.filter(name=request.POST.get("source", "")).first()
+        questions = request.FILES.get("questions")
+        if source is None or questions is None:
+            error = "Choose a source and a questions file."
+        else:
+            try:
+                limit = int(request.POST.get("limit") or 0)
+                evaluation = evaluation_start_from_files(
+                    source=source, questions=questions, labels=request.FILES.get("labels"),
+                    name=request.POST.get("name", "").strip(), offline=bool(request.POST.get("offline")),
+                    limit=max(0, limit), actor=request.user,
+                )  # fmt: skip
+            except (FormatError, ValueError) as exc:
+                error = f"That file could not be read: {exc}"
+            else:
+                messages.success(request, f"Evaluation {evaluation.pk} started: a worker is asking its "
+                                          f"{evaluation.items.count()} questions. This page shows it when it ends.")  # fmt: skip
+                return redirect("evaluation:detail", evaluation_id=evaluation.pk)
     rows = [_row(e) for e in selectors.evaluation_list()[:200]]
-    return render(request, "evaluation/list.html", {"rows": rows, "penalties": metrics.RS_PENALTIES})
+    context = {"rows": rows, "penalties": metrics.RS_PENALTIES, "error": error,
+               "may_start": request.user.has_perm(START_PERM), "sources": ClinicalSource.objects.order_by("name")}  # fmt: skip
+    return render(request, "evaluation/list.html", context, status=400 if error else 200)
 
 
 def _evaluation_or_404(evaluation_id: int):

@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from askdb.pipeline.asof import AsOfExecutor
 from askdb.pipeline.types import CatalogSchema
 from infra.adapters.clinical import ExecutionError, LiveTable, SqlExecutor, executor_for
 from infra.audit.services import audit_record
@@ -111,9 +112,12 @@ def source_schemas(source: ClinicalSource) -> tuple[str, ...]:
 
 
 def source_executor(source: ClinicalSource, *, schemas: tuple[str, ...] | None = None) -> SqlExecutor:
-    """The source's read-only executor; `schemas` (its search_path) when the caller knows them."""
+    """The source's read-only executor. Every statement askdb runs on a source goes through it, so
+    this is where "now" becomes the source's as-of time (askdb.pipeline.asof). `schemas` (its
+    search_path) when the caller knows them."""
     search_path = source_schemas(source) if schemas is None else schemas
-    return executor_for(source.resolved_url(), engine=source.engine, search_path=search_path)
+    executor = executor_for(source.resolved_url(), engine=source.engine, search_path=search_path)
+    return AsOfExecutor(executor, dialect=source.dialect, as_of=source.as_of)
 
 
 def source_catalog_schema(source: ClinicalSource) -> CatalogSchema:
@@ -319,20 +323,58 @@ def docs_export(*, source: ClinicalSource) -> dict[str, str]:
     return {schema or "main": dump_docs(tables) for schema, tables in by_schema.items()}
 
 
+COLUMN_FIELDS = {"meaning": str, "example_values": str, "sensitive": bool}
+
+
 @transaction.atomic
 def table_doc_update(*, doc: TableDoc, data: dict, actor=None, note: str = "edited") -> TableDoc:
-    """Edit a table doc's curated fields; the previous text is kept as a revision."""
+    """Edit a table doc's curated fields, and optionally its columns' curated fields
+    (`columns`: {name: {meaning, example_values, sensitive}}) and its joins (`relationships`:
+    [{to_table: TableDoc, column_pairs: [[a, b], …], kind, note}], replacing the old ones).
+
+    The previous text is kept as a revision; the doc is re-embedded in the worker when its
+    embedded text changed; a change of joins is announced as a catalog change.
+    """
     before = table_doc_snapshot(doc)
     for key in ("description", "purpose", "grain", "considerations", "synonyms", "example_questions"):
         if key in data:
             setattr(doc, key, data[key])
     doc.save()
+    for column in doc.columns.all() if "columns" in data else ():
+        changes = {k: kind(v) for k, v in (data["columns"].get(column.name) or {}).items()
+                   if (kind := COLUMN_FIELDS.get(k)) is not None}  # fmt: skip
+        if any(getattr(column, k) != v for k, v in changes.items()):
+            for key, value in changes.items():
+                setattr(column, key, value)
+            column.save(update_fields=list(changes))
+    joins_changed = "relationships" in data and _relationships_replace(doc, data["relationships"])
     DocRevision.objects.create(
         table=doc, by=actor if getattr(actor, "pk", None) else None, note=note, snapshot=before
     )
-    audit_record(action="docs.edited", actor=actor, target=doc, message=doc.qualified_name)
+    audit_record(action="docs.edited", actor=actor, target=doc, message=doc.qualified_name,
+                 detail={"joins_changed": joins_changed} if joins_changed else None)  # fmt: skip
     table_doc_schedule_embedding(doc)
+    if joins_changed:
+        catalog_changed.send(sender=ClinicalSource, source=doc.source)
     return doc
+
+
+def _relationships_replace(doc: TableDoc, relationships: list[dict]) -> bool:
+    """Replace a doc's joins; True when they changed."""
+
+    def key(to_id, pairs, kind, note):
+        return (to_id, tuple(tuple(p) for p in pairs), kind, note.strip())
+
+    old = {key(r.to_table_id, r.column_pairs, r.kind, r.note) for r in doc.relationships.all()}
+    new = {key(r["to_table"].pk, r["column_pairs"], r.get("kind") or Relationship.Kind.FOREIGN_KEY, r.get("note", ""))
+           for r in relationships}  # fmt: skip
+    if old == new:
+        return False
+    doc.relationships.all().delete()
+    for to_id, pairs, kind, note in sorted(new, key=str):
+        Relationship.objects.create(from_table=doc, to_table_id=to_id, column_pairs=[list(p) for p in pairs],
+                                    kind=kind, note=note)  # fmt: skip
+    return True
 
 
 def table_doc_schedule_embedding(doc: TableDoc) -> None:

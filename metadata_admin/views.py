@@ -1,20 +1,22 @@
-"""Catalog pages for admins: an overview of what is documented and embedded, and a retrieval
-playground that shows why a question finds the tables it finds (the Django admin holds the forms)."""
+"""Catalog pages for admins: an overview of what is documented and embedded, a curation page
+per table (description, columns, synonyms, joins, with its history and re-embedding status), and
+a retrieval playground that shows why a question finds the tables it finds."""
 
 from __future__ import annotations
 
 import contextlib
 
 from django import forms
+from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_http_methods
 
 from infra.providers.embeddings import EmbeddingError
 from metadata_admin import selectors
-from metadata_admin.models import ClinicalSource
-from metadata_admin.services import source_get
+from metadata_admin.models import ClinicalSource, Relationship, TableDoc
+from metadata_admin.services import source_get, table_doc_update
 
 # --------------------------------------------------------------------------- pages
 
@@ -84,3 +86,109 @@ def _score_bars(retrieval: selectors.Retrieval) -> list[dict]:
     """Each ranked table with its bar width: a share of the best score (combined scores exceed 1)."""
     top = max((t.score for t in retrieval.tables), default=0.0) or 1.0
     return [{"table": t, "width": max(0, min(100, round(t.score / top * 100)))} for t in retrieval.tables]
+
+
+# --------------------------------------------------------------------------- curation
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in (text or "").splitlines() if line.strip()]
+
+
+def _pairs(text: str, doc: TableDoc, to: TableDoc) -> list[list[str]]:
+    """ "a = b, c = d" → [["a", "b"], ["c", "d"]], each column checked against its table."""
+    pairs = []
+    for part in [p for p in text.replace(" and ", ",").replace(" AND ", ",").split(",") if p.strip()]:
+        left, eq, right = (s.strip().rpartition(".")[2] for s in part.partition("="))
+        if not eq or not left or not right:
+            raise ValueError(f"“{part.strip()}” is not a pair of columns; write it as column = other_column.")
+        for table, column in ((doc, left), (to, right)):
+            if not table.columns.filter(name=column).exists():
+                raise ValueError(f"{table.qualified_name} has no column “{column}”.")
+        pairs.append([left, right])
+    if not pairs:
+        raise ValueError(f"Say which columns join {doc.qualified_name} to {to.qualified_name}.")
+    return pairs
+
+
+def _column_form(post, column) -> dict:
+    name = column.name
+    return {
+        "meaning": post.get(f"col-{name}-meaning", column.meaning).strip(),
+        "example_values": post.get(f"col-{name}-example_values", column.example_values).strip(),
+        "sensitive": bool(post.get(f"col-{name}-sensitive")),
+    }
+
+
+@require_http_methods(["GET", "POST"])
+@permission_required("askdb.curate_catalog", raise_exception=True)
+def table_doc_edit(request: HttpRequest, doc_id: int) -> HttpResponse:
+    """Curate one table's documentation: what the LLM and retrieval read about it."""
+    doc = get_object_or_404(TableDoc.objects.select_related("source").defer("embedding"), pk=doc_id)
+    tables = list(
+        TableDoc.objects.filter(source=doc.source).defer("embedding").order_by("schema_name", "name")
+    )
+    columns = list(doc.columns.all())
+    joins = [{"to": r.to_table_id, "on": ", ".join(f"{a} = {b}" for a, b in r.column_pairs), "kind": r.kind,
+              "note": r.note} for r in doc.relationships.all()]  # fmt: skip
+    errors: list[str] = []
+    if request.method == "POST":
+        post = request.POST
+        joins, relationships = [], []
+        by_id = {t.pk: t for t in tables}
+        for i in range(int(post.get("rel-count", "0") or 0) + 1):
+            row = {"to": post.get(f"rel-{i}-to", ""), "on": post.get(f"rel-{i}-on", "").strip(),
+                   "kind": post.get(f"rel-{i}-kind", ""), "note": post.get(f"rel-{i}-note", "").strip()}  # fmt: skip
+            if post.get(f"rel-{i}-delete") or not (row["to"] or row["on"]):
+                continue
+            row["to"] = int(row["to"]) if row["to"].isdigit() else None
+            joins.append(row)
+            to = by_id.get(row["to"])
+            if to is None:
+                errors.append(f"Choose the table that join {i + 1} leads to.")
+                continue
+            try:
+                relationships.append({"to_table": to, "column_pairs": _pairs(row["on"], doc, to),
+                                      "kind": row["kind"] or Relationship.Kind.FOREIGN_KEY, "note": row["note"]})  # fmt: skip
+            except ValueError as exc:
+                errors.append(f"Join {i + 1}: {exc}")
+        data = {
+            "description": post.get("description", "").strip(),
+            "purpose": post.get("purpose", "").strip(),
+            "grain": post.get("grain", "").strip()[:300],
+            "synonyms": _lines(post.get("synonyms", "")),
+            "considerations": _lines(post.get("considerations", "")),
+            "example_questions": _lines(post.get("example_questions", "")),
+            "columns": {
+                c.name: {
+                    "meaning": post.get(f"col-{c.name}-meaning", c.meaning).strip(),
+                    "example_values": post.get(f"col-{c.name}-example_values", c.example_values).strip(),
+                    "sensitive": bool(post.get(f"col-{c.name}-sensitive")),
+                }
+                for c in columns
+            },
+            "relationships": relationships,
+        }
+        if not errors:
+            note = post.get("note", "").strip()[:200] or "edited on the curation page"
+            table_doc_update(doc=doc, data=data, actor=request.user, note=note)
+            messages.success(request, f"Saved {doc.qualified_name}. Retrieval uses the new text once it is re-embedded "
+                                      "(in the background, usually seconds).")  # fmt: skip
+            return redirect("catalog:table", doc_id=doc.pk)
+        for key in ("description", "purpose", "grain", "synonyms", "considerations", "example_questions"):
+            setattr(doc, key, data[key])
+        for c in columns:
+            for key, value in data["columns"][c.name].items():
+                setattr(c, key, value)
+    context = {
+        "doc": doc,
+        "columns": columns,
+        "joins": joins,
+        "new_join": len(joins),
+        "tables": tables,
+        "kinds": Relationship.Kind.choices,
+        "errors": errors,
+        "revisions": doc.revisions.select_related("by")[:20],
+        "embedding": selectors.table_doc_embedding_status(doc, model=selectors.current_embedding_model()),
+    }
+    return render(request, "metadata_admin/table_doc.html", context, status=400 if errors else 200)

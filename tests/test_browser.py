@@ -93,14 +93,15 @@ def test_researcher_asks_watches_stages_and_downloads_the_csv(page, source, llm)
     # the stages appear live while the run is going
     page.locator(".stage .name", has_text="retrieve").wait_for()
     page.locator("#run-status", has_text="answered").wait_for(timeout=30_000)
-    names = page.locator(".stage .name").all_inner_texts()
+    names = page.locator(".stage .name").all_text_contents()  # under "How askdb got this", collapsed
     assert names[:4] == ["embed", "retrieve", "match", "gate"] and "execute" in names
     assert page.get_by_text("The MICU had the most ICU stays.").is_visible()
     assert page.locator("canvas#chart").is_visible()
     rows = page.locator("#result-table tbody tr")
     assert rows.count() >= 2
+    _check_layout(page, "run-page-after-llm")  # the answer first, at desktop and phone widths
     if os.environ.get("ASKDB_SCREENSHOT"):  # how the README's screenshot is made
-        page.set_viewport_size({"width": 1280, "height": 900})
+        page.set_viewport_size({"width": 1280, "height": 800})
         page.wait_for_timeout(300)
         page.screenshot(path=os.environ["ASKDB_SCREENSHOT"], full_page=True)
 
@@ -179,3 +180,177 @@ def _worker_for_browser_tests(request):
             yield
     else:
         yield
+
+
+# --------------------------------------------------------------------------- answer first, no LLM
+
+COUNT_SQL = "SELECT count(*) AS n FROM mimiciv_hosp.patients"
+GENDER_SQL = "SELECT gender FROM mimiciv_hosp.patients WHERE subject_id = {id}"
+SHOTS = Path(os.environ.get("ASKDB_SCREENSHOT_DIR", "")) if os.environ.get("ASKDB_SCREENSHOT_DIR") else None
+DESKTOP, PHONE = {"width": 1280, "height": 800}, {"width": 390, "height": 844}
+
+
+@pytest.fixture
+def library(source, settings):
+    """A small verified library, and no LLM (the default a new user meets)."""
+    from askdb.services.examples import example_upsert
+    from metadata_admin.services import source_executor
+
+    settings.LLM_MODEL = ""
+    ids = [r[0] for r in source_executor(source).execute(
+        "SELECT subject_id FROM mimiciv_hosp.patients ORDER BY subject_id LIMIT 3", timeout_s=5, row_cap=3).rows]  # fmt: skip
+    reviewer = make_user("vera", "reviewer")
+    gender = example_upsert(source=source, question=f"what is the gender of patient {ids[0]}?",
+                            sql=GENDER_SQL.format(id=ids[0]), approved_by=reviewer)  # fmt: skip
+    count = example_upsert(
+        source=source, question="how many patients are there?", sql=COUNT_SQL, approved_by=reviewer
+    )
+    return {"ids": ids, "gender": gender, "count": count}
+
+
+def _answer_box(page) -> dict:
+    return page.evaluate(
+        "() => { const r = document.querySelector('#answer').getBoundingClientRect();"
+        " return {top: r.top, bottom: r.bottom, scrollWidth: document.documentElement.scrollWidth,"
+        " innerWidth: window.innerWidth}; }"
+    )
+
+
+def _check_layout(page, name: str) -> None:
+    """The answer starts above the fold at desktop and phone widths, and nothing scrolls sideways."""
+    for size, label in ((DESKTOP, "desktop"), (PHONE, "phone")):
+        page.set_viewport_size(size)
+        page.wait_for_timeout(200)
+        box = _answer_box(page)
+        assert 0 < box["top"] < size["height"] * 0.6, (label, box)
+        assert box["scrollWidth"] <= box["innerWidth"], (label, box)  # no horizontal page scroll
+        assert page.get_by_role("button", name="Log out").bounding_box()["x"] + 10 <= size["width"]
+        if SHOTS:
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SHOTS / f"{name}-{label}.png"), full_page=False)
+    page.set_viewport_size(DESKTOP)
+
+
+def test_a_first_question_from_the_suggestions_is_answered_without_an_llm(page, source, library):
+    make_user("nina", "researcher")
+    with running_worker():
+        log_in(page, "nina")
+        suggestions = page.locator("button.suggestion")
+        assert suggestions.count() == 2
+        assert page.get_by_text("No language model is set up").first.is_visible()
+        assert page.evaluate("document.activeElement.id") == "question"  # autofocus
+        page.get_by_role("button", name="how many patients are there?").click()
+        page.wait_for_url("**/runs/*/")
+        page.locator("#run-status", has_text="Answered").wait_for(timeout=30_000)
+    run = Run.objects.get()
+    assert run.answered_by == "library" and run.example_id == library["count"].pk
+    n = run.result_rows[0][0]
+    assert page.locator("#answer-sentence").inner_text() == f"{n} patients."
+    assert "From a verified question in the library" in page.locator("#trust").inner_text()
+    assert not page.locator("details#how").evaluate("d => d.open")  # how askdb got it: collapsed
+    _check_layout(page, "run-page-after-library")
+
+
+def test_a_decline_offers_the_closest_verified_questions_in_one_click(page, source, library):
+    make_user("omar", "researcher")
+    with running_worker():
+        log_in(page, "omar")
+        box = page.get_by_label("Your question")
+        box.fill("which patients had the most lab tests in their first week?")
+        box.press("Control+Enter")  # the keyboard asks
+        page.wait_for_url("**/runs/*/")
+        page.locator("#run-status", has_text="Declined").wait_for(timeout=30_000)
+        answer = page.locator("#answer")
+        assert "verified library" in answer.inner_text()
+        assert "(no_llm)" not in page.content() and "Did you mean" in answer.inner_text()
+        _check_layout(page, "run-page-after-declined")
+        page.locator("#did-you-mean button.suggestion").first.click()
+        page.wait_for_url(lambda url: not url.endswith(f"/runs/{Run.objects.order_by('pk').first().pk}/"))
+        page.locator("#run-status", has_text="Answered").wait_for(timeout=30_000)
+    assert Run.objects.order_by("-pk").first().answered_by == "library"
+
+
+def test_flagging_a_library_answer_puts_its_example_on_hold(page, source, library):
+    """flag → the example needs review → the same question is no longer answered from it."""
+    from askdb.models import Example
+    from askdb.services.runs import question_submit
+
+    asker = make_user("pia", "researcher")
+    question = f"what is the gender of patient {library['ids'][1]}?"
+    with running_worker():
+        run = question_submit(user=asker, text=question, source=source)
+        log_in(page, "vera")
+        page.goto(f"/runs/{run.pk}/")
+        page.locator("#run-status", has_text="Answered").wait_for(timeout=30_000)
+        run.refresh_from_db()
+        assert run.answered_by == "library" and run.example_id == library["gender"].pk
+        page.goto(f"/runs/{run.pk}/review/")
+        page.locator("select[name=category]").select_option("wrong_values")
+        page.locator("#flag-comment").fill("gender codes are swapped for these patients")
+        page.get_by_role("button", name="Flag").click()
+        page.wait_for_load_state()
+        assert Example.objects.get(pk=library["gender"].pk).status == Example.Status.NEEDS_REVIEW
+        page.goto(f"/runs/{run.pk}/")
+        assert page.locator("#trust").inner_text().startswith("Flagged by a reviewer")
+        assert "Approved" not in page.locator("#run-live").inner_text()  # no approval beside the flag
+        again = question_submit(user=asker, text=question, source=source)
+        page.goto(f"/runs/{again.pk}/")
+        page.locator("#run-status", has_text="Declined").wait_for(timeout=30_000)
+    again.refresh_from_db()
+    assert again.answered_by != "library" and again.example_id is None
+
+
+def test_an_approval_after_a_fresh_start_loads_no_model_in_the_request(page, source, llm):
+    """The reviewer's request stores the example; the worker embeds it. The request never builds
+    an embedder (the test swaps in a probe that records which thread asks for one)."""
+    import threading
+
+    from django.core.signals import request_finished, request_started
+
+    from askdb.models import Example
+    from askdb.services.runs import question_submit
+    from infra.providers import embeddings
+
+    owner = make_user("quinn", "researcher")
+    make_user("ravi", "reviewer")
+    with running_worker():
+        run = question_submit(user=owner, text="How many ICU stays were there per care unit?", source=source)
+        log_in(page, "ravi")
+        page.goto(f"/runs/{run.pk}/")
+        page.locator("#run-status", has_text="Answered").wait_for(timeout=30_000)
+        page.goto(f"/runs/{run.pk}/review/")
+        in_request, asked = threading.local(), []
+
+        def started(**kwargs):
+            in_request.on = True
+
+        def finished(**kwargs):
+            in_request.on = False
+
+        real = embeddings.get_embedder
+
+        def probe():
+            asked.append(getattr(in_request, "on", False))
+            return real()
+
+        request_started.connect(started)
+        request_finished.connect(finished)
+        embeddings._build.cache_clear()  # as after a fresh start: no model in this process
+        import askdb.services.examples as examples_service
+
+        examples_service.get_embedder = probe
+        try:
+            page.get_by_role("button", name="Approve").click()
+            page.wait_for_load_state()
+            example = Example.objects.get(origin_run=run)
+            for _ in range(100):  # the worker embeds it shortly after
+                example.refresh_from_db()
+                if example.embedding_model:
+                    break
+                page.wait_for_timeout(100)
+        finally:
+            examples_service.get_embedder = real
+            request_started.disconnect(started)
+            request_finished.disconnect(finished)
+    assert True not in asked, "a request asked for the embedding model"
+    assert example.embedding_model and asked, "the worker did not embed the new example"

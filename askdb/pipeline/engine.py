@@ -243,6 +243,10 @@ class Pipeline:
 
         with self._stage("match") as st:
             library, match_info = self._library_match(req, vector, st)
+            if library is not None and not self._library_answerable(req, view, st):
+                library = None
+                match_info = {**match_info, "answered": False,
+                              "reasons": [*match_info.get("reasons", []), "the answerability gate declined"]}  # fmt: skip
             self._match_info = match_info
         if isinstance(library, privacy.PrivacyRefusal):  # a verified answer this user may not see
             return self._refused(library, match_info.get("sql", ""), ("", ""), library_match=match_info)
@@ -321,10 +325,24 @@ class Pipeline:
                 st.note(error=exc.message, code=exc.code)
                 st.finish("failed")
                 return self._execution_failed(exc, sql, gate)
-            st.note(rows=result.row_count, truncated=result.truncated, ms=round(result.elapsed_ms, 1))
+            st.note(rows=result.row_count, truncated=result.truncated, ms=round(result.elapsed_ms, 1),
+                    now_as_of=req.as_of or "the database clock")  # fmt: skip
             if getattr(result, "truncated_reason", ""):
                 st.note(truncated_reason=result.truncated_reason)
         return self._answered(req, sql, result, gate)
+
+    def _library_answerable(self, req: PipelineRequest, view: RetrievalView, st: StageHandle) -> bool:
+        """The answerability gate before a library answer: a close template is no proof that the
+        database holds what the question asks (an unanswerable question can read like one)."""
+        if view.best_doc_score < self.config.similarity_floor:
+            st.note(gate="no table is about this question")
+            return False
+        verdict = self.ports.answerability(req.question, view.values)
+        if verdict is None:
+            return True
+        self._answerability = verdict
+        st.note(gate={k: verdict.get(k) for k in ("probability", "threshold", "answerable")})
+        return bool(verdict.get("answerable", True))
 
     def _library_match(self, req: PipelineRequest, vector: list[float], st: StageHandle):
         """Answer from a verified example when a template matches with enough confidence.
@@ -358,7 +376,7 @@ class Pipeline:
         except ExecutionFailure as exc:
             st.note(error=exc.message)
             return None, info | {"reasons": [*info["reasons"], f"the bound SQL failed: {exc.message}"]}
-        st.note(answered=True, rows=result.row_count)
+        st.note(answered=True, rows=result.row_count, now_as_of=req.as_of or "the database clock")
         self.rec.attempt(number=1, sql=best.sql, origin="example", valid=True)
         info.update(_match_json(best), answered=True)
         return (best.sql, result, best), info

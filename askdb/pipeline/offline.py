@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -34,6 +34,7 @@ from sqlglot import exp
 
 from askdb.pipeline.templates import (
     FUNCTION_WORDS,
+    GUARD_FILLER,
     NEUTRAL_WORDS,
     VALUE,
     BindError,
@@ -43,6 +44,7 @@ from askdb.pipeline.templates import (
     Token,
     apply_case,
     bind_sql,
+    canonical,
     content_words,
     extract_typed_spans,
     question_operators,
@@ -92,6 +94,47 @@ class TemplateCandidate:
     template: Template
     similarity: float | None = None  # embedding cosine similarity of the questions, from the caller
     question: str = ""  # the example's question (defaults to the template's)
+    family: Family | None = None  # all paraphrases of its template (askdb.pipeline.library)
+
+
+@dataclass(frozen=True)
+class Family:
+    """What all paraphrases of one template say, so one example's wording is not the only yardstick.
+
+    `operators`: per operator key, every value the paraphrases use ("total" in one and "maximum" in
+    another is the same SQL). `words`: every content-word stem the paraphrases use. `neutral`:
+    words so common across the library's templates that they tell templates apart by nothing.
+    """
+
+    key: str
+    operators: dict[str, frozenset]
+    words: frozenset[str]
+    neutral: frozenset[str] = frozenset()
+    size: int = 1
+    # Each paraphrase's operators together (less SOFT_OPERATORS): "highest mortality" and "lowest
+    # survival" may be one SQL, but "highest survival" is neither paraphrase.
+    signatures: frozenset = frozenset()
+    # The content words of the paraphrases with each signature: "survival" said only where the
+    # operator is "lowest" must not be read with "highest".
+    signature_words: dict = field(default_factory=dict)
+    # Words (nearly) every paraphrase says: the template's subject ("discharged", "specimen"). A
+    # question that says none of one is about something else.
+    core: frozenset[str] = frozenset()
+
+
+SOFT_OPERATORS = ("aggregate",)  # "maximum total cost" and "maximum cost": judged key by key only
+
+
+def operator_signature(ops: dict[str, Any]) -> tuple:
+    return tuple(sorted((k, v) for k, v in ops.items() if k not in SOFT_OPERATORS))
+
+
+class ValueFinder(Protocol):
+    """Database values of linkable columns that a question contains, longest first (see library.ValueIndex)."""
+
+    def contained(self, question: str, column: str) -> list[tuple[int, int, str]]: ...
+    def spans(self, question: str) -> list[tuple[int, int]]: ...
+    def covers(self, column: str) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -142,17 +185,22 @@ def extract_values(question: str, template: Template | None = None) -> list[Span
     return sorted(spans, key=lambda s: (s.start, s.end))
 
 
-def mask_question(question: str) -> str:
-    """The question with ids, numbers, years, dates and genders replaced by `{type}`.
+def mask_question(question: str, values: ValueFinder | None = None) -> str:
+    """The question with ids, numbers, dates and genders replaced by `{type}`, named values by `{value}`.
 
-    Embedding masked questions keeps "patient 10004235" and "patient 10006580" equally close to an
-    example, which is what template retrieval wants.
+    Embedding masked questions keeps "patient 10004235" and "patient 10006580", or "aspirin" and
+    "heparin", equally close to an example, which is what template retrieval wants.
     """
+    pieces = [(s.start, s.end, f"{{{s.type}}}") for s in question_typed_spans(question, values)]
+    if values is not None:
+        pieces += [(a, b, "{value}") for a, b in values.spans(question)]
     out, cursor = [], 0
-    for span in extract_typed_spans(question):
-        out.append(question[cursor : span.start])
-        out.append(f"{{{span.type}}}")
-        cursor = span.end
+    for start, end, placeholder in sorted(pieces):
+        if start < cursor:
+            continue
+        out.append(question[cursor:start])
+        out.append(placeholder)
+        cursor = end
     out.append(question[cursor:])
     return "".join(out)
 
@@ -175,9 +223,15 @@ def _token_status(token: Token, fixed: set[str]) -> str:
     return "content"
 
 
-def _leftover_runs(question: str, tokens: list[Token], spans: list[Span], template: Template) -> list[Span]:
+def _leftover_runs(
+    question: str,
+    tokens: list[Token],
+    spans: list[Span],
+    template: Template,
+    fixed_words: frozenset[str] | None = None,
+) -> list[Span]:
     """Runs of content words that are neither the template's fixed words nor typed values."""
-    fixed = set(content_words(template.masked_question))
+    fixed = set(fixed_words) if fixed_words is not None else set(content_words(template.masked_question))
     taken = [(s.start, s.end) for s in spans]
     runs: list[list[Token]] = [[]]
     for token in tokens:
@@ -219,6 +273,7 @@ def match(
     catalog: CatalogSchema | None = None,
     calibration: Calibration | None = None,
     min_value_score: float = MIN_VALUE_SCORE,
+    values: ValueFinder | None = None,
 ) -> list[MatchResult]:
     """Every candidate scored for `question`, best first (clean bindings before the rest).
 
@@ -227,7 +282,7 @@ def match(
     """
     calibration = calibration or DEFAULT_CALIBRATION
     ops = question_operators(question)
-    typed = extract_typed_spans(question)
+    typed = question_typed_spans(question, values)
     quoted = _quoted(question, typed)
     cache: dict[tuple[str, str], list[tuple[str, float]]] = {}
 
@@ -238,7 +293,9 @@ def match(
         return cache[key]
 
     results = [
-        _match_one(question, ops, typed, quoted, c, cached_lookup, catalog, calibration, min_value_score)
+        _match_one(
+            question, ops, typed, quoted, c, cached_lookup, catalog, calibration, min_value_score, values
+        )
         for c in candidates
     ]
     results.sort(
@@ -250,6 +307,15 @@ def match(
         )
     )
     return results
+
+
+def question_typed_spans(question: str, values: ValueFinder | None = None) -> list[Span]:
+    """Typed spans of a question, less those inside a database value it names ("nacl 0.9%")."""
+    typed = extract_typed_spans(question)
+    if values is None:
+        return typed
+    named = values.spans(question)
+    return [s for s in typed if not any(a <= s.start and s.end <= b for a, b in named)]
 
 
 def decide(results: Sequence[MatchResult], threshold: float) -> tuple[MatchResult | None, list[MatchResult]]:
@@ -284,18 +350,28 @@ def _match_one(
     catalog: CatalogSchema | None,
     calibration: Calibration,
     min_value_score: float,
+    values: ValueFinder | None = None,
+    probe: Callable[[str], bool] | None = None,
 ) -> MatchResult:
     template = candidate.template
+    family = candidate.family
     work = _Work()
     example_question = candidate.question or template.question
     if not template.usable:
         work.reasons.append(f"the example cannot be used as a template: {template.error or 'no SQL'}")
         return _result(candidate, example_question, None, work, {}, 0.0, question)
     for key in sorted(set(ops) | set(template.operators)):
-        if ops.get(key) != template.operators.get(key):
-            work.reasons.append(
-                f"{key} differs: the question says {ops.get(key)!r}, the example {template.operators.get(key)!r}"
-            )
+        allowed = family.operators.get(key, frozenset()) if family else {template.operators.get(key)}
+        if ops.get(key) not in allowed:
+            said = sorted(map(str, allowed)) if family else repr(template.operators.get(key))
+            work.reasons.append(f"{key} differs: the question says {ops.get(key)!r}, the template {said}")
+    if (
+        family is not None
+        and family.signatures
+        and not work.reasons
+        and operator_signature(ops) not in family.signatures
+    ):
+        work.reasons.append("the question combines operator words as no paraphrase of the template does")
     if work.reasons:  # no lookups for a template that cannot apply
         return _result(candidate, example_question, None, work, {"operators_agree": 0.0}, 0.0, question)
     lowered = question.lower()
@@ -310,11 +386,48 @@ def _match_one(
         else:
             free.remove(hit)
     _assign_typed(template, question, free, work)
-    runs = _leftover_runs(question, tokenize(question), typed + quoted, template)
-    _assign_values(template, quoted + runs, lookup, min_value_score, work)
+    fixed = family.words if family else None
+    if values is not None:
+        _assign_contained(template, question, typed, values, work)
+    taken = typed + quoted + list(work.placed.values())
+    runs = _leftover_runs(question, tokenize(question), taken, template, fixed)
+    # A column whose every value is indexed needs no fuzzy lookup: the value is in the question or not.
+    covered = {
+        s.name for s in template.slots if values is not None and s.type == VALUE and values.covers(s.column)
+    }
+    _assign_values(template, quoted + runs, lookup, min_value_score, work, skip=covered)
+    if family is not None and not work.reasons and len(family.signature_words) > 1:
+        own = family.signature_words.get(operator_signature(ops), frozenset())
+        contrary = [w for w in _question_words(question, typed, work) if w in family.words - own]
+        if contrary:
+            work.reasons.append(
+                f"{', '.join(map(repr, contrary))} goes with other operator words in this template's paraphrases"
+            )
+    if family is not None and not work.reasons and family.core:
+        said = {canonical(stem(t.text)) for t in tokenize(question)}
+        missing = sorted(w for w in family.core if not any(_same_stem(w, x) for x in said))
+        if missing:
+            work.reasons.append(
+                f"the question does not say {', '.join(map(repr, missing))}, which the template's paraphrases say"
+            )
+    if family is not None and not work.reasons:
+        unexplained = _unexplained(question, typed, work, family)
+        if unexplained:
+            work.reasons.append(
+                f"no paraphrase of this template says {', '.join(map(repr, unexplained))}: "
+                "a condition the template would drop"
+            )
     sql = None
     if not work.reasons:
         sql = _bind_and_check(template, work, catalog)
+    if sql is not None and probe is not None:
+        for check in value_probes(template, sql):
+            if not probe(check):
+                work.reasons.append(
+                    f"a bound value does not exist together with the template's other conditions: {check}"
+                )
+                sql = None
+                break
     features = _features(question, candidate, template, work, runs, quoted)
     confidence = 0.0 if work.reasons else calibration.predict(features)
     return _result(candidate, example_question, sql, work, features, confidence, question)
@@ -391,11 +504,19 @@ def _ordering(template: Template, question: str, slots: list[Slot], spans: list[
 
 
 def _assign_values(
-    template: Template, runs: list[Span], lookup: ValueLookup, min_value_score: float, work: _Work
+    template: Template,
+    runs: list[Span],
+    lookup: ValueLookup,
+    min_value_score: float,
+    work: _Work,
+    skip: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> None:
     """Named-value slots to runs of the question, each linked to a real database value."""
     free = list(runs)
-    for slot in (s for s in template.slots if s.type == VALUE):
+    for slot in (s for s in template.slots if s.type == VALUE and s.name not in work.bindings):
+        if slot.name in skip:
+            work.reasons.append(f"the question names no {slot.column} value")
+            continue
         best: tuple[float, Span, str, str] | None = None  # score, span used, db value, bound value
         closest: tuple[float, str, str] | None = None
         for run in free:
@@ -436,6 +557,165 @@ def _assign_values(
             if re.search(r"[A-Za-z]", rest):
                 offset = run.text.index(rest, start - run.start) + run.start
                 free.append(Span(_TEXT, rest, offset, offset + len(rest), rest))
+
+
+def _assign_contained(
+    template: Template, question: str, typed: list[Span], values: ValueFinder, work: _Work
+) -> None:
+    """Named-value slots to the longest database value of their column the question contains.
+
+    "docusate sodium (liquid)" is a drug of its own, not "docusate sodium" plus a word: the longest
+    contained value wins. The example's own wording of its value counts as one more candidate
+    ("weight" for 'daily weight'), so approved mappings keep working.
+    """
+    taken = [(s.start, s.end) for s in typed] + [(p.start, p.end) for p in work.placed.values()]
+    by_column: dict[str, list[Slot]] = {}
+    for slot in (s for s in template.slots if s.type == VALUE):
+        by_column.setdefault(bare_column(slot.column), []).append(slot)
+    for slots in (v for v in by_column.values() if len(v) > 1):
+        # Several values of one column ("X … after Y"): the longest named values, placed as the
+        # example places them (by the word before each); unclear placement refuses.
+        chosen: list[tuple[int, int, str]] = []
+        for a, b, v in sorted(values.contained(question, slots[0].column), key=lambda f: f[0] - f[1]):
+            if not _overlaps(a, b, taken + [(x, y) for x, y, _ in chosen]):
+                chosen.append((a, b, v))
+        if len(chosen) != len(slots):
+            continue  # left to the one-by-one linking below, which reports what is missing
+        spans = [Span(_TEXT, question[a:b], a, b, v) for a, b, v in sorted(chosen)]
+        order = _ordering(template, question, slots, spans)
+        if order is None:
+            work.reasons.append(f"cannot tell which {slots[0].column} value goes where")
+            return
+        for slot, span in zip(slots, order, strict=True):
+            bound = span.value
+            if slot.uses and all(u.like for u in slot.uses):
+                bound = apply_case(span.text.strip(), slot.uses[0].case)
+            work.bindings[slot.name] = Binding(
+                slot.name, VALUE, slot.text, span.text, bound, 1.0, False, slot.column
+            )
+            work.placed[slot.name] = span
+            taken.append((span.start, span.end))
+    for slot in (s for s in template.slots if s.type == VALUE and s.name not in work.bindings):
+        found = [
+            (a, b, v) for a, b, v in values.contained(question, slot.column) if not _overlaps(a, b, taken)
+        ]
+        own = slot.text.strip()
+        if own:
+            pattern = r"(?<![A-Za-z0-9])" + re.escape(own).replace(r"\ ", r"\s+") + r"(?![A-Za-z0-9])"
+            for m in re.finditer(pattern, question, flags=re.I):
+                if not _overlaps(m.start(), m.end(), taken):
+                    found.append((m.start(), m.end(), slot.value))
+        if not found:
+            continue
+        start, end, value = max(found, key=lambda f: (f[1] - f[0], f[2] == slot.value))
+        text = question[start:end]
+        bound = value
+        if slot.uses and all(u.like for u in slot.uses):
+            bound = apply_case(text.strip(), slot.uses[0].case)
+        work.bindings[slot.name] = Binding(slot.name, VALUE, slot.text, text, bound, 1.0, False, slot.column)
+        work.placed[slot.name] = Span(_TEXT, text, start, end, text)
+        taken.append((start, end))
+
+
+def _overlaps(start: int, end: int, ranges: list[tuple[int, int]]) -> bool:
+    return any(start < b and a < end for a, b in ranges)
+
+
+def bare_column(column: str) -> str:
+    """ "mimiciv_hosp.d_items.label" and "d_items.label" are the same column for value linking."""
+    return ".".join(column.lower().split(".")[-2:])
+
+
+def _same_stem(a: str, b: str) -> bool:
+    """ "admitt" and "admission", "discharg" and "discharged": the same word for the guard."""
+    if a == b:
+        return True
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n >= 4 and n >= 0.6 * min(len(a), len(b))
+
+
+def _question_words(question: str, typed: list[Span], work: _Work) -> list[str]:
+    """Stems of the question's content words outside its values."""
+    taken = [(s.start, s.end) for s in typed] + [(p.start, p.end) for p in work.placed.values()]
+    return [
+        canonical(stem(t.text))
+        for t in tokenize(question)
+        if not _overlaps(t.start, t.end, taken)
+        and t.lower not in NEUTRAL_WORDS
+        and not _NUMERIC.fullmatch(t.text)
+    ]
+
+
+def _unexplained(question: str, typed: list[Span], work: _Work, family: Family) -> list[str]:
+    """Content words of the question that no paraphrase, bound value or common word accounts for."""
+    taken = [(s.start, s.end) for s in typed] + [(p.start, p.end) for p in work.placed.values()]
+    out = []
+    for token in tokenize(question):
+        if _overlaps(token.start, token.end, taken) or token.lower in NEUTRAL_WORDS:
+            continue
+        if _NUMERIC.fullmatch(token.text):
+            continue
+        word = canonical(stem(token.text))
+        if word in family.words or word in family.neutral or word in GUARD_FILLER:
+            continue
+        if len(word) >= 5 and any(fuzz.ratio(word, w) >= 90 for w in family.words if len(w) >= 5):
+            continue
+        out.append(token.text)
+    return out
+
+
+_NUMERIC = re.compile(r"[\d.,:/-]+%?")
+
+
+def value_probes(template: Template, sql: str) -> list[str]:
+    """Queries that must return a row for the bound named values to make sense.
+
+    A value is linked to its column alone, but the SQL may also filter its table with fixed
+    conditions: 'foley' is a d_items label, yet not one with linksto = 'inputevents'. For each
+    named-value literal, the conditions on the same table in the same WHERE (no subqueries) become
+    `SELECT 1 FROM table WHERE … LIMIT 1`; none when the value is the only condition.
+    """
+    tree = sqlglot.parse_one(sql, dialect=template.dialect)
+    literals = list(tree.find_all(exp.Literal))
+    out: list[str] = []
+    for slot in (s for s in template.slots if s.type == VALUE):
+        for use in slot.uses:
+            if use.index >= len(literals):
+                continue
+            literal = literals[use.index]
+            select = literal.find_ancestor(exp.Select)
+            source = select.args.get("from_") or select.args.get("from") if select is not None else None
+            where = select.args.get("where") if select is not None else None
+            if (
+                source is None
+                or where is None
+                or select.args.get("joins")
+                or not isinstance(source.this, exp.Table)
+            ):
+                continue
+            table = source.this
+            names = {table.name.lower(), table.alias_or_name.lower(), ""}
+            conjuncts = list(where.this.flatten()) if isinstance(where.this, exp.And) else [where.this]
+            kept = [
+                c
+                for c in conjuncts
+                if not c.find(exp.Select)
+                and all(col.table.lower() in names for col in c.find_all(exp.Column))
+                and any(True for _ in c.find_all(exp.Column))
+            ]
+            if len(kept) < 2 or not any(literal in set(c.find_all(exp.Literal)) for c in kept):
+                continue
+            probe = (
+                exp.select(exp.Literal.number(1))
+                .from_(table.copy())
+                .where(exp.and_(*[c.copy() for c in kept]))
+            )
+            out.append(probe.limit(1).sql(dialect=template.dialect))
+    return list(dict.fromkeys(out))
 
 
 def _pieces(run: Span) -> list[Span]:

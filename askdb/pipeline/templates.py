@@ -30,13 +30,25 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 # Bump when the algorithm changes so that stored templates (Example.template) are rebuilt.
-TEMPLATE_VERSION = 1
+TEMPLATE_VERSION = 2
 
 # Slot types. Ids are told apart by MIMIC's ranges and by the words before them.
 PATIENT_ID, ADMISSION_ID, STAY_ID = "patient_id", "admission_id", "stay_id"
 NUMBER, YEAR, DATE, GENDER, VALUE = "number", "year", "date", "gender", "value"
+# Calendar pieces questions name without a full date: "12/2100", "05/this year", "11/23/this year",
+# "last month/23", and a full "2100-06-07 05:00:00". Each binds to the SQL literal of the same shape.
+MONTH_YEAR, MONTH, MONTH_DAY, DAY, TIMESTAMP = "month_year", "month", "month_day", "day", "timestamp"
+CALENDAR_TYPES = (MONTH_YEAR, MONTH, MONTH_DAY, DAY, TIMESTAMP)
 ID_TYPES = (PATIENT_ID, ADMISSION_ID, STAY_ID)
-SLOT_TYPES = (*ID_TYPES, NUMBER, YEAR, DATE, GENDER, VALUE)
+SLOT_TYPES = (*ID_TYPES, NUMBER, YEAR, DATE, GENDER, VALUE, *CALENDAR_TYPES)
+# The SQL literal each calendar type writes (its value is stored in this form).
+_CALENDAR_FORMS = {
+    MONTH_YEAR: r"\d{4}-\d{2}",
+    MONTH: r"\d{2}",
+    MONTH_DAY: r"\d{2}-\d{2}",
+    DAY: r"\d{2}",
+    TIMESTAMP: r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}",
+}
 
 # Columns whose values the value index holds (metadata_admin.docs.VALUE_COLUMNS), by bare table name.
 # The pipeline core cannot import metadata_admin, so callers with a catalog pass `value_columns`.
@@ -51,6 +63,14 @@ DEFAULT_VALUE_COLUMNS = frozenset(
         ("pharmacy", "medication"),
         ("emar", "medication"),
         ("microbiologyevents", "org_name"),
+        ("microbiologyevents", "spec_type_desc"),
+        ("microbiologyevents", "test_name"),
+        ("prescriptions", "route"),
+        ("transfers", "careunit"),
+        ("admissions", "admission_location"),
+        ("admissions", "admission_type"),
+        ("admissions", "discharge_location"),
+        ("admissions", "insurance"),
     }
 )
 
@@ -71,10 +91,16 @@ OPERATOR_WORDS = frozenset(
     within during ever times often not no never without none neither nor excluding except more less than
     greater fewer older younger over under above below higher lower longer shorter larger exceed exceeds
     exceeded exceeding at past previous current next today yesterday now currently year years month months
-    week weeks day days hour hours minute minutes decade decades""".split()
+    week weeks day days hour hours minute minutes decade decades time""".split()
 )
 NEUTRAL_WORDS = FUNCTION_WORDS | OPERATOR_WORDS
 
+# Number words questions use for counts and ranks ("one" is left out: "which one", "any one").
+NUMBER_WORDS = {
+    w: n
+    for n, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve".split())
+    if n >= 2
+}
 _GENDER_WORDS = {
     "female": "F",
     "females": "F",
@@ -90,7 +116,8 @@ _GENDER_WORDS = {
     "boys": "M",
 }
 
-_TOKEN = re.compile(r"[A-Za-z0-9]+(?:[-./:][A-Za-z0-9]+)*%?")
+# "/" joins digits to digits ("1/2", "12/2100") and letters to letters ("po/ng"), not "05/this".
+_TOKEN = re.compile(r"[A-Za-z0-9]+(?:(?:[-.:]|(?<=\d)/(?=\d)|(?<=[A-Za-z])/(?=[A-Za-z]))[A-Za-z0-9]+)*%?")
 _INT = re.compile(r"\d+")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _ISO_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
@@ -141,6 +168,61 @@ def stem(word: str) -> str:
     return word
 
 
+# Words that say the same thing in these questions, to one form: the meaning guard compares meanings,
+# not spellings ("price" is "cost", "laboratory" is "lab"). Keys and values are stems (see `stem`).
+_SYNONYMS = {
+    word: group[0]
+    for group in (
+        ("lab", "laboratory"),
+        ("cost", "price", "bill", "charge", "expens", "expense", "expenditure", "spend", "spent", "paid"),
+        ("drug", "medic", "medicin", "medicine", "med"),
+        ("includ", "include", "involv", "involve", "contain"),
+        ("differ", "difference", "chang", "change"),
+        (
+            "get",
+            "got",
+            "gett",
+            "had",
+            "receiv",
+            "receive",
+            "underwent",
+            "undergo",
+            "undergone",
+            "given",
+            "took",
+            "taken",
+            "take",
+            "experienc",
+            "have",
+            "having",
+        ),
+        ("patient", "people", "person", "individual"),
+        ("microbiology", "microbial", "microbiologic", "microbiological", "micro"),
+        ("test", "exam", "examin", "examination", "check"),
+        ("visit", "encounter", "stay", "admission", "hospitalization"),
+        ("name", "named", "call", "called"),
+        ("happen", "occur", "occurr", "perform", "conduct", "carri", "done", "complet", "made", "execut"),
+        ("measur", "measure", "measurement", "record", "document", "read", "reading", "chart"),
+    )
+    for word in group
+}
+
+
+def canonical(word: str) -> str:
+    """One stem for words the meaning guard treats as the same ("price" -> "cost")."""
+    return _SYNONYMS.get(word, word)
+
+
+# Verbs that ask or that only say something happened to the patient ("tell me", "calculate", "got",
+# "underwent"): no condition of their own, in any template.
+GUARD_FILLER = frozenset(
+    {"get", "calculate", "compute", "provide", "retrieve", "fetch", "tell", "show", "give", "list", "display",
+     "know", "find", "identify", "determine", "quantify", "specify", "state", "report", "check", "let",
+     "inform", "information", "instanc", "instance", "case", "thing", "anyth", "anything", "medical", "hey",
+     "value", "name", "kind", "sort"}
+)  # fmt: skip
+
+
 def content_words(text: str) -> list[str]:
     """Stems of the words that carry content: not function words, not placeholders, not numbers."""
     text = re.sub(r"\{[^}]*\}", " ", text)
@@ -160,22 +242,68 @@ class Span:
     value: str  # digits for ids and numbers, "2150" for a year, ISO for a date, "F"/"M" for a gender
 
 
-def extract_typed_spans(question: str) -> list[Span]:
-    """Ids, numbers, years, dates and gender words, in order of appearance."""
-    tokens = tokenize(question)
+_RELATIVE = r"(?:this|last|next|previous|current)"
+_CALENDAR_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (TIMESTAMP, re.compile(r"(?<![\d-])(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2}))?(?![\d:])")),
+    (DATE, re.compile(r"(?<![\d/])(\d{1,2})/(\d{1,2})/(\d{4})(?![\d/])")),
+    (MONTH_DAY, re.compile(rf"(?<![\d/])(\d{{1,2}})/(\d{{1,2}})(?=/{_RELATIVE}\s+year\b)", re.I)),
+    (MONTH_YEAR, re.compile(r"(?<![\d/])(\d{1,2})/(\d{4})(?![\d/])")),
+    (MONTH, re.compile(rf"(?<![\d/])(\d{{1,2}})(?=/{_RELATIVE}\s+year\b)", re.I)),
+    (DAY, re.compile(r"(?<=month/)(\d{1,2})(?![\d/])", re.I)),
+)
+
+
+def _calendar_spans(question: str) -> list[Span]:
+    """Dates and their pieces in the forms EHRSQL-style questions use, normalised to SQL's form."""
     spans: list[Span] = []
+    for kind, pattern in _CALENDAR_PATTERNS:
+        for m in pattern.finditer(question):
+            if any(s.start < m.end() and m.start() < s.end for s in spans):
+                continue
+            g = m.groups()
+            try:
+                if kind == TIMESTAMP:
+                    value = f"{g[0]}-{g[1]}-{g[2]} {g[3]}:{g[4]}:{g[5] or '00'}"
+                    dt.datetime.fromisoformat(value)
+                elif kind == DATE:
+                    value = dt.date(int(g[2]), int(g[0]), int(g[1])).isoformat()
+                elif kind == MONTH_DAY:
+                    dt.date(2000, int(g[0]), int(g[1]))
+                    value = f"{int(g[0]):02d}-{int(g[1]):02d}"
+                elif kind == MONTH_YEAR:
+                    value = dt.date(int(g[1]), int(g[0]), 1).isoformat()[:7]
+                elif kind == MONTH:
+                    value = dt.date(2000, int(g[0]), 1).isoformat()[5:7]
+                else:
+                    value = dt.date(2000, 1, int(g[0])).isoformat()[8:10]
+            except ValueError:
+                continue
+            spans.append(Span(kind, m.group(0), m.start(), m.end(), value))
+    return spans
+
+
+def extract_typed_spans(question: str) -> list[Span]:
+    """Ids, numbers, years, dates, calendar pieces and gender words, in order of appearance."""
+    tokens = tokenize(question)
+    spans: list[Span] = _calendar_spans(question)
+    taken = [(s.start, s.end) for s in spans]
     for i, token in enumerate(tokens):
         text = token.text
         before = [t.lower for t in tokens[max(0, i - 3) : i]]
+        if _overlaps(token.start, token.end, taken):
+            # "05/this": only the calendar part is a value; a trailing word is left to the words.
+            continue
         if _ISO_DATE.fullmatch(text) and _valid_date(text):
             spans.append(Span(DATE, text, token.start, token.end, text))
         elif _NUMBER.fullmatch(text):
             spans.append(
                 Span(_number_type(text, before), text, token.start, token.end, _canonical_number(text))
             )
+        elif token.lower in NUMBER_WORDS:  # "the top four diagnoses": LIMIT / rank 4
+            spans.append(Span(NUMBER, text, token.start, token.end, str(NUMBER_WORDS[token.lower])))
         elif token.lower in _GENDER_WORDS:
             spans.append(Span(GENDER, text, token.start, token.end, _GENDER_WORDS[token.lower]))
-    return spans
+    return sorted(spans, key=lambda s: s.start)
 
 
 def _number_type(text: str, before: list[str]) -> str:
@@ -265,14 +393,28 @@ _OPERATOR_PATTERNS: dict[str, list[tuple[str, str]]] = {
 }
 
 
+_VISIT = re.compile(
+    r"\b(first|initial|earliest|1st|last|latest|most recent|final|current|present|this|ongoing)\s+"
+    r"(?:(?:(?:hospital|icu|hospital's|ward)\s+)?(?:visit|encounter|admission|hospitalization|hospital)s?\b"
+    r"|(?:hospital|icu)\s+stays?\b)"
+)
+_VISIT_NAMES = {"initial": "first", "earliest": "first", "1st": "first", "latest": "last", "most recent": "last",
+                "final": "last", "present": "current", "this": "current", "ongoing": "current"}  # fmt: skip
+
+
 def question_operators(question: str) -> dict[str, Any]:
     """The words that flip a question's meaning while its embedding barely moves, normalised.
 
     Two questions may share SQL only if every entry is equal. Values are strings ("" joins several,
-    "|"-separated and sorted), None, or booleans, so the dict survives JSON unchanged.
+    "|"-separated and sorted), None, or booleans, so the dict survives JSON unchanged. Which visit
+    ("the first hospital visit", "the current ICU stay") is its own entry, so that "the last time
+    in the first visit" and "the first time in the last visit" differ.
     """
     text = " " + re.sub(r"\s+", " ", question.lower().replace("’", "'")) + " "
-    ops: dict[str, Any] = {}
+    visits = [(m.start(), m.end(), _VISIT_NAMES.get(m.group(1), m.group(1))) for m in _VISIT.finditer(text)]
+    for start, end, _ in visits:  # the visit's own first/last is not the question's order
+        text = text[:start] + " " * (end - start) + text[end:]
+    ops: dict[str, Any] = {"visit": "|".join(sorted({v for _, _, v in visits})) or None}
     for key, patterns in _OPERATOR_PATTERNS.items():
         found = sorted({name for name, pattern in patterns if re.search(pattern, text)})
         ops[key] = "|".join(found) or None
@@ -302,6 +444,21 @@ def question_operators(question: str) -> dict[str, Any]:
     ops["period"] = "|".join(sorted(periods)) or None
     ops["units"] = "|".join(sorted(units)) or None
     ops["ever"] = bool(re.search(r"\bever\b", text))
+    # Asking for a time ("when", "what time", "what date") is another answer than asking for a thing.
+    ops["when"] = bool(
+        re.search(
+            r"\bwhen\b|\bwhat (?:time|date|day)\b|\bthe (?:time|date) (?:of|when)\b"
+            r"|\b(?:what|which) (?:is|was|were) the (?:\w+ )?(?:first|last|latest|earliest|initial) time\b",
+            text,
+        )
+    )
+    # A yes/no question ("has patient … been …?", "was … given?") asks whether, not what or how much.
+    ops["yes_no"] = bool(
+        re.match(
+            r"\s*(?:(?:tell me|can you tell me|please|in \S+|since \S+),?\s+)?(?:has|have|had|is|was|were|are|did|does|do)\b",
+            text,
+        )
+    )
     ops["times"] = times
     ops["negation"] = bool(
         re.search(r"\b(?:not|no|never|without|none|neither|nor|excluding|except)\b|n't\b", text)
@@ -441,6 +598,27 @@ class Template:
                 name = slot.name if len(slot.uses) == 1 else f"{slot.name}#{k + 1}"
                 literals[use.index].replace(exp.var(f"{{{name}}}"))
         return tree.sql(dialect=self.dialect)
+
+
+def template_key(template: Template) -> str:
+    """The template's identity: its normalised SQL with every slot literal replaced by its type.
+
+    Examples whose SQL differs only in the values their questions name share a key: they are one
+    template with many paraphrases. Fixed literals stay (`'-0 year'` "this year" and `'-1 year'`
+    "last year" are different templates). "" for an unusable template.
+    """
+    if not template.usable:
+        return ""
+    tree = _parse(template.sql_template, template.dialect)
+    literals = list(tree.find_all(exp.Literal))
+    for slot in template.slots:
+        for use in slot.uses:
+            shift = f"{use.offset:+d}" if use.offset else ""
+            placeholder = f"{use.prefix}{{{slot.type}{shift}}}{use.suffix}"
+            literals[use.index].replace(
+                exp.Literal.string(placeholder) if use.is_string else exp.var(placeholder)
+            )
+    return tree.sql(dialect=template.dialect)
 
 
 def template_is_current(data: dict[str, Any] | None) -> bool:
@@ -607,8 +785,18 @@ def _claim_literal(
     text = literal.this
     is_string = literal.is_string
     col_name = column.rsplit(".", 1)[-1]
+    if is_string:
+        # Calendar pieces by their SQL form: '2100-12', '05', '11-23', '2100-06-07 05:00:00'.
+        core = text.strip("%")
+        hits = [s for s in spans if s.type in CALENDAR_TYPES and s.value == core]
+        if hits:
+            free = [s for s in hits if (s.start, s.end) not in claims] or hits
+            prefix, _, suffix = text.partition(core)
+            return "slot", free[0], LiteralUse(index, text, True, prefix, suffix)
     # Numbers (ids, counts, years) by value, also inside strings: '6 months', '-6 month', '2150'.
     number = re.fullmatch(r"([+-]?)(\d+(?:\.\d+)?)(\s*[A-Za-z][A-Za-z ]*)?", text)
+    if number and not is_string and isinstance(literal.parent, (exp.Mul, exp.Div)):
+        return None  # a constant of arithmetic (`365 / 4` for "3-month"), not a value the question names
     if number:
         value = _canonical_number(number.group(2))
         hits = [s for s in spans if s.type in (*ID_TYPES, NUMBER, YEAR) and s.value == value]
@@ -656,7 +844,11 @@ def _claim_literal(
     prefix, core, suffix = _split_wildcards(text) if like else ("", text, "")
     if len(re.sub(r"[^A-Za-z]", "", core)) < 2:
         return None
-    found = _find_name_span(question, core, spans, claims)
+    # The same name used again (a subquery repeats the filter) fills the same slot.
+    again = [
+        k for k, uses in claims.items() if any(u[1].literal.strip("%").lower() == core.lower() for u in uses)
+    ]
+    found = again[0] if again else _find_name_span(question, core, spans, claims)
     if found is None:
         return None
     start, end = found
@@ -809,6 +1001,10 @@ def _literal_for(slot: Slot, use: LiteralUse, value: str) -> exp.Expr:
             core = (dt.date.fromisoformat(value) + dt.timedelta(days=use.offset)).isoformat()
         except ValueError as error:
             raise BindError(f"{slot.name} needs an ISO date, not {value!r}") from error
+    elif slot.type in CALENDAR_TYPES:
+        if not re.fullmatch(_CALENDAR_FORMS[slot.type], value):
+            raise BindError(f"{slot.name} needs the form {_CALENDAR_FORMS[slot.type]}, not {value!r}")
+        core = value
     elif slot.type == GENDER:
         code = value.upper()[:1]
         if code not in ("F", "M"):

@@ -5,80 +5,26 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from django.utils import timezone
-
 from askdb.models import Example
-from askdb.pipeline import offline
-from askdb.pipeline.compare import results_match
-from askdb.runner import LIBRARY_CANDIDATES, column_values_like, library_candidates
+from askdb.runner import library_cross_validate
 from askdb.services.exports import examples_import
-from infra.adapters.catalog_search import examples_nearest
-from infra.adapters.clinical import ExecutionError
 from infra.audit.services import audit_record
-from infra.providers.embeddings import get_embedder
-from metadata_admin.services import source_catalog_schema, source_executor
 
 
-def library_calibrate(
-    *, source, items: list[dict] | None = None, min_precision: float = 0.95, progress=None
-) -> dict:
-    """Fit the offline matcher's confidence and choose its answering threshold on held-out questions.
+def library_calibrate(*, source, items: list[dict] | None = None, progress=None) -> dict:
+    """Fit P(correct) for library answers and store it with the source (askdb.runner.library_cross_validate).
 
-    `items` are labelled questions ({"question", "sql"}) that are not in the library. Without them,
-    leave-one-out over the library: each verified example is asked of the library without it, and
-    a match counts as correct when its bound SQL returns the example's own result. The threshold
-    is the lowest at which precision stays at or above `min_precision` (an abstention is cheap, a
-    wrong answer is not).
+    Grouped cross-validation over the library itself (whole paraphrase groups held out, unanswerable
+    examples included): no question file is needed; labelled `items` add held-out samples. The
+    answering threshold is c / (c + 1) for ASKDB_WRONG_ANSWER_COST = c, and the report gives the
+    coverage and precision expected at it.
     """
-    executor, catalog, embedder = source_executor(source), source_catalog_schema(source), get_embedder()
-    timeout = 10
-
-    def rows(sql: str):
-        return executor.execute(sql, timeout_s=timeout, row_cap=1000).rows
-
-    def lookup(table_column: str, text: str):
-        return column_values_like(executor, table_column, text, dialect=source.dialect)
-
-    held_out = [(None, str(i["question"]), str(i.get("sql") or "")) for i in (items or []) if i.get("sql")]
-    if not items:
-        held_out = [
-            (e.pk, e.question, e.sql)
-            for e in Example.objects.filter(source=source, kind="answerable", status="active").order_by("pk")
-        ]
-    vectors = embedder.embed([q for _, q, _ in held_out]) if held_out else []
-    samples: list[tuple[dict, bool]] = []
-    for n, ((own_id, question, gold), vector) in enumerate(zip(held_out, vectors, strict=True), start=1):
-        nearest = examples_nearest(
-            source_id=source.pk, vector=vector, model=embedder.model, k=LIBRARY_CANDIDATES + 1
-        )
-        candidates = library_candidates([(i, sim) for i, sim in nearest if i != own_id][:LIBRARY_CANDIDATES])
-        results = offline.match(question, candidates, lookup=lookup, catalog=catalog)
-        if results and results[0].hard_ok and results[0].sql:
-            try:
-                correct = results_match(rows(results[0].sql), rows(gold))
-            except ExecutionError:
-                correct = False
-            samples.append((results[0].features, correct))
-        if progress:
-            progress(n)
-    calibration = offline.fit_calibration(samples)
-    scored = [(calibration.predict(f), ok) for f, ok in samples]
-    threshold = offline.choose_threshold(scored, min_precision=min_precision)
-    calibration = offline.Calibration(
-        calibration.weights, calibration.intercept, threshold, calibration.samples
-    )
-    answered = [(c, ok) for c, ok in scored if c >= threshold]
-    report = {
-        "calibration": calibration.to_dict(),
-        "held_out": len(held_out), "matched": len(samples), "correct_matches": sum(ok for _, ok in samples),
-        "threshold": threshold, "answered": len(answered),
-        "precision": round(sum(ok for _, ok in answered) / len(answered), 4) if answered else None,
-        "mode": "file" if items else "leave-one-out", "at": timezone.now().isoformat(),
-    }  # fmt: skip
+    report = library_cross_validate(source=source, items=items, progress=progress)
     source.library_calibration = report
     source.save(update_fields=["library_calibration"])
     audit_record(action="library.calibrated", target=source,
-                 message=f"threshold {threshold:.3f} from {len(samples)} matches", detail=report)  # fmt: skip
+                 message=f"threshold {report['threshold']:.3f} from {report['matched']} held-out matches",
+                 detail={k: v for k, v in report.items() if k != "risk"})  # fmt: skip
     return report
 
 
@@ -105,5 +51,5 @@ def library_seed_demo(*, source, path, approved_by=None) -> str:
     calibration = library_calibrate(source=source)
     return (
         f"{report.summary()} from {path.name}; offline answering threshold {calibration['threshold']:.2f} "
-        f"({calibration['matched']} leave-one-out matches)"
+        f"({calibration['matched']} held-out matches, expected precision {calibration['precision']})"
     )

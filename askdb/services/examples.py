@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from askdb.models import Example
+from askdb.models import Example, Review
 from askdb.pipeline.templates import build_template
 from askdb.services.sql import ReviewError, sql_check
 from infra.adapters import catalog_search
@@ -34,8 +34,13 @@ def example_upsert(
     origin_run=None,
     note: str = "",
     vector: list[float] | None = None,
+    defer_embedding: bool = False,
 ):
     """Add a verified pair to the library, or merge it into its near-duplicate.
+
+    `defer_embedding` (reviews in a web request): the example is saved at once without its
+    vector, and a worker embeds it and merges it into a near-duplicate (`example_embed`), so no
+    request ever waits for the embedding model to load. An exact duplicate is merged at once.
 
     A near-duplicate is the same question (normalized), or a question at least
     ASKDB_EXAMPLE_MERGE_SIMILARITY close with the same SQL: merging keeps one example (the newest
@@ -50,43 +55,94 @@ def example_upsert(
         sql, parsed_tables, parsed_columns = validated.sql, list(validated.tables), list(validated.columns)
     else:
         sql = ""
-    embedder = get_embedder()
-    vector = vector or embedder.embed([question])[0]
-
     same = Example.objects.filter(source=source, kind=kind).exclude(status=Example.Status.RETIRED)
     duplicate = next((e for e in same.filter(question__iexact=question)), None)
-    if duplicate is None:
-        for example_id, score in catalog_search.examples_nearest(
-            source_id=source.pk, vector=vector, model=embedder.model, k=3, kinds=(kind,)
-        ):
-            if score < settings.ASKDB_EXAMPLE_MERGE_SIMILARITY:
-                break
-            candidate = Example.objects.get(pk=example_id)
-            if _normalized(candidate.sql) == _normalized(sql):
-                duplicate = candidate
-                break
-    now = timezone.now()
+    model = ""
+    if duplicate is None and not (defer_embedding and vector is None):
+        embedder = get_embedder()
+        vector, model = vector or embedder.embed([question])[0], embedder.model
+        duplicate = _near_duplicate(source=source, kind=kind, sql=sql, vector=vector, model=model)
     if duplicate is not None:
-        if _normalized(duplicate.question) != _normalized(question) and question not in duplicate.paraphrases:
-            duplicate.paraphrases = [*duplicate.paraphrases, question]
-        duplicate.sql, duplicate.tables, duplicate.columns = sql, parsed_tables, parsed_columns
-        duplicate.approved_by, duplicate.approved_at = approved_by, now
-        duplicate.status, duplicate.validation_error, duplicate.validated_at = Example.Status.ACTIVE, "", now
-        duplicate.note = note or duplicate.note
-        duplicate.template = example_template(duplicate)
-        duplicate.save()
-        audit_record(action="example.merged", actor=approved_by, target=duplicate, message=question[:500])
-        return duplicate
+        return _example_merge(duplicate, question=question, sql=sql, tables=parsed_tables, columns=parsed_columns,
+                              approved_by=approved_by, note=note)  # fmt: skip
+    now = timezone.now()
     example = Example(
         source=source, question=question, sql=sql, kind=kind, tables=parsed_tables, columns=parsed_columns,
-        embedding=vector, embedding_model=embedder.model, origin=origin, origin_run=origin_run,
+        embedding=vector if model else None, embedding_model=model, origin=origin, origin_run=origin_run,
         approved_by=approved_by, approved_at=now, note=note, validated_at=now,
     )  # fmt: skip
     example.template = example_template(example)
     example.save()
     audit_record(action="example.created", actor=approved_by, target=example, message=question[:500],
                  detail={"kind": kind, "origin": origin, "tables": parsed_tables})  # fmt: skip
+    if not model:
+        transaction.on_commit(lambda: _embed_later(example.pk))
     return example
+
+
+def _near_duplicate(
+    *, source, kind: str, sql: str, vector: list[float], model: str, exclude: int | None = None
+):
+    """A library example this close to the question with the same SQL, or None."""
+    for example_id, score in catalog_search.examples_nearest(
+        source_id=source.pk, vector=vector, model=model, k=4, kinds=(kind,)
+    ):
+        if score < settings.ASKDB_EXAMPLE_MERGE_SIMILARITY:
+            break
+        if example_id == exclude:
+            continue
+        candidate = Example.objects.get(pk=example_id)
+        if _normalized(candidate.sql) == _normalized(sql):
+            return candidate
+    return None
+
+
+def _example_merge(
+    duplicate, *, question: str, sql: str, tables: list, columns: list, approved_by, note: str
+):
+    now = timezone.now()
+    if _normalized(duplicate.question) != _normalized(question) and question not in duplicate.paraphrases:
+        duplicate.paraphrases = [*duplicate.paraphrases, question]
+    duplicate.sql, duplicate.tables, duplicate.columns = sql, tables, columns
+    duplicate.approved_by, duplicate.approved_at = approved_by, now
+    duplicate.status, duplicate.validation_error, duplicate.validated_at = Example.Status.ACTIVE, "", now
+    duplicate.note = note or duplicate.note
+    duplicate.template = example_template(duplicate)
+    duplicate.save()
+    audit_record(action="example.merged", actor=approved_by, target=duplicate, message=question[:500])
+    return duplicate
+
+
+def _embed_later(example_id: int) -> None:
+    from askdb.tasks import embed_example  # local: askdb.tasks imports this module for its task
+
+    try:
+        embed_example.delay(example_id)
+    except Exception:  # no broker (a management command on a stopped demo): embed inline
+        example_embed(example_id=example_id)
+
+
+def example_embed(*, example_id: int):
+    """Embed an example saved without its vector (in the worker), then merge it into a
+    near-duplicate if the library already holds one with the same SQL."""
+    with transaction.atomic():
+        example = Example.objects.select_for_update().filter(pk=example_id, embedding_model="").first()
+        if example is None:  # embedded already, or gone
+            return None
+        embedder = get_embedder()
+        vector = embedder.embed([example.question])[0]
+        duplicate = _near_duplicate(source=example.source, kind=example.kind, sql=example.sql, vector=vector,
+                                    model=embedder.model, exclude=example.pk)  # fmt: skip
+        if duplicate is None:
+            example.embedding, example.embedding_model = vector, embedder.model
+            example.save(update_fields=["embedding", "embedding_model", "updated_at"])
+            return example
+        merged = _example_merge(duplicate, question=example.question, sql=example.sql, tables=example.tables,
+                                columns=example.columns, approved_by=example.approved_by, note=example.note)  # fmt: skip
+        Review.objects.filter(example=example).update(example=merged)
+        example.answered_runs.update(example=merged)
+        example.delete()
+        return merged
 
 
 def example_template(example) -> dict:

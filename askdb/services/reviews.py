@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
 
 from django.conf import settings
 from django.db import transaction
@@ -12,6 +13,14 @@ from askdb.services.examples import example_upsert
 from askdb.services.privacy import result_protect
 from askdb.services.sql import ReviewError, sql_check
 from infra.audit.services import audit_record
+
+
+def library_answer_sampled(run_id: int) -> bool:
+    """Whether this library answer is among the ASKDB_LIBRARY_REVIEW_SHARE that a reviewer rechecks
+    (by a hash of the run id: stable, and spread evenly over time)."""
+    share = settings.ASKDB_LIBRARY_REVIEW_SHARE
+    bucket = int(hashlib.sha1(f"library-review:{run_id}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return share > 0 and bucket < share
 
 
 def review_required(run) -> bool:
@@ -25,8 +34,10 @@ def review_required(run) -> bool:
         return False
     if run.outcome == "ambiguous":  # the candidates disagreed: a person must look, whatever the policy
         return True
-    if not run.sql or run.answered_by == "library":
+    if not run.sql:
         return False
+    if run.answered_by == "library":  # reviewed through its example; a sampled share is checked again
+        return library_answer_sampled(run.pk)
     policy = settings.ASKDB_REVIEW_POLICY
     if policy == "low_confidence":
         low = run.question.source.confidence_threshold or settings.ASKDB_CONFIDENCE_THRESHOLD
@@ -69,7 +80,7 @@ def review_approve(*, run, reviewer, comment: str = ""):
             raise ReviewError(f"This run was already {locked.get_review_status_display()}.")
         example = example_upsert(
             source=run.question.source, question=run.question.text, sql=run.sql,
-            approved_by=reviewer, origin="review", origin_run=run,
+            approved_by=reviewer, origin="review", origin_run=run, defer_embedding=True,
         )  # fmt: skip
         run.review_status = Run.Review.APPROVED
         run.save(update_fields=["review_status"])
@@ -97,7 +108,7 @@ def review_correct(*, run, reviewer, sql: str, comment: str = ""):
     with transaction.atomic():
         example = example_upsert(
             source=run.question.source, question=run.question.text, sql=validated.sql,
-            approved_by=reviewer, origin="correction", origin_run=run, note=comment,
+            approved_by=reviewer, origin="correction", origin_run=run, note=comment, defer_embedding=True,
         )  # fmt: skip
         run.sql = validated.sql
         run.privacy = result.privacy
@@ -125,12 +136,26 @@ def review_flag(*, run, reviewer, category: str, comment: str = ""):
             example = example_upsert(
                 source=run.question.source, question=run.question.text, sql="",
                 kind=Example.Kind.UNANSWERABLE, approved_by=reviewer, origin="review", origin_run=run,
-                note=comment,
+                note=comment, defer_embedding=True,
             )  # fmt: skip
+        if run.answered_by == "library" and run.example_id:
+            _example_needs_review(run, reviewer, category, comment)
         run.review_status = Run.Review.FLAGGED
         run.save(update_fields=["review_status"])
         return _review_save(run, reviewer, Review.Action.FLAG, category=category, comment=comment,
                             example=example, sql_before=run.sql)  # fmt: skip
+
+
+def _example_needs_review(run, reviewer, category: str, comment: str) -> None:
+    """A flagged library answer puts its example on hold: no question is answered from it (nor
+    given it as a few-shot example) until a reviewer restores it. The reason goes in the note, not
+    in validation_error, so that re-validation does not bring it back on its own."""
+    note = f"Flagged on run {run.pk} ({category.replace('_', ' ')}): {comment}"[:2000]
+    updated = Example.objects.filter(pk=run.example_id, status=Example.Status.ACTIVE).update(
+        status=Example.Status.NEEDS_REVIEW, note=note
+    )
+    if updated:
+        audit_record(action="example.needs_review", actor=reviewer, target=run.example, message=note[:500])
 
 
 def review_reassign(*, run, admin, reviewer):

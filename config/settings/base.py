@@ -238,6 +238,11 @@ ASKDB_EXAMPLES_K = env_int("ASKDB_EXAMPLES_K", 3)  # approved examples shown to 
 ASKDB_EXAMPLE_MIN_SIMILARITY = env_float("ASKDB_EXAMPLE_MIN_SIMILARITY", 0.45)  # cosine, question to example
 ASKDB_EXAMPLE_MERGE_SIMILARITY = env_float("ASKDB_EXAMPLE_MERGE_SIMILARITY", 0.9)  # with the same SQL: merged
 ASKDB_FIRST_OF_KIND_SIMILARITY = env_float("ASKDB_FIRST_OF_KIND_SIMILARITY", 0.85)
+# The cost of a wrong answer relative to a right one: the library answers only when its calibrated
+# P(correct) >= c / (c + 1) (10 -> 0.909). Abstaining costs nothing; a wrong answer costs c.
+ASKDB_WRONG_ANSWER_COST = env_float("ASKDB_WRONG_ANSWER_COST", 10.0)
+# Share (0..1) of library answers that still enter the review queue, so the library stays checked.
+ASKDB_LIBRARY_REVIEW_SHARE = env_float("ASKDB_LIBRARY_REVIEW_SHARE", 0.05)
 # Confidence from disagreement: K SQL candidates are sampled (1 = off); when fewer than the threshold
 # share agree, the run shows the candidates instead of one answer. Both can be set per source.
 ASKDB_CANDIDATES = env_int("ASKDB_CANDIDATES", 5)

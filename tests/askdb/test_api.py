@@ -156,6 +156,13 @@ def test_a_researcher_asks_and_finds_the_run_in_list_and_detail(source):
             "source": source.name,
             "status": "queued",
             "outcome": "",
+            "outcome_text": {
+                "code": "queued",
+                "label": "Waiting",
+                "tone": "info",
+                "next_step": "",
+                "sentence": "askdb has the question and will start on it in a moment.",
+            },
             "created_at": listing["results"][0]["created_at"],
             "finished_at": None,
             "row_count": None,

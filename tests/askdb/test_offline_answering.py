@@ -54,6 +54,7 @@ def ask(source, text):
 
 def test_a_new_patient_id_is_answered_from_the_verified_example(source, ids, library, settings):
     settings.LLM_MODEL = ""
+    settings.ASKDB_LIBRARY_REVIEW_SHARE = 0.0
     run = ask(source, f"What is the gender of patient {ids[1]}?")
 
     assert run.status == "succeeded" and run.answered_by == "library", run.message
@@ -72,8 +73,8 @@ def test_the_run_page_says_which_verified_example_answered(client, source, ids, 
     run = ask(source, f"What is the gender of patient {ids[1]}?")
     client.force_login(run.question.user)
     page = client.get(f"/runs/{run.pk}/").content.decode()
-    assert f'Answered from verified example <a href="/library/{library["gender"].pk}/">' in page
-    assert "Approved by <strong>rev</strong>" in page and f"<code>{ids[1]}</code>" in page
+    assert f'From verified example <a href="/library/{library["gender"].pk}/">' in page
+    assert "approved by <strong>rev</strong>" in page and f"<code>{ids[1]}</code>" in page
 
 
 def test_a_flipped_meaning_or_unrelated_question_is_declined_without_an_llm(source, ids, library, settings):
@@ -102,9 +103,10 @@ def test_leave_one_out_calibration_is_stored(source, ids, library):
                        sql=GENDER_SQL.format(id=other))  # fmt: skip
     report = library_calibrate(source=source)
     source.refresh_from_db()
-    assert report["mode"] == "leave-one-out" and report["held_out"] == 4
+    assert report["mode"] == "grouped cross-validation" and report["held_out"] == 4
     assert report["correct_matches"] >= 2  # the gender examples answer each other
-    assert source.library_calibration["calibration"]["threshold"] == report["threshold"]
+    assert source.library_calibration["threshold"] == report["threshold"] == round(10 / 11, 4)
+    assert source.library_calibration["risk"]["weights"]
 
 
 def test_calibrate_command_reads_held_out_questions_and_refuses_a_broken_file(source, ids, library, tmp_path):
@@ -121,10 +123,33 @@ def test_calibrate_command_reads_held_out_questions_and_refuses_a_broken_file(so
     out = io.StringIO()
     call_command("calibrate_library", "--questions", str(held_out), "--no-progress", stdout=out)
     source.refresh_from_db()
-    assert "file: 1 questions, 1 matched a template (1 correctly)" in out.getvalue()
-    assert source.library_calibration["mode"] == "file"
+    assert "grouped cross-validation + file: 4 questions" in out.getvalue()
+    assert source.library_calibration["mode"] == "grouped cross-validation + file"
 
     broken = tmp_path / "broken.json"
     broken.write_text('[{"id": "x"}]')
     with pytest.raises(CommandError, match="missing or empty key 'question'"):
         call_command("calibrate_library", "--questions", str(broken), "--no-progress")
+
+
+def test_a_share_of_library_answers_enters_the_review_queue(source, ids, library, settings):
+    settings.LLM_MODEL = ""
+    settings.ASKDB_LIBRARY_REVIEW_SHARE = 1.0
+    run = ask(source, f"What is the gender of patient {ids[1]}?")
+    assert run.answered_by == "library" and run.review_status == Run.Review.PENDING
+
+
+def test_flagging_a_library_answer_takes_its_example_out_at_once(source, ids, library, settings):
+    from askdb.models import Example
+    from askdb.services.reviews import review_flag
+
+    settings.LLM_MODEL = ""
+    run = ask(source, f"What is the gender of patient {ids[1]}?")
+    assert run.answered_by == "library"
+    review_flag(
+        run=run, reviewer=make_user("rev2", "reviewer"), category="wrong_values", comment="not the gender"
+    )
+    example = Example.objects.get(pk=library["gender"].pk)
+    assert example.status == Example.Status.NEEDS_REVIEW and "not the gender" in example.validation_error
+    again = ask(source, f"What is the gender of patient {ids[2]}?")
+    assert again.answered_by != "library"  # it answers nothing until a reviewer looks at it

@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth.models import Group
 
 from askdb.models import Example, Question, Review, Run
-from askdb.services.examples import example_upsert, examples_revalidate
+from askdb.services.examples import example_embed, example_upsert, examples_revalidate
 from askdb.services.exports import examples_import
 from askdb.services.reviews import (
     review_approve,
@@ -57,6 +57,9 @@ def test_approve_adds_a_verified_example_with_parsed_tables(source, people):
     assert example.kind == "answerable" and example.status == "active"
     assert example.tables == ["mimiciv_hosp.patients"]
     assert example.approved_by == people["reviewer"] and example.origin_run == run
+    assert example.embedding is None  # the worker embeds it: a reviewer's request never loads a model
+    example_embed(example_id=example.pk)
+    example.refresh_from_db()
     assert example.embedding is not None and example.embedding_model
     assert AuditEvent.objects.filter(action="review.approve", target_id=str(run.pk)).exists()
     assert AuditEvent.objects.filter(action="example.created", target_id=str(example.pk)).exists()

@@ -70,7 +70,8 @@ def test_the_queue_lists_others_pending_runs_oldest_first_with_filters(client, s
     client.force_login(rita)
 
     page = client.get("/review/").content.decode()
-    assert "Review policy: <strong>all</strong>" in page
+    assert "Review policy <strong>all</strong>: every answer an LLM wrote waits for a reviewer" in page
+    assert "Answers from the verified library do not wait" in page
     assert page.index("How many patients") < page.index("How many admissions")  # oldest first
     assert "An approved one" not in page and "An evaluation question" not in page
     assert f"/runs/{newer.pk}/review/" in page
@@ -242,7 +243,10 @@ def test_the_researcher_sees_the_approval_on_the_run_page_and_a_badge_in_history
     run = pending_run(source, ann)
     other = pending_run(source, ann, text="Still waiting for a reviewer")
     client.force_login(ann)
-    assert "A reviewer has not checked this SQL yet" in client.get(f"/runs/{other.pk}/").content.decode()
+    assert (
+        "Not checked yet: a reviewer will look at this SQL"
+        in client.get(f"/runs/{other.pk}/").content.decode()
+    )
     client.force_login(rita)
     client.post(f"/runs/{run.pk}/review/", {"action": "approve", "comment": "Checked against the docs."})
     client.force_login(ann)

@@ -314,13 +314,13 @@ def test_catalog_pages_are_for_admins(client, source, name, role, expected):
     assert client.get(reverse(name)).status_code == expected
 
 
-def test_overview_lists_tables_with_status_and_admin_links(admin_client, source):
+def test_overview_lists_tables_with_status_and_curation_links(admin_client, source):
     doc = doc_named(source, "mimiciv_hosp", "d_labitems")
     TableDoc.objects.filter(pk=doc.pk).update(description="changed")
 
     page = admin_client.get(reverse("catalog:overview")).content.decode()
 
-    assert reverse("admin:metadata_admin_tabledoc_change", args=[doc.pk]) in page
+    assert reverse("catalog:table", args=[doc.pk]) in page
     assert "<code>mimiciv_hosp.patients</code>" in page and "<code>mimiciv_icu.icustays</code>" in page
     rows = {
         r.doc.qualified_name: r

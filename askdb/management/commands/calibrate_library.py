@@ -1,4 +1,4 @@
-"""Choose the offline matcher's answering threshold on held-out questions (see library_calibrate)."""
+"""Calibrate the library's P(correct) by grouped cross-validation over itself (see library_calibrate)."""
 
 from __future__ import annotations
 
@@ -19,13 +19,12 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--questions", default=None,
-            help="held-out labelled questions (a file `evaluate` reads); default: leave-one-out over the library",
+            help="extra held-out labelled questions (a file `evaluate` reads); not needed: the library cross-validates itself",
         )  # fmt: skip
         parser.add_argument("--labels", default=None, help="the EHRSQL label.json that goes with --questions")
-        parser.add_argument("--min-precision", type=float, default=0.95)
         parser.add_argument("--no-progress", action="store_true")
 
-    def handle(self, *args, source, questions, labels, min_precision, no_progress, **options):
+    def handle(self, *args, source, questions, labels, no_progress, **options):
         try:
             src = source_get(source)
         except ValueError as exc:
@@ -38,14 +37,15 @@ class Command(BaseCommand):
                 items = [{"question": i.question, "sql": i.gold_sql} for i in load_items(questions, labels)]
             except FormatError as exc:
                 raise CommandError(str(exc)) from exc
-        total = len(items) if items else src.examples.filter(kind="answerable", status="active").count()
+        total = src.examples.filter(status="active").count()
         bar = tqdm(total=total, disable=no_progress, unit="q", desc="calibrating")
-        report = library_calibrate(source=src, items=items, min_precision=min_precision,
-                                   progress=lambda n: bar.update(n - bar.n))  # fmt: skip
+        report = library_calibrate(source=src, items=items, progress=lambda n: bar.update(n - bar.n))
         bar.close()
         precision = "n/a" if report["precision"] is None else f"{report['precision']:.3f}"
         self.stdout.write(
-            f"{report['mode']}: {report['held_out']} questions, {report['matched']} matched a template "
-            f"({report['correct_matches']} correctly); threshold {report['threshold']:.3f}, "
-            f"answering {report['answered']} with precision {precision}"
+            f"{report['mode']}: {report['held_out']} questions ({report['templates']} templates), "
+            f"{report['matched']} matched a template ({report['correct_matches']} correctly); "
+            f"P(correct) threshold {report['threshold']:.3f} (wrong-answer cost {report['wrong_answer_cost']:g}): "
+            f"expected coverage {report['expected_coverage']}, answering {report['answered']} "
+            f"with precision {precision}"
         )

@@ -320,7 +320,7 @@ def test_partial_shows_ambiguous_candidates_side_by_side_with_pick_forms():
     cands = [ok(0, DIAG, [(17,)]), ok(1, PROC, [(4,)]), ok(2, DIAG, [(17,)]), ok(3, PROC, [(4,)])]
     cands.append(failed(4, "SELECT 1 FROM nope", "table `nope` does not exist", "unknown_table"))
     html = _render(group_candidates(cands))
-    assert "The candidates disagree" in html
+    assert "askdb is not sure what this question means" in html and "at most 2 of 5 agree" in html
     assert "candidates disagree on the table: diagnoses_icd vs procedures_icd" in html.lower()
     assert html.count('action="/runs/42/pick/"') == 2
     assert 'name="group" value="0"' in html and 'name="group" value="1"' in html
@@ -335,17 +335,18 @@ def test_partial_shows_ambiguous_candidates_side_by_side_with_pick_forms():
 def test_partial_shows_confidence_and_hides_the_minority_behind_a_disclosure():
     cands = [ok(i, DIAG, [(17,)]) for i in range(4)] + [ok(4, PROC, [(4,)])]
     html = _render(group_candidates(cands))
-    assert "Confidence 80%" in html and "4 of 5 candidates agree" in html
+    assert "4 of 5 queries askdb wrote give this answer" in html and "(80% agreement)" in html
+    assert "does not prove the answer is right" in html
     assert "<details>" in html and "1 other answer" in html
     # only the minority answer is offered, as the group with index 1
     assert html.count('name="group"') == 1 and 'name="group" value="1"' in html
-    assert "The candidates disagree" not in html
+    assert "not sure what this question means" not in html
 
 
 @pytest.mark.urls(__name__)
 def test_partial_is_one_line_when_all_agree_and_empty_without_sampling():
     html = _render(group_candidates([ok(i, DIAG, [(17,)]) for i in range(3)]))
-    assert "Confidence 100%" in html and "all 3 candidates agree" in html
+    assert "All 3 queries askdb wrote give this answer" in html and "(100% agreement)" in html
     assert "Use this answer" not in html
     assert _render(group_candidates([ok(0, DIAG, [(17,)])])).strip() == ""
 
@@ -353,6 +354,6 @@ def test_partial_is_one_line_when_all_agree_and_empty_without_sampling():
 @pytest.mark.urls(__name__)
 def test_partial_when_every_candidate_failed_offers_only_rephrasing():
     html = _render(group_candidates([failed(i, "SELECT 1", f"error {i}", "sql_error") for i in range(3)]))
-    assert "No candidate could answer" in html and "None of the 3 SQL candidates" in html
+    assert "No query askdb wrote could run" in html and "None of the 3 queries askdb wrote" in html
     assert "Use this answer" not in html and "Rephrase" in html
     assert "3 of 3 candidates failed" in html and "error 2" in html

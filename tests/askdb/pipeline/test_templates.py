@@ -124,7 +124,7 @@ def test_female_maps_to_the_gender_code_and_back():
 
 
 def test_a_name_in_a_column_without_value_index_is_an_anchor_not_a_slot():
-    t = build_template(ELECTIVE_Q, ELECTIVE_SQL)
+    t = build_template(ELECTIVE_Q, ELECTIVE_SQL, value_columns=lambda table, col: False)
     assert t.slots == ()
     assert t.anchors == ("elective",)
     assert t.operators["aggregate"] == "avg"

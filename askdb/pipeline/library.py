@@ -1,0 +1,543 @@
+"""The verified library as templates with many paraphrases: question -> template -> bound SQL -> risk.
+
+Why: one example's wording is a poor yardstick. "count the number of patients older than 65" does not
+say "died in the hospital", so a question that adds it must not reuse that SQL, however close its
+embedding; and "total" in one paraphrase and "maximum" in another may be the very same SQL. So:
+
+- Identity: examples whose SQL differs only in the values their questions name share a template key
+  (templates.template_key); together they are one template, a `Family` of paraphrases.
+- Retrieval: questions are compared with their values masked by type (ids, numbers, calendar
+  pieces, database values), and the nearest masked paraphrases vote for templates, not examples.
+- Meaning guard: a template may answer only if every content word of the question is explained by
+  some paraphrase of it, a bound value, or a word paraphrases leave out across the library, and every
+  operator word (first/last, min/max/…) is one its paraphrases use (offline._match_one with a family).
+- Risk: P(correct) from a logistic model over match features, fitted by cross-validation over the
+  library that holds out whole paraphrase groups (`grouped_folds`); askdb answers only when
+  P(correct) ≥ c / (c + 1), c being the cost of a wrong answer relative to a right one.
+
+Pure: no Django, no database. The caller supplies embeddings, the value finder and the value lookup.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import sqlglot.expressions as sx
+
+from askdb.pipeline.offline import (
+    DEFAULT_CALIBRATION,
+    MIN_VALUE_SCORE,
+    Calibration,
+    Family,
+    MatchResult,
+    TemplateCandidate,
+    ValueLookup,
+    _match_one,
+    _quoted,
+    bare_column,
+    fit_calibration,
+    operator_signature,
+    question_typed_spans,
+)
+from askdb.pipeline.templates import (
+    DEFAULT_VALUE_COLUMNS,
+    FUNCTION_WORDS,
+    GUARD_FILLER,
+    NEUTRAL_WORDS,
+    VALUE,
+    Template,
+    canonical,
+    content_words,
+    question_operators,
+    template_key,
+)
+from askdb.pipeline.types import CatalogSchema
+
+UNANSWERABLE = "unanswerable"  # the key of the library's unanswerable examples
+NEIGHBOURS = 20  # masked paraphrases that vote
+TEMPLATES_TRIED = 5  # templates (best voted first) whose binding is tried
+MEMBERS_TRIED = 3  # paraphrases per template whose wording is tried for binding
+VOTE_TEMPERATURE = 0.03  # softmax temperature of the vote over cosine similarities
+# Number words are values ("top three" vs "top five"), never mere wording.
+NEVER_NEUTRAL = frozenset(
+    "zero one two three four five six seven eight nine ten eleven twelve twenty hundred".split()
+)
+CORE_SHARE = 1.0  # a word this share of a template's paraphrases say is its subject: the question must say it
+TEMPLATE_HOLDOUT = 0.3  # share of templates held out whole in cross-validation (questions of unseen kinds)
+OPTIONAL_TEMPLATES = 3  # a word some paraphrases leave out, in this many templates, is only wording
+
+
+def guard_words(text: str) -> list[str]:
+    """Content words as the meaning guard compares them: stems, synonyms folded."""
+    return [w for w in map(canonical, content_words(text)) if w not in GUARD_FILLER]
+
+
+def answer_threshold(wrong_answer_cost: float) -> float:
+    """The P(correct) above which answering beats abstaining: c / (c + 1) for a wrong answer costing c."""
+    c = max(0.0, float(wrong_answer_cost))
+    return c / (c + 1.0)
+
+
+def blank(question: str, spans: Iterable[tuple[int, int]]) -> str:
+    """The question with named values blanked, so that "not elsewhere classified" or "first" inside
+    a diagnosis or drug name is not read as an operator word."""
+    out, cursor = [], 0
+    for start, end in sorted(spans):
+        if start < cursor:
+            continue
+        out += [question[cursor:start], "X"]
+        cursor = end
+    out.append(question[cursor:])
+    return "".join(out)
+
+
+def key_hash(key: str) -> str:
+    """The stored, indexed form of a template key (Example.template_key)."""
+    return hashlib.sha1(key.encode()).hexdigest()[:16] if key else ""
+
+
+def sql_group(sql: str) -> str:
+    """A paraphrase group for SQL: the same query, spacing and case aside."""
+    return hashlib.sha1(" ".join(sql.lower().split()).rstrip(";").encode()).hexdigest()[:16]
+
+
+# --- database values a question names ------------------------------------------------------------
+
+
+class ValueIndex:
+    """Every value of the linkable columns, to find the longest ones a question contains.
+
+    Exact containment, case-insensitive, on word boundaries: a drug is named as it is written.
+    Values with fewer than two letters or that are plain function words are left out.
+    """
+
+    _START = re.compile(r"(?:^|(?<=[\s(\"'/]))(?=[A-Za-z0-9(])")
+    _END = re.compile(r"(?<=[A-Za-z0-9)%.])(?=$|[\s?,;:!\"')]|\.(?:\s|$)|'s\b)")
+
+    def __init__(self, values: dict[str, Iterable[str]]):
+        self._by_text: dict[str, dict[str, str]] = defaultdict(dict)
+        for column, column_values in values.items():
+            col = bare_column(column)
+            for value in column_values:
+                if not isinstance(value, str):
+                    continue
+                text = " ".join(value.lower().split())
+                if len(re.sub(r"[^a-z]", "", text)) < 2 or text in NEUTRAL_WORDS or len(text) > 150:
+                    continue
+                self._by_text[text].setdefault(col, value)
+        self.max_len = max((len(t) for t in self._by_text), default=0)
+        self.columns = {c for d in self._by_text.values() for c in d}
+        self._cache: dict[str, list[tuple[int, int, dict[str, str]]]] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_text)
+
+    def _all(self, question: str) -> list[tuple[int, int, dict[str, str]]]:
+        if question in self._cache:
+            return self._cache[question]
+        lowered = question.lower()
+        starts = [m.start() for m in self._START.finditer(lowered)]
+        ends = [m.start() for m in self._END.finditer(lowered)]
+        found = []
+        for a in starts:
+            for b in ends:
+                if b <= a:
+                    continue
+                if b - a > self.max_len:
+                    break
+                hit = self._by_text.get(" ".join(lowered[a:b].split()))
+                if hit:
+                    found.append((a, b, hit))
+        if len(self._cache) > 20000:
+            self._cache.clear()
+        self._cache[question] = found
+        return found
+
+    def contained(self, question: str, column: str) -> list[tuple[int, int, str]]:
+        col = bare_column(column)
+        return [(a, b, hit[col]) for a, b, hit in self._all(question) if col in hit]
+
+    def covers(self, column: str) -> bool:
+        return bare_column(column) in self.columns
+
+    def spans(self, question: str) -> list[tuple[int, int]]:
+        """The longest non-overlapping values the question contains (any column)."""
+        out: list[tuple[int, int]] = []
+        for a, b, _ in sorted(self._all(question), key=lambda f: (f[0] - f[1], f[0])):
+            if not any(a < y and x < b for x, y in out):
+                out.append((a, b))
+        return sorted(out)
+
+
+def load_values(executor, tables: dict[str, str], dialect: str) -> ValueIndex:
+    """A ValueIndex over the linkable columns (templates.DEFAULT_VALUE_COLUMNS) of these tables.
+
+    `tables` maps a bare table name to the name to query ("d_items" -> "mimiciv_icu.d_items"); one
+    DISTINCT query per column through `executor` (read-only). A column that cannot be read is skipped.
+    """
+    found: dict[str, list[str]] = {}
+    for table, column in sorted(DEFAULT_VALUE_COLUMNS):
+        if table not in tables:
+            continue
+        query = sx.select(sx.column(column, quoted=True)).distinct().from_(sx.to_table(tables[table]))
+        try:
+            rows = executor.execute(query.sql(dialect=dialect), timeout_s=60, row_cap=500_000).rows
+        except Exception:  # a column this database lacks or cannot read: no values to link
+            continue
+        found[f"{tables[table]}.{column}"] = [r[0] for r in rows if isinstance(r[0], str)]
+    return ValueIndex(found)
+
+
+# --- the library ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One library example as the matcher sees it."""
+
+    example_id: int | None
+    question: str
+    template: Template | None  # None for an unanswerable example
+    key: str  # template_key, or UNANSWERABLE
+    group: str  # paraphrase group: same SQL (answerable) or same question (unanswerable)
+
+
+def entry_for(example_id: int | None, question: str, sql: str, template: Template | None) -> Entry | None:
+    """The entry of one example, or None when its SQL could not be templated (it cannot answer)."""
+    if not sql:
+        return Entry(example_id, question, None, UNANSWERABLE, "q:" + " ".join(question.lower().split()))
+    if template is None or not template.usable:
+        return None
+    return Entry(example_id, question, template, template_key(template), sql_group(sql))
+
+
+class LibraryIndex:
+    """Entries, their masked-question vectors (unit length) and their families, for one source."""
+
+    def __init__(self, entries: Sequence[Entry], vectors: np.ndarray | Sequence[Sequence[float]]):
+        self.entries = list(entries)
+        matrix = np.asarray(vectors, dtype=np.float32)
+        matrix = matrix.reshape(len(self.entries), -1) if self.entries else np.zeros((0, 1), dtype=np.float32)
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0
+        self.matrix = matrix / norms
+        self.members: dict[str, list[int]] = defaultdict(list)
+        for i, entry in enumerate(self.entries):
+            self.members[entry.key].append(i)
+        self.families = self._families()
+
+    def _families(self) -> dict[str, Family]:
+        words_of: dict[str, set[str]] = {}
+        ops_of: dict[str, dict[str, set]] = {}
+        signatures_of: dict[str, set[tuple]] = {}
+        signature_words_of: dict[str, dict[tuple, frozenset]] = {}
+        core_of: dict[str, frozenset[str]] = {}
+        for key, idx in self.members.items():
+            if key == UNANSWERABLE:
+                continue
+            words: set[str] = set()
+            ops: dict[str, set] = defaultdict(set)
+            signatures = set()
+            by_signature: dict[tuple, set[str]] = defaultdict(set)
+            for i in idx:
+                template = self.entries[i].template
+                assert template is not None
+                words.update(guard_words(template.masked_question))
+                named = [(x.start, x.end) for x in template.slots if x.type == VALUE]
+                member_ops = question_operators(blank(template.question, named))
+                signatures.add(operator_signature(member_ops))
+                by_signature[operator_signature(member_ops)].update(guard_words(template.masked_question))
+                for name, value in member_ops.items():
+                    ops[name].add(value)
+            words_of[key], ops_of[key], signatures_of[key] = words, ops, signatures
+            signature_words_of[key] = {k: frozenset(v) for k, v in by_signature.items()}
+            said = Counter(w for i in idx for w in set(guard_words(self.entries[i].template.masked_question)))  # type: ignore[union-attr]
+            core_of[key] = frozenset(w for w, n in said.items() if n >= CORE_SHARE * len(idx))
+        neutral: set[str] = set()
+        # A word that some paraphrases of a template use and others leave out, in several templates,
+        # is wording ("documented", "exactly"), not a condition: a condition is in every paraphrase.
+        optional: Counter[str] = Counter()
+        present: Counter[str] = Counter()
+        for key, idx in self.members.items():
+            if key == UNANSWERABLE or len(idx) < 2:
+                continue
+            each = [set(guard_words(self.entries[i].template.masked_question)) for i in idx]  # type: ignore[union-attr]
+            optional.update(set.union(*each) - set.intersection(*each))
+            present.update(set.union(*each))
+        # …and left out in at least half the templates that use it ("input" is said wherever it matters).
+        neutral |= {w for w, n in optional.items() if n >= OPTIONAL_TEMPLATES and n >= 0.5 * present[w]}
+        # A word that goes with one operator in a template ("survival" with "lowest" where "mortality"
+        # goes with "highest") carries meaning, however often paraphrases leave it out.
+        polarity = {
+            w
+            for by_sig in signature_words_of.values()
+            if len(by_sig) > 1
+            for sig, words in by_sig.items()
+            for w in words - frozenset().union(*(v for k, v in by_sig.items() if k != sig))
+        }
+        neutral = frozenset(neutral - NEVER_NEUTRAL - polarity)
+        return {
+            key: Family(
+                key,
+                {k: frozenset(v) for k, v in ops_of[key].items()},
+                frozenset(words_of[key]),
+                neutral,
+                len(self.members[key]),
+                frozenset(signatures_of[key]),
+                signature_words_of[key],
+                core_of[key],
+            )
+            for key in words_of
+        }
+
+    def subset(self, keep: Sequence[int]) -> LibraryIndex:
+        """The library with only these entries (cross-validation leaves whole groups out)."""
+        return LibraryIndex([self.entries[i] for i in keep], self.matrix[list(keep)])
+
+
+# --- matching --------------------------------------------------------------------------------------
+
+RISK_FEATURES = (
+    "vote_share",
+    "vote_margin",
+    "vote_rank",
+    "top_similarity",
+    "member_similarity",
+    "unanswerable_share",
+    "family_size",
+    "masked_similarity",
+    "lexical_overlap",
+    "missing_words",
+    "fuzzy_penalty",
+    "slots",
+)
+
+# Hand-set until calibrate: a clear vote, a close paraphrase and clean values score high.
+DEFAULT_RISK = Calibration(
+    weights={
+        "vote_share": 4.0,
+        "vote_margin": 2.0,
+        "vote_rank": -2.0,
+        "top_similarity": 4.0,
+        "member_similarity": 6.0,
+        "unanswerable_share": -6.0,
+        "masked_similarity": 2.0,
+        "fuzzy_penalty": -6.0,
+        **{k: v for k, v in DEFAULT_CALIBRATION.weights.items() if k == "missing_words"},
+    },
+    intercept=-11.0,
+    threshold=answer_threshold(10),
+)
+
+
+@dataclass(frozen=True)
+class LibraryMatch:
+    """The templates tried for a question, best first, and what the vote looked like."""
+
+    results: list[MatchResult]
+    masked_question: str
+    votes: list[tuple[str, float]]  # (template key, share), best first
+
+    @property
+    def best(self) -> MatchResult | None:
+        return self.results[0] if self.results else None
+
+
+def match_library(
+    question: str,
+    vector: Sequence[float] | np.ndarray,
+    index: LibraryIndex,
+    *,
+    lookup: ValueLookup,
+    values: ValueIndex | None = None,
+    catalog: CatalogSchema | None = None,
+    risk: Calibration | None = None,
+    masked_question: str = "",
+    probe: Callable[[str], bool] | None = None,
+) -> LibraryMatch:
+    """Rank templates for `question` by a vote of its nearest masked paraphrases, bind the best few.
+
+    `vector` embeds `offline.mask_question(question, values)`. Each result's confidence is P(correct)
+    from `risk`; results that fail a rule (operators, the meaning guard, binding) have confidence 0.
+    The first result is the one to answer with if its confidence clears the threshold.
+    """
+    risk = risk or DEFAULT_RISK
+    if not index.entries:
+        return LibraryMatch([], masked_question, [])
+    v = np.asarray(vector, dtype=np.float32)
+    v = v / (np.linalg.norm(v) or 1.0)
+    sims = index.matrix @ v
+    k = min(NEIGHBOURS, len(sims))
+    top = np.argpartition(-sims, k - 1)[:k]
+    top = top[np.argsort(-sims[top])]
+    weights = np.exp((sims[top] - sims[top[0]]) / VOTE_TEMPERATURE)
+    votes: dict[str, float] = defaultdict(float)
+    for i, w in zip(top, weights, strict=True):
+        votes[index.entries[i].key] += float(w)
+    total = sum(votes.values())
+    ranked = sorted(((key, w / total) for key, w in votes.items()), key=lambda p: -p[1])
+    unanswerable_share = dict(ranked).get(UNANSWERABLE, 0.0)
+
+    ops = question_operators(blank(question, values.spans(question)) if values else question)
+    typed = question_typed_spans(question, values)
+    quoted = _quoted(question, typed)
+    cache: dict[tuple[str, str], list[tuple[str, float]]] = {}
+
+    def cached_lookup(column: str, text: str) -> list[tuple[str, float]]:
+        key = (column, text.lower())
+        if key not in cache:
+            cache[key] = list(lookup(column, text) or [])
+        return cache[key]
+
+    results: list[MatchResult] = []
+    answerable = [(key, share) for key, share in ranked if key != UNANSWERABLE][:TEMPLATES_TRIED]
+    for rank, (key, share) in enumerate(answerable):
+        family = index.families[key]
+        members = sorted(index.members[key], key=lambda i: -sims[i])[:MEMBERS_TRIED]
+        tried: list[MatchResult] = []
+        for i in members:
+            entry = index.entries[i]
+            assert entry.template is not None
+            candidate = TemplateCandidate(
+                entry.example_id, entry.template, float(sims[i]), entry.question, family
+            )
+            result = _match_one(
+                question, ops, typed, quoted, candidate, cached_lookup, catalog, DEFAULT_CALIBRATION,
+                MIN_VALUE_SCORE, values, probe,
+            )  # fmt: skip
+            tried.append(result)
+            if result.hard_ok:
+                break
+        result = next((r for r in tried if r.hard_ok), tried[0])
+        others = [s for k2, s in ranked if k2 != key]
+        features = {
+            **result.features,
+            "vote_share": round(share, 4),
+            "vote_margin": round(share - (others[0] if others else 0.0), 4),
+            "vote_rank": float(rank),
+            "top_similarity": round(float(sims[top[0]]), 4),
+            "member_similarity": round(float(sims[members[0]]), 4),
+            "unanswerable_share": round(unanswerable_share, 4),
+            "family_size": round(math.log1p(family.size), 4),
+        }
+        confidence = round(risk.predict(features), 4) if result.hard_ok else 0.0
+        results.append(dataclasses.replace(result, features=features, confidence=confidence))
+    results.sort(key=lambda r: (-int(r.hard_ok), -r.confidence, r.features.get("vote_rank", 0)))
+    return LibraryMatch(results, masked_question, ranked[:5])
+
+
+# --- calibration -------------------------------------------------------------------------------------
+
+
+def grouped_folds(entries: Sequence[Entry], folds: int = 5) -> list[list[int]]:
+    """Entry indices split into folds so that a paraphrase group never straddles two folds.
+
+    A group is the same SQL (the same template with the same values) or, for unanswerable examples,
+    the same question: holding out single paraphrases would let their twins answer for them. For a
+    share of templates (TEMPLATE_HOLDOUT) the group is the whole template, because real questions
+    often have no template in the library at all, and the risk must be learnt on those too.
+    """
+    out: list[list[int]] = [[] for _ in range(folds)]
+    for i, entry in enumerate(entries):
+        group = entry.group
+        if entry.key != UNANSWERABLE and _share(entry.key) < TEMPLATE_HOLDOUT:
+            group = entry.key  # the whole template out: a question of a kind the library has never seen
+        out[int(hashlib.sha1(group.encode()).hexdigest(), 16) % folds].append(i)
+    return out
+
+
+def _share(text: str) -> float:
+    return int(hashlib.sha1(("share:" + text).encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+
+
+def fit_risk(
+    samples: Sequence[tuple[dict[str, float], bool]], *, wrong_answer_cost: float = 10
+) -> Calibration:
+    """The logistic P(correct) over RISK_FEATURES, with the cost's threshold. Defaults without data."""
+    fitted = fit_calibration(samples, features=RISK_FEATURES, threshold=answer_threshold(wrong_answer_cost))
+    if not fitted.samples:
+        return Calibration(
+            dict(DEFAULT_RISK.weights), DEFAULT_RISK.intercept, answer_threshold(wrong_answer_cost)
+        )
+    return fitted
+
+
+def expected(
+    scored: Sequence[tuple[float, bool]], threshold: float, total: int
+) -> dict[str, float | int | None]:
+    """Coverage and precision at a threshold, from held-out (P(correct), was it correct) pairs."""
+    answered = [ok for p, ok in scored if p >= threshold]
+    return {
+        "answered": len(answered),
+        "coverage": round(len(answered) / total, 4) if total else None,
+        "precision": round(sum(answered) / len(answered), 4) if answered else None,
+    }
+
+
+def cross_validate(
+    index: LibraryIndex,
+    vectors_of: Callable[[list[int]], np.ndarray],
+    *,
+    is_correct: Callable[[Entry, MatchResult], bool],
+    lookup: ValueLookup,
+    values: ValueIndex | None = None,
+    catalog: CatalogSchema | None = None,
+    folds: int = 5,
+    progress: Callable[[int], None] | None = None,
+    details: list | None = None,
+    probe: Callable[[str], bool] | None = None,
+) -> list[tuple[dict[str, float], bool]]:
+    """Held-out (features, correct) for the best hard-rule-passing match of every library question.
+
+    Unanswerable library questions are asked too: any answer to one is a wrong answer.
+    """
+    samples: list[tuple[dict[str, float], bool]] = []
+    done = 0
+    for held in grouped_folds(index.entries, folds):
+        held_set = set(held)
+        train = index.subset([i for i in range(len(index.entries)) if i not in held_set])
+        vectors = vectors_of(held)
+        for i, vector in zip(held, vectors, strict=True):
+            entry = index.entries[i]
+            found = match_library(
+                entry.question, vector, train, lookup=lookup, values=values, catalog=catalog, probe=probe
+            )
+            best = found.best
+            if best is not None and best.hard_ok and best.sql:
+                ok = entry.template is not None and is_correct(entry, best)
+                samples.append((best.features, ok))
+                if details is not None:  # for tuning on the library: what answered what
+                    details.append((entry, best, ok))
+            done += 1
+            if progress:
+                progress(done)
+    return samples
+
+
+__all__ = [
+    "DEFAULT_RISK",
+    "FUNCTION_WORDS",
+    "RISK_FEATURES",
+    "UNANSWERABLE",
+    "Entry",
+    "LibraryIndex",
+    "LibraryMatch",
+    "ValueIndex",
+    "answer_threshold",
+    "cross_validate",
+    "entry_for",
+    "expected",
+    "fit_risk",
+    "grouped_folds",
+    "key_hash",
+    "load_values",
+    "match_library",
+    "sql_group",
+]

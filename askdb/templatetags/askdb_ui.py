@@ -1,0 +1,27 @@
+"""Template filters for showing results as people read them (rounded numbers, plain outcomes)."""
+
+from __future__ import annotations
+
+from django import template
+
+from askdb.outcomes import outcome_label, run_outcome
+from askdb.pipeline.answer import format_cell
+
+register = template.Library()
+
+
+@register.filter
+def cell(value) -> str:
+    """A result cell: numbers rounded sensibly, NULL spelled out (the download keeps every digit)."""
+    return format_cell(value)
+
+
+@register.filter
+def outcome(run):
+    """The run's outcome as askdb/outcomes.py words it (label, sentence, next step, tone)."""
+    return run_outcome(run)
+
+
+@register.filter
+def outcome_code_label(code: str) -> str:
+    return outcome_label(code)

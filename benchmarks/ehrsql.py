@@ -1,0 +1,329 @@
+"""EHRSQL-2024 with the verified library alone (no LLM): `python benchmarks/ehrsql.py` (`make bench-ehrsql`).
+
+Builds a library from ../shared/ehrsql-2024-dev/train (templates, masked-question vectors in one
+batch), calibrates P(correct) by grouped cross-validation over that library (whole paraphrase
+groups held out, unanswerable examples included), then asks every question of the valid split
+through the match stage the app uses (askdb.pipeline.library.match_library, offline.decide, the
+as-of rewrite, execution on the SQLite file) and scores it the benchmark's way
+(askdb.pipeline.compare.results_match, evaluation.metrics). Prints one table.
+
+Tuning happens on train only (the cross-validation); valid is only measured. Importable: `run()`
+returns the numbers, so other benchmarks can share the library it builds (`build()`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("ASKDB_TORCH_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT.parent / "shared" / "ehrsql-2024-dev"
+AS_OF = "2100-12-31 23:59:00"  # EHRSQL's "now"
+sys.path.insert(0, str(ROOT))
+
+
+def _setup_django() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+    import django
+
+    django.setup()  # settings and the embedder only: no database is used
+
+
+@dataclass
+class Library:
+    index: object  # LibraryIndex
+    values: object  # ValueIndex
+    executor: object  # SqliteExecutor
+    embedder: object
+    entries_skipped: int
+    build_s: float
+
+
+def load_split(name: str) -> list[tuple[str, str, str]]:
+    """(id, question, gold SQL or "") of one split."""
+    folder = DATA / name
+    data = json.loads((folder / "data.json").read_text())["data"]
+    labels = json.loads((folder / "label.json").read_text())
+    return [
+        (d["id"], d["question"], "" if labels[d["id"]] in ("null", None) else labels[d["id"]]) for d in data
+    ]
+
+
+def value_index(executor) -> object:
+    from askdb.pipeline.library import load_values
+
+    tables = {r[0].lower(): r[0] for r in executor.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table'", timeout_s=10, row_cap=1000).rows}  # fmt: skip
+    return load_values(executor, tables, "sqlite")
+
+
+def build(train: list[tuple[str, str, str]], *, progress: bool = True) -> Library:
+    """The library of `train`: templates, value index, masked-question vectors (one batch)."""
+    from askdb.pipeline.library import LibraryIndex, entry_for
+    from askdb.pipeline.offline import mask_question
+    from askdb.pipeline.templates import build_template
+    from infra.adapters.clinical import SqliteExecutor
+    from infra.providers.embeddings import get_embedder
+
+    start = time.perf_counter()
+    executor = SqliteExecutor(str(DATA / "mimic_iv.sqlite"))
+    values = value_index(executor)
+    entries, skipped = [], 0
+    for n, (_ident, question, sql) in enumerate(train):
+        template = build_template(question, sql, dialect="sqlite") if sql else None
+        entry = entry_for(n, question, sql, template)
+        if entry is None:
+            skipped += 1
+            continue
+        entries.append(entry)
+    embedder = get_embedder()
+    masked = [mask_question(e.question, values) for e in entries]
+    vectors = embedder.embed(masked)
+    if progress:
+        print(f"library: {len(entries)} examples, {skipped} not templated, {len(values)} values, "
+              f"{time.perf_counter() - start:.0f}s", file=sys.stderr)  # fmt: skip
+    return Library(
+        LibraryIndex(entries, vectors), values, executor, embedder, skipped, time.perf_counter() - start
+    )
+
+
+class Runner:
+    """Executes SQL on the benchmark database with "now" as of 2100-12-31 23:59, results cached."""
+
+    def __init__(self, executor):
+        self.executor = executor
+        self._cache: dict[str, object] = {}
+
+    def rows(self, sql: str):
+        from askdb.pipeline.asof import apply_as_of
+
+        if sql not in self._cache:
+            try:
+                self._cache[sql] = self.executor.execute(
+                    apply_as_of(sql, "sqlite", AS_OF), timeout_s=30, row_cap=1000
+                ).rows
+            except Exception as exc:
+                self._cache[sql] = exc
+        return self._cache[sql]
+
+    def probe(self, sql: str) -> bool:
+        rows = self.rows(sql)
+        return not isinstance(rows, Exception) and len(rows) > 0
+
+    def same(self, sql: str, gold: str) -> bool:
+        from askdb.pipeline.compare import results_match
+
+        if " ".join(sql.lower().split()) == " ".join(gold.lower().split()):
+            return True
+        a, b = self.rows(sql), self.rows(gold)
+        if isinstance(a, Exception) or isinstance(b, Exception):
+            return False
+        return results_match(a, b)
+
+
+def calibrate(lib: Library, runner: Runner, *, cost: float, progress: bool = True):
+    """Grouped cross-validation over the library -> the fitted risk model and held-out numbers."""
+    from askdb.pipeline import library as L
+    from askdb.pipeline.templates import bind_sql
+
+    def lookup(column: str, text: str):
+        from askdb.runner import column_values_like
+
+        return column_values_like(lib.executor, column, text, dialect="sqlite")
+
+    def is_correct(entry, best) -> bool:
+        gold = bind_sql(entry.template, {s.name: s.value for s in entry.template.slots})
+        return runner.same(best.sql, gold)
+
+    start = time.perf_counter()
+    step = max(1, len(lib.index.entries) // 10)
+    details: list = []
+    samples = L.cross_validate(
+        lib.index, lambda idx: lib.index.matrix[idx], is_correct=is_correct, lookup=lookup, values=lib.values,
+        details=details, probe=runner.probe, progress=(lambda n: print(f"  cv {n}", file=sys.stderr) if progress and n % step == 0 else None),
+    )  # fmt: skip
+    risk = L.fit_risk(samples, wrong_answer_cost=cost)
+    scored = [(risk.predict(f), ok) for f, ok in samples]
+    report = L.expected(scored, risk.threshold, len(lib.index.entries))
+    report.update(
+        samples=len(samples), correct=sum(ok for _, ok in samples), seconds=round(time.perf_counter() - start)
+    )
+    report["wrong_answers"] = [  # train only: what to tune on
+        {"question": e.question, "answered_from": b.example_question, "p": round(risk.predict(b.features), 4),
+         "gold": e.template.sql if e.template else "", "sql": b.sql}
+        for e, b, ok in details if not ok and risk.predict(b.features) >= risk.threshold
+    ]  # fmt: skip
+    return risk, report, lookup
+
+
+def evaluate(lib: Library, runner: Runner, risk, lookup, items, *, progress: bool = True):
+    """Every question through the match stage; ItemScores and per-question details."""
+    from askdb.pipeline import library as L
+    from askdb.pipeline import offline
+    from evaluation import metrics
+
+    scores, details, latency = [], [], []
+    lib.embedder.embed(["warm up"])
+    for n, (ident, question, gold) in enumerate(items, start=1):
+        t0 = time.perf_counter()
+        masked = offline.mask_question(question, lib.values)
+        vector = lib.embedder.embed([masked])[0]
+        found = L.match_library(question, vector, lib.index, lookup=lookup, values=lib.values, risk=risk,
+                                masked_question=masked, probe=runner.probe)  # fmt: skip
+        best, competitors = offline.decide(found.results, risk.threshold)
+        latency.append((time.perf_counter() - t0) * 1000)
+        answered_sql = None
+        if best is not None:
+            rows = runner.rows(best.sql)
+            agree = not isinstance(rows, Exception) and all(
+                not isinstance(runner.rows(c.sql), Exception) and runner.same(c.sql, best.sql)
+                for c in competitors
+            )
+            answered_sql = best.sql if agree else None
+        correct = bool(answered_sql and gold and runner.same(answered_sql, gold))
+        top = found.best
+        top_correct = bool(top and top.sql and gold and runner.same(top.sql, gold))
+        scores.append(metrics.ItemScore(
+            id=ident, answerable=bool(gold), abstained=answered_sql is None, correct=correct,
+            answered_by="library" if answered_sql else "", library_confidence=top.confidence if top else None,
+            library_correct=top_correct if top and top.sql else None, stages_ms={"match": latency[-1]},
+        ))  # fmt: skip
+        details.append({"id": ident, "question": question, "gold": gold, "answered": answered_sql,
+                        "correct": correct, "top": top, "top_correct": top_correct, "votes": found.votes,
+                        "results": found.results})  # fmt: skip
+        if progress and n % 200 == 0:
+            print(f"  valid {n}/{len(items)}", file=sys.stderr)
+    return scores, details, latency
+
+
+def miss_cause(lib: Library, d: dict, threshold: float, runner: Runner) -> str:
+    """Why an answerable question was not answered (correctly), judged by its gold SQL's template."""
+    from askdb.pipeline.library import entry_for
+    from askdb.pipeline.templates import build_template
+
+    gold = entry_for(
+        None, d["question"], d["gold"], build_template(d["question"], d["gold"], dialect="sqlite")
+    )
+    if gold is None or gold.key not in lib.index.families:
+        return "its template is not in the library"
+    key_of = {e.example_id: e.key for e in lib.index.entries}
+    right = next((r for r in d["results"] if key_of.get(r.example_id) == gold.key), None)
+    if right is None:
+        return "its template was not among the best voted"
+    if right.hard_ok:
+        if not runner.same(right.sql, d["gold"]):
+            return "its template, a value bound wrongly"
+        return (
+            "right SQL, P(correct) under the threshold"
+            if right.confidence < threshold
+            else "another answer won"
+        )
+    reason = right.reasons[0] if right.reasons else ""
+    for key, label in (("no paraphrase", "a word no paraphrase says"), ("does not say", "a word all paraphrases say is missing"),
+                       ("goes with other", "operator words combined otherwise"), ("combines operator", "operator words combined otherwise"),
+                       ("differs", "an operator word differs"), ("value", "a value not found / not bound"),
+                       ("gives no", "a value missing"), ("place", "an extra value"), ("about", "an anchor word missing"),
+                       ("fixed", "a fixed value missing")):  # fmt: skip
+        if key in reason:
+            return f"its template refused: {label}"
+    return "its template refused: other"
+
+
+def run(*, cost: float = 10.0, limit: int | None = None, progress: bool = True) -> dict:
+    from evaluation import metrics
+
+    _setup_django()
+    started = time.perf_counter()
+    train, valid = load_split("train"), load_split("valid")
+    if limit:
+        valid = valid[:limit]
+    lib = build(train, progress=progress)
+    runner = Runner(lib.executor)
+    risk, cv, lookup = calibrate(lib, runner, cost=cost, progress=progress)
+    if progress:
+        print(f"calibration: { {k: v for k, v in cv.items() if k != 'wrong_answers'} }", file=sys.stderr)
+    scores, details, latency = evaluate(lib, runner, risk, lookup, valid, progress=progress)
+    answerable = [s for s in scores if s.answerable]
+    answered = [s for s in scores if not s.abstained]
+    correct = sum(1 for s in answered if s.answerable and s.correct)
+    causes = Counter(
+        miss_cause(lib, d, risk.threshold, runner)
+        for d, s in zip(details, scores, strict=True)
+        if s.answerable and (s.abstained or not s.correct)
+    )
+    wrong = [
+        d
+        for d, s in zip(details, scores, strict=True)
+        if not s.abstained and not (s.answerable and s.correct)
+    ]
+    rs = metrics.reliability_scores(scores)
+    return {
+        "questions": len(scores), "answerable": len(answerable), "answered": len(answered),
+        "coverage": len(answered) / len(scores), "precision": correct / len(answered) if answered else None,
+        "execution_accuracy": correct / len(answerable) if answerable else None, "rs": rs,
+        "answerability": metrics.answerability(scores), "misses": dict(causes.most_common()),
+        "wrong": [{"question": d["question"], "gold": d["gold"], "sql": d["answered"]} for d in wrong],
+        "p50_ms": metrics.percentile(latency, 50), "p95_ms": metrics.percentile(latency, 95),
+        "threshold": risk.threshold, "cv": cv, "risk": risk.to_dict(), "seconds": time.perf_counter() - started,
+        "library": {"examples": len(lib.index.entries), "templates": len(lib.index.families),
+                    "not_templated": lib.entries_skipped, "build_s": round(lib.build_s, 1)},
+    }  # fmt: skip
+
+
+def table(result: dict) -> str:
+    rs = result["rs"]
+    ans = result["answerability"]
+    rows = [
+        ("questions (valid)", result["questions"]),
+        ("answerable", result["answerable"]),
+        ("library: examples / templates", f"{result['library']['examples']} / {result['library']['templates']}"),
+        ("threshold P(correct) ≥ c/(c+1)", f"{result['threshold']:.3f}"),
+        ("cross-validated on train: coverage / precision", f"{result['cv']['coverage']} / {result['cv']['precision']}"),
+        ("answered (coverage)", f"{result['answered']} ({100 * result['coverage']:.1f} %)"),
+        ("precision of answers", f"{100 * result['precision']:.2f} %" if result["precision"] is not None else "-"),
+        ("execution accuracy (answerable)", f"{100 * result['execution_accuracy']:.1f} %"),
+        *[(f"RS({k})", f"{v:.1f}" if v is not None else "-") for k, v in rs.items()],
+        ("answerability P / R / F1 (unanswerable = positive)",
+         " / ".join(f"{ans.get(k):.3f}" if isinstance(ans.get(k), float) else "-" for k in ("precision", "recall", "f1"))),
+        *[(f"not answered right: {k}", v) for k, v in result["misses"].items()],
+        ("match stage p50 / p95 ms", f"{result['p50_ms']:.1f} / {result['p95_ms']:.1f}"),
+        ("total time", f"{result['seconds']:.0f} s"),
+    ]  # fmt: skip
+    width = max(len(r[0]) for r in rows)
+    return "\n".join(["| metric | value |", "|---|---|"] + [f"| {k.ljust(width)} | {v} |" for k, v in rows])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cost", type=float, default=float(os.environ.get("ASKDB_WRONG_ANSWER_COST", 10)))
+    parser.add_argument("--limit", type=int, default=None, help="only the first N valid questions")
+    parser.add_argument(
+        "--json", type=Path, default=None, help="also write the numbers (and wrong answers) here"
+    )
+    args = parser.parse_args(argv)
+    if not (DATA / "train" / "label.json").is_file():
+        print(f"EHRSQL data not found at {DATA}", file=sys.stderr)
+        return 1
+    result = run(cost=args.cost, limit=args.limit)
+    print(table(result))
+    for w in result["wrong"][:20]:
+        print(
+            f"WRONG: {w['question']}\n  gold: {w['gold'][:300]}\n  sql:  {(w['sql'] or '')[:300]}",
+            file=sys.stderr,
+        )
+    if args.json:
+        args.json.write_text(json.dumps({k: v for k, v in result.items()}, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,283 @@
+"""The library as templates with paraphrases: calendar slots, value masking, template identity, the
+meaning guard, operator agreement across paraphrases, grouped folds, the cost threshold, and "now"
+as of the source (pure: no database, a bag-of-words stand-in for the embedder)."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+
+import numpy as np
+import pytest
+import sqlglot
+from sqlglot import exp
+
+from askdb.pipeline import library as L
+from askdb.pipeline.asof import AsOfExecutor, apply_as_of
+from askdb.pipeline.offline import mask_question
+from askdb.pipeline.templates import bind_sql, build_template, extract_typed_spans, template_key, tokenize
+
+NOW = "2100-12-31 23:59:00"
+
+
+def literals(sql: str, dialect: str = "sqlite") -> set[str]:
+    return {lit.this for lit in sqlglot.parse_one(sql, dialect=dialect).find_all(exp.Literal)}
+
+
+def embed(texts: list[str]) -> np.ndarray:
+    """Bag of words hashed into 256 dimensions: close wordings are close, enough for voting tests."""
+    out = np.zeros((len(texts), 256), dtype=np.float32)
+    for i, text in enumerate(texts):
+        for token in tokenize(text.lower()):
+            out[i, int(hashlib.md5(token.text.encode()).hexdigest(), 16) % 256] += 1
+    return out
+
+
+def no_lookup(column: str, text: str):
+    return []
+
+
+# --- calendar slots ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        ("weight in 12/2100?", [("month_year", "12/2100", "2100-12")]),
+        ("input on 11/23/this year.", [("month_day", "11/23", "11-23")]),
+        ("weight in 05/this year", [("month", "05", "05")]),
+        ("output on last month/23.", [("day", "23", "23")]),
+        ("since 02/12/2100 what", [("date", "02/12/2100", "2100-02-12")]),
+        ("at 2100-06-07 05:00:00 ok", [("timestamp", "2100-06-07 05:00:00", "2100-06-07 05:00:00")]),
+        ("potassium chl 20 meq / 1000 ml d5 1/2 ns", [("number", "20", "20"), ("number", "1000", "1000")]),
+    ],
+)
+def test_calendar_forms_are_typed_values(question, expected):
+    assert [(s.type, s.text, s.value) for s in extract_typed_spans(question)] == expected
+
+
+def test_a_month_of_this_year_is_a_slot_not_the_examples_month():
+    q = "What was patient 10007795's weight during the last check in 05/this year?"
+    sql = (
+        "SELECT valuenum FROM chartevents WHERE subject_id = 10007795 AND datetime(charttime,'start of year') = "
+        "datetime(current_time,'start of year','-0 year') AND strftime('%m',charttime) = '05'"
+    )
+    t = build_template(q, sql, dialect="sqlite")
+    assert {s.type for s in t.slots} == {"patient_id", "month"}
+    bound = bind_sql(t, {"patient_id": "10001217", "month": "08"})
+    assert {"08", "-0 year"} <= literals(bound) and "05" not in literals(bound)
+
+
+def test_the_key_is_shared_by_other_values_and_split_by_other_fixed_literals():
+    sql = "SELECT COUNT(*) FROM admissions WHERE subject_id = {p} AND datetime(admittime,'start of year') = datetime(current_time,'start of year','{y}')"
+    a = build_template(
+        "how many visits did patient 10001 have this year?",
+        sql.format(p=10001, y="-0 year"),
+        dialect="sqlite",
+    )
+    b = build_template(
+        "how many visits did patient 20002 have this year?",
+        sql.format(p=20002, y="-0 year"),
+        dialect="sqlite",
+    )
+    c = build_template(
+        "how many visits did patient 10001 have last year?",
+        sql.format(p=10001, y="-1 year"),
+        dialect="sqlite",
+    )
+    assert template_key(a) == template_key(b) != template_key(c)
+    months = build_template(
+        "weight since 27 months ago",
+        "SELECT 1 FROM t WHERE x >= datetime(current_time,'-27 month')",
+        dialect="sqlite",
+    )
+    years = build_template(
+        "weight since 2 years ago",
+        "SELECT 1 FROM t WHERE x >= datetime(current_time,'-2 year')",
+        dialect="sqlite",
+    )
+    assert template_key(months) != template_key(years)  # the unit is part of the template
+
+
+# --- database values --------------------------------------------------------------------------------
+
+VALUES = L.ValueIndex(
+    {
+        "prescriptions.drug": ["docusate sodium", "docusate sodium (liquid)", "aspirin", "nacl 0.9%"],
+        "d_labitems.label": ["glucose", "creatinine"],
+    }
+)
+
+
+def test_the_longest_contained_database_value_wins():
+    q = "What is the dose of docusate sodium (liquid) given to patient 10000032?"
+    assert [q[a:b] for a, b, _ in VALUES.contained(q, "mimiciv_hosp.prescriptions.drug")][-1] == (
+        "docusate sodium (liquid)"
+    )
+    assert [q[a:b] for a, b in VALUES.spans(q)] == ["docusate sodium (liquid)"]
+
+
+def test_masking_hides_values_of_every_kind_and_numbers_inside_a_value():
+    q = "How much nacl 0.9% did patient 10000032 get in 05/2100?"
+    assert mask_question(q, VALUES) == "How much {value} did patient {patient_id} get in {month_year}?"
+
+
+# --- the meaning guard and operators across paraphrases ---------------------------------------------
+
+AGE_SQL = "SELECT COUNT(*) FROM patients WHERE anchor_age > {n}"
+COST_SQL = (
+    "SELECT MAX(c) FROM (SELECT SUM(cost) AS c FROM cost WHERE hadm_id IN "
+    "(SELECT hadm_id FROM prescriptions WHERE drug = '{d}') GROUP BY hadm_id)"
+)
+
+
+def build_index(pairs: list[tuple[str, str]]) -> L.LibraryIndex:
+    entries = [
+        L.entry_for(i, q, s, build_template(q, s, dialect="sqlite") if s else None)
+        for i, (q, s) in enumerate(pairs)
+    ]
+    entries = [e for e in entries if e is not None]
+    return L.LibraryIndex(entries, embed([mask_question(e.question, VALUES) for e in entries]))
+
+
+def ask(index: L.LibraryIndex, question: str):
+    vector = embed([mask_question(question, VALUES)])[0]
+    return L.match_library(question, vector, index, lookup=no_lookup, values=VALUES).best
+
+
+AGES = build_index(
+    [
+        ("count the number of patients older than 65.", AGE_SQL.format(n=65)),
+        ("how many patients are older than 80?", AGE_SQL.format(n=80)),
+        ("what is the number of patients older than 50?", AGE_SQL.format(n=50)),
+        ("how many patients have glucose tests?", "SELECT COUNT(DISTINCT subject_id) FROM labevents"),
+    ]
+)
+
+
+def test_a_new_age_binds_into_the_template():
+    best = ask(AGES, "count the number of patients older than 70.")
+    assert best.hard_ok and "70" in literals(best.sql)
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "count the number of patients older than 70 who died in the hospital.",
+        "count the number of patients older than 70 with an ICU stay.",
+        "how many patients over 85 had sepsis and were admitted to the ICU?",
+    ],
+)
+def test_a_condition_no_paraphrase_says_refuses_the_template(question):
+    best = ask(AGES, question)
+    assert best is None or not best.hard_ok
+    assert best is None or any("no paraphrase" in r or "differs" in r for r in best.reasons), best.reasons
+
+
+def test_operator_words_are_judged_across_paraphrases():
+    index = build_index(
+        [
+            ("what is the maximum total hospital cost of visits with aspirin?", COST_SQL.format(d="aspirin")),
+            ("what is the highest hospital cost of a visit with nacl 0.9%?", COST_SQL.format(d="nacl 0.9%")),
+        ]
+    )
+    # "total" in one paraphrase and "highest" in the other are the same SQL: both wordings bind.
+    best = ask(index, "what is the maximum hospital cost of visits with docusate sodium?")
+    assert best.hard_ok, best.reasons
+    assert "docusate sodium" in literals(best.sql)
+    # "minimum" is no paraphrase's word.
+    assert not ask(index, "what is the minimum total hospital cost of visits with aspirin?").hard_ok
+
+
+def test_operator_words_must_combine_as_one_paraphrase_does():
+    rank_sql = "SELECT title FROM t ORDER BY s ASC LIMIT 3"
+    index = build_index(
+        [
+            ("what are the three diagnoses with the lowest survival rate?", rank_sql),
+            ("what are the three diagnoses with the highest mortality rate?", rank_sql),
+        ]
+    )
+    assert not ask(index, "what are the three diagnoses with the highest survival rate?").hard_ok
+
+
+def test_the_first_time_in_the_last_visit_is_not_the_last_time_in_the_first_visit():
+    sql = (
+        "SELECT charttime FROM labevents WHERE hadm_id IN (SELECT hadm_id FROM admissions WHERE subject_id = 10001 "
+        "ORDER BY admittime ASC LIMIT 1) ORDER BY charttime DESC LIMIT 1"
+    )
+    index = build_index(
+        [("when was the last time patient 10001 had a lab test in the first hospital visit?", sql)]
+    )
+    assert ask(
+        index, "when was the last time patient 20002 had a lab test in the first hospital visit?"
+    ).hard_ok
+    assert not ask(
+        index, "when was the first time patient 20002 had a lab test in the last hospital visit?"
+    ).hard_ok
+
+
+# --- calibration plumbing ---------------------------------------------------------------------------
+
+
+def test_the_threshold_is_the_break_even_of_the_wrong_answer_cost():
+    assert L.answer_threshold(10) == pytest.approx(10 / 11)
+    assert L.answer_threshold(0) == 0
+
+
+def test_grouped_folds_never_split_a_paraphrase_group():
+    folds = L.grouped_folds(AGES.entries + AGES.entries, folds=3)
+    entries = AGES.entries + AGES.entries
+    where = {}
+    for n, fold in enumerate(folds):
+        for i in fold:
+            assert where.setdefault(entries[i].group, n) == n
+
+
+# --- now as of the source ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("dialect", "sql", "expected"),
+    [
+        (
+            "sqlite",
+            "SELECT datetime(current_time,'start of year','-1 year')",
+            {"2100-12-31 23:59:00", "-1 year"},
+        ),
+        (
+            "sqlite",
+            "SELECT date('now','-1 day'), current_date, current_timestamp",
+            {"2100-12-31 23:59:00", "2100-12-31"},
+        ),
+        (
+            "postgres",
+            "SELECT now() - interval '1 day', current_date, localtimestamp",
+            {"2100-12-31 23:59:00", "2100-12-31"},
+        ),
+    ],
+)
+def test_now_is_the_as_of_time(dialect, sql, expected):
+    out = apply_as_of(sql, dialect, NOW)
+    assert expected <= literals(out, dialect)
+    assert "now" not in out.lower().replace("'", "") and "current_" not in out.lower()
+
+
+def test_sql_without_now_is_left_byte_for_byte():
+    sql = "select  count(*) from t where x > 1"
+    assert apply_as_of(sql, "sqlite", NOW) == sql
+    assert apply_as_of("SELECT current_time", "sqlite", None) == "SELECT current_time"
+
+
+def test_the_executor_sees_the_as_of_time():
+    class Echo:
+        def execute(self, sql, *, timeout_s, row_cap):
+            return sqlite3.connect(":memory:").execute(sql).fetchall()
+
+    executor = AsOfExecutor(Echo(), dialect="sqlite", as_of=NOW)
+    assert executor.execute("SELECT strftime('%Y', current_time)", timeout_s=1, row_cap=1) == [("2100",)]
+    assert executor.last_rewritten
+
+
+def test_an_empty_library_answers_nothing():
+    empty = L.LibraryIndex([], [])
+    assert L.match_library("how many patients?", [1.0, 0.0], empty, lookup=no_lookup).results == []

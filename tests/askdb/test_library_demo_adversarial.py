@@ -1,0 +1,71 @@
+"""The demo library never answers a question that adds a condition to one of its examples.
+
+The demo seeds its library with our MIMIC-IV benchmark's train split; these questions each add a
+condition, negate, or swap an operator relative to one of its examples ("count the number of
+patients older than 65" -> "… older than 70 who died in the hospital"). Through the app's own match
+stage (DjangoPorts.library_match, calibrated by grouped cross-validation) each must abstain.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from askdb.pipeline import offline
+from askdb.runner import DjangoPorts, library_cross_validate
+from askdb.services.exports import examples_import
+
+pytestmark = pytest.mark.django_db
+
+TRAIN = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "mimiciv" / "train.json"
+
+MUST_ABSTAIN = [
+    "count the number of patients older than 70 who died in the hospital.",
+    "count the number of patients older than 70 with an ICU stay.",
+    "how many patients over 85 had sepsis and were admitted to the ICU?",
+    "count the number of female patients older than 65.",
+    "count the number of patients older than 65 who were never admitted.",
+    "how many patients died in the hospital after an ICU stay?",
+    "how many female patients died in 2155?",
+    "what is the average age of male patients who died?",
+    "what is the average age of male patients with diabetes?",
+    "how many times was patient 10014354 admitted to the hospital through the emergency room?",
+    "what was the maximum sodium value of patient 10014354 in the ICU in 2148?",
+    "how many patients were prescribed heparin and warfarin in 2150?",
+    "what was the first creatinine value of patient 10004235 in the ICU?",
+    "what are the top 5 most frequent diagnoses of female patients?",
+    "count the number of patients diagnosed with atrial fibrillation who died.",
+    "what was the minimum platelet count of patient 10020740 before 2150?",
+    "how many patients were not prescribed heparin in 2150?",
+    "what is the average age of male patients without insurance?",
+]
+
+
+@pytest.fixture
+def ports(source):
+    items = [{"question": i["question"], "sql": i.get("sql") or ""} for i in json.loads(TRAIN.read_text())]
+    examples_import(source=source, items=items, execute=False, origin="demo")
+    source.library_calibration = library_cross_validate(source=source)
+    source.save(update_fields=["library_calibration"])
+    return DjangoPorts(source, chat=None, timeout_s=30, row_cap=1000)
+
+
+def test_one_condition_more_than_a_demo_example_abstains(ports):
+    answered = {}
+    for question in MUST_ABSTAIN:
+        results, threshold = ports.library_match(question, ports.embed(question))
+        best, _ = offline.decide(results, threshold)
+        if best is not None:
+            answered[question] = (best.example_question, best.sql)
+    assert not answered, answered
+
+
+def test_the_demo_library_still_answers_its_own_kind_of_question(ports):
+    results, _ = ports.library_match(
+        "count the number of patients older than 70.",
+        ports.embed("count the number of patients older than 70."),
+    )
+    assert results and results[0].hard_ok, results[0].reasons if results else "no results"
+    assert "70" in (results[0].sql or "")

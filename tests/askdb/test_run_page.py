@@ -1,0 +1,71 @@
+"""The answer-first run page: the answer block, charts that fit the data, scaled bars, the
+values that really changed, and pages that explain themselves (empty queue, bad dates)."""
+
+from __future__ import annotations
+
+import pytest
+
+from askdb import selectors
+from askdb.models import Question, Run
+from tests.factories import make_user
+
+pytestmark = pytest.mark.django_db
+
+
+def a_run(source, user=None, **fields) -> Run:
+    user = user or make_user("rona", "researcher")
+    text = fields.pop("text", "How many admissions were there per year?")
+    return Run.objects.create(question=Question.objects.create(user=user, source=source, text=text), **fields)
+
+
+def test_a_line_over_years_keeps_missing_years_as_gaps(source):
+    run = a_run(
+        source,
+        status="succeeded",
+        result_columns=["year", "n"],
+        result_rows=[[2150, 3], [2153, 5], [2151, 4]],
+    )
+    chart = selectors.run_chart_spec(run=run)
+    assert chart["type"] == "line" and chart["labels"] == ["2150", "2151", "2152", "2153"]
+    assert chart["values"] == [3, 4, None, 5]
+
+
+def test_more_than_two_columns_still_chart_a_label_and_a_number(source):
+    run = a_run(source, status="succeeded", result_columns=["care_unit", "stays", "avg_los"],
+                result_rows=[["MICU", 10, 3.2], ["SICU", 4, 2.5]])  # fmt: skip
+    chart = selectors.run_chart_spec(run=run)
+    assert (chart["type"], chart["x"], chart["y"], chart["values"]) == ("bar", "care_unit", "stays", [10, 4])
+
+
+def test_the_run_page_leads_with_the_answer_and_scales_bars_to_the_score(client, source):
+    user = make_user("rona", "researcher")
+    run = a_run(source, user, text="What was the average length of stay?", status="succeeded", outcome="answered",
+                result_columns=["avg"], result_rows=[[4.364982638888889]], row_count=1, sql="SELECT 1",
+                retrieval={"tables": [{"table": "mimiciv_hosp.admissions", "score": 0.05}]},
+                library_match={"bindings": [{"type": "year", "old": "2150", "new": "2150", "value": "2150"},
+                                            {"type": "patient_id", "old": "1", "new": "2", "value": "2"}]})  # fmt: skip
+    client.force_login(user)
+    response = client.get(f"/runs/{run.pk}/")
+    page = response.content.decode()
+    assert page.index('id="answer"') < page.index('id="how"')  # the answer before how askdb got it
+    assert "The average length of stay was 4.36." in page and "4.364982638888889" not in page
+    assert 'style="width: 5%"' in page  # 0.05 draws a 5 % bar, not a full one
+    assert [b["type"] for b in response.context["changed_bindings"]] == ["patient_id"]
+    api = client.get(f"/api/questions/{run.pk}/").json()  # the API states the same answer
+    assert (
+        api["answer"] == "The average length of stay was 4.36." and api["outcome_text"]["label"] == "Answered"
+    )
+
+
+def test_an_empty_queue_says_why_answered_runs_are_not_in_it(client, source):
+    a_run(source, status="succeeded", outcome="answered", answered_by="library", sql="SELECT 1")
+    client.force_login(make_user("rex", "reviewer"))
+    page = client.get("/review/").content.decode()
+    assert "Nothing is waiting for review." in page
+    assert "1 answered run came from the verified library and needs no review." in page
+
+
+def test_a_date_the_audit_filter_cannot_read_is_said_not_ignored(client):
+    client.force_login(make_user("ada", "admin"))
+    page = client.get("/audit/?from=2024-13-45").content.decode()
+    assert "“2024-13-45” is not a date" in page
