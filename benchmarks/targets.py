@@ -46,7 +46,7 @@ ROWS: list[Target] = [
     ),
     Target("  same: queue wait p50", "pipeline", "batch50_wait_p50@0.5", None, "s"),
     # startup.py: management commands from a cold process
-    Target("manage.py ask: start to the first stage", "startup", "ask_first_stage_s", 3, "s"),
+    Target("manage.py ask: start to the first stage done", "startup", "ask_first_stage_s", 3, "s"),
     Target("manage.py ask: whole command (no LLM)", "startup", "ask_wall_s", None, "s"),
     Target("manage.py retrieve: whole command", "startup", "retrieve_wall_s", 3, "s"),
 ]

@@ -18,10 +18,10 @@ LOCAL_MODEL = "all-MiniLM-L6-v2"
 OPENAI_DEFAULT_MODEL = "text-embedding-3-small"
 
 
-# One model computation at a time per process (this embedder, the answerability model): each
-# runs on ASKDB_TORCH_THREADS threads (torch, and numpy's BLAS: see config/__init__.py), so however
-# many worker threads ask at once, the models keep to that many cores and leave the rest to the
-# database and the other threads.
+# One model computation at a time per process: each runs on ASKDB_TORCH_THREADS threads (numpy's
+# BLAS here, torch elsewhere: see config/__init__.py), so however many worker threads ask at once,
+# a model keeps to that many cores and leaves the rest to the database and the other threads.
+# Another local model computing inside a question (the answerability model) may take it too.
 MODEL_LOCK = threading.RLock()
 
 
