@@ -275,6 +275,8 @@ def start_worker(pool: str, concurrency: int, env: dict[str, str], logfile: Path
         "--hostname", f"askdb-bench-{os.getpid()}-{pool}@%h",
         "--without-gossip", "--without-mingle",
     ]  # fmt: skip
+    # Celery prefers a configured pool to `--pool prefork`, which it cannot tell from its default.
+    env = env | {"ASKDB_WORKER_POOL": pool}
     proc = subprocess.Popen(
         cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
     )

@@ -51,6 +51,8 @@ def worker_process(name: str, log: Path, *, pool: str = "prefork", concurrency: 
     env = os.environ | {
         "DJANGO_SETTINGS_MODULE": "config.settings.test",
         "DATABASE_URL": database_url_for_tests(settings.ASKDB_APP_ROLE or None),
+        # Celery prefers a configured pool to `--pool prefork`, which it cannot tell from its default.
+        "ASKDB_WORKER_POOL": pool,
     }
     if llm is not None:
         env |= {"LLM_BASE_URL": llm.base_url, "LLM_MODEL": "scripted", "LLM_MAX_RETRIES": "0"}
