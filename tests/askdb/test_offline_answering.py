@@ -150,6 +150,6 @@ def test_flagging_a_library_answer_takes_its_example_out_at_once(source, ids, li
         run=run, reviewer=make_user("rev2", "reviewer"), category="wrong_values", comment="not the gender"
     )
     example = Example.objects.get(pk=library["gender"].pk)
-    assert example.status == Example.Status.NEEDS_REVIEW and "not the gender" in example.validation_error
+    assert example.status == Example.Status.NEEDS_REVIEW and "not the gender" in example.note
     again = ask(source, f"What is the gender of patient {ids[2]}?")
     assert again.answered_by != "library"  # it answers nothing until a reviewer looks at it
