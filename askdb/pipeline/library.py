@@ -40,11 +40,10 @@ from askdb.pipeline.offline import (
     TemplateCandidate,
     ValueLookup,
     _match_one,
-    _quoted,
     bare_column,
     fit_calibration,
     operator_signature,
-    question_typed_spans,
+    question_context,
 )
 from askdb.pipeline.templates import (
     DEFAULT_VALUE_COLUMNS,
@@ -385,16 +384,12 @@ def match_library(
     ranked = sorted(((key, w / total) for key, w in votes.items()), key=lambda p: -p[1])
     unanswerable_share = dict(ranked).get(UNANSWERABLE, 0.0)
 
-    ops = question_operators(blank(question, values.spans(question)) if values else question)
-    typed = question_typed_spans(question, values)
-    quoted = _quoted(question, typed)
-    cache: dict[tuple[str, str], list[tuple[str, float]]] = {}
-
-    def cached_lookup(column: str, text: str) -> list[tuple[str, float]]:
-        key = (column, text.lower())
-        if key not in cache:
-            cache[key] = list(lookup(column, text) or [])
-        return cache[key]
+    ops, typed, quoted, cached_lookup = question_context(
+        question,
+        lookup,
+        values,
+        operator_text=blank(question, values.spans(question)) if values else question,
+    )
 
     results: list[MatchResult] = []
     answerable = [(key, share) for key, share in ranked if key != UNANSWERABLE][:TEMPLATES_TRIED]

@@ -281,17 +281,7 @@ def match(
     texts) and executes the winner read-only. With a `catalog`, bound SQL is also validated.
     """
     calibration = calibration or DEFAULT_CALIBRATION
-    ops = question_operators(question)
-    typed = question_typed_spans(question, values)
-    quoted = _quoted(question, typed)
-    cache: dict[tuple[str, str], list[tuple[str, float]]] = {}
-
-    def cached_lookup(column: str, text: str) -> list[tuple[str, float]]:
-        key = (column, text.lower())
-        if key not in cache:
-            cache[key] = list(lookup(column, text) or [])
-        return cache[key]
-
+    ops, typed, quoted, cached_lookup = question_context(question, lookup, values)
     results = [
         _match_one(
             question, ops, typed, quoted, c, cached_lookup, catalog, calibration, min_value_score, values
@@ -307,6 +297,26 @@ def match(
         )
     )
     return results
+
+
+def question_context(
+    question: str, lookup: ValueLookup, values: ValueFinder | None = None, *, operator_text: str | None = None
+) -> tuple[dict[str, Any], list[Span], list[Span], ValueLookup]:
+    """What every candidate of one question is matched against, computed once per question: its
+    operator words (read from `operator_text` when the caller blanked its values first), its typed
+    and quoted spans, and a value lookup that asks the database once per (column, text)."""
+    ops = question_operators(question if operator_text is None else operator_text)
+    typed = question_typed_spans(question, values)
+    quoted = _quoted(question, typed)
+    cache: dict[tuple[str, str], list[tuple[str, float]]] = {}
+
+    def cached_lookup(column: str, text: str) -> list[tuple[str, float]]:
+        key = (column, text.lower())
+        if key not in cache:
+            cache[key] = list(lookup(column, text) or [])
+        return cache[key]
+
+    return ops, typed, quoted, cached_lookup
 
 
 def question_typed_spans(question: str, values: ValueFinder | None = None) -> list[Span]:
