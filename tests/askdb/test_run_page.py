@@ -48,6 +48,7 @@ def test_the_run_page_leads_with_the_answer_and_scales_bars_to_the_score(client,
     response = client.get(f"/runs/{run.pk}/")
     page = response.content.decode()
     assert page.index('id="answer"') < page.index('id="how"')  # the answer before how askdb got it
+    assert "{#" not in page  # no template comment leaks into the page
     assert "The average length of stay was 4.36." in page and "4.364982638888889" not in page
     assert 'style="width: 5%"' in page  # 0.05 draws a 5 % bar, not a full one
     assert [b["type"] for b in response.context["changed_bindings"]] == ["patient_id"]
@@ -69,3 +70,20 @@ def test_a_date_the_audit_filter_cannot_read_is_said_not_ignored(client):
     client.force_login(make_user("ada", "admin"))
     page = client.get("/audit/?from=2024-13-45").content.decode()
     assert "“2024-13-45” is not a date" in page
+
+
+def test_no_template_comment_spans_lines():
+    """Django's {# … #} ends at the line's end: one spanning lines is printed on the page as text."""
+    from pathlib import Path
+
+    from django.conf import settings
+
+    roots = [Path(d) for t in settings.TEMPLATES for d in t["DIRS"]]
+    spanning = [
+        f"{path.relative_to(root)}:{n}"
+        for root in roots
+        for path in root.rglob("*.html")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "{#" in line and "#}" not in line[line.index("{#") :]
+    ]
+    assert not spanning, f"use {{% comment %}} for comments over several lines: {spanning}"
