@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 
 _HOW_MANY = re.compile(r"^\s*how many (?P<rest>.+?)\s*[?.!]*\s*$", re.I)
+_COUNT_THE = re.compile(r"^\s*count (?:the )?(?:total )?number of (?P<rest>.+?)\s*[?.!]*\s*$", re.I)
 _WHAT_IS = re.compile(r"^\s*(?:what|which) (?P<verb>is|was|are|were) (?P<rest>.+?)\s*[?.!]*\s*$", re.I)
 _AUXILIARY = re.compile(r"\s+(did|does|do|has|have|had)\s+", re.I)
 _COUNT_COLUMN = re.compile(r"^(count|n|num|number|total|cnt)(_.*)?$|count\(", re.I)
@@ -53,7 +54,7 @@ def answer_sentence(question: str, columns: Sequence[str], rows: Sequence[Sequen
     """One sentence that answers the question from its result, or "" when no honest one fits.
 
     One number for "how many …?" becomes "<n> <rest of the question>." ("30 patients are older
-    than 70."); one value for "what is the … of …?" becomes "The … of … is <value>."; other single
+    than 70.", and "count the number of …" alike); one value for "what is the … of …?" becomes "The … of … is <value>."; other single
     values read "<column>: <value>."; several rows are counted, and a category/number table names
     its largest row.
     """
@@ -70,6 +71,9 @@ def answer_sentence(question: str, columns: Sequence[str], rows: Sequence[Sequen
             if aux:  # "how many admissions did patient 7 have?": the verb cannot be turned around
                 return f"{shown} {noun.strip()}."
             return f"{shown} {_sentence_rest(how_many['rest'])}."
+        count_the = _COUNT_THE.match(question)
+        if count_the and isinstance(value, int | float):  # "count the number of patients older than 70."
+            return f"{shown} {_sentence_rest(count_the['rest'])}."
         what = _WHAT_IS.match(question)
         if what:
             return f"{_capfirst(_sentence_rest(what['rest']))} {what['verb'].lower()} {shown}."

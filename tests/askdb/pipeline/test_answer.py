@@ -13,6 +13,8 @@ from askdb.pipeline.answer import answer_sentence, format_cell, format_number
         ("How many patients are older than 70?", ["count"], [[30]], "30 patients are older than 70."),
         ("how many patients are there?", ["n"], [[40]], "40 patients."),
         ("How many admissions did patient 7 have?", ["n"], [[3]], "3 admissions."),
+        ("count the number of patients older than 70.", ["n_patients"], [[30]], "30 patients older than 70."),
+        ("Count the total number of ICU stays", ["count"], [[12]], "12 ICU stays."),
         (
             "what is the gender of patient 10004235?",
             ["gender"],
