@@ -24,11 +24,14 @@ from django.utils import timezone
 from askdb.models import Example, Review, Run
 from askdb.pipeline import privacy
 from askdb.pipeline.answer import answer_sentence
+from askdb.pipeline.templates import ADMISSION_ID, PATIENT_ID, STAY_ID
 from askdb.pipeline.validation import SqlValidationError, referenced_tables
 from askdb.roles import ADMIN, user_role
 from askdb.services.runs import runs_reap
 from infra.audit.models import AuditEvent
 from metadata_admin.models import TableDoc
+
+IDENTIFIER_SLOTS = {PATIENT_ID, ADMISSION_ID, STAY_ID}
 
 
 def audit_event_list(
@@ -592,13 +595,16 @@ def methods_text(p: Provenance) -> str:
 
 def library_suggestions(*, source, limit: int = 6) -> list[Example]:
     """Questions the active library answers on this source, one per set of tables it reads, so a
-    first session (even with no LLM) starts with questions askdb will answer."""
+    first session (even with no LLM) starts with questions askdb will answer. Questions about the
+    whole population come first: one about a given patient, admission or stay returns nothing on
+    a source that lacks that individual (the demo's synthetic patients are not the library's)."""
     examples = list(
         Example.objects.filter(source=source, kind=Example.Kind.ANSWERABLE, status=Example.Status.ACTIVE)
         .exclude(template={})
         .defer("embedding")
         .order_by("id")[:400]
     )
+    examples.sort(key=_names_an_individual)  # stable: library order within each kind
     seen: set[tuple[str, ...]] = set()
     first = []  # one per set of tables first, then the rest in order
     for example in examples:
@@ -608,6 +614,10 @@ def library_suggestions(*, source, limit: int = 6) -> list[Example]:
             first.append(example)
     rest = [e for e in examples if e not in first]
     return (first + rest)[:limit]
+
+
+def _names_an_individual(example: Example) -> bool:
+    return any(slot.get("type") in IDENTIFIER_SLOTS for slot in (example.template or {}).get("slots", []))
 
 
 def run_suggestions(*, run, limit: int = 3) -> list[dict]:

@@ -135,3 +135,24 @@ def test_retry_and_cancel_from_the_page(client, source):
     assert new.status == Run.Status.CANCELLED
     client.force_login(make_user("rita", REVIEWER))
     assert client.post(f"/runs/{run.pk}/retry/").status_code == 404  # may see it, may not act on it
+
+
+def test_the_ask_page_suggests_population_questions_before_questions_about_one_patient(client, source):
+    """A patient the library names may be missing from this source (the demo's synthetic patients
+    are not the benchmark's): a first click should not land on "nothing matches"."""
+    from askdb.services.examples import example_upsert
+    from metadata_admin.services import source_executor
+
+    reviewer = make_user("vera", "reviewer")
+    pid = (
+        source_executor(source)
+        .execute("SELECT min(subject_id) FROM mimiciv_hosp.patients", timeout_s=5, row_cap=1)
+        .rows[0][0]
+    )
+    example_upsert(source=source, question=f"what is the gender of patient {pid}?",
+                   sql=f"SELECT gender FROM mimiciv_hosp.patients WHERE subject_id = {pid}", approved_by=reviewer)  # fmt: skip
+    example_upsert(source=source, question="how many patients are older than 70?",
+                   sql="SELECT count(*) FROM mimiciv_hosp.patients WHERE anchor_age > 70", approved_by=reviewer)  # fmt: skip
+    client.force_login(make_user("nina", "researcher"))
+    suggestions = [e.question for e in client.get("/").context["suggestions"]]
+    assert suggestions == ["how many patients are older than 70?", f"what is the gender of patient {pid}?"]
