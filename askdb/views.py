@@ -28,6 +28,7 @@ from askdb import health, selectors
 from askdb.models import Review, Run
 from askdb.outcomes import run_outcome
 from askdb.pipeline.answer import format_cell
+from askdb.pipeline.retrieval import Weights
 from askdb.roles import ADMIN, user_role
 from askdb.services.reviews import review_approve, review_correct, review_flag, review_reassign
 from askdb.services.runs import (
@@ -109,7 +110,7 @@ def _run_context(request: HttpRequest, run: Run) -> dict:
         "sql_groups": _sql_groups(run, dialect),
         # scores are similarities in 0..1: a bar is drawn to scale, not relative to the best table
         "tables": [t | {"pct": round(100 * min(max(t.get("score") or 0, 0), 1))} for t in tables],
-        "values": run.retrieval.get("values", [])[:10] if run.retrieval else [],
+        "values": _linked_values(run),
         "result": _result_page(request, run),
         "answer": (answer := selectors.run_answer(run=run)),
         "single_value": _single_value(run, answer) if succeeded else None,
@@ -129,6 +130,17 @@ def _run_context(request: HttpRequest, run: Run) -> dict:
             "suggestions": selectors.run_suggestions(run=run) if not succeeded or not run.sql else [],
         }
     return context
+
+
+def _linked_values(run: Run, limit: int = 10) -> list[dict]:
+    """Database values the question mentions, each once: those retrieval counted, not the fuzzy
+    near-misses below its noise floor ("phone" is no "Alkaline Phosphatase")."""
+    floor, seen, kept = Weights().value_floor, set(), []
+    for v in (run.retrieval or {}).get("values", []):
+        if (v.get("score") or 0) >= floor and v.get("value") not in seen:
+            seen.add(v.get("value"))
+            kept.append(v)
+    return kept[:limit]
 
 
 def _changed_bindings(run: Run) -> list[dict]:

@@ -87,3 +87,23 @@ def test_no_template_comment_spans_lines():
         if "{#" in line and "#}" not in line[line.index("{#") :]
     ]
     assert not spanning, f"use {{% comment %}} for comments over several lines: {spanning}"
+
+
+def test_a_gate_decline_says_its_reason_without_repeating_it_or_the_matchers_noise(client, source):
+    user = make_user("rona", "researcher")
+    reason = "The database has no patient addresses, so askdb cannot answer this."
+    run = a_run(source, user, text="what is the address of patient 10004235?", status="declined",
+                outcome="not_in_schema", message=reason, gate_category="not_in_schema", gate_reason=reason,
+                answerability={"answerable": False, "reason": reason, "kind": "not_in_schema"},
+                library_match={"example_id": 1, "example_question": "when was patient 1 first transferred?",
+                               "answered": False, "confidence": 0.0, "threshold": 0.9,
+                               "reasons": ["order differs: the question says None, the template ['first']"]},
+                retrieval={"tables": [{"table": "mimiciv_hosp.emar", "score": 0.4}], "values": [
+                    {"value": "Alkaline Phosphatase", "term": "phone", "score": 0.47, "table": "t", "column": "c"},
+                    {"value": "Heparin", "term": "heparin", "score": 0.98, "table": "emar", "column": "c"},
+                    {"value": "Heparin", "term": "heparin", "score": 0.98, "table": "prescriptions", "column": "c"}]})  # fmt: skip
+    client.force_login(user)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert page.count(reason) == 2  # the answer's headline, and once under how askdb got it
+    assert "Closest verified question" not in page and "the question says None" not in page
+    assert "Alkaline Phosphatase" not in page and page.count("<code>Heparin</code>") == 1
