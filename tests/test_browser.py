@@ -10,6 +10,7 @@ import csv
 import io
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ import pytest
 from askdb.models import Run
 from tests.celery_worker import running_worker
 from tests.factories import PASSWORD, make_user
-from tests.support.scripted_llm import Delay, Reply
+from tests.support.scripted_llm import Reply
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
@@ -62,12 +63,26 @@ def page(browser, request, live_server):
 
 
 @pytest.fixture
-def llm(scripted_llm):
+def generation_held():
+    """Generation answers once this is set. It is, unless a test clears it to watch a run at work:
+    a fixed delay raced the page under load (the run could end before the page first showed it)."""
+    held = threading.Event()
+    held.set()
+    return held
+
+
+@pytest.fixture
+def llm(scripted_llm, generation_held, settings):
+    settings.LLM_TIMEOUT_S = 60  # generation may be held while the browser watches
+
+    def generate(body):
+        assert generation_held.wait(50), "the test never let generation go on"
+        return f"```sql\n{SQL}\n```"
+
     scripted_llm.when(
         "You screen questions", Reply('{"category": "answerable", "reason": "ICU stays are recorded"}')
     )
-    # A little latency on generation, so the browser sees the stages arrive one by one.
-    scripted_llm.when("You write one", Delay(1.0, Reply(f"```sql\n{SQL}\n```")))
+    scripted_llm.when("You write one", Reply(generate))
     scripted_llm.when("You explain the result", Reply("The MICU had the most ICU stays."))
     return scripted_llm
 
@@ -80,7 +95,7 @@ def log_in(page, username: str) -> None:
     page.wait_for_url("**/")
 
 
-def test_researcher_asks_watches_stages_and_downloads_the_csv(page, source, llm):
+def test_researcher_asks_watches_stages_and_downloads_the_csv(page, source, llm, generation_held):
     # The flow, chart, download and numeric sort on unsuppressed counts; small-cell suppression of
     # this same kind of result is tested in tests/askdb/test_privacy.py.
     source.min_cell_size = 0
@@ -88,10 +103,12 @@ def test_researcher_asks_watches_stages_and_downloads_the_csv(page, source, llm)
     make_user("rachel", "researcher")
     log_in(page, "rachel")
     page.get_by_label("Your question").fill("How many ICU stays were there per care unit?")
+    generation_held.clear()  # the run waits at generation until the page has shown it at work
     page.get_by_role("button", name="Ask").click()
     page.wait_for_url("**/runs/*/")
     # the stages appear live while the run is going
-    page.locator(".stage .name", has_text="retrieve").wait_for()
+    page.locator("#answer.working .stage .name", has_text="retrieve").wait_for(timeout=30_000)
+    generation_held.set()
     page.locator("#run-status", has_text="answered").wait_for(timeout=30_000)
     names = page.locator(".stage .name").all_text_contents()  # under "How askdb got this", collapsed
     assert names[:4] == ["embed", "retrieve", "match", "gate"] and "execute" in names
