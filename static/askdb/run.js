@@ -19,8 +19,10 @@
       const sideways = spec.type === "bar" && Math.max(...spec.labels.map((l) => l.length)) > 12;
       const box = canvas.parentElement;
       box.style.height = sideways ? Math.max(160, 30 * spec.labels.length + 60) + "px" : "";
-      const axes = { x: { title: { display: true, text: sideways ? spec.y : spec.x } }, y: { title: { display: true, text: sideways ? spec.x : spec.y } } };
-      if (sideways) axes.y.ticks = { callback(v) { const l = this.getLabelForValue(v); return l.length > 28 ? l.slice(0, 27) + "…" : l; } };
+      // On a phone the category names get the room the axis title would take (it clipped them).
+      const narrow = box.clientWidth < 500, cut = narrow ? 18 : 28;
+      const axes = { x: { title: { display: true, text: sideways ? spec.y : spec.x } }, y: { title: { display: !(sideways && narrow), text: sideways ? spec.x : spec.y } } };
+      if (sideways) axes.y.ticks = { callback(v) { const l = this.getLabelForValue(v); return l.length > cut ? l.slice(0, cut - 1) + "…" : l; } };
       chart = new window.Chart(canvas, {
         type: spec.type,
         data: { labels: spec.labels, datasets: [{ label: spec.y, data: spec.values, backgroundColor: "#0b5cad", borderColor: "#0b5cad", spanGaps: false }] },

@@ -40,7 +40,7 @@ def test_more_than_two_columns_still_chart_a_label_and_a_number(source):
 def test_the_run_page_leads_with_the_answer_and_scales_bars_to_the_score(client, source):
     user = make_user("rona", "researcher")
     run = a_run(source, user, text="What was the average length of stay?", status="succeeded", outcome="answered",
-                result_columns=["avg"], result_rows=[[4.364982638888889]], row_count=1, sql="SELECT 1",
+                result_columns=["avg"], result_rows=[[4.364982638888889]], row_count=1, sql="SELECT 1", answered_by="llm",
                 retrieval={"tables": [{"table": "mimiciv_hosp.admissions", "score": 0.05}]},
                 library_match={"bindings": [{"type": "year", "old": "2150", "new": "2150", "value": "2150"},
                                             {"type": "patient_id", "old": "1", "new": "2", "value": "2"}]})  # fmt: skip
@@ -49,6 +49,7 @@ def test_the_run_page_leads_with_the_answer_and_scales_bars_to_the_score(client,
     page = response.content.decode()
     assert page.index('id="answer"') < page.index('id="how"')  # the answer before how askdb got it
     assert "{#" not in page  # no template comment leaks into the page
+    assert "<dt>Answered by</dt><dd>SQL written by a language model" in page  # not the code "llm"
     assert "The average length of stay was 4.36." in page and "4.364982638888889" not in page
     assert 'style="width: 5%"' in page  # 0.05 draws a 5 % bar, not a full one
     assert [b["type"] for b in response.context["changed_bindings"]] == ["patient_id"]
