@@ -18,7 +18,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.contrib.postgres.search import TrigramSimilarity
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from askdb.models import Example, Review, Run
@@ -646,6 +646,23 @@ def run_suggestions(*, run, limit: int = 3) -> list[dict]:
     return [{"id": e.pk, "question": e.question} for e in ordered if e.question.strip().lower() != own][
         :limit
     ]
+
+
+def template_shares(examples: list[Example]) -> dict[int, int]:
+    """For each example, how many other active examples share its template (one query for a page
+    of the library), so the list shows which questions are one template asked several ways."""
+    keys = {e.template_key for e in examples if e.template_key}
+    sizes = {
+        (row["source_id"], row["template_key"]): row["n"]
+        for row in Example.objects.filter(template_key__in=keys, status=Example.Status.ACTIVE)
+        .values("source_id", "template_key")
+        .annotate(n=Count("id"))
+    }
+    return {
+        e.pk: max(sizes.get((e.source_id, e.template_key), 0) - (e.status == Example.Status.ACTIVE), 0)
+        for e in examples
+        if e.template_key
+    }
 
 
 def paraphrases_of(example, limit: int = 50) -> dict:

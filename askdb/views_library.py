@@ -23,7 +23,7 @@ from askdb import library_io
 from askdb.answerability import store as answerability_store
 from askdb.answerability.tasks import answerability_train_task
 from askdb.models import Example, Review
-from askdb.selectors import paraphrases_of
+from askdb.selectors import paraphrases_of, template_shares
 from askdb.services.examples import example_set_status, examples_revalidate
 from askdb.services.exports import ImportReport, examples_export, examples_import
 from askdb.services.sql import ReviewError
@@ -129,6 +129,10 @@ def example_list(request: HttpRequest) -> HttpResponse:
         source=source,
     )  # fmt: skip
     page = Paginator(examples, PER_PAGE).get_page(request.GET.get("page"))
+    page.object_list = list(page.object_list)
+    shares = template_shares(page.object_list)
+    for example in page.object_list:
+        example.same_template = shares.get(example.pk, 0)
     known = Example.objects.filter(**({"source": source} if source else {})).values_list("tables", flat=True)
     query = request.GET.copy()
     query.pop("page", None)
@@ -183,12 +187,18 @@ def _detail_context(request: HttpRequest, example: Example) -> dict:
 
 
 def _slots(slots) -> list[dict]:
-    """A template's slots as rows for a table, whatever shape the template builder stores."""
+    """A template's slots as a reviewer reads them (what kind of value, the words in the question,
+    the column it goes to), not the matcher's bookkeeping (offsets, uses, cases)."""
     if isinstance(slots, dict):
-        return [{"name": k, "value": v} for k, v in slots.items()]
-    if isinstance(slots, list):
-        return [s if isinstance(s, dict) else {"value": s} for s in slots]
-    return []
+        slots = [{"name": k, "text": v} for k, v in slots.items()]
+    rows = []
+    for slot in slots if isinstance(slots, list) else []:
+        slot = slot if isinstance(slot, dict) else {"text": slot}
+        kind = str(slot.get("type") or slot.get("name") or "value").replace("_", " ")
+        rows.append(
+            {"kind": kind, "text": slot.get("text", slot.get("value", "")), "column": slot.get("column", "")}
+        )
+    return rows
 
 
 # --------------------------------------------------------------------------- retire, restore

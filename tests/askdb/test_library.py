@@ -13,9 +13,11 @@ from django.core.management import CommandError, call_command
 from askdb.library_io import MAX_UPLOAD_BYTES, parse_examples
 from askdb.models import Example, Question, Run
 from askdb.roles import ADMIN, RESEARCHER, REVIEWER
+from askdb.runner import library_index
 from askdb.services.exports import examples_import
 from infra.adapters import catalog_search
 from infra.providers.embeddings import get_embedder
+from metadata_admin.services import source_executor
 from tests.factories import make_user
 
 pytestmark = pytest.mark.django_db
@@ -223,14 +225,36 @@ def test_the_detail_page_shows_provenance_sql_runs_and_template(client, source):
                                example=example)  # fmt: skip
     Example.objects.filter(pk=example.pk).update(
         origin_run=run, validation_error="column x is gone",
-        template={"masked_question": "How many [ENTITY] are there?", "slots": [{"name": "ENTITY", "value": "patients"}]},
+        template={"masked_question": "How many patients older than {number} are there?",
+                  "slots": [{"name": "number", "type": "number", "text": "65", "start": 27, "end": 29,
+                             "column": "mimiciv_hosp.patients.anchor_age", "uses": [{"case": "asis", "like": False}]}]},
     )  # fmt: skip
     page = client.get(f"/library/{example.pk}/").content.decode()
     assert '<code id="example-sql" class="language-sql">SELECT\n  COUNT(*) AS patients\nFROM' in page
     assert f'href="/runs/{run.pk}/"' in page and f'href="/runs/{later.pk}/"' in page
     assert "This example no longer validates: column x is gone" in page
-    assert "How many [ENTITY] are there?" in page and "<td><code>ENTITY</code></td>" in page
+    assert "How many patients older than {number} are there?" in page
+    # the slot as a reviewer reads it, not the matcher's bookkeeping
+    assert (
+        "<td>number</td><td><code>65</code></td><td><code>mimiciv_hosp.patients.anchor_age</code></td>"
+        in page
+    )
+    assert "&#x27;case&#x27;" not in page and '<th scope="col">uses</th>' not in page
     assert reviewer.username in page and f'action="/library/{example.pk}/retire/"' in page
+
+
+def test_the_list_says_which_questions_share_a_template(client, source):
+    logged_in(client, RESEARCHER)
+    sql = "SELECT count(*) FROM mimiciv_hosp.patients WHERE anchor_age > {}"
+    examples_import(source=source, execute=False, items=[
+        {"question": "how many patients are older than 65?", "sql": sql.format(65)},
+        {"question": "count the patients over 80.", "sql": sql.format(80)},
+        {"question": "How many patients are there?", "sql": COUNT_SQL}])  # fmt: skip
+    library_index(source, source_executor(source), get_embedder())  # as the first question does
+    keys = dict(Example.objects.values_list("question", "template_key"))
+    assert keys["how many patients are older than 65?"] == keys["count the patients over 80."] != ""
+    page = client.get("/library/").content.decode()
+    assert page.count("same template as 1 other question<") == 2  # the two paraphrases, not the count
 
 
 # --------------------------------------------------------------------------- permissions
