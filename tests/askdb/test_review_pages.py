@@ -130,6 +130,19 @@ def test_the_review_page_shows_gate_attempts_preview_trace_and_nearest_examples(
     assert 'value="reassign"' not in page  # admins only
 
 
+def test_a_library_answer_for_review_names_its_example_the_hold_and_the_gates_verdict(
+    client, source, ann, rita
+):
+    example = Example.objects.create(source=source, question="How many patients are there?", sql=COUNT_SQL)
+    run = pending_run(source, ann, answered_by="library", example=example, gate_category="",
+                      answerability={"answerable": True, "probability": 0.97, "threshold": 0.38, "version": "v42"})  # fmt: skip
+    client.force_login(rita)
+    page = client.get(f"/runs/{run.pk}/review/").content.decode()
+    assert f'Answered from verified example <a href="/library/{example.pk}/">#{example.pk}</a>' in page
+    assert f"Example #{example.pk} goes on hold" in page  # said where the reviewer flags
+    assert "the data can answer this" in page and "model 0.97, needs 0.38" in page and "v42" in page
+
+
 def test_a_reviewer_cannot_approve_or_correct_their_own_question(client, source, rita):
     run = pending_run(source, rita)
     client.force_login(rita)
