@@ -319,11 +319,19 @@ REVIEW_POLICIES = {
     "score was low",
     "first_of_kind": "answers an LLM wrote wait only when no approved example is close to the question",
 }
+
+
 # What review_required (askdb/services/reviews.py) does whatever the policy, said the same way.
-REVIEW_POLICY_ALWAYS = (
-    "Answers from the verified library do not wait (their example was reviewed already); answers whose "
-    "candidates disagreed always do; declined and failed runs have no SQL to review."
-)
+def review_policy_always() -> str:
+    """What waits for review whatever the policy, with the share of library answers rechecked."""
+    share = settings.ASKDB_LIBRARY_REVIEW_SHARE
+    library = (
+        f"Answers from the verified library wait only when drawn for a recheck ({share:.0%} of them; their "
+        "example was reviewed already)"
+        if share > 0
+        else "Answers from the verified library do not wait (their example was reviewed already)"
+    )
+    return f"{library}; answers whose candidates disagreed always do; declined and failed runs have no SQL to review."
 
 
 def review_policy() -> tuple[str, str]:

@@ -366,7 +366,7 @@ def review_queue(request: HttpRequest) -> HttpResponse:
         "table_choices": selectors.review_table_choices(),
         "policy": policy,
         "policy_text": policy_text,
-        "policy_always": selectors.REVIEW_POLICY_ALWAYS,
+        "policy_always": selectors.review_policy_always(),
         "not_waiting": selectors.review_not_waiting_counts() if not page.object_list else {},
     }
     return render(request, "askdb/review_queue.html", context)

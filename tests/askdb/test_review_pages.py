@@ -71,7 +71,7 @@ def test_the_queue_lists_others_pending_runs_oldest_first_with_filters(client, s
 
     page = client.get("/review/").content.decode()
     assert "Review policy <strong>all</strong>: every answer an LLM wrote waits for a reviewer" in page
-    assert "Answers from the verified library do not wait" in page
+    assert "Answers from the verified library wait only when drawn for a recheck (5% of them" in page
     assert page.index("How many patients") < page.index("How many admissions")  # oldest first
     assert "An approved one" not in page and "An evaluation question" not in page
     assert f"/runs/{newer.pk}/review/" in page

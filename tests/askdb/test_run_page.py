@@ -64,7 +64,7 @@ def test_an_empty_queue_says_why_answered_runs_are_not_in_it(client, source):
     client.force_login(make_user("rex", "reviewer"))
     page = client.get("/review/").content.decode()
     assert "Nothing is waiting for review." in page
-    assert "1 answered run came from the verified library and needs no review." in page
+    assert "1 answered run came from the verified library and was not drawn for a recheck." in page
 
 
 def test_a_date_the_audit_filter_cannot_read_is_said_not_ignored(client):
