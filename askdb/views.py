@@ -407,6 +407,8 @@ def run_review(request: HttpRequest, run_id: int) -> HttpResponse:
                 run=run.pk, category=review.get_category_display(),
                 assignee=run.assigned_to.get_username() if run.assigned_to else "",
             )  # fmt: skip
+            if review.action == Review.Action.FLAG and run.answered_by == "library" and run.example_id:
+                message += f" Verified example #{run.example_id} is on hold: it answers nothing until a reviewer restores it."
             if review.action == Review.Action.CORRECT:
                 message = format_html(
                     '{} <a href="{}#review-outcome">See the diff and the corrected result.</a>',
