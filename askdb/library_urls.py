@@ -14,4 +14,5 @@ urlpatterns = [
     path("export/", views_library.examples_export_view, name="export"),
     path("revalidate/", views_library.examples_revalidate_view, name="revalidate"),
     path("answerability/train/", views_library.answerability_train_view, name="train_answerability"),
+    path("answerability/train/<str:task_id>/", views_library.answerability_training_view, name="training"),
 ]

@@ -10,12 +10,14 @@ from __future__ import annotations
 from functools import wraps
 
 import sqlglot
+from celery.result import AsyncResult
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -136,6 +138,8 @@ def example_list(request: HttpRequest) -> HttpResponse:
     known = Example.objects.filter(**({"source": source} if source else {})).values_list("tables", flat=True)
     query = request.GET.copy()
     query.pop("page", None)
+    query.pop("training", None)
+    may_train, task_id = request.user.has_perm(REVALIDATE_PERM), request.GET.get("training", "")
     context = {
         "page": page,
         "filters": filters,
@@ -145,8 +149,9 @@ def example_list(request: HttpRequest) -> HttpResponse:
         "statuses": Example.Status.choices,
         "sources": _sources(),
         "may_edit": request.user.has_perm(EDIT_PERM),
-        "may_revalidate": request.user.has_perm(REVALIDATE_PERM),
+        "may_revalidate": may_train,
         "gate_models": [(s.name, answerability_store.current_version(s.name)) for s in _sources()],
+        "training": _training(task_id) if task_id and may_train else None,
     }
     return render(request, "askdb/library/list.html", context)
 
@@ -264,13 +269,33 @@ def answerability_train_view(request: HttpRequest) -> HttpResponse:
     except ValueError as exc:
         messages.error(request, str(exc))
         return redirect("library:list")
-    answerability_train_task.delay(source.pk)
-    messages.success(
-        request,
-        f"Training the answerability gate of {source.name} on its library in the background; "
-        "the new model version shows here when it is done.",
-    )
-    return redirect("library:list")
+    result = answerability_train_task.delay(source.pk)
+    return redirect(f"{reverse('library:list')}?training={result.id}")
+
+
+@require_GET
+@_require_any(REVALIDATE_PERM)
+def answerability_training_view(request: HttpRequest, task_id: str) -> HttpResponse:
+    """How a training the admin started is going: the fragment the library page polls, without
+    polling attributes once the training has ended, so the polling stops there."""
+    return render(request, "askdb/library/_training.html", {"training": _training(task_id)})
+
+
+def _training(task_id: str) -> dict:
+    """A training task's state in words, from the Celery result backend."""
+    result = AsyncResult(task_id, app=answerability_train_task.app)
+    info = result.info if isinstance(result.info, dict) else {}
+    state = {"PENDING": "waiting", "STARTED": "running", "PROGRESS": "running", "SUCCESS": "done"}
+    training = {"id": task_id, "state": state.get(result.state, "failed"), "source": info.get("source", "")}
+    if training["state"] == "running":
+        training["line"] = info.get("line", "")
+    elif training["state"] == "done":
+        metrics = info.get("metrics") or {}
+        training |= {"version": info.get("version", ""), "seconds": info.get("seconds"),
+                     "f1": (metrics.get("unanswerable") or {}).get("f1"), "auc": metrics.get("auc")}  # fmt: skip
+    elif training["state"] == "failed":
+        training["error"] = str(result.info or "the worker gave no reason")
+    return training
 
 
 # --------------------------------------------------------------------------- import, export

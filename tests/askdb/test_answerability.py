@@ -236,13 +236,47 @@ def test_an_admin_trains_the_gate_from_the_library_page_through_a_worker(library
     assert "Train the answerability gate" in page and "rules only (no model trained)" in page
     with running_worker():
         response = client.post("/library/answerability/train/", {"source": library.name})
-        assert response.status_code == 302
+        assert response.status_code == 302 and "?training=" in response.url
+        task_id = response.url.split("?training=")[1]
+        page = client.get(response.url).content.decode()  # the page says training is under way
+        assert 'id="gate-training"' in page and f'hx-get="/library/answerability/train/{task_id}/"' in page
+        assert "disabled" in page.split("Train the answerability gate</button>")[0].rsplit("<button", 1)[1]
         deadline = time.monotonic() + 240
-        while store.current_version(library.name) is None:
-            assert time.monotonic() < deadline, "no model version after 240 s"
-            time.sleep(0.5)
+        while True:  # what the page polls, until the fragment stops polling
+            fragment = client.get(f"/library/answerability/train/{task_id}/").content.decode()
+            if "hx-get" not in fragment:
+                break
+            assert time.monotonic() < deadline, "training still under way after 240 s"
+            time.sleep(0.3)
     version = store.current_version(library.name)
+    assert f'model <code id="trained-version">{version}</code> is in use' in fragment and "F1" in fragment
     assert f"model <code>{version}</code>" in client.get("/library/").content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_training_that_fails_says_why_on_the_library_page(source, home):
+    from django.test import Client
+
+    from askdb.roles import ADMIN
+    from tests.celery_worker import running_worker, wait_for
+    from tests.factories import make_user
+
+    Example.objects.create(
+        source=source, question="how many patients?", sql="SELECT 1", tables=[H + "patients"]
+    )
+    client = Client()
+    client.force_login(make_user("boss", ADMIN))
+
+    def ended(task_id: str) -> str | None:  # the fragment once it stops polling
+        fragment = client.get(f"/library/answerability/train/{task_id}/").content.decode()
+        return None if "hx-get" in fragment else fragment
+
+    with running_worker():
+        response = client.post("/library/answerability/train/", {"source": source.name})
+        task_id = response.url.split("?training=")[1]
+        fragment = wait_for(lambda: ended(task_id), timeout=60)
+    assert "Training the answerability gate failed: only 1 labelled questions" in fragment
+    assert "The gate keeps its current model." in fragment and store.current_version(source.name) is None
 
 
 def test_the_demo_trains_the_gate_on_its_seeded_library_and_declines_with_a_reason(source, home):
