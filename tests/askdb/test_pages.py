@@ -46,6 +46,18 @@ def test_an_empty_question_is_refused_with_a_sentence(client, source):
     assert not Run.objects.exists()
 
 
+def test_a_question_over_the_limit_is_refused_with_its_length_and_kept_whole(client, source, settings):
+    """No maxlength in the page: a pasted text would be cut without a word; the server says why."""
+    settings.ASKDB_QUESTION_MAX_CHARS = 50
+    client.force_login(make_user("ann", RESEARCHER))
+    text = "how many patients " * 5 + "are older than 70?"
+    response = client.post("/", {"question": text})
+    page = response.content.decode()
+    assert response.status_code == 400 and "The question is too long (108 characters; at most 50)." in page
+    assert f">{text}</textarea>" in page and "maxlength" not in page
+    assert not Run.objects.exists()
+
+
 def test_the_live_fragment_polls_until_the_run_ends(client, source):
     user = make_user("ann", RESEARCHER)
     client.force_login(user)
