@@ -161,7 +161,7 @@ for _code, _kw in {
     "privacy_row_level": dict(
         label="Declined: counts only for your role",
         sentence="Your role may see counts and statistics, not lists of patients, so askdb did not run this.",
-        next_step="Ask for a count or a summary instead (the Privacy box below offers one).",
+        next_step="Ask for a count or a summary over a group of patients instead.",
         tone="warn",
     ),
     "privacy_sensitive_column": dict(

@@ -601,11 +601,12 @@ def methods_text(p: Provenance) -> str:
 # --------------------------------------------------------------------------- what askdb can answer
 
 
-def library_suggestions(*, source, limit: int = 6) -> list[Example]:
+def library_suggestions(*, source, individuals: bool = True, limit: int = 6) -> list[Example]:
     """Questions the active library answers on this source, one per set of tables it reads, so a
     first session (even with no LLM) starts with questions askdb will answer. Questions about the
     whole population come first: one about a given patient, admission or stay returns nothing on
-    a source that lacks that individual (the demo's synthetic patients are not the library's)."""
+    a source that lacks that individual (the demo's synthetic patients are not the library's), and
+    an aggregate-only user (`individuals` False) is offered none of those."""
     examples = list(
         Example.objects.filter(source=source, kind=Example.Kind.ANSWERABLE, status=Example.Status.ACTIVE)
         .exclude(template={})
@@ -613,6 +614,8 @@ def library_suggestions(*, source, limit: int = 6) -> list[Example]:
         .order_by("id")[:400]
     )
     examples.sort(key=_names_an_individual)  # stable: library order within each kind
+    if not individuals:
+        examples = [e for e in examples if not _names_an_individual(e)]
     seen: set[tuple[str, ...]] = set()
     first = []  # one per set of tables first, then the rest in order
     for example in examples:
@@ -628,10 +631,11 @@ def _names_an_individual(example: Example) -> bool:
     return any(slot.get("type") in IDENTIFIER_SLOTS for slot in (example.template or {}).get("slots", []))
 
 
-def run_suggestions(*, run, limit: int = 3) -> list[dict]:
+def run_suggestions(*, run, individuals: bool = True, limit: int = 3) -> list[dict]:
     """Verified questions close to a run's question that askdb can answer ("Did you mean …"):
     the matcher's best template, the examples retrieval found, then the library's closest wording
-    by trigram similarity (no embedding model needed in the web process)."""
+    by trigram similarity (no embedding model needed in the web process). Questions about one
+    patient, admission or stay only for a user who may see row-level results (`individuals`)."""
     ids: list[int] = []
     match = run.library_match or {}
     if match.get("example_id"):
@@ -642,14 +646,16 @@ def run_suggestions(*, run, limit: int = 3) -> list[dict]:
     ).defer("embedding")
     found = usable.in_bulk(ids)
     ordered = [found[i] for i in dict.fromkeys(ids) if i in found]
+    if not individuals:
+        ordered = [e for e in ordered if not _names_an_individual(e)]
     if len(ordered) < limit:
         close = (
             usable.exclude(pk__in=[e.pk for e in ordered])
             .annotate(similarity=TrigramSimilarity("question", run.question.text))
             .filter(similarity__gt=0.1)
-            .order_by("-similarity")[: limit - len(ordered)]
+            .order_by("-similarity")[: 4 * limit]
         )
-        ordered += list(close)
+        ordered += [e for e in close if individuals or not _names_an_individual(e)][: limit - len(ordered)]
     own = run.question.text.strip().lower()
     return [{"id": e.pk, "question": e.question} for e in ordered if e.question.strip().lower() != own][
         :limit

@@ -30,6 +30,7 @@ from askdb.outcomes import run_outcome
 from askdb.pipeline.answer import format_cell
 from askdb.pipeline.retrieval import Weights
 from askdb.roles import ADMIN, user_role
+from askdb.services.privacy import row_level_allowed
 from askdb.services.reviews import review_approve, review_correct, review_flag, review_reassign
 from askdb.services.runs import (
     QuestionError,
@@ -79,7 +80,13 @@ def home(request: HttpRequest) -> HttpResponse:
         source = source_get(None)
     except ValueError:  # no source yet: the page still renders, asking says why
         source = None
-    suggestions = selectors.library_suggestions(source=source) if source else []
+    suggestions = (
+        selectors.library_suggestions(
+            source=source, individuals=row_level_allowed(source=source, user=request.user)
+        )
+        if source
+        else []
+    )
     # Without an LLM only library questions can be answered: the docs' examples would all be declined.
     examples = _example_questions() if not suggestions and health.llm_configured() else []
     context = {"text": text, "error": error, "suggestions": suggestions, "source": source, "examples": examples,
@@ -127,7 +134,11 @@ def _run_context(request: HttpRequest, run: Run) -> dict:
             "outcome_diff": _review_diff(outcome, dialect),
             "provenance": provenance,
             "methods": selectors.methods_paragraph(provenance) if run.sql else "",
-            "suggestions": selectors.run_suggestions(run=run) if not succeeded or not run.sql else [],
+            "suggestions": selectors.run_suggestions(
+                run=run, individuals=row_level_allowed(source=run.question.source, user=request.user)
+            )
+            if not succeeded or not run.sql
+            else [],
         }
     return context
 

@@ -215,7 +215,7 @@ class Pipeline:
         """The user's rights checked on the tree (raises PrivacyRefusal); the analysis protect() needs."""
         policy = self.config.privacy
         analysis = privacy.analyse_output(sql, req.dialect, policy=policy, catalog=self.ports.catalog())
-        privacy.check_access(analysis, policy, sql=sql, question=req.question)
+        privacy.check_access(analysis, policy, sql=sql, question=req.question, dialect=req.dialect)
         return analysis
 
     def _refused(self, refusal: privacy.PrivacyRefusal, sql: str, gate: tuple[str, str], **extra) -> Outcome:

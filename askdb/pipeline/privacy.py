@@ -366,9 +366,10 @@ def _is_sensitive(source: str, sensitive: frozenset[str]) -> bool:
 
 
 def check_access(analysis: OutputAnalysis, policy: PrivacyPolicy, *, sql: str = "",
-                 question: str = "") -> None:  # fmt: skip
+                 question: str = "", dialect: str = "postgres") -> None:  # fmt: skip
     """Refuse an output the user may not see: sensitive columns without the permission, and
-    anything but an aggregate for an aggregate-only user (with the aggregate they may have)."""
+    anything but an aggregate for an aggregate-only user (with the aggregate they may have, when
+    there is one: the count of a listing about given individuals describes them too)."""
     if not policy.sensitive_allowed:
         hits = analysis.sensitive(policy)
         if hits:
@@ -382,7 +383,14 @@ def check_access(analysis: OutputAnalysis, policy: PrivacyPolicy, *, sql: str = 
         alternative = {"question": aggregate_question(question)} if question else {}
         if sql and analysis.understood:
             alternative["sql"] = f"SELECT COUNT(*) AS row_count FROM ({sql.strip().rstrip(';')}) AS listing"
-        offer = f' askdb can give you the aggregate instead: "{alternative["question"]}"' if question else ""
+            if not analyse_output(alternative["sql"], dialect, policy=policy).aggregated:
+                alternative = {}  # restricted to given patients: their count is theirs too
+        if alternative.get("question"):
+            offer = f' askdb can give you the aggregate instead: "{alternative["question"]}"'
+        elif sql and analysis.understood:
+            offer = " Its count would describe given individuals too, so askdb has no aggregate to offer."
+        else:
+            offer = ""
         raise PrivacyRefusal(
             "row_level",
             "Your role may see only aggregated results (counts, averages and other statistics over groups) "

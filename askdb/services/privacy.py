@@ -24,12 +24,16 @@ def privacy_policy(*, source, user, evaluation: bool = False) -> privacy.Privacy
     )
     return privacy.PrivacyPolicy(
         min_cell_size=source.min_cell_size,
-        row_level=evaluation
-        or (not source.aggregate_only and bool(user and user.has_perm("askdb.view_row_level"))),
+        row_level=evaluation or row_level_allowed(source=source, user=user),
         sensitive_allowed=evaluation or bool(user and user.has_perm("askdb.view_sensitive")),
         sensitive_columns=frozenset(f"{t}.{c}".lower() for t, c in sensitive),
         identifier_columns=frozenset(settings.ASKDB_IDENTIFIER_COLUMNS),
     )
+
+
+def row_level_allowed(*, source, user) -> bool:
+    """Whether `user` may see row-level results of `source` (and so questions about one patient)."""
+    return not source.aggregate_only and bool(user and user.has_perm("askdb.view_row_level"))
 
 
 def result_protect(*, run, sql: str, result) -> privacy.ProtectedResult:
@@ -43,7 +47,7 @@ def result_protect(*, run, sql: str, result) -> privacy.ProtectedResult:
         sql, source.dialect, policy=policy, catalog=source_catalog_schema(source)
     )
     try:
-        privacy.check_access(analysis, policy, sql=sql)
+        privacy.check_access(analysis, policy, sql=sql, dialect=source.dialect)
     except privacy.PrivacyRefusal as exc:
         raise ReviewError(f"The person who asked may not see this result: {exc.message}") from exc
     return privacy.protect(result, analysis, policy)

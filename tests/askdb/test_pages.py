@@ -168,3 +168,15 @@ def test_the_ask_page_suggests_population_questions_before_questions_about_one_p
     client.force_login(make_user("nina", "researcher"))
     suggestions = [e.question for e in client.get("/").context["suggestions"]]
     assert suggestions == ["how many patients are older than 70?", f"what is the gender of patient {pid}?"]
+    # an aggregate-only researcher is offered no question about one patient, here or in "Did you mean"
+    analyst = make_user("al", "aggregate_researcher")
+    client.force_login(analyst)
+    assert [e.question for e in client.get("/").context["suggestions"]] == [
+        "how many patients are older than 70?"
+    ]
+    declined = Run.objects.create(
+        question=Question.objects.create(user=analyst, source=source, text=f"what is the sex of patient {pid}?"),
+        status=Run.Status.DECLINED, outcome="no_llm",
+    )  # fmt: skip
+    offered = [s["question"] for s in client.get(f"/runs/{declined.pk}/").context["suggestions"]]
+    assert f"what is the gender of patient {pid}?" not in offered

@@ -99,6 +99,16 @@ def test_refusals_say_why_and_offer_the_aggregate():
     check_access(analyse_output("SELECT COUNT(*) FROM patients", policy=aggregate_only), aggregate_only)
 
 
+def test_a_listing_about_given_patients_offers_no_count_that_would_be_refused_too():
+    aggregate_only = PrivacyPolicy(row_level=False, identifier_columns=POLICY.identifier_columns)
+    sql = "SELECT gender FROM patients WHERE subject_id = 10004235"
+    with pytest.raises(PrivacyRefusal) as refused:
+        check_access(analyse_output(sql, policy=aggregate_only), aggregate_only, sql=sql,
+                     question="what is the gender of patient 10004235?")  # fmt: skip
+    assert refused.value.alternative == {}  # "How many rows answer: …" would be refused in turn
+    assert "Its count would describe given individuals too" in refused.value.message
+
+
 def test_aggregate_question():
     assert (
         aggregate_question("which patients were admitted in 2150?")
