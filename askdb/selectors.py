@@ -637,10 +637,10 @@ def run_suggestions(*, run, individuals: bool = True, limit: int = 3) -> list[di
     by trigram similarity (no embedding model needed in the web process). Questions about one
     patient, admission or stay only for a user who may see row-level results (`individuals`)."""
     ids: list[int] = []
-    match = run.library_match or {}
-    if match.get("example_id"):
+    match, close_ones = run.library_match or {}, (run.retrieval or {}).get("examples", [])
+    if match.get("example_id") and close_ones:  # with nothing close ("hello"), the best template is noise
         ids.append(match["example_id"])
-    ids += [e["id"] for e in (run.retrieval or {}).get("examples", []) if e.get("id")]
+    ids += [e["id"] for e in close_ones if e.get("id")]
     usable = Example.objects.filter(
         source=run.question.source_id, kind=Example.Kind.ANSWERABLE, status=Example.Status.ACTIVE
     ).defer("embedding")

@@ -108,3 +108,17 @@ def test_a_gate_decline_says_its_reason_without_repeating_it_or_the_matchers_noi
     assert page.count(reason) == 2  # the answer's headline, and once under how askdb got it
     assert "Closest verified question" not in page and "the question says None" not in page
     assert "Alkaline Phosphatase" not in page and page.count("<code>Heparin</code>") == 1
+
+
+def test_a_question_nothing_in_the_library_is_close_to_gets_no_did_you_mean(client, source):
+    from askdb.models import Example
+
+    user = make_user("rona", "researcher")
+    example = Example.objects.create(source=source, question="what was the first service of patient 7?",
+                                     sql="SELECT 1", template={"slots": []})  # fmt: skip
+    run = a_run(source, user, text="hello", status="declined", outcome="out_of_scope", message="Not about the data.",
+                library_match={"example_id": example.pk, "answered": False, "confidence": 0.0},
+                retrieval={"tables": [], "examples": []})  # fmt: skip
+    client.force_login(user)
+    response = client.get(f"/runs/{run.pk}/")
+    assert response.context["suggestions"] == [] and "Did you mean" not in response.content.decode()
