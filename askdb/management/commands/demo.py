@@ -180,8 +180,9 @@ class Command(BaseCommand):
         self.stdout.write("")
         self.stdout.write(self.style.SUCCESS(f"askdb is running at {url}"))
         self.stdout.write("Log in as:")
+        width = max(len(role) for _, _, role in users)
         for username, password, role in users:
-            self.stdout.write(f"  {role:<11} {username} / {password}")
+            self.stdout.write(f"  {role:<{width}} {username} / {password}")
         if not health.llm_configured():
             self.stdout.write(
                 "No LLM configured (set LLM_BASE_URL, LLM_MODEL, LLM_API_KEY to enable SQL writing)."
