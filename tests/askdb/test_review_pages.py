@@ -137,6 +137,9 @@ def test_a_library_answer_for_review_names_its_example_the_hold_and_the_gates_ve
     run = pending_run(source, ann, answered_by="library", example=example, gate_category="",
                       answerability={"answerable": True, "probability": 0.97, "threshold": 0.38, "version": "v42"})  # fmt: skip
     client.force_login(rita)
+    assert (
+        f"from verified example #{example.pk}, drawn for a recheck" in client.get("/review/").content.decode()
+    )
     page = client.get(f"/runs/{run.pk}/review/").content.decode()
     assert f'Answered from verified example <a href="/library/{example.pk}/">#{example.pk}</a>' in page
     assert f"Example #{example.pk} goes on hold" in page  # said where the reviewer flags
