@@ -19,15 +19,20 @@
       const sideways = spec.type === "bar" && Math.max(...spec.labels.map((l) => l.length)) > 12;
       const box = canvas.parentElement;
       box.style.height = sideways ? Math.max(160, 30 * spec.labels.length + 60) + "px" : "";
-      // On a phone the category names get the room the axis title would take (it clipped them).
-      const narrow = box.clientWidth < 500, cut = narrow ? 18 : 28;
-      const axes = { x: { title: { display: true, text: sideways ? spec.y : spec.x } }, y: { title: { display: !(sideways && narrow), text: sideways ? spec.x : spec.y } } };
+      // On a phone the category names get the room the axis title would take (it clipped them),
+      // also when the window narrows after drawing.
+      let cut = 28;
+      const fit = (c, width) => { const narrow = width < 500; cut = narrow ? 18 : 28; if (sideways) c.options.scales.y.title.display = !narrow; };
+      const axes = { x: { title: { display: true, text: sideways ? spec.y : spec.x } }, y: { title: { display: true, text: sideways ? spec.x : spec.y } } };
       if (sideways) axes.y.ticks = { callback(v) { const l = this.getLabelForValue(v); return l.length > cut ? l.slice(0, cut - 1) + "…" : l; } };
       chart = new window.Chart(canvas, {
         type: spec.type,
         data: { labels: spec.labels, datasets: [{ label: spec.y, data: spec.values, backgroundColor: "#0b5cad", borderColor: "#0b5cad", spanGaps: false }] },
-        options: { animation: false, maintainAspectRatio: false, indexAxis: sideways ? "y" : "x", plugins: { legend: { display: false } }, scales: axes },
+        options: { animation: false, maintainAspectRatio: false, indexAxis: sideways ? "y" : "x", plugins: { legend: { display: false } }, scales: axes,
+          onResize: (c, size) => fit(c, size.width) },
       });
+      fit(chart, box.clientWidth);
+      chart.update();
       canvas.dataset.drawn = "1";
     }
   }
