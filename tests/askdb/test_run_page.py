@@ -122,3 +122,17 @@ def test_a_question_nothing_in_the_library_is_close_to_gets_no_did_you_mean(clie
     client.force_login(user)
     response = client.get(f"/runs/{run.pk}/")
     assert response.context["suggestions"] == [] and "Did you mean" not in response.content.decode()
+
+
+def test_a_near_miss_of_the_library_names_the_closest_verified_question_up_front(client, source):
+    user = make_user("rona", "researcher")
+    near = "count the number of patients older than 65."
+    run = a_run(source, user, text="count patients older than 70 who died in the hospital", status="declined",
+                outcome="no_llm", message="No reviewer-verified example matches this question closely enough.",
+                library_match={"example_id": 4, "example_question": near, "answered": False, "confidence": 0.0,
+                               "reasons": ["no paraphrase of this template says 'died', 'hospital'"]},
+                retrieval={"tables": [], "examples": [{"id": 4, "score": 0.8, "question": near}]})  # fmt: skip
+    client.force_login(user)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    answer = page[page.index('id="answer"') : page.index('id="how"')]
+    assert f"The closest verified question is “{near}”, but askdb could not make sure" in answer
