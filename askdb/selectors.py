@@ -601,12 +601,15 @@ def methods_text(p: Provenance) -> str:
 # --------------------------------------------------------------------------- what askdb can answer
 
 
-def library_suggestions(*, source, individuals: bool = True, limit: int = 6) -> list[Example]:
+def library_suggestions(
+    *, source, policy: privacy.PrivacyPolicy | None = None, limit: int = 6
+) -> list[Example]:
     """Questions the active library answers on this source, one per set of tables it reads, so a
     first session (even with no LLM) starts with questions askdb will answer. Questions about the
     whole population come first: one about a given patient, admission or stay returns nothing on
-    a source that lacks that individual (the demo's synthetic patients are not the library's), and
-    an aggregate-only user (`individuals` False) is offered none of those."""
+    a source that lacks that individual (the demo's synthetic patients are not the library's).
+    With the asker's `policy`, only questions whose answer they may see (an aggregate-only user
+    is offered no listing)."""
     examples = list(
         Example.objects.filter(source=source, kind=Example.Kind.ANSWERABLE, status=Example.Status.ACTIVE)
         .exclude(template={})
@@ -614,8 +617,6 @@ def library_suggestions(*, source, individuals: bool = True, limit: int = 6) -> 
         .order_by("id")[:400]
     )
     examples.sort(key=_names_an_individual)  # stable: library order within each kind
-    if not individuals:
-        examples = [e for e in examples if not _names_an_individual(e)]
     seen: set[tuple[str, ...]] = set()
     first = []  # one per set of tables first, then the rest in order
     for example in examples:
@@ -624,18 +625,35 @@ def library_suggestions(*, source, individuals: bool = True, limit: int = 6) -> 
             seen.add(key)
             first.append(example)
     rest = [e for e in examples if e not in first]
-    return (first + rest)[:limit]
+    return _visible(first + rest, policy, source.dialect, limit)
 
 
 def _names_an_individual(example: Example) -> bool:
     return any(slot.get("type") in IDENTIFIER_SLOTS for slot in (example.template or {}).get("slots", []))
 
 
-def run_suggestions(*, run, individuals: bool = True, limit: int = 3) -> list[dict]:
+def _visible(examples: list[Example], policy, dialect: str, limit: int) -> list[Example]:
+    """The first `limit` examples whose output `policy` lets the asker see (checked one by one,
+    in order, so a page parses a few SQL statements, not the library)."""
+    kept = []
+    for example in examples:
+        if len(kept) == limit:
+            break
+        if policy is not None:
+            try:
+                analysis = privacy.analyse_output(example.sql, dialect, policy=policy)
+                privacy.check_access(analysis, policy, sql=example.sql, dialect=dialect)
+            except privacy.PrivacyRefusal:
+                continue
+        kept.append(example)
+    return kept
+
+
+def run_suggestions(*, run, policy: privacy.PrivacyPolicy | None = None, limit: int = 3) -> list[dict]:
     """Verified questions close to a run's question that askdb can answer ("Did you mean …"):
     the matcher's best template, the examples retrieval found, then the library's closest wording
-    by trigram similarity (no embedding model needed in the web process). Questions about one
-    patient, admission or stay only for a user who may see row-level results (`individuals`)."""
+    by trigram similarity (no embedding model needed in the web process). With the asker's
+    `policy`, only questions whose answer they may see."""
     ids: list[int] = []
     match, close_ones = run.library_match or {}, (run.retrieval or {}).get("examples", [])
     if match.get("example_id") and close_ones:  # with nothing close ("hello"), the best template is noise
@@ -645,20 +663,18 @@ def run_suggestions(*, run, individuals: bool = True, limit: int = 3) -> list[di
         source=run.question.source_id, kind=Example.Kind.ANSWERABLE, status=Example.Status.ACTIVE
     ).defer("embedding")
     found = usable.in_bulk(ids)
-    ordered = [found[i] for i in dict.fromkeys(ids) if i in found]
-    if not individuals:
-        ordered = [e for e in ordered if not _names_an_individual(e)]
-    if len(ordered) < limit:
-        close = (
-            usable.exclude(pk__in=[e.pk for e in ordered])
-            .annotate(similarity=TrigramSimilarity("question", run.question.text))
-            .filter(similarity__gt=0.1)
-            .order_by("-similarity")[: 4 * limit]
-        )
-        ordered += [e for e in close if individuals or not _names_an_individual(e)][: limit - len(ordered)]
     own = run.question.text.strip().lower()
-    return [{"id": e.pk, "question": e.question} for e in ordered if e.question.strip().lower() != own][
-        :limit
+    ordered = [found[i] for i in dict.fromkeys(ids) if i in found]
+    ordered += list(
+        usable.exclude(pk__in=[e.pk for e in ordered])
+        .annotate(similarity=TrigramSimilarity("question", run.question.text))
+        .filter(similarity__gt=0.1)
+        .order_by("-similarity")[: 4 * limit]
+    )
+    ordered = [e for e in ordered if e.question.strip().lower() != own]
+    return [
+        {"id": e.pk, "question": e.question}
+        for e in _visible(ordered, policy, run.question.source.dialect, limit)
     ]
 
 

@@ -30,7 +30,7 @@ from askdb.outcomes import run_outcome
 from askdb.pipeline.answer import format_cell
 from askdb.pipeline.retrieval import Weights
 from askdb.roles import ADMIN, user_role
-from askdb.services.privacy import row_level_allowed
+from askdb.services.privacy import privacy_policy
 from askdb.services.reviews import review_approve, review_correct, review_flag, review_reassign
 from askdb.services.runs import (
     QuestionError,
@@ -81,9 +81,7 @@ def home(request: HttpRequest) -> HttpResponse:
     except ValueError:  # no source yet: the page still renders, asking says why
         source = None
     suggestions = (
-        selectors.library_suggestions(
-            source=source, individuals=row_level_allowed(source=source, user=request.user)
-        )
+        selectors.library_suggestions(source=source, policy=privacy_policy(source=source, user=request.user))
         if source
         else []
     )
@@ -135,7 +133,7 @@ def _run_context(request: HttpRequest, run: Run) -> dict:
             "provenance": provenance,
             "methods": selectors.methods_paragraph(provenance) if run.sql else "",
             "suggestions": selectors.run_suggestions(
-                run=run, individuals=row_level_allowed(source=run.question.source, user=request.user)
+                run=run, policy=privacy_policy(source=run.question.source, user=request.user)
             )
             if not succeeded or not run.sql
             else [],

@@ -24,16 +24,12 @@ def privacy_policy(*, source, user, evaluation: bool = False) -> privacy.Privacy
     )
     return privacy.PrivacyPolicy(
         min_cell_size=source.min_cell_size,
-        row_level=evaluation or row_level_allowed(source=source, user=user),
+        row_level=evaluation
+        or (not source.aggregate_only and bool(user and user.has_perm("askdb.view_row_level"))),
         sensitive_allowed=evaluation or bool(user and user.has_perm("askdb.view_sensitive")),
         sensitive_columns=frozenset(f"{t}.{c}".lower() for t, c in sensitive),
         identifier_columns=frozenset(settings.ASKDB_IDENTIFIER_COLUMNS),
     )
-
-
-def row_level_allowed(*, source, user) -> bool:
-    """Whether `user` may see row-level results of `source` (and so questions about one patient)."""
-    return not source.aggregate_only and bool(user and user.has_perm("askdb.view_row_level"))
 
 
 def result_protect(*, run, sql: str, result) -> privacy.ProtectedResult:

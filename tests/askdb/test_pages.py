@@ -168,7 +168,10 @@ def test_the_ask_page_suggests_population_questions_before_questions_about_one_p
     client.force_login(make_user("nina", "researcher"))
     suggestions = [e.question for e in client.get("/").context["suggestions"]]
     assert suggestions == ["how many patients are older than 70?", f"what is the gender of patient {pid}?"]
-    # an aggregate-only researcher is offered no question about one patient, here or in "Did you mean"
+    example_upsert(source=source, question="what is the icd code for sepsis?", approved_by=reviewer,
+                   sql="SELECT icd_code FROM mimiciv_hosp.d_icd_diagnoses WHERE long_title = 'Sepsis'")  # fmt: skip
+    # an aggregate-only researcher is offered only what they may see (no listing, no question about
+    # one patient), here and in "Did you mean"
     analyst = make_user("al", "aggregate_researcher")
     client.force_login(analyst)
     assert [e.question for e in client.get("/").context["suggestions"]] == [
