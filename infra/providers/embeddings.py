@@ -84,7 +84,7 @@ class LocalEmbedder:
     def _encode(self, texts: list[str]):
         model = self._load()
         with MODEL_LOCK:
-            return model.encode(texts, batch_size=64)
+            return model.encode(texts)
 
     def warm_up(self) -> None:
         # Load the weights and touch every code path once; pay that at start-up, not in a question.
@@ -122,6 +122,19 @@ class OpenAIEmbedder:
                 f"EMBEDDING_DIMS says {self.dims}"
             )
         return vectors
+
+
+def embed_in_chunks(
+    embedder: Embedder, texts: list[str], *, chunk: int = 256, done: Callable[[int], None] | None = None
+) -> list[list[float]]:
+    """Embed many texts a chunk at a time: `done(n)` after each chunk (progress of a long import),
+    and the model lock is let go between chunks, so a question asked meanwhile waits one chunk."""
+    vectors: list[list[float]] = []
+    for start in range(0, len(texts), chunk):
+        vectors += embedder.embed(texts[start : start + chunk])
+        if done:
+            done(len(vectors))
+    return vectors
 
 
 def timed_load(embedder: Embedder, *, say: Callable[[str], None]) -> None:
