@@ -47,11 +47,11 @@ def available() -> bool:
 
 
 def ensure_source():
-    """The `ehrsql` source on the SQLite file, introspected once (its tables become the catalog)."""
+    """The `ehrsql` source on the SQLite file, introspected and its docs embedded once."""
     import datetime as dt
 
     from metadata_admin.models import TableDoc
-    from metadata_admin.services import source_introspect, source_register
+    from metadata_admin.services import source_introspect, source_register, table_docs_reembed
 
     source = source_register(
         name=SOURCE,
@@ -60,7 +60,8 @@ def ensure_source():
         description="EHRSQL-2024 (MIMIC-IV demo, SQLite), for benchmarks/library_scale.py",
     )
     if not TableDoc.objects.filter(source=source, exists_in_source=True).exists():
-        source_introspect(source=source, sample_values=False)
+        source_introspect(source=source)
+    table_docs_reembed(source=source)  # retrieval finds tables by these vectors (no-op when done)
     return source
 
 
@@ -154,26 +155,24 @@ def main(argv: list[str] | None = None) -> int:
     values: dict[str, float] = {}
     rows: list[list[str]] = []
     try:
-        env = {k: v for k, v in os.environ.items() if k not in pipeline.EXTERNAL_ENV + ("LLM_BASE_URL",)}
+        env = {k: v for k, v in os.environ.items() if k not in (*pipeline.EXTERNAL_ENV, "LLM_BASE_URL")}
         env.update(ASKDB_TORCH_THREADS="1", OMP_NUM_THREADS="1")
         source = ensure_source()
+        previous = targets.results(home).get("library_scale", {}).get("values", {})
         for part in parts:
-            load = targets.load_average()
-            if part == "import":
-                part_import(source, env, values, rows)
-            elif part == "calibrate":
-                part_calibrate(source, env, values, rows)
-            elif part == "ask":
-                part_ask(source, args.questions, values, rows)
-            rows[-1].append(load)
+            load, before = targets.load_average(), len(rows)
+            {"import": lambda: part_import(source, env, values, rows),
+             "calibrate": lambda: part_calibrate(source, env, values, rows),
+             "ask": lambda: part_ask(source, args.questions, values, rows)}[part]()  # fmt: skip
+            for row in rows[before:]:
+                row.append(load)
+            targets.save(home, "library_scale", {**previous, **values}, load_at_start=load_at_start)
     finally:
         from config import embedded
 
         embedded.stop(started)
     print(f"load average at start: {load_at_start}\n")
     print(table(["what", "measured", "detail", "load at start"], rows))
-    previous = targets.results(home).get("library_scale", {}).get("values", {})
-    targets.save(home, "library_scale", {**previous, **values}, load_at_start=load_at_start)
     return 0
 
 

@@ -81,6 +81,21 @@ class LocalEmbedder:
                 return [v.tolist() for v in self._encode(list(texts))]
         return [self._cache[t] for t in texts]
 
+    def embed_capped(self, texts: list[str], max_tokens: int) -> list[list[float]]:
+        """Vectors of texts cut at `max_tokens` word pieces (a model trained on vectors cut there,
+        like the answerability gate's): a text that fits is the cached `embed` vector, so a
+        question the pipeline has embedded already costs nothing; a longer one is encoded cut."""
+        model = self._load()
+        with MODEL_LOCK:
+            counts = model.token_counts(texts)
+        fits = [t for t, n in zip(texts, counts, strict=True) if n <= max_tokens]
+        found = dict(zip(fits, self.embed(fits), strict=True))
+        longer = list(dict.fromkeys(t for t in texts if t not in found))
+        if longer:
+            with MODEL_LOCK:
+                found.update(zip(longer, model.encode(longer, max_tokens=max_tokens).tolist(), strict=True))
+        return [found[t] for t in texts]
+
     def _encode(self, texts: list[str]):
         model = self._load()
         with MODEL_LOCK:
@@ -122,19 +137,6 @@ class OpenAIEmbedder:
                 f"EMBEDDING_DIMS says {self.dims}"
             )
         return vectors
-
-
-def embed_in_chunks(
-    embedder: Embedder, texts: list[str], *, chunk: int = 256, done: Callable[[int], None] | None = None
-) -> list[list[float]]:
-    """Embed many texts a chunk at a time: `done(n)` after each chunk (progress of a long import),
-    and the model lock is let go between chunks, so a question asked meanwhile waits one chunk."""
-    vectors: list[list[float]] = []
-    for start in range(0, len(texts), chunk):
-        vectors += embedder.embed(texts[start : start + chunk])
-        if done:
-            done(len(vectors))
-    return vectors
 
 
 def timed_load(embedder: Embedder, *, say: Callable[[str], None]) -> None:
