@@ -580,7 +580,13 @@ def source_probe(executor, sql: str) -> bool:
         return False
 
 
-def library_cross_validate(*, source, items: list[dict] | None = None, progress=None) -> dict:
+CV_FOLDS = 5
+_cv_state: dict[str, Any] = {}  # what forked calibration workers inherit (see library_cross_validate)
+
+
+def library_cross_validate(
+    *, source, items: list[dict] | None = None, progress=None, processes: int = 1
+) -> dict:
     """P(correct) for library answers, fitted by cross-validation over the library itself.
 
     Whole paraphrase groups (same SQL, or the same unanswerable question) are held out together, and
@@ -588,44 +594,38 @@ def library_cross_validate(*, source, items: list[dict] | None = None, progress=
     correct when its bound SQL is the example's SQL or returns the same result ("now" as of the
     source). Labelled `items` (questions not in the library) add held-out samples. The report gives
     the threshold c / (c + 1) and the coverage and precision expected at it.
+
+    Nothing is asked of the database twice: the library's vectors and templates are the stored ones,
+    and value lookups, probes and results are remembered across questions. With `processes` > 1
+    (the calibrate_library command; never inside a threaded worker) the folds and the labelled
+    questions run in that many forked processes; the samples are the same.
     """
     executor = source_executor(source)
     catalog, embedder = source_catalog_schema(source), get_embedder()
     index, values = library_index(source, executor, embedder)
-    cache: dict[str, Any] = {}
-
-    def rows(sql: str):
-        if sql not in cache:
-            try:
-                cache[sql] = executor.execute(sql, timeout_s=10, row_cap=1000).rows
-            except ExecutionError as exc:
-                cache[sql] = exc
-        return cache[sql]
-
-    def same(sql: str, gold: str) -> bool:
-        if " ".join(sql.lower().split()) == " ".join(gold.lower().split()):
-            return True
-        a, b = rows(sql), rows(gold)
-        return not isinstance(a, Exception) and not isinstance(b, Exception) and results_match(a, b)
-
-    def lookup(table_column: str, text: str):
-        return column_values_like(executor, table_column, text, dialect=source.dialect)
-
-    samples = library.cross_validate(
-        index, lambda held: index.matrix[held], is_correct=lambda entry, best: same(best.sql, entry.template.sql),
-        lookup=lookup, values=values, catalog=catalog, progress=progress,
-        probe=lambda sql: source_probe(executor, sql),
-    )  # fmt: skip
     labelled = [(str(i["question"]), str(i.get("sql") or "")) for i in (items or [])]
-    if labelled:
-        masked = [offline.mask_question(q, values) for q, _ in labelled]
-        for (question, gold), vector in zip(labelled, embedder.embed(masked), strict=True):
-            best = library.match_library(
-                question, vector, index, lookup=lookup, values=values, catalog=catalog,
-                probe=lambda sql: source_probe(executor, sql),
-            ).best  # fmt: skip
-            if best is not None and best.hard_ok and best.sql:
-                samples.append((best.features, bool(gold) and same(best.sql, gold)))
+    masked = embedder.embed([offline.mask_question(q, values) for q, _ in labelled]) if labelled else []
+    _cv_state.update(index=index, values=values, catalog=catalog, executor=executor, dialect=source.dialect,
+                     labelled=labelled, masked=masked, done=None)  # fmt: skip
+    tasks: list[tuple[str, int]] = [("fold", f) for f in range(CV_FOLDS)] + (
+        [("items", 0)] if labelled else []
+    )
+    processes = max(1, min(processes, len(tasks)))
+    try:
+        if processes == 1:
+            count = [0]
+
+            def one_more(_: int) -> None:
+                count[0] += 1
+                if progress:
+                    progress(count[0])
+
+            _cv_state["done"] = one_more
+            samples = [s for task in tasks for s in _cv_task(task)]
+        else:
+            samples = _cv_parallel(tasks, processes, progress)
+    finally:
+        _cv_state.clear()
     risk = library.fit_risk(samples, wrong_answer_cost=settings.ASKDB_WRONG_ANSWER_COST)
     scored = [(risk.predict(f), ok) for f, ok in samples]
     asked = len(index.entries) + len(labelled)
@@ -638,3 +638,81 @@ def library_cross_validate(*, source, items: list[dict] | None = None, progress=
         "templates": len(index.families), "examples": len(index.entries),
         "mode": "grouped cross-validation" + (" + file" if labelled else ""), "at": timezone.now().isoformat(),
     }  # fmt: skip
+
+
+def _cv_parallel(tasks: list[tuple[str, int]], processes: int, progress) -> list:
+    """The cross-validation tasks in forked processes (they inherit the library and value index)."""
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    context = multiprocessing.get_context("fork")
+    counter = context.Value("i", 0)
+    _cv_state["done"] = lambda n, c=counter: _cv_count(c)
+    by_task: dict[tuple[str, int], list] = {}
+    with ProcessPoolExecutor(processes, mp_context=context) as pool:
+        pending = {pool.submit(_cv_task, task): task for task in tasks}
+        while pending:
+            finished, _ = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+            for future in finished:
+                by_task[pending.pop(future)] = future.result()
+            if progress:
+                progress(counter.value)
+    return [s for task in tasks for s in by_task[task]]  # in task order, as one process gives them
+
+
+def _cv_count(counter) -> None:
+    with counter.get_lock():
+        counter.value += 1
+
+
+def _cv_task(task: tuple[str, int]) -> list:
+    """The held-out samples of one fold, or of the labelled questions (in this process or a fork)."""
+    state = _cv_state
+    executor, index, values, dialect = state["executor"], state["index"], state["values"], state["dialect"]
+    results: dict[str, Any] = {}
+    lookups: dict[tuple[str, str], list] = {}
+    probes: dict[str, bool] = {}
+
+    def rows(sql: str):
+        if sql not in results:
+            try:
+                results[sql] = executor.execute(sql, timeout_s=10, row_cap=1000).rows
+            except ExecutionError as exc:
+                results[sql] = exc
+        return results[sql]
+
+    def same(sql: str, gold: str) -> bool:
+        if " ".join(sql.lower().split()) == " ".join(gold.lower().split()):
+            return True
+        a, b = rows(sql), rows(gold)
+        return not isinstance(a, Exception) and not isinstance(b, Exception) and results_match(a, b)
+
+    def lookup(table_column: str, text: str):
+        key = (table_column, text.lower())
+        if key not in lookups:
+            lookups[key] = column_values_like(executor, table_column, text, dialect=dialect)
+        return lookups[key]
+
+    def probe(sql: str) -> bool:
+        if sql not in probes:
+            probes[sql] = source_probe(executor, sql)
+        return probes[sql]
+
+    done = state["done"]  # called once per question asked
+    kind, fold = task
+    if kind == "fold":
+        return library.cross_validate(
+            index, lambda held: index.matrix[held], is_correct=lambda entry, best: same(best.sql, entry.template.sql),
+            lookup=lookup, values=values, catalog=state["catalog"], folds=CV_FOLDS, only=[fold], probe=probe,
+            progress=done,
+        )  # fmt: skip
+    samples = []
+    for (question, gold), vector in zip(state["labelled"], state["masked"], strict=True):
+        best = library.match_library(
+            question, vector, index, lookup=lookup, values=values, catalog=state["catalog"], probe=probe
+        ).best
+        if best is not None and best.hard_ok and best.sql:
+            samples.append((best.features, bool(gold) and same(best.sql, gold)))
+        if done:
+            done(0)
+    return samples

@@ -488,14 +488,18 @@ def cross_validate(
     progress: Callable[[int], None] | None = None,
     details: list | None = None,
     probe: Callable[[str], bool] | None = None,
+    only: Sequence[int] | None = None,
 ) -> list[tuple[dict[str, float], bool]]:
     """Held-out (features, correct) for the best hard-rule-passing match of every library question.
 
-    Unanswerable library questions are asked too: any answer to one is a wrong answer.
+    Unanswerable library questions are asked too: any answer to one is a wrong answer. `only`:
+    these folds alone (the caller runs the folds in parallel).
     """
     samples: list[tuple[dict[str, float], bool]] = []
     done = 0
-    for held in grouped_folds(index.entries, folds):
+    for fold, held in enumerate(grouped_folds(index.entries, folds)):
+        if only is not None and fold not in only:
+            continue
         held_set = set(held)
         train = index.subset([i for i in range(len(index.entries)) if i not in held_set])
         vectors = vectors_of(held)

@@ -205,6 +205,10 @@ def _store(pairs: list[_Pair], *, source, approved_by, origin: str, model: str, 
             was_active = duplicate.status == Example.Status.ACTIVE
             _merge_fields(duplicate, question=pair.question, sql=pair.sql, tables=pair.tables,
                           columns=pair.columns, approved_by=approved_by, note=pair.note)  # fmt: skip
+            if duplicate.template_key:  # the merged SQL may be another template
+                template = Template.from_dict(duplicate.template) if duplicate.template else None
+                entry = library.entry_for(None, duplicate.question, duplicate.sql, template)
+                duplicate.template_key = library.key_hash(entry.key) if entry is not None else ""
             if not was_active and duplicate.embedding_model == model and duplicate.embedding is not None:
                 near[pair.kind].add(duplicate, duplicate.embedding)
             example = duplicate

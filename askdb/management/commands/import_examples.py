@@ -55,7 +55,9 @@ class Command(BaseCommand):
                     source=src, items=items, approved_by=approver, execute=not no_execute, progress=bar.update
                 )
             except (ExecutionError, EmbeddingError) as exc:
-                raise CommandError(f"the import stopped: {exc}; examples written before it were kept") from exc
+                raise CommandError(
+                    f"the import stopped: {exc}; examples written before it were kept"
+                ) from exc
         self.stdout.write(f"{file.name} into {src.name}: {report.summary()}")
         for failure in report.failed:
             self.stdout.write(f"  failed {failure['id']}: {failure['error']}")
