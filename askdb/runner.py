@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
 import sqlglot
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
@@ -28,7 +29,6 @@ from askdb.pipeline.templates import Template, template_is_current
 from askdb.pipeline.types import CatalogSchema, ChatResult, ExampleContext, TableContext
 from askdb.services.examples import example_template
 from askdb.services.sql import audit_sql_executed
-from infra.adapters.catalog_search import examples_nearest
 from infra.adapters.clinical import ExecutionError
 from infra.audit.services import audit_record
 from infra.providers.embeddings import get_embedder
@@ -57,9 +57,16 @@ class DjangoPorts:
         self._nearest_for: list[float] | None = None
         self._nearest_list: list[tuple[int, float]] = []
         self._sensitive_columns: frozenset[str] | None = None
+        self._version: tuple | None = None
 
     def embed(self, question: str) -> list[float]:
         return self.embedder.embed([question])[0]
+
+    def _library_version(self) -> tuple:
+        """The library's version, read once per run (the few-shot search and the match share it)."""
+        if self._version is None:
+            self._version = _library_version(self.source)
+        return self._version
 
     def retrieve(
         self, question: str, vector: list[float], k: int, examples: list[ExampleContext]
@@ -81,8 +88,8 @@ class DjangoPorts:
         examples and the template candidates are both taken from this one list."""
         if self._nearest_for is not vector:
             k = max(settings.ASKDB_EXAMPLES_K, LIBRARY_CANDIDATES)
-            self._nearest_list = examples_nearest(
-                source_id=self.source.pk, vector=vector, model=self.embedder.model, k=k
+            self._nearest_list = examples_nearest_cached(
+                self.source, vector, self.embedder.model, k, version=self._library_version()
             )
             self._nearest_for = vector
         return self._nearest_list
@@ -116,7 +123,9 @@ class DjangoPorts:
         ASKDB_WRONG_ANSWER_COST = c.
         """
         risk = library_risk(self.source)
-        index, values = library_index(self.source, self.executor, self.embedder)
+        index, values = library_index(
+            self.source, self.executor, self.embedder, version=self._library_version()
+        )
         if not index.entries:
             return [], risk.threshold
         masked = offline.mask_question(question, values)
@@ -476,7 +485,7 @@ def source_values(source, executor):
     return _VALUES[source.pk]
 
 
-def library_index(source, executor, embedder):
+def library_index(source, executor, embedder, version: tuple | None = None):
     """The source's active library as templates with paraphrases, rebuilt when the library changes.
 
     Masked-question vectors are stored on the examples (computed in one batch for those that lack
@@ -484,7 +493,7 @@ def library_index(source, executor, embedder):
     """
     values = source_values(source, executor)
     active = Example.objects.filter(source=source, status=Example.Status.ACTIVE)
-    version = tuple(active.aggregate(n=Count("id"), last=Max("updated_at")).values())
+    version = version or _library_version(source)
     cached = _LIBRARIES.get(source.pk)
     if cached is not None and cached[0] == version:
         return cached[1], values
@@ -494,12 +503,17 @@ def library_index(source, executor, embedder):
             example.template = example_template(example)
             changed.append(example)
         template = Template.from_dict(example.template) if example.template else None
-        entry = library.entry_for(example.pk, example.question, example.sql, template)
+        stored = example.template.get("key") if example.template else None
+        entry = library.entry_for(example.pk, example.question, example.sql, template, key=stored)
         if entry is None:
             continue
         key = library.key_hash(entry.key)
-        if example.template_key != key:
+        if example.template_key != key or (template is not None and stored != entry.key):
+            # The key is kept with the template (it goes with TEMPLATE_VERSION): computing it parses
+            # the SQL, which for thousands of examples is most of a rebuild.
             example.template_key = key
+            if template is not None:
+                example.template = {**example.template, "key": entry.key}
             changed.append(example)
         if example.masked_embedding is None:
             missing.append((len(entries), example))
@@ -519,6 +533,44 @@ def library_index(source, executor, embedder):
     index = library.LibraryIndex(entries, [list(v) for v in vectors])
     _LIBRARIES[source.pk] = (version, index)
     return index, values
+
+
+_QUESTION_VECTORS: dict[tuple[int, str], tuple[tuple, list[int], np.ndarray]] = {}
+
+
+def examples_nearest_cached(
+    source, vector: list[float], model: str, k: int, version: tuple | None = None
+) -> list[tuple[int, float]]:
+    """What catalog_search.examples_nearest returns (the k active answerable examples closest to a
+    question, best first, ties by id), from the library's question vectors held in memory and
+    reloaded when the library changes: a product with a matrix instead of a scan of thousands
+    of rows in PostgreSQL for every question."""
+    version = version or _library_version(source)
+    cached = _QUESTION_VECTORS.get((source.pk, model))
+    if cached is None or cached[0] != version:
+        rows = Example.objects.filter(
+            source=source, status=Example.Status.ACTIVE, kind=Example.Kind.ANSWERABLE, embedding_model=model,
+            embedding__isnull=False,
+        ).order_by("id").values_list("id", "embedding")  # fmt: skip
+        ids = [i for i, v in rows if len(v) == len(vector)]
+        matrix = np.asarray([v for _, v in rows if len(v) == len(vector)], dtype=np.float32)
+        matrix = matrix.reshape(len(ids), len(vector))
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        cached = (version, ids, matrix / np.where(norms == 0, 1.0, norms))
+        _QUESTION_VECTORS[(source.pk, model)] = cached
+    _, ids, matrix = cached
+    if not ids or k <= 0:
+        return []
+    v = np.asarray(vector, dtype=np.float32)
+    sims = matrix @ (v / (np.linalg.norm(v) or 1.0))
+    top = np.lexsort((np.asarray(ids), -sims))[:k]  # score descending, then id, as the SQL orders
+    return [(ids[i], float(sims[i])) for i in top]
+
+
+def _library_version(source) -> tuple:
+    """Changes when an active example is added, edited, retired or restored (one small query)."""
+    active = Example.objects.filter(source=source, status=Example.Status.ACTIVE)
+    return tuple(active.aggregate(n=Count("id"), last=Max("updated_at")).values())
 
 
 def library_candidates(nearest: list[tuple[int, float]]) -> list:

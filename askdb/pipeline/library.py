@@ -208,13 +208,16 @@ class Entry:
     group: str  # paraphrase group: same SQL (answerable) or same question (unanswerable)
 
 
-def entry_for(example_id: int | None, question: str, sql: str, template: Template | None) -> Entry | None:
-    """The entry of one example, or None when its SQL could not be templated (it cannot answer)."""
+def entry_for(
+    example_id: int | None, question: str, sql: str, template: Template | None, key: str | None = None
+) -> Entry | None:
+    """The entry of one example, or None when its SQL could not be templated (it cannot answer).
+    `key`: its template_key when stored with the template (computing it parses the SQL)."""
     if not sql:
         return Entry(example_id, question, None, UNANSWERABLE, "q:" + " ".join(question.lower().split()))
     if template is None or not template.usable:
         return None
-    return Entry(example_id, question, template, template_key(template), sql_group(sql))
+    return Entry(example_id, question, template, key or template_key(template), sql_group(sql))
 
 
 class LibraryIndex:

@@ -209,6 +209,8 @@ def _store(pairs: list[_Pair], *, source, approved_by, origin: str, model: str, 
                 template = Template.from_dict(duplicate.template) if duplicate.template else None
                 entry = library.entry_for(None, duplicate.question, duplicate.sql, template)
                 duplicate.template_key = library.key_hash(entry.key) if entry is not None else ""
+                if entry is not None and duplicate.template:
+                    duplicate.template["key"] = entry.key
             if not was_active and duplicate.embedding_model == model and duplicate.embedding is not None:
                 near[pair.kind].add(duplicate, duplicate.embedding)
             example = duplicate
@@ -224,10 +226,10 @@ def _store(pairs: list[_Pair], *, source, approved_by, origin: str, model: str, 
             )  # fmt: skip
             entry = library.entry_for(None, pair.question, pair.sql, pair.template)
             if entry is not None:  # what the matcher's index needs, so its first use computes nothing
-                example.template_key, example.masked_embedding = (
-                    library.key_hash(entry.key),
-                    pair.masked_vector,
-                )
+                example.template_key = library.key_hash(entry.key)
+                example.masked_embedding = pair.masked_vector
+                if example.template:
+                    example.template["key"] = entry.key  # kept with the template, as library_index does
             created.append(example)
             by_question[(pair.kind, pair.question.upper())] = example
             near[pair.kind].add(example, pair.vector)
