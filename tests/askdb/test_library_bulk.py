@@ -146,3 +146,24 @@ def test_progress_lines_say_count_rate_and_time_left():
     silent = io.StringIO()
     Progress(5, "x", stream=silent, enabled=False).update(3)
     assert silent.getvalue() == ""
+
+
+def test_the_few_shot_search_in_memory_finds_what_the_database_search_finds(source):
+    from askdb.runner import examples_nearest_cached
+    from askdb.services.examples import example_set_status
+    from infra.adapters import catalog_search
+
+    examples_import(source=source, items=ITEMS)
+    embedder = get_embedder()
+    vector = embedder.embed(["how many women are in the database?"])[0]
+
+    def both():
+        found = catalog_search.examples_nearest(source_id=source.pk, vector=vector, model=embedder.model, k=3)
+        cached = examples_nearest_cached(source, vector, embedder.model, 3)
+        assert [i for i, _ in cached] == [i for i, _ in found]
+        assert [s for _, s in cached] == pytest.approx([s for _, s in found], abs=1e-4)
+        return found
+
+    first = both()
+    example_set_status(example=Example.objects.get(pk=first[0][0]), actor=None, status="retired")
+    assert first[0][0] not in [i for i, _ in both()]  # a library change is seen at once
