@@ -99,10 +99,10 @@ def part_import(source, env: dict[str, str], values: dict, rows: list) -> None:
     )
     progress = len(PROGRESS_LINE.findall(proc.stdout + proc.stderr))
     summary = next((line for line in proc.stdout.splitlines() if "added" in line), "")
-    values.update(import_s=taken, import_progress_lines=progress, import_examples=Example.objects.filter(source=source).count())  # fmt: skip
-    rows.append(
-        ["import_examples train (5,124 pairs)", f"{taken:.1f} s", f"{progress} progress lines; {summary}"]
-    )
+    values.update(import_s=taken, import_cpu_s=proc.cpu_s, import_progress_lines=progress,
+                  import_examples=Example.objects.filter(source=source).count())  # fmt: skip
+    rows.append(["import_examples train (5,124 pairs)", f"{taken:.1f} s ({proc.cpu_s:.0f} s CPU)",
+                 f"{progress} progress lines; {summary}"])  # fmt: skip
 
 
 def part_calibrate(source, env: dict[str, str], values: dict, rows: list) -> None:
