@@ -57,6 +57,7 @@ class _Pair:
     tables: list[str] = field(default_factory=list)
     columns: list[str] = field(default_factory=list)
     template: Template | None = None
+    key: str = ""  # its template_key ("" when it cannot answer from a template)
     masked: str = ""
     vector: list[float] | None = None
     masked_vector: list[float] | None = None
@@ -170,6 +171,8 @@ def _check(pair: _Pair, catalog, dialect: str) -> None:
         return
     pair.sql, pair.tables, pair.columns = validated.sql, list(validated.tables), list(validated.columns)
     pair.template = template_of(pair.question, pair.sql, dialect=dialect)
+    entry = library.entry_for(None, pair.question, pair.sql, pair.template)  # parses: done here, in parallel
+    pair.key = entry.key if entry is not None else ""
 
 
 def _store(pairs: list[_Pair], *, source, approved_by, origin: str, model: str, report: ImportReport,
@@ -224,12 +227,12 @@ def _store(pairs: list[_Pair], *, source, approved_by, origin: str, model: str, 
                 approved_by=approved_by, approved_at=now, note=pair.note, validated_at=now,
                 template=pair.template.to_dict() if pair.template is not None else {},
             )  # fmt: skip
-            entry = library.entry_for(None, pair.question, pair.sql, pair.template)
-            if entry is not None:  # what the matcher's index needs, so its first use computes nothing
-                example.template_key = library.key_hash(entry.key)
+            key = pair.key if pair.sql else library.UNANSWERABLE
+            if key:  # what the matcher's index needs, so its first use computes nothing
+                example.template_key = library.key_hash(key)
                 example.masked_embedding = pair.masked_vector
                 if example.template:
-                    example.template["key"] = entry.key  # kept with the template, as library_index does
+                    example.template["key"] = key  # kept with the template, as library_index does
             created.append(example)
             by_question[(pair.kind, pair.question.upper())] = example
             near[pair.kind].add(example, pair.vector)
