@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
 import sqlglot
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
@@ -28,7 +29,6 @@ from askdb.pipeline.templates import Template, template_is_current
 from askdb.pipeline.types import CatalogSchema, ChatResult, ExampleContext, TableContext
 from askdb.services.examples import example_template
 from askdb.services.sql import audit_sql_executed
-from infra.adapters.catalog_search import examples_nearest
 from infra.adapters.clinical import ExecutionError
 from infra.audit.services import audit_record
 from infra.providers.embeddings import get_embedder
@@ -57,9 +57,16 @@ class DjangoPorts:
         self._nearest_for: list[float] | None = None
         self._nearest_list: list[tuple[int, float]] = []
         self._sensitive_columns: frozenset[str] | None = None
+        self._version: tuple | None = None
 
     def embed(self, question: str) -> list[float]:
         return self.embedder.embed([question])[0]
+
+    def _library_version(self) -> tuple:
+        """The library's version, read once per run (the few-shot search and the match share it)."""
+        if self._version is None:
+            self._version = _library_version(self.source)
+        return self._version
 
     def retrieve(
         self, question: str, vector: list[float], k: int, examples: list[ExampleContext]
@@ -81,8 +88,8 @@ class DjangoPorts:
         examples and the template candidates are both taken from this one list."""
         if self._nearest_for is not vector:
             k = max(settings.ASKDB_EXAMPLES_K, LIBRARY_CANDIDATES)
-            self._nearest_list = examples_nearest(
-                source_id=self.source.pk, vector=vector, model=self.embedder.model, k=k
+            self._nearest_list = examples_nearest_cached(
+                self.source, vector, self.embedder.model, k, version=self._library_version()
             )
             self._nearest_for = vector
         return self._nearest_list
@@ -116,7 +123,9 @@ class DjangoPorts:
         ASKDB_WRONG_ANSWER_COST = c.
         """
         risk = library_risk(self.source)
-        index, values = library_index(self.source, self.executor, self.embedder)
+        index, values = library_index(
+            self.source, self.executor, self.embedder, version=self._library_version()
+        )
         if not index.entries:
             return [], risk.threshold
         masked = offline.mask_question(question, values)
@@ -476,7 +485,7 @@ def source_values(source, executor):
     return _VALUES[source.pk]
 
 
-def library_index(source, executor, embedder):
+def library_index(source, executor, embedder, version: tuple | None = None):
     """The source's active library as templates with paraphrases, rebuilt when the library changes.
 
     Masked-question vectors are stored on the examples (computed in one batch for those that lack
@@ -484,7 +493,7 @@ def library_index(source, executor, embedder):
     """
     values = source_values(source, executor)
     active = Example.objects.filter(source=source, status=Example.Status.ACTIVE)
-    version = tuple(active.aggregate(n=Count("id"), last=Max("updated_at")).values())
+    version = version or _library_version(source)
     cached = _LIBRARIES.get(source.pk)
     if cached is not None and cached[0] == version:
         return cached[1], values
@@ -494,12 +503,17 @@ def library_index(source, executor, embedder):
             example.template = example_template(example)
             changed.append(example)
         template = Template.from_dict(example.template) if example.template else None
-        entry = library.entry_for(example.pk, example.question, example.sql, template)
+        stored = example.template.get("key") if example.template else None
+        entry = library.entry_for(example.pk, example.question, example.sql, template, key=stored)
         if entry is None:
             continue
         key = library.key_hash(entry.key)
-        if example.template_key != key:
+        if example.template_key != key or (template is not None and stored != entry.key):
+            # The key is kept with the template (it goes with TEMPLATE_VERSION): computing it parses
+            # the SQL, which for thousands of examples is most of a rebuild.
             example.template_key = key
+            if template is not None:
+                example.template = {**example.template, "key": entry.key}
             changed.append(example)
         if example.masked_embedding is None:
             missing.append((len(entries), example))
@@ -519,6 +533,44 @@ def library_index(source, executor, embedder):
     index = library.LibraryIndex(entries, [list(v) for v in vectors])
     _LIBRARIES[source.pk] = (version, index)
     return index, values
+
+
+_QUESTION_VECTORS: dict[tuple[int, str], tuple[tuple, list[int], np.ndarray]] = {}
+
+
+def examples_nearest_cached(
+    source, vector: list[float], model: str, k: int, version: tuple | None = None
+) -> list[tuple[int, float]]:
+    """What catalog_search.examples_nearest returns (the k active answerable examples closest to a
+    question, best first, ties by id), from the library's question vectors held in memory and
+    reloaded when the library changes: a product with a matrix instead of a scan of thousands
+    of rows in PostgreSQL for every question."""
+    version = version or _library_version(source)
+    cached = _QUESTION_VECTORS.get((source.pk, model))
+    if cached is None or cached[0] != version:
+        rows = Example.objects.filter(
+            source=source, status=Example.Status.ACTIVE, kind=Example.Kind.ANSWERABLE, embedding_model=model,
+            embedding__isnull=False,
+        ).order_by("id").values_list("id", "embedding")  # fmt: skip
+        ids = [i for i, v in rows if len(v) == len(vector)]
+        matrix = np.asarray([v for _, v in rows if len(v) == len(vector)], dtype=np.float32)
+        matrix = matrix.reshape(len(ids), len(vector))
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        cached = (version, ids, matrix / np.where(norms == 0, 1.0, norms))
+        _QUESTION_VECTORS[(source.pk, model)] = cached
+    _, ids, matrix = cached
+    if not ids or k <= 0:
+        return []
+    v = np.asarray(vector, dtype=np.float32)
+    sims = matrix @ (v / (np.linalg.norm(v) or 1.0))
+    top = np.lexsort((np.asarray(ids), -sims))[:k]  # score descending, then id, as the SQL orders
+    return [(ids[i], float(sims[i])) for i in top]
+
+
+def _library_version(source) -> tuple:
+    """Changes when an active example is added, edited, retired or restored (one small query)."""
+    active = Example.objects.filter(source=source, status=Example.Status.ACTIVE)
+    return tuple(active.aggregate(n=Count("id"), last=Max("updated_at")).values())
 
 
 def library_candidates(nearest: list[tuple[int, float]]) -> list:
@@ -580,7 +632,13 @@ def source_probe(executor, sql: str) -> bool:
         return False
 
 
-def library_cross_validate(*, source, items: list[dict] | None = None, progress=None) -> dict:
+CV_FOLDS = 5
+_cv_state: dict[str, Any] = {}  # what forked calibration workers inherit (see library_cross_validate)
+
+
+def library_cross_validate(
+    *, source, items: list[dict] | None = None, progress=None, processes: int = 1
+) -> dict:
     """P(correct) for library answers, fitted by cross-validation over the library itself.
 
     Whole paraphrase groups (same SQL, or the same unanswerable question) are held out together, and
@@ -588,44 +646,38 @@ def library_cross_validate(*, source, items: list[dict] | None = None, progress=
     correct when its bound SQL is the example's SQL or returns the same result ("now" as of the
     source). Labelled `items` (questions not in the library) add held-out samples. The report gives
     the threshold c / (c + 1) and the coverage and precision expected at it.
+
+    Nothing is asked of the database twice: the library's vectors and templates are the stored ones,
+    and value lookups, probes and results are remembered across questions. With `processes` > 1
+    (the calibrate_library command; never inside a threaded worker) the folds and the labelled
+    questions run in that many forked processes; the samples are the same.
     """
     executor = source_executor(source)
     catalog, embedder = source_catalog_schema(source), get_embedder()
     index, values = library_index(source, executor, embedder)
-    cache: dict[str, Any] = {}
-
-    def rows(sql: str):
-        if sql not in cache:
-            try:
-                cache[sql] = executor.execute(sql, timeout_s=10, row_cap=1000).rows
-            except ExecutionError as exc:
-                cache[sql] = exc
-        return cache[sql]
-
-    def same(sql: str, gold: str) -> bool:
-        if " ".join(sql.lower().split()) == " ".join(gold.lower().split()):
-            return True
-        a, b = rows(sql), rows(gold)
-        return not isinstance(a, Exception) and not isinstance(b, Exception) and results_match(a, b)
-
-    def lookup(table_column: str, text: str):
-        return column_values_like(executor, table_column, text, dialect=source.dialect)
-
-    samples = library.cross_validate(
-        index, lambda held: index.matrix[held], is_correct=lambda entry, best: same(best.sql, entry.template.sql),
-        lookup=lookup, values=values, catalog=catalog, progress=progress,
-        probe=lambda sql: source_probe(executor, sql),
-    )  # fmt: skip
     labelled = [(str(i["question"]), str(i.get("sql") or "")) for i in (items or [])]
-    if labelled:
-        masked = [offline.mask_question(q, values) for q, _ in labelled]
-        for (question, gold), vector in zip(labelled, embedder.embed(masked), strict=True):
-            best = library.match_library(
-                question, vector, index, lookup=lookup, values=values, catalog=catalog,
-                probe=lambda sql: source_probe(executor, sql),
-            ).best  # fmt: skip
-            if best is not None and best.hard_ok and best.sql:
-                samples.append((best.features, bool(gold) and same(best.sql, gold)))
+    masked = embedder.embed([offline.mask_question(q, values) for q, _ in labelled]) if labelled else []
+    _cv_state.update(index=index, values=values, catalog=catalog, executor=executor, dialect=source.dialect,
+                     labelled=labelled, masked=masked, done=None)  # fmt: skip
+    tasks: list[tuple[str, int]] = [("fold", f) for f in range(CV_FOLDS)] + (
+        [("items", 0)] if labelled else []
+    )
+    processes = max(1, min(processes, len(tasks)))
+    try:
+        if processes == 1:
+            count = [0]
+
+            def one_more(_: int) -> None:
+                count[0] += 1
+                if progress:
+                    progress(count[0])
+
+            _cv_state["done"] = one_more
+            samples = [s for task in tasks for s in _cv_task(task)]
+        else:
+            samples = _cv_parallel(tasks, processes, progress)
+    finally:
+        _cv_state.clear()
     risk = library.fit_risk(samples, wrong_answer_cost=settings.ASKDB_WRONG_ANSWER_COST)
     scored = [(risk.predict(f), ok) for f, ok in samples]
     asked = len(index.entries) + len(labelled)
@@ -638,3 +690,81 @@ def library_cross_validate(*, source, items: list[dict] | None = None, progress=
         "templates": len(index.families), "examples": len(index.entries),
         "mode": "grouped cross-validation" + (" + file" if labelled else ""), "at": timezone.now().isoformat(),
     }  # fmt: skip
+
+
+def _cv_parallel(tasks: list[tuple[str, int]], processes: int, progress) -> list:
+    """The cross-validation tasks in forked processes (they inherit the library and value index)."""
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    context = multiprocessing.get_context("fork")
+    counter = context.Value("i", 0)
+    _cv_state["done"] = lambda n, c=counter: _cv_count(c)
+    by_task: dict[tuple[str, int], list] = {}
+    with ProcessPoolExecutor(processes, mp_context=context) as pool:
+        pending = {pool.submit(_cv_task, task): task for task in tasks}
+        while pending:
+            finished, _ = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+            for future in finished:
+                by_task[pending.pop(future)] = future.result()
+            if progress:
+                progress(counter.value)
+    return [s for task in tasks for s in by_task[task]]  # in task order, as one process gives them
+
+
+def _cv_count(counter) -> None:
+    with counter.get_lock():
+        counter.value += 1
+
+
+def _cv_task(task: tuple[str, int]) -> list:
+    """The held-out samples of one fold, or of the labelled questions (in this process or a fork)."""
+    state = _cv_state
+    executor, index, values, dialect = state["executor"], state["index"], state["values"], state["dialect"]
+    results: dict[str, Any] = {}
+    lookups: dict[tuple[str, str], list] = {}
+    probes: dict[str, bool] = {}
+
+    def rows(sql: str):
+        if sql not in results:
+            try:
+                results[sql] = executor.execute(sql, timeout_s=10, row_cap=1000).rows
+            except ExecutionError as exc:
+                results[sql] = exc
+        return results[sql]
+
+    def same(sql: str, gold: str) -> bool:
+        if " ".join(sql.lower().split()) == " ".join(gold.lower().split()):
+            return True
+        a, b = rows(sql), rows(gold)
+        return not isinstance(a, Exception) and not isinstance(b, Exception) and results_match(a, b)
+
+    def lookup(table_column: str, text: str):
+        key = (table_column, text.lower())
+        if key not in lookups:
+            lookups[key] = column_values_like(executor, table_column, text, dialect=dialect)
+        return lookups[key]
+
+    def probe(sql: str) -> bool:
+        if sql not in probes:
+            probes[sql] = source_probe(executor, sql)
+        return probes[sql]
+
+    done = state["done"]  # called once per question asked
+    kind, fold = task
+    if kind == "fold":
+        return library.cross_validate(
+            index, lambda held: index.matrix[held], is_correct=lambda entry, best: same(best.sql, entry.template.sql),
+            lookup=lookup, values=values, catalog=state["catalog"], folds=CV_FOLDS, only=[fold], probe=probe,
+            progress=done,
+        )  # fmt: skip
+    samples = []
+    for (question, gold), vector in zip(state["labelled"], state["masked"], strict=True):
+        best = library.match_library(
+            question, vector, index, lookup=lookup, values=values, catalog=state["catalog"], probe=probe
+        ).best
+        if best is not None and best.hard_ok and best.sql:
+            samples.append((best.features, bool(gold) and same(best.sql, gold)))
+        if done:
+            done(0)
+    return samples

@@ -49,6 +49,12 @@ ROWS: list[Target] = [
     Target("manage.py ask: start to the first stage done", "startup", "ask_first_stage_s", 3, "s"),
     Target("manage.py ask: whole command (no LLM)", "startup", "ask_wall_s", None, "s"),
     Target("manage.py retrieve: whole command", "startup", "retrieve_wall_s", 3, "s"),
+    # library_scale.py: the EHRSQL-2024 train split as the library (needs ../shared)
+    Target("import_examples of 5,124 questions", "library_scale", "import_s", 90, "s"),
+    Target("calibrate_library (cross-validation over the library)", "library_scale", "calibrate_s", 60, "s"),
+    Target("calibrate_library + 1,163 held-out questions", "library_scale", "calibrate_valid_s", 60, "s"),
+    Target("no-LLM question, 5,000-example library, p50", "library_scale", "ask_p50", 80),
+    Target("no-LLM question, 5,000-example library, p95", "library_scale", "ask_p95", 250),
 ]
 
 
@@ -71,7 +77,7 @@ def save(home: Path, name: str, values: dict[str, float], *, load_at_start: str 
     return path
 
 
-def _results(home: Path) -> dict[str, dict[str, Any]]:
+def results(home: Path) -> dict[str, dict[str, Any]]:
     folder = home / "results"
     out = {}
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
@@ -83,10 +89,10 @@ def _results(home: Path) -> dict[str, dict[str, Any]]:
 
 
 def report(home: Path, rows: list[Target] | None = None) -> str:
-    results = _results(home)
+    found = results(home)
     body = []
     for row in rows or ROWS:
-        value = results.get(row.source, {}).get("values", {}).get(row.key)
+        value = found.get(row.source, {}).get("values", {}).get(row.key)
         if value is None or (isinstance(value, float) and math.isnan(value)):
             body.append([row.what, "not measured", _limit(row), "-"])
             continue
@@ -96,7 +102,7 @@ def report(home: Path, rows: list[Target] | None = None) -> str:
     loads = [
         f"- {name}.py ran at {r.get('at', '?')}, load average {r.get('load_at_start') or '?'} at start, "
         f"{r.get('load_at_end', '?')} at the end (1/5/15 min)"
-        for name, r in results.items()
+        for name, r in found.items()
     ]
     return "\n".join([table(["what", "measured", "target", "verdict"], body), "", *loads])
 

@@ -134,6 +134,28 @@ class MiniLMEncoder:
         return self._encode(texts, DOC_MAX_TOKENS)
 
 
+class LocalEncoder:
+    """The same all-MiniLM-L6-v2 computed in numpy by the local embedding provider
+    (infra/providers/minilm.py): MiniLMEncoder's vectors (to ~1e-7) without importing torch, under
+    the one model lock every local model computation takes, and the question the pipeline has just
+    embedded is not encoded a second time (the provider caches it)."""
+
+    def __init__(self, embedder: Any, name: str = "all-MiniLM-L6-v2") -> None:
+        self.embedder = embedder  # infra.providers.embeddings.LocalEmbedder
+        self.name = name
+
+    def _encode(self, texts: Sequence[str], max_tokens: int) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 384), dtype=np.float32)
+        return np.asarray(self.embedder.embed_capped(list(texts), max_tokens), dtype=np.float32)
+
+    def encode_questions(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts, QUESTION_MAX_TOKENS)
+
+    def encode_docs(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts, DOC_MAX_TOKENS)
+
+
 def encode_in_chunks(
     encode: Callable[[Sequence[str]], np.ndarray],
     texts: Sequence[str],

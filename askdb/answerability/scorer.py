@@ -10,14 +10,13 @@ or the library changes.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from typing import Any
 
 from askdb.answerability import store
 from askdb.answerability.data import as_of_year, column_texts, library_items, table_texts
-from askdb.answerability.model import AnswerabilityModel, AnswerabilityScore, Encoder, MiniLMEncoder
+from askdb.answerability.model import AnswerabilityModel, AnswerabilityScore, Encoder, LocalEncoder
 
 __all__ = ["AnswerabilityScore", "Scorer", "clear_cache", "get_scorer", "load_scorer"]
 
@@ -31,14 +30,15 @@ _encoder: Encoder | None = None
 
 
 def shared_encoder() -> Encoder:
-    """The installed encoder, loaded once per process (every source's model uses it)."""
+    """The encoder every source's model scores with, loaded once per process: the local embedding
+    provider's numpy MiniLM (no torch in a question; the question's vector is the one the embed
+    stage computed), or a numpy MiniLM of its own when embeddings come from elsewhere."""
     global _encoder
     if _encoder is None:
-        import torch
+        from infra.providers.embeddings import LocalEmbedder, get_embedder
 
-        # Like the embedding provider: one short question per call, so more threads only contend.
-        torch.set_num_threads(int(os.environ.get("ASKDB_TORCH_THREADS", "1")))
-        _encoder = MiniLMEncoder.installed()
+        embedder = get_embedder()
+        _encoder = LocalEncoder(embedder if isinstance(embedder, LocalEmbedder) else LocalEmbedder())
     return _encoder
 
 

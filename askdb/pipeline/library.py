@@ -208,13 +208,16 @@ class Entry:
     group: str  # paraphrase group: same SQL (answerable) or same question (unanswerable)
 
 
-def entry_for(example_id: int | None, question: str, sql: str, template: Template | None) -> Entry | None:
-    """The entry of one example, or None when its SQL could not be templated (it cannot answer)."""
+def entry_for(
+    example_id: int | None, question: str, sql: str, template: Template | None, key: str | None = None
+) -> Entry | None:
+    """The entry of one example, or None when its SQL could not be templated (it cannot answer).
+    `key`: its template_key when stored with the template (computing it parses the SQL)."""
     if not sql:
         return Entry(example_id, question, None, UNANSWERABLE, "q:" + " ".join(question.lower().split()))
     if template is None or not template.usable:
         return None
-    return Entry(example_id, question, template, template_key(template), sql_group(sql))
+    return Entry(example_id, question, template, key or template_key(template), sql_group(sql))
 
 
 class LibraryIndex:
@@ -488,14 +491,18 @@ def cross_validate(
     progress: Callable[[int], None] | None = None,
     details: list | None = None,
     probe: Callable[[str], bool] | None = None,
+    only: Sequence[int] | None = None,
 ) -> list[tuple[dict[str, float], bool]]:
     """Held-out (features, correct) for the best hard-rule-passing match of every library question.
 
-    Unanswerable library questions are asked too: any answer to one is a wrong answer.
+    Unanswerable library questions are asked too: any answer to one is a wrong answer. `only`:
+    these folds alone (the caller runs the folds in parallel).
     """
     samples: list[tuple[dict[str, float], bool]] = []
     done = 0
-    for held in grouped_folds(index.entries, folds):
+    for fold, held in enumerate(grouped_folds(index.entries, folds)):
+        if only is not None and fold not in only:
+            continue
         held_set = set(held)
         train = index.subset([i for i in range(len(index.entries)) if i not in held_set])
         vectors = vectors_of(held)

@@ -605,7 +605,8 @@ def template_key(template: Template) -> str:
 
     Examples whose SQL differs only in the values their questions name share a key: they are one
     template with many paraphrases. Fixed literals stay (`'-0 year'` "this year" and `'-1 year'`
-    "last year" are different templates). "" for an unusable template.
+    "last year" are different templates). "" for an unusable template. The library stores it
+    with the template (its "key"): change TEMPLATE_VERSION when this function's output changes.
     """
     if not template.usable:
         return ""

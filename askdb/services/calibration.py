@@ -11,15 +11,16 @@ from askdb.services.exports import examples_import
 from infra.audit.services import audit_record
 
 
-def library_calibrate(*, source, items: list[dict] | None = None, progress=None) -> dict:
+def library_calibrate(*, source, items: list[dict] | None = None, progress=None, processes: int = 1) -> dict:
     """Fit P(correct) for library answers and store it with the source (askdb.runner.library_cross_validate).
 
     Grouped cross-validation over the library itself (whole paraphrase groups held out, unanswerable
     examples included): no question file is needed; labelled `items` add held-out samples. The
     answering threshold is c / (c + 1) for ASKDB_WRONG_ANSWER_COST = c, and the report gives the
-    coverage and precision expected at it.
+    coverage and precision expected at it. `processes`: forked processes for the folds (the
+    command's choice; a worker thread must not fork).
     """
-    report = library_cross_validate(source=source, items=items, progress=progress)
+    report = library_cross_validate(source=source, items=items, progress=progress, processes=processes)
     source.library_calibration = report
     source.save(update_fields=["library_calibration"])
     audit_record(action="library.calibrated", target=source,

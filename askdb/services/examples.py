@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from askdb.models import Example, Review
-from askdb.pipeline.templates import build_template
+from askdb.pipeline.templates import Template, build_template, template_is_current
 from askdb.services.sql import ReviewError, sql_check
 from infra.adapters import catalog_search
 from infra.audit.services import audit_record
@@ -100,17 +100,28 @@ def _near_duplicate(
 def _example_merge(
     duplicate, *, question: str, sql: str, tables: list, columns: list, approved_by, note: str
 ):
+    _merge_fields(duplicate, question=question, sql=sql, tables=tables, columns=columns,
+                  approved_by=approved_by, note=note)  # fmt: skip
+    duplicate.save()
+    audit_record(action="example.merged", actor=approved_by, target=duplicate, message=question[:500])
+    return duplicate
+
+
+def _merge_fields(
+    duplicate, *, question: str, sql: str, tables: list, columns: list, approved_by, note: str
+) -> None:
+    """A merge, in memory: the other wording becomes a paraphrase, the newest SQL and approver win
+    (a bulk import merges many before writing any)."""
     now = timezone.now()
     if _normalized(duplicate.question) != _normalized(question) and question not in duplicate.paraphrases:
         duplicate.paraphrases = [*duplicate.paraphrases, question]
+    rebuild = sql != duplicate.sql or not template_is_current(duplicate.template)
     duplicate.sql, duplicate.tables, duplicate.columns = sql, tables, columns
     duplicate.approved_by, duplicate.approved_at = approved_by, now
     duplicate.status, duplicate.validation_error, duplicate.validated_at = Example.Status.ACTIVE, "", now
     duplicate.note = note or duplicate.note
-    duplicate.template = example_template(duplicate)
-    duplicate.save()
-    audit_record(action="example.merged", actor=approved_by, target=duplicate, message=question[:500])
-    return duplicate
+    if rebuild:  # the template depends only on the question and the SQL
+        duplicate.template = example_template(duplicate)
 
 
 def _embed_later(example_id: int) -> None:
@@ -149,11 +160,17 @@ def example_template(example) -> dict:
     """The offline-answering template of an answerable example ({} when there is none yet)."""
     if example.kind != "answerable" or not example.sql:
         return {}
+    template = template_of(example.question, example.sql, dialect=example.source.dialect, label=example.pk)
+    return template.to_dict() if template is not None else {}
+
+
+def template_of(question: str, sql: str, *, dialect: str, label: object = None) -> Template | None:
+    """The template of a question and its SQL; None when building it failed unexpectedly."""
     try:
-        return build_template(example.question, example.sql, dialect=example.source.dialect).to_dict()
+        return build_template(question, sql, dialect=dialect)
     except Exception:  # a template is an optimisation: an example without one is still an example
-        logging.getLogger(__name__).warning("no template for example %s", example.pk, exc_info=True)
-        return {}
+        logging.getLogger(__name__).warning("no template for example %s", label, exc_info=True)
+        return None
 
 
 def example_set_status(*, example, actor, status: str, note: str = ""):

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass, field
 
+import numpy as np
+from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from askdb.models import Example
-from askdb.services.examples import example_upsert
-from askdb.services.sql import ReviewError, sql_check
-from infra.audit.services import audit_record
+from askdb.pipeline import library, offline
+from askdb.pipeline.templates import Template
+from askdb.pipeline.validation import SqlValidationError, validate_sql
+from askdb.services.examples import _merge_fields, _normalized, template_of
+from askdb.services.sql import sql_audit_event
+from infra.adapters.clinical import ExecutionError
+from infra.audit.services import audit_event, audit_record, audit_record_many
 from infra.providers.embeddings import get_embedder
+from metadata_admin.services import source_catalog_schema, source_executor
 
 
 @dataclass
@@ -29,6 +39,34 @@ class ImportReport:
         return f"{len(self.created)} added, {len(self.merged)} merged into existing examples, {len(self.failed)} failed"
 
 
+IMPORT_CHUNK = 500  # examples written per transaction (with their audit events)
+EMBED_CHUNK = 128  # pairs embedded per model call (the question and its masked form)
+
+
+@dataclass
+class _Pair:
+    """One item of an import on its way in: checked, embedded, then created or merged."""
+
+    n: int
+    ident: str
+    question: str
+    sql: str  # "" for an unanswerable question; the validated SQL once checked
+    note: str
+    paraphrases: list[str]
+    error: str = ""
+    tables: list[str] = field(default_factory=list)
+    columns: list[str] = field(default_factory=list)
+    template: Template | None = None
+    key: str = ""  # its template_key ("" when it cannot answer from a template)
+    masked: str = ""
+    vector: list[float] | None = None
+    masked_vector: list[float] | None = None
+
+    @property
+    def kind(self) -> str:
+        return Example.Kind.ANSWERABLE if self.sql else Example.Kind.UNANSWERABLE
+
+
 def examples_import(
     *,
     source,
@@ -42,47 +80,225 @@ def examples_import(
 
     Each item is {"id"?, "question", "sql"} with sql "" or None for an unanswerable question.
     Every SQL is validated against the catalog and, with `execute`, run read-only (one row), so a
-    pair that does not work is reported with its error instead of entering the library. Each
-    item is its own transaction: one bad pair does not lose the good ones.
+    pair that does not work is reported with its error instead of entering the library.
+
+    The same outcome as adding the pairs one by one with example_upsert (near-duplicates merged,
+    also into pairs earlier in the same file), done in bulk so that thousands of pairs take about
+    a minute, not ten: the questions and their masked forms are embedded in batches in a thread
+    while the SQL is validated and templated, the SQL runs in another thread, and the examples
+    and their audit events are written IMPORT_CHUNK to a transaction, ready for the matcher
+    (template key and masked vector included). `progress(n)` is told how many pairs are done.
     """
+    from askdb.runner import source_values  # local: the runner imports this app's services
+
     report = ImportReport()
-    questions = [" ".join(str(item.get("question") or "").split()) for item in items]
+    pairs = [_pair(n, item) for n, item in enumerate(items, start=1)]
+    catalog, executor = source_catalog_schema(source), source_executor(source)
+    values = source_values(source, executor)
+    for pair in pairs:
+        pair.masked = offline.mask_question(pair.question, values) if pair.question else ""
     embedder = get_embedder()
-    vectors = embedder.embed([q or "-" for q in questions]) if items else []
-    before = set(Example.objects.filter(source=source).values_list("pk", flat=True))
-    for n, (item, question, vector) in enumerate(zip(items, questions, vectors, strict=True), start=1):
-        ident = str(item.get("id") or n)
-        sql = item.get("sql")
-        sql = "" if sql is None or str(sql).strip().lower() in ("", "null") else str(sql)
-        try:
-            if len(question) < 3:
-                raise ReviewError("the question is empty")
-            if sql and execute:
-                sql_check(source=source, sql=sql, row_cap=1, actor=approved_by, purpose="import")
-            with transaction.atomic():
-                example = example_upsert(
-                    source=source, question=question, sql=sql, approved_by=approved_by, origin=origin,
-                    kind=Example.Kind.ANSWERABLE if sql else Example.Kind.UNANSWERABLE, vector=vector,
-                    note=str(item.get("note") or ""),
-                )  # fmt: skip
-                extra = [
-                    p
-                    for p in item.get("paraphrases") or []
-                    if isinstance(p, str) and p not in example.paraphrases
-                ]
-                if extra:  # an export carries them; an import must not lose them
-                    example.paraphrases = [*example.paraphrases, *extra]
-                    example.save(update_fields=["paraphrases"])
-        except ReviewError as exc:
-            report.failed.append({"id": ident, "question": question[:300], "error": str(exc)})
-        else:
-            (report.merged if example.pk in before else report.created).append(example.pk)
-            before.add(example.pk)
+    checked, embedded = [0], [0]
+    audits: list = []
+
+    def tell() -> None:
         if progress:
-            progress(n)
+            progress(min(checked[0], embedded[0]))
+
+    def embed_all() -> None:
+        for start in range(0, len(pairs), EMBED_CHUNK):
+            chunk = pairs[start : start + EMBED_CHUNK]
+            vectors = embedder.embed([p.question or "-" for p in chunk] + [p.masked or "-" for p in chunk])
+            for pair, vector, masked in zip(chunk, vectors, vectors[len(chunk) :], strict=False):
+                pair.vector, pair.masked_vector = vector, masked
+            embedded[0] = start + len(chunk)
+
+    def run(pair: _Pair) -> None:
+        try:
+            result = executor.execute(pair.sql, timeout_s=settings.CLINICAL_STATEMENT_TIMEOUT_S, row_cap=1)
+        except ExecutionError as exc:
+            pair.error = f"The SQL failed when run: {exc.message}"
+            audits.append(sql_audit_event(actor=approved_by, source=source, sql=pair.sql, purpose="import",
+                                          rows=None, duration_ms=None, outcome=exc.code, error=exc.message))  # fmt: skip
+        else:
+            audits.append(sql_audit_event(actor=approved_by, source=source, sql=pair.sql, purpose="import",
+                                          rows=result.row_count, duration_ms=result.elapsed_ms, outcome="ok"))  # fmt: skip
+
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="import") as pool:
+        embedding = pool.submit(embed_all)  # numpy lets go of the GIL: this runs beside the checks
+        runs = []
+        for pair in pairs:
+            _check(pair, catalog, source.dialect)
+            if pair.sql and not pair.error and execute:
+                runs.append(pool.submit(run, pair))  # the other thread: one query at a time, in order
+            checked[0] += 1
+            tell()
+        for future in [*runs, embedding]:
+            while True:
+                try:
+                    future.result(timeout=1.0)
+                    break
+                except FuturesTimeout:
+                    tell()
+    _store(pairs, source=source, approved_by=approved_by, origin=origin, model=embedder.model,
+           report=report, audits=audits)  # fmt: skip
+    if progress:
+        progress(len(pairs))
     audit_record(action="examples.imported", actor=approved_by, target=source, message=report.summary(),
                  detail={"failed": report.failed[:50]})  # fmt: skip
     return report
+
+
+def _pair(n: int, item: dict) -> _Pair:
+    sql = item.get("sql")
+    sql = "" if sql is None or str(sql).strip().lower() in ("", "null") else str(sql)
+    question = " ".join(str(item.get("question") or "").split())
+    extra = [p for p in item.get("paraphrases") or [] if isinstance(p, str)]
+    pair = _Pair(n, str(item.get("id") or n), question, sql, str(item.get("note") or ""), extra)
+    if len(question) < 3:
+        pair.error = "the question is empty"
+    return pair
+
+
+def _check(pair: _Pair, catalog, dialect: str) -> None:
+    """Validate the pair's SQL (the validated text is what the library keeps) and template it."""
+    if pair.error or not pair.sql:
+        return
+    try:
+        validated = validate_sql(pair.sql, catalog)
+    except SqlValidationError as exc:
+        pair.error = f"The SQL is not valid: {exc.message}"
+        return
+    pair.sql, pair.tables, pair.columns = validated.sql, list(validated.tables), list(validated.columns)
+    pair.template = template_of(pair.question, pair.sql, dialect=dialect)
+    entry = library.entry_for(None, pair.question, pair.sql, pair.template)  # parses: done here, in parallel
+    pair.key = entry.key if entry is not None else ""
+
+
+def _store(pairs: list[_Pair], *, source, approved_by, origin: str, model: str, report: ImportReport,
+           audits: list) -> None:  # fmt: skip
+    """Create or merge each checked pair in order, as example_upsert would one at a time, then write."""
+    live = list(Example.objects.filter(source=source).exclude(status=Example.Status.RETIRED))
+    # The exact duplicate example_upsert finds first: the most recently approved (the default order).
+    live.sort(key=lambda e: (e.approved_at is not None, e.approved_at or 0, e.pk), reverse=True)
+    by_question: dict[tuple[str, str], Example] = {}
+    for example in live:
+        by_question.setdefault((example.kind, example.question.upper()), example)
+    near = {kind: _Nearest() for kind in Example.Kind.values}
+    for example in sorted(live, key=lambda e: e.pk):
+        if (
+            example.status == Example.Status.ACTIVE
+            and example.embedding_model == model
+            and example.embedding is not None
+        ):
+            near[example.kind].add(example, example.embedding)
+    now = timezone.now()
+    created: list[Example] = []
+    merged: dict[int, Example] = {}  # id(example) -> a library example changed by a merge
+    outcomes: list[tuple[str, Example]] = []  # ("created" | "merged", example), in file order
+    events: list[tuple[str, Example, str, dict | None]] = []
+    for pair in pairs:
+        if pair.error:
+            report.failed.append({"id": pair.ident, "question": pair.question[:300], "error": pair.error})
+            continue
+        duplicate = by_question.get((pair.kind, pair.question.upper()))
+        if duplicate is None:
+            duplicate = near[pair.kind].duplicate(pair.vector, _normalized(pair.sql))
+        if duplicate is not None:
+            was_active = duplicate.status == Example.Status.ACTIVE
+            _merge_fields(duplicate, question=pair.question, sql=pair.sql, tables=pair.tables,
+                          columns=pair.columns, approved_by=approved_by, note=pair.note)  # fmt: skip
+            if duplicate.template_key:  # the merged SQL may be another template
+                template = Template.from_dict(duplicate.template) if duplicate.template else None
+                entry = library.entry_for(None, duplicate.question, duplicate.sql, template)
+                duplicate.template_key = library.key_hash(entry.key) if entry is not None else ""
+                if entry is not None and duplicate.template:
+                    duplicate.template["key"] = entry.key
+            if not was_active and duplicate.embedding_model == model and duplicate.embedding is not None:
+                near[pair.kind].add(duplicate, duplicate.embedding)
+            example = duplicate
+            merged[id(example)] = example
+            events.append(("example.merged", example, pair.question[:500], None))
+            outcomes.append(("merged", example))
+        else:
+            example = Example(
+                source=source, question=pair.question, sql=pair.sql, kind=pair.kind, tables=pair.tables,
+                columns=pair.columns, embedding=pair.vector, embedding_model=model, origin=origin,
+                approved_by=approved_by, approved_at=now, note=pair.note, validated_at=now,
+                template=pair.template.to_dict() if pair.template is not None else {},
+            )  # fmt: skip
+            key = pair.key if pair.sql else library.UNANSWERABLE
+            if key:  # what the matcher's index needs, so its first use computes nothing
+                example.template_key = library.key_hash(key)
+                example.masked_embedding = pair.masked_vector
+                if example.template:
+                    example.template["key"] = key  # kept with the template, as library_index does
+            created.append(example)
+            by_question[(pair.kind, pair.question.upper())] = example
+            near[pair.kind].add(example, pair.vector)
+            events.append(("example.created", example, pair.question[:500],
+                           {"kind": pair.kind, "origin": origin, "tables": pair.tables}))  # fmt: skip
+            outcomes.append(("created", example))
+        extra = [p for p in pair.paraphrases if p not in example.paraphrases]
+        if extra:  # an export carries them; an import must not lose them
+            example.paraphrases = [*example.paraphrases, *extra]
+    # Written IMPORT_CHUNK new examples to a transaction, each with its audit events; the merges
+    # into examples the library held before, and the audit of the SQL that was run, go first.
+    earlier = [e for e in merged.values() if e.pk is not None]
+    chunk_of = {id(e): i // IMPORT_CHUNK + 1 for i, e in enumerate(created)}
+    for chunk in range(len(created) // IMPORT_CHUNK + 2):
+        with transaction.atomic():
+            if chunk == 0:
+                for example in earlier:
+                    example.save()
+                audit_record_many(audits)
+            else:
+                Example.objects.bulk_create(created[(chunk - 1) * IMPORT_CHUNK : chunk * IMPORT_CHUNK])
+            audit_record_many([
+                audit_event(action=action, actor=approved_by, target=example, message=message, detail=detail)
+                for action, example, message, detail in events
+                if chunk_of.get(id(example), 0) == chunk
+            ])  # fmt: skip
+    seen: set[int] = set()
+    for kind, example in outcomes:
+        (report.merged if kind == "merged" or example.pk in seen else report.created).append(example.pk)
+        seen.add(example.pk)
+
+
+class _Nearest:
+    """The active examples of one kind and their vectors, searched like examples_nearest (exact)."""
+
+    def __init__(self) -> None:
+        self.examples: list[Example] = []
+        self.matrix = np.zeros((0, 0), dtype=np.float32)
+        self.count = 0
+
+    def add(self, example: Example, vector) -> None:
+        v = np.asarray(vector, dtype=np.float32)
+        v = v / (np.linalg.norm(v) or 1.0)
+        if self.count == len(self.matrix):
+            grown = np.zeros((max(64, 2 * self.count), len(v)), dtype=np.float32)
+            if self.count:
+                grown[: self.count] = self.matrix[: self.count]
+            self.matrix = grown
+        self.matrix[self.count] = v
+        self.examples.append(example)
+        self.count += 1
+
+    def duplicate(self, vector, sql: str, k: int = 4):
+        """The example example_upsert would merge into by similarity: among the k nearest, the
+        first at least ASKDB_EXAMPLE_MERGE_SIMILARITY close with the same SQL."""
+        if not self.count or vector is None:
+            return None
+        v = np.asarray(vector, dtype=np.float32)
+        sims = self.matrix[: self.count] @ (v / (np.linalg.norm(v) or 1.0))
+        top = np.argsort(-sims, kind="stable")[:k]
+        for i in top:
+            if sims[i] < settings.ASKDB_EXAMPLE_MERGE_SIMILARITY:
+                break
+            if _normalized(self.examples[i].sql) == sql:
+                return self.examples[i]
+        return None
 
 
 def examples_export(*, source, include_retired: bool = False, actor=None) -> list[dict]:

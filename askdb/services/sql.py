@@ -9,7 +9,7 @@ from django.conf import settings
 
 from askdb.pipeline.validation import SqlValidationError, validate_sql
 from infra.adapters.clinical import ExecutionError
-from infra.audit.services import audit_record
+from infra.audit.services import audit_event
 from metadata_admin.services import source_catalog_schema, source_executor
 
 
@@ -62,7 +62,16 @@ def audit_sql_executed(
 
     `action` is "sql.explained" for the EXPLAINs a run makes while checking its candidates.
     """
-    audit_record(
+    sql_audit_event(actor=actor, source=source, sql=sql, purpose=purpose, rows=rows, duration_ms=duration_ms,
+                    outcome=outcome, run=run, error=error, action=action).save()  # fmt: skip
+
+
+def sql_audit_event(
+    *, actor=None, source, sql: str, purpose: str, rows: int | None, duration_ms: float | None,
+    outcome: str, run=None, error: str = "", action: str = "sql.executed",
+):  # fmt: skip
+    """The event audit_sql_executed records, unsaved (a bulk import writes thousands at once)."""
+    return audit_event(
         action=action, actor=actor, target=run if run is not None else source,
         message=f"{purpose}: {outcome}",
         detail={

@@ -81,10 +81,25 @@ class LocalEmbedder:
                 return [v.tolist() for v in self._encode(list(texts))]
         return [self._cache[t] for t in texts]
 
+    def embed_capped(self, texts: list[str], max_tokens: int) -> list[list[float]]:
+        """Vectors of texts cut at `max_tokens` word pieces (a model trained on vectors cut there,
+        like the answerability gate's): a text that fits is the cached `embed` vector, so a
+        question the pipeline has embedded already costs nothing; a longer one is encoded cut."""
+        model = self._load()
+        with MODEL_LOCK:
+            counts = model.token_counts(texts)
+        fits = [t for t, n in zip(texts, counts, strict=True) if n <= max_tokens]
+        found = dict(zip(fits, self.embed(fits), strict=True))
+        longer = list(dict.fromkeys(t for t in texts if t not in found))
+        if longer:
+            with MODEL_LOCK:
+                found.update(zip(longer, model.encode(longer, max_tokens=max_tokens).tolist(), strict=True))
+        return [found[t] for t in texts]
+
     def _encode(self, texts: list[str]):
         model = self._load()
         with MODEL_LOCK:
-            return model.encode(texts, batch_size=64)
+            return model.encode(texts)
 
     def warm_up(self) -> None:
         # Load the weights and touch every code path once; pay that at start-up, not in a question.

@@ -81,9 +81,9 @@ class MiniLM:
             raise ModelLayoutError(f"{path} is not a BERT sentence encoder with mean pooling")
         self.heads = int(config["num_attention_heads"])
         self.eps = float(config["layer_norm_eps"])
-        max_length = int(json.loads((path / "sentence_bert_config.json").read_text())["max_seq_length"])
+        self.max_tokens = int(json.loads((path / "sentence_bert_config.json").read_text())["max_seq_length"])
         self.tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
-        self.tokenizer.enable_truncation(max_length)
+        self.tokenizer.enable_truncation(self.max_tokens)
         self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
         w = load_file(str(path / "model.safetensors"))
         self.word = w["embeddings.word_embeddings.weight"]
@@ -116,9 +116,31 @@ class MiniLM:
         variance = (centred * centred).mean(-1, keepdims=True)
         return centred / np.sqrt(variance + self.eps) * weight_bias[0] + weight_bias[1]
 
-    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
-        out = [self._encode_batch(texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)]
-        return np.concatenate(out) if out else np.zeros((0, self.word.shape[1]), dtype=np.float32)
+    def encode(self, texts: list[str], batch_size: int = 32, max_tokens: int | None = None) -> np.ndarray:
+        """Unit vectors of `texts`; `max_tokens` cuts them shorter than the model's own limit (as a
+        sentence-transformers model with a lower max_seq_length would)."""
+        if not texts:
+            return np.zeros((0, self.word.shape[1]), dtype=np.float32)
+        if max_tokens is not None and max_tokens < self.max_tokens:
+            self.tokenizer.enable_truncation(max_tokens)
+            try:
+                return self.encode(texts, batch_size)
+            finally:
+                self.tokenizer.enable_truncation(self.max_tokens)
+        # Batches of texts of similar length: a batch is padded to its longest text, so a 10-token
+        # question batched with a 60-token one costs 60 tokens of work (about half the work saved
+        # on a library's worth of questions). Small batches keep the activations in the cache.
+        lengths = self.token_counts(texts)
+        order = sorted(range(len(texts)), key=lengths.__getitem__)
+        out = np.empty((len(texts), self.word.shape[1]), dtype=np.float32)
+        for i in range(0, len(order), batch_size):
+            chunk = order[i : i + batch_size]
+            out[chunk] = self._encode_batch([texts[j] for j in chunk])
+        return out
+
+    def token_counts(self, texts: list[str]) -> list[int]:
+        """Word pieces of each text, [CLS] and [SEP] included, up to the model's limit."""
+        return [sum(e.attention_mask) for e in self.tokenizer.encode_batch(list(texts))]
 
     def _encode_batch(self, texts: list[str]) -> np.ndarray:
         encodings = self.tokenizer.encode_batch(list(texts))

@@ -58,3 +58,31 @@ def test_another_model_layout_is_refused(tmp_path):
     (tmp_path / "1_Pooling" / "config.json").write_text('{"pooling_mode_cls_token": true}')
     with pytest.raises(ModelLayoutError):
         MiniLM(tmp_path)
+
+
+@pytest.mark.slow
+def test_the_gate_encoder_gives_the_torch_encoders_vectors_without_torch():
+    """The answerability gate scores with the provider's numpy model (no torch in a question):
+    questions cut at 128 word pieces and docs at 256, as MiniLMEncoder (torch) trained them."""
+    import torch
+
+    from askdb.answerability.model import LocalEncoder, MiniLMEncoder
+
+    torch.set_num_threads(1)
+    torch_encoder, local = MiniLMEncoder.installed(), LocalEncoder(LocalEmbedder())
+    texts = [t for t in TEXTS if t.strip()]
+    assert np.abs(local.encode_questions(texts) - torch_encoder.encode_questions(texts)).max() < 1e-5
+    assert np.abs(local.encode_docs(texts) - torch_encoder.encode_docs(texts)).max() < 1e-5
+
+
+def test_a_question_embedded_once_is_not_encoded_again_by_the_gate():
+    embedder = LocalEmbedder()
+    local_question = "How many patients had a glucose measurement above 200?"
+    vector = embedder.embed([local_question])[0]
+    calls = []
+    encode = embedder._encode
+    embedder._encode = lambda texts: calls.append(list(texts)) or encode(texts)
+    from askdb.answerability.model import LocalEncoder
+
+    assert LocalEncoder(embedder).encode_questions([local_question])[0].tolist() == pytest.approx(vector)
+    assert calls == []

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 from django.core.management.base import BaseCommand, CommandError
-from tqdm import tqdm
 
 from askdb.services.calibration import library_calibrate
 from infra.formats import FormatError, load_items
+from infra.progress import Progress
 from metadata_admin.services import source_get
 
 
@@ -23,8 +25,12 @@ class Command(BaseCommand):
         )  # fmt: skip
         parser.add_argument("--labels", default=None, help="the EHRSQL label.json that goes with --questions")
         parser.add_argument("--no-progress", action="store_true")
+        parser.add_argument(
+            "--processes", type=int, default=min(2, os.cpu_count() or 1),
+            help="processes the cross-validation folds run in (default: 2, or 1 on one core)",
+        )  # fmt: skip
 
-    def handle(self, *args, source, questions, labels, no_progress, **options):
+    def handle(self, *args, source, questions, labels, no_progress, processes, **options):
         try:
             src = source_get(source)
         except ValueError as exc:
@@ -37,10 +43,12 @@ class Command(BaseCommand):
                 items = [{"question": i.question, "sql": i.gold_sql} for i in load_items(questions, labels)]
             except FormatError as exc:
                 raise CommandError(str(exc)) from exc
-        total = src.examples.filter(status="active").count()
-        bar = tqdm(total=total, disable=no_progress, unit="q", desc="calibrating")
-        report = library_calibrate(source=src, items=items, progress=lambda n: bar.update(n - bar.n))
-        bar.close()
+        total = src.examples.filter(status="active").count() + len(items or [])
+        # A bar on a terminal, a line every few seconds otherwise (cron, CI, a log file).
+        with Progress(
+            total, "calibrating", unit="questions", stream=self.stderr, enabled=not no_progress
+        ) as bar:
+            report = library_calibrate(source=src, items=items, progress=bar.update, processes=processes)
         precision = "n/a" if report["precision"] is None else f"{report['precision']:.3f}"
         self.stdout.write(
             f"{report['mode']}: {report['held_out']} questions ({report['templates']} templates), "

@@ -6,11 +6,11 @@ from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
-from tqdm import tqdm
 
 from askdb.library_io import LibraryFormatError, parse_ehrsql, parse_examples
 from askdb.services.exports import examples_import
 from infra.adapters.clinical import ExecutionError
+from infra.progress import Progress
 from infra.providers.embeddings import EmbeddingError
 from metadata_admin.services import source_get
 
@@ -48,14 +48,16 @@ class Command(BaseCommand):
                 items = parse_examples(self._read(file), file.name)
         except (LibraryFormatError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
-        with tqdm(total=len(items), desc="importing", unit=" pairs", disable=None) as bar:
+        # A bar on a terminal, a line every few seconds otherwise (cron, CI, a log file).
+        with Progress(len(items), "importing", unit="pairs", stream=self.stderr) as bar:
             try:
                 report = examples_import(
-                    source=src, items=items, approved_by=approver, execute=not no_execute,
-                    progress=lambda n: bar.update(n - bar.n),
-                )  # fmt: skip
+                    source=src, items=items, approved_by=approver, execute=not no_execute, progress=bar.update
+                )
             except (ExecutionError, EmbeddingError) as exc:
-                raise CommandError(f"the import stopped: {exc}; pairs checked before this were kept") from exc
+                raise CommandError(
+                    f"the import stopped: {exc}; examples written before it were kept"
+                ) from exc
         self.stdout.write(f"{file.name} into {src.name}: {report.summary()}")
         for failure in report.failed:
             self.stdout.write(f"  failed {failure['id']}: {failure['error']}")

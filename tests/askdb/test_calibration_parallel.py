@@ -1,0 +1,43 @@
+"""calibrate_library in forked processes fits the same calibration as in one process, and says
+how far it got (askdb.runner.library_cross_validate)."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from askdb.runner import library_cross_validate
+from askdb.services.examples import example_upsert
+from config import embedded
+
+pytestmark = pytest.mark.django_db
+
+GENDER_SQL = "SELECT gender FROM mimiciv_hosp.patients WHERE subject_id = {id}"
+ADMITS_SQL = "SELECT COUNT(*) AS admissions FROM mimiciv_hosp.admissions WHERE subject_id = {id}"
+
+
+def test_forked_folds_give_the_same_calibration_as_one_process(source):
+    with psycopg.connect(embedded.pg_dsn(embedded.CLINICAL_DB)) as conn:
+        ids = [r[0] for r in conn.execute("SELECT subject_id FROM mimiciv_hosp.patients ORDER BY 1 LIMIT 4")]
+    for i in ids:
+        example_upsert(
+            source=source, question=f"what is the gender of patient {i}?", sql=GENDER_SQL.format(id=i)
+        )
+        example_upsert(source=source, question=f"how many times was patient {i} admitted?",
+                       sql=ADMITS_SQL.format(id=i))  # fmt: skip
+    example_upsert(source=source, question="what will the weather be tomorrow?", sql="", kind="unanswerable")
+    items = [
+        {"question": f"tell me the gender of patient {ids[0]}", "sql": GENDER_SQL.format(id=ids[0])},
+        {"question": "which patients will come back next year?", "sql": ""},
+    ]
+    reports, counts = [], []
+    for processes in (1, 2):
+        seen: list[int] = []
+        reports.append(
+            library_cross_validate(source=source, items=items, processes=processes, progress=seen.append)
+        )
+        counts.append(seen)
+    one, two = ({k: v for k, v in r.items() if k != "at"} for r in reports)
+    assert one == two and one["held_out"] == 11 and one["matched"] > 0
+    assert counts[0] == list(range(1, 12))  # one line per question asked, in one process
+    assert counts[1] and counts[1][-1] == 11 and counts[1] == sorted(counts[1])

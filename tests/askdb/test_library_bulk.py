@@ -1,0 +1,169 @@
+"""The bulk import (askdb.services.exports.examples_import) against the one-at-a-time path it
+replaced (example_upsert per pair): the same examples, templates, vectors, merges and failures,
+plus the matcher's template keys and masked vectors, and progress lines when not a terminal."""
+
+from __future__ import annotations
+
+import io
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from askdb.models import Example
+from askdb.pipeline import library, offline
+from askdb.pipeline.templates import Template
+from askdb.runner import source_values
+from askdb.services.examples import example_upsert
+from askdb.services.exports import examples_import
+from askdb.services.sql import ReviewError, sql_check
+from infra.audit.models import AuditEvent
+from infra.progress import Progress
+from infra.providers.embeddings import get_embedder
+from metadata_admin.services import source_executor
+
+pytestmark = pytest.mark.django_db
+
+COUNT_SQL = "SELECT COUNT(*) AS patients FROM mimiciv_hosp.patients"
+FEMALE_SQL = "SELECT COUNT(*) AS women FROM mimiciv_hosp.patients WHERE gender = 'F'"
+ITEMS = [
+    {"id": "1", "question": "How many patients are there?", "sql": COUNT_SQL},
+    {"id": "2", "question": "How many female patients are there?", "sql": FEMALE_SQL},
+    {"id": "3", "question": "how many patients are there", "sql": COUNT_SQL},  # exact duplicate of 1
+    {"id": "4", "question": "How many patients are there in total?", "sql": COUNT_SQL},  # near-duplicate
+    {"id": "5", "question": "How many female patients are there?", "sql": COUNT_SQL},  # same words, other SQL
+    {"id": "6", "question": "What does each patient weigh?", "sql": "SELECT weight_kg FROM mimiciv_hosp.patients"},
+    {"id": "7", "question": "Gender as a number", "sql": "SELECT CAST(gender AS INTEGER) AS g FROM mimiciv_hosp.patients"},
+    {"id": "8", "question": "Will it rain tomorrow?", "sql": ""},
+    {"id": "9", "question": "will it rain tomorrow", "sql": None},
+    {"id": "10", "question": "", "sql": COUNT_SQL},
+    {"id": "11", "question": "Female patient count", "sql": FEMALE_SQL, "paraphrases": ["Number of women"]},
+]  # fmt: skip
+
+
+def _one_by_one(source, items):
+    """What examples_import did before it was bulk: sql_check, then example_upsert, per pair."""
+    outcome = {"created": [], "merged": [], "failed": []}
+    seen = set(Example.objects.values_list("pk", flat=True))
+    for n, item in enumerate(items, start=1):
+        question = " ".join(str(item.get("question") or "").split())
+        sql = item.get("sql") or ""
+        try:
+            if len(question) < 3:
+                raise ReviewError("the question is empty")
+            if sql:
+                sql_check(source=source, sql=sql, row_cap=1, purpose="import")
+            example = example_upsert(source=source, question=question, sql=sql, origin="import",
+                                     kind="answerable" if sql else "unanswerable")  # fmt: skip
+            extra = [p for p in item.get("paraphrases") or [] if p not in example.paraphrases]
+            if extra:
+                example.paraphrases = [*example.paraphrases, *extra]
+                example.save(update_fields=["paraphrases"])
+        except ReviewError as exc:
+            outcome["failed"].append((str(item.get("id") or n), str(exc)))
+        else:
+            outcome["merged" if example.pk in seen else "created"].append(example.pk)
+            seen.add(example.pk)
+    return outcome
+
+
+def _library(source):
+    return sorted(
+        (e.question, e.sql, e.kind, e.status, tuple(e.paraphrases), json.dumps({k: v for k, v in e.template.items() if k != "key"}, sort_keys=True),
+         tuple(e.tables), tuple(e.columns), e.embedding_model)
+        for e in Example.objects.filter(source=source)
+    )  # fmt: skip
+
+
+def _vectors(source):
+    return {e.question: list(e.embedding) for e in Example.objects.filter(source=source)}
+
+
+def test_the_bulk_import_gives_what_one_at_a_time_gave(source):
+    old = _one_by_one(source, ITEMS)
+    expected, vectors = _library(source), _vectors(source)
+    old_ids = sorted(Example.objects.values_list("pk", flat=True))
+    Example.objects.all().delete()
+
+    report = examples_import(source=source, items=ITEMS)
+    assert _library(source) == expected
+    for question, vector in _vectors(source).items():
+        assert vector == pytest.approx(vectors[question], abs=1e-5)
+    assert [(f["id"], f["error"]) for f in report.failed] == old["failed"]
+    rank = lambda ids, order: [order.index(i) for i in ids]  # noqa: E731 - ids differ, creation order does not
+    new_ids = sorted(Example.objects.values_list("pk", flat=True))
+    assert rank(report.created, new_ids) == rank(old["created"], old_ids)
+    assert rank(report.merged, new_ids) == rank(old["merged"], old_ids)
+    assert len(report.created) == 4 and len(report.merged) == 4 and len(report.failed) == 3
+
+    # The matcher's index needs nothing more: template keys and masked vectors are stored.
+    values = source_values(source, source_executor(source))
+    for example in Example.objects.filter(source=source):
+        template = Template.from_dict(example.template) if example.template else None
+        entry = library.entry_for(example.pk, example.question, example.sql, template)
+        assert example.template_key == library.key_hash(entry.key)
+        assert example.kind == "unanswerable" or example.template["key"] == entry.key
+        masked = get_embedder().embed([offline.mask_question(example.question, values)])[0]
+        assert list(example.masked_embedding) == pytest.approx(masked, abs=1e-6)
+    # Every pair and every SQL run is audited, as before.
+    assert AuditEvent.objects.filter(action="example.created").count() >= 4
+    assert AuditEvent.objects.filter(action="example.merged").count() >= 4
+    assert AuditEvent.objects.filter(action="sql.executed", detail__purpose="import").count() >= 8
+
+
+def test_an_import_merges_into_what_the_library_already_holds(source):
+    first = examples_import(source=source, items=ITEMS[:2])
+    example = Example.objects.get(pk=first.created[0])
+    Example.objects.filter(pk=example.pk).update(status="needs_review", validation_error="broken")
+    again = examples_import(
+        source=source, items=[{"question": "HOW MANY PATIENTS ARE THERE?", "sql": COUNT_SQL}]
+    )
+    assert again.merged == [example.pk] and not again.created
+    example.refresh_from_db()
+    assert example.status == "active" and example.validation_error == ""
+    assert example.paraphrases == []  # the same words, only in capitals: no new paraphrase
+
+
+def test_the_import_command_prints_progress_lines_when_not_a_terminal(source, tmp_path):
+    path = tmp_path / "lib.json"
+    path.write_text(json.dumps([i for i in ITEMS if i["question"]]))
+    err = StringIO()  # not a terminal, like cron, CI or a log file
+    call_command("import_examples", str(path), source=source.name, stdout=StringIO(), stderr=err)
+    assert "importing: 10 of 10 pairs in " in err.getvalue()
+
+
+def test_progress_lines_say_count_rate_and_time_left():
+    out = io.StringIO()
+    progress = Progress(200, "importing", unit="pairs", stream=out, every_s=0)
+    progress.update(50)
+    progress.update(120)
+    progress.close()
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("importing: 50 of 200 pairs (") and "/s, " in lines[0] and " left)" in lines[0]
+    assert lines[1].startswith("importing: 120 of 200 pairs (")
+    assert lines[-1].startswith("importing: 120 of 200 pairs in ")
+    silent = io.StringIO()
+    Progress(5, "x", stream=silent, enabled=False).update(3)
+    assert silent.getvalue() == ""
+
+
+def test_the_few_shot_search_in_memory_finds_what_the_database_search_finds(source):
+    from askdb.runner import examples_nearest_cached
+    from askdb.services.examples import example_set_status
+    from infra.adapters import catalog_search
+
+    examples_import(source=source, items=ITEMS)
+    embedder = get_embedder()
+    vector = embedder.embed(["how many women are in the database?"])[0]
+
+    def both():
+        found = catalog_search.examples_nearest(source_id=source.pk, vector=vector, model=embedder.model, k=3)
+        cached = examples_nearest_cached(source, vector, embedder.model, 3)
+        assert [i for i, _ in cached] == [i for i, _ in found]
+        assert [s for _, s in cached] == pytest.approx([s for _, s in found], abs=1e-4)
+        return found
+
+    first = both()
+    example_set_status(example=Example.objects.get(pk=first[0][0]), actor=None, status="retired")
+    assert first[0][0] not in [i for i, _ in both()]  # a library change is seen at once
