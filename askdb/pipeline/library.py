@@ -488,10 +488,13 @@ def cross_validate(
     progress: Callable[[int], None] | None = None,
     details: list | None = None,
     probe: Callable[[str], bool] | None = None,
+    observe: Callable[[Entry, LibraryMatch, LibraryIndex], None] | None = None,
 ) -> list[tuple[dict[str, float], bool]]:
     """Held-out (features, correct) for the best hard-rule-passing match of every library question.
 
-    Unanswerable library questions are asked too: any answer to one is a wrong answer.
+    Unanswerable library questions are asked too: any answer to one is a wrong answer. `observe`
+    sees every held-out question's whole match and the library it was matched against, for error
+    analysis on the library (why a question was missed), never on the questions one reports.
     """
     samples: list[tuple[dict[str, float], bool]] = []
     done = 0
@@ -504,6 +507,8 @@ def cross_validate(
             found = match_library(
                 entry.question, vector, train, lookup=lookup, values=values, catalog=catalog, probe=probe
             )
+            if observe is not None:
+                observe(entry, found, train)
             best = found.best
             if best is not None and best.hard_ok and best.sql:
                 ok = entry.template is not None and is_correct(entry, best)
