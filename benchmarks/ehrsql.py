@@ -250,7 +250,7 @@ def cross_validated(*, cost: float = 10.0, progress: bool = True, dump: Path | N
     lib = build(load_split("train"), progress=progress)
     runner = Runner(lib.executor)
     observed: list = []
-    risk, cv, _lookup = calibrate(
+    risk, _cv, _lookup = calibrate(
         lib, runner, cost=cost, progress=progress, observe=lambda e, f, idx: observed.append((e, f, idx))
     )
     keys: dict[int, dict] = {}
@@ -261,14 +261,18 @@ def cross_validated(*, cost: float = 10.0, progress: bool = True, dump: Path | N
         best = found.best
         answered = bool(best and best.hard_ok and best.sql and risk.predict(best.features) >= risk.threshold)
         gold = (
-            bind_sql(entry.template, {x.name: x.value for x in entry.template.slots}) if entry.template else ""
+            bind_sql(entry.template, {x.name: x.value for x in entry.template.slots})
+            if entry.template
+            else ""
         )
         correct = bool(answered and gold and runner.same(best.sql, gold))
         outcome = "right" if correct else ("wrong" if answered else "abstained")
         cause = ""
         if gold and not correct:
             d = {"question": entry.question, "gold": gold, "results": found.results}
-            cause = miss_cause(idx, d, risk.threshold, runner, key_of, score=lambda r: risk.predict(r.features))
+            cause = miss_cause(
+                idx, d, risk.threshold, runner, key_of, score=lambda r: risk.predict(r.features)
+            )
             causes[cause] += 1
         rows.append({
             "question": entry.question, "key": entry.key, "gold": gold, "outcome": outcome, "cause": cause,
@@ -277,6 +281,8 @@ def cross_validated(*, cost: float = 10.0, progress: bool = True, dump: Path | N
             "reasons": [list(r.reasons) for r in found.results[:3]],
             "tried": [r.example_question for r in found.results[:3]],
             "right_key_in_library": entry.key in idx.families,
+            "right_reasons": next((list(r.reasons) for r in found.results if key_of.get(r.example_id) == entry.key), None),
+            "right_from": next((r.example_question for r in found.results if key_of.get(r.example_id) == entry.key), None),
         })  # fmt: skip
     answerable = sum(1 for r in rows if r["gold"])
     answered = [r for r in rows if r["outcome"] != "abstained"]

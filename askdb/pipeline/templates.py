@@ -19,6 +19,7 @@ the question words must reappear in a new question for the template to apply.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -343,6 +344,7 @@ def _valid_date(text: str) -> bool:
 _UNITS = r"(?:years?|months?|weeks?|days?|hours?|minutes?|decades?)"
 _MONTHS = r"(?:january|february|march|april|may|june|july|august|september|october|november|december)"
 _TIME_TARGET = rf"(?:the\s+)?(?:year\s+)?(?:\d{{4}}\b|{_MONTHS}\b|(?:this|last|past|previous|current|next)\s)"
+_TIME_POINT = rf"(?:the\s+)?(?:year\s+)?(?:\d{{4}}\b|{_MONTHS}\b)"
 _TIME_WORDS = {
     "in": "in",
     "during": "in",
@@ -426,8 +428,8 @@ def question_operators(question: str) -> dict[str, Any]:
         if phrase in ("since", "after", "before", "prior to", "until", "till", "between", "within"):
             if re.search(rf"\b{phrase}\b", text):
                 time_found.add(name)
-        elif re.search(rf"\b{phrase}\s+{_TIME_TARGET}", text):
-            time_found.add(name)
+        elif re.search(rf"\b{phrase}\s+{_TIME_TARGET if name != 'in' else _TIME_POINT}", text):
+            time_found.add(name)  # "in this year" is "this year": the period says it, not the "in"
     periods = set()
     for m in re.finditer(rf"\b(this|last|past|previous|current|next)\s+(?:(\d+)\s+)?({_UNITS})\b", text):
         which = {"past": "last", "previous": "last", "current": "this"}.get(m.group(1), m.group(1))
@@ -455,7 +457,8 @@ def question_operators(question: str) -> dict[str, Any]:
     # A yes/no question ("has patient … been …?", "was … given?") asks whether, not what or how much.
     ops["yes_no"] = bool(
         re.match(
-            r"\s*(?:(?:tell me|can you tell me|please|in \S+|since \S+),?\s+)?(?:has|have|had|is|was|were|are|did|does|do)\b",
+            r"\s*(?:(?:tell me|can you tell me|please|in \S+|since \S+),?\s+|[^,?]{3,60},\s+)?"
+            r"(?:has|have|had|is|was|were|are|did|does|do)\b",
             text,
         )
     )
@@ -464,6 +467,70 @@ def question_operators(question: str) -> dict[str, Any]:
         re.search(r"\b(?:not|no|never|without|none|neither|nor|excluding|except)\b|n't\b", text)
     )
     return ops
+
+
+# --- what a question asks for, what a template returns -------------------------------------------
+
+# A name asked for as such: "the name of the input", "what was the drug name", "name the specimen".
+_ASKS_NAME = re.compile(
+    r"\bnames?\s+of\b|\bname\s+(?:the|a|an|all|each)\b"
+    r"|\b(?:what|which)(?:'s|\s+(?:is|was|are|were))?\s+(?:the\s+|their\s+|its\s+)?(?:[a-z-]+\s+){0,2}names?\b"
+)
+_TIME_COLUMN = re.compile(r"(?:time|date)$|^dod$")
+
+
+def asks_for_name(question: str) -> bool:
+    """Whether the question asks for a name or label (of a drug, an input, a test), not a time or number."""
+    return bool(_ASKS_NAME.search(" ".join(question.lower().replace("’", "'").split())))
+
+
+def answer_kind(template: Template) -> str:
+    """What the template's SQL returns: "time" (a time column, its first or last), "number" (a count,
+    sum, average or arithmetic), "column" (another column: a name, a label, a value) or "other".
+
+    The question's asked-for thing must agree with it: "the name of the input" is not answered
+    with the time of the input, however close the wording.
+    """
+    return _answer_kind(template.sql_template, template.dialect) if template.usable else "other"
+
+
+@functools.lru_cache(maxsize=4096)
+def _answer_kind(sql: str, dialect: str) -> str:
+    try:
+        tree = _parse(sql, dialect)
+    except (SqlglotError, ValueError, RecursionError):
+        return "other"
+    select = tree if isinstance(tree, exp.Select) else tree.find(exp.Select)
+    if select is None or len(select.expressions) != 1:
+        return "other"
+    node = select.expressions[0].unalias()
+    if isinstance(node, exp.Distinct) and len(node.expressions) == 1:
+        node = node.expressions[0]
+    if isinstance(node, (exp.Count, exp.Sum, exp.Avg, exp.Binary)) and not isinstance(node, exp.Connector):
+        return "number"
+    if isinstance(node, (exp.Max, exp.Min)):
+        node = node.this
+    if isinstance(node, exp.Column):
+        return "time" if _TIME_COLUMN.search(node.name.lower()) else "column"
+    return "other"
+
+
+def interchangeable(template: Template, slot_names: tuple[str, ...]) -> bool:
+    """Whether these slots' values may be bound in any order: each is used once, all in one IN list."""
+    slots = [s for s in template.slots if s.name in slot_names]
+    if not template.usable or len(slots) < 2 or any(len(s.uses) != 1 for s in slots):
+        return False
+    return _one_in_list(template.sql_template, template.dialect, tuple(s.uses[0].index for s in slots))
+
+
+@functools.lru_cache(maxsize=4096)
+def _one_in_list(sql: str, dialect: str, indices: tuple[int, ...]) -> bool:
+    literals = list(_parse(sql, dialect).find_all(exp.Literal))
+    if any(i >= len(literals) for i in indices):
+        return False
+    parents = {id(literals[i].parent) for i in indices}
+    parent = literals[indices[0]].parent
+    return len(parents) == 1 and isinstance(parent, exp.In)
 
 
 def _unit(word: str) -> str:
