@@ -44,6 +44,7 @@ from askdb.pipeline.offline import (
     fit_calibration,
     operator_reasons,
     operator_signature,
+    opposite,
     question_context,
 )
 from askdb.pipeline.templates import (
@@ -319,6 +320,13 @@ class LibraryIndex:
             signature_words_of[key] = {k: frozenset(v) for k, v in by_signature.items()}
             said = Counter(w for i in idx for w in said_by[i])
             core_of[key] = frozenset(w for w, n in said.items() if n >= CORE_SHARE * len(idx))
+        synonyms = mine_synonyms(
+            [sequence_of[i] for i in idx if operator_signature(ops_by[i]) == sig]
+            for key, idx in self.members.items()
+            if key != UNANSWERABLE and len(idx) > 1
+            for sig in {operator_signature(ops_by[i]) for i in idx}
+        )
+        self.synonyms = synonyms
         neutral: set[str] = set()
         # A word that some paraphrases of a template use and others leave out, in several templates,
         # is wording ("documented", "exactly"), not a condition: a condition is in every paraphrase.
@@ -327,28 +335,21 @@ class LibraryIndex:
         for key, idx in self.members.items():
             if key == UNANSWERABLE or len(idx) < 2:
                 continue
-            each = [said_by[i] for i in idx]
+            # A word counts as said where a synonym is ("diagnosis" where "diagnosed" is).
+            each = [said_by[i] | {x for w in said_by[i] for x in synonyms.get(w, ())} for i in idx]
             optional.update(set.union(*each) - set.intersection(*each))
             present.update(set.union(*each))
         # …and left out in at least half the templates that use it ("input" is said wherever it matters).
         neutral |= {w for w, n in optional.items() if n >= OPTIONAL_TEMPLATES and n >= 0.5 * present[w]}
         # A word that goes with one operator in a template ("survival" with "lowest" where "mortality"
         # goes with "highest") carries meaning, however often paraphrases leave it out.
-        polarity = {
-            w
-            for by_sig in signature_words_of.values()
-            if len(by_sig) > 1
-            for sig, words in by_sig.items()
-            for w in words - frozenset().union(*(v for k, v in by_sig.items() if k != sig))
-        }
+        polarity: set[str] = set()
+        for by_sig in signature_words_of.values():
+            for sig, words in by_sig.items():
+                against = [v for k, v in by_sig.items() if opposite(k, sig)]
+                if against:
+                    polarity |= words - frozenset().union(*against)
         neutral = frozenset(neutral - NEVER_NEUTRAL - polarity)
-        synonyms = mine_synonyms(
-            [sequence_of[i] for i in idx if operator_signature(ops_by[i]) == sig]
-            for key, idx in self.members.items()
-            if key != UNANSWERABLE and len(idx) > 1
-            for sig in {operator_signature(ops_by[i]) for i in idx}
-        )
-        self.synonyms = synonyms
         return {
             key: Family(
                 key,

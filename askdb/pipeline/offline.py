@@ -450,18 +450,27 @@ def _match_one(
 
 
 # Operator keys whose values oppose each other: a word said only with "lowest" ("survival") must not
-# be read with "highest". Other keys ("in 2100" or "2100", "times") only word the same thing otherwise.
+# be read with "highest". Other keys ("in 2100" or "2100", "times") only word the same thing otherwise,
+# and an operator word said or left out ("the three most common" / "the three common") is no opposite.
 POLAR_OPERATORS = ("order", "extreme", "compare", "negation")
 
 
-def _polar(signature: tuple) -> tuple:
-    return tuple((k, v) for k, v in signature if k in POLAR_OPERATORS)
+def opposite(a: tuple, b: tuple) -> bool:
+    """Whether two operator signatures say opposite things ("lowest" and "highest", "not" and not)."""
+    x, y = dict(a), dict(b)
+    for key in POLAR_OPERATORS:
+        if key == "negation":
+            if bool(x.get(key)) != bool(y.get(key)):
+                return True
+        elif x.get(key) and y.get(key) and x[key] != y[key]:
+            return True
+    return False
 
 
 def _contrary_words(words: list[str], ops: dict[str, Any], family: Family) -> list[str]:
     """Words of the question that the family's paraphrases say only with opposite operator words."""
-    mine = _polar(operator_signature(ops))
-    own = frozenset().union(*(w for sig, w in family.signature_words.items() if _polar(sig) == mine))
+    mine = operator_signature(ops)
+    own = frozenset().union(*(w for sig, w in family.signature_words.items() if not opposite(sig, mine)))
     return [w for w in words if w in family.words - own]
 
 
