@@ -359,7 +359,7 @@ class LibraryIndex:
                 len(self.members[key]),
                 frozenset(signatures_of[key]),
                 signature_words_of[key],
-                core_of[key],
+                core_of[key] - neutral,  # wording is no subject
                 synonyms,
             )
             for key in words_of

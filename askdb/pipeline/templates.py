@@ -87,7 +87,7 @@ FUNCTION_WORDS = frozenset(
 # "count the number of" and "how many" paraphrase each other when their operators agree.
 OPERATOR_WORDS = frozenset(
     """first earliest initial initially 1st last latest recent recently final lastly maximum max highest largest
-    greatest peak biggest most minimum min lowest smallest fewest least how many number count counts counted
+    greatest peak biggest top most minimum min lowest smallest fewest least how many number count counts counted
     total average averages avg mean sum cumulative much since after before prior until till through up between
     within during ever times often not no never without none neither nor excluding except more less than
     greater fewer older younger over under above below higher lower longer shorter larger exceed exceeds
@@ -370,7 +370,7 @@ _OPERATOR_PATTERNS: dict[str, list[tuple[str, str]]] = {
         ("last", rf"\b(?:latest|most recent(?:ly)?|final|lastly)\b|\blast\b(?!\s+(?:\d+\s+)?{_UNITS}\b)"),
     ],
     "extreme": [
-        ("max", r"\b(?:maximum|max|highest|largest|greatest|peak|biggest)\b|(?<!at )\bmost\b(?!\s+recent)"),
+        ("max", r"\b(?:maximum|max|highest|largest|greatest|peak|biggest|top)\b|(?<!at )\bmost\b(?!\s+recent)"),
         ("min", r"\b(?:minimum|min|lowest|smallest|fewest)\b|(?<!at )\bleast\b"),
     ],
     "aggregate": [
@@ -426,7 +426,8 @@ def question_operators(question: str) -> dict[str, Any]:
     time_found = set()
     for phrase, name in _TIME_WORDS.items():
         if phrase in ("since", "after", "before", "prior to", "until", "till", "between", "within"):
-            if re.search(rf"\b{phrase}\b", text):
+            # "within the same visit" is "in the same visit": no time limit of its own
+            if re.search(rf"\b{phrase}\b(?!\s+(?:the\s+)?same\b)", text):
                 time_found.add(name)
         elif re.search(rf"\b{phrase}\s+{_TIME_TARGET if name != 'in' else _TIME_POINT}", text):
             time_found.add(name)  # "in this year" is "this year": the period says it, not the "in"
