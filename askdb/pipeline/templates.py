@@ -370,7 +370,10 @@ _OPERATOR_PATTERNS: dict[str, list[tuple[str, str]]] = {
         ("last", rf"\b(?:latest|most recent(?:ly)?|final|lastly)\b|\blast\b(?!\s+(?:\d+\s+)?{_UNITS}\b)"),
     ],
     "extreme": [
-        ("max", r"\b(?:maximum|max|highest|largest|greatest|peak|biggest|top)\b|(?<!at )\bmost\b(?!\s+recent)"),
+        (
+            "max",
+            r"\b(?:maximum|max|highest|largest|greatest|peak|biggest|top)\b|(?<!at )\bmost\b(?!\s+recent)",
+        ),
         ("min", r"\b(?:minimum|min|lowest|smallest|fewest)\b|(?<!at )\bleast\b"),
     ],
     "aggregate": [
