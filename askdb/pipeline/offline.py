@@ -45,6 +45,7 @@ from askdb.pipeline.templates import (
     answer_kind,
     apply_case,
     asks_for_name,
+    asks_for_time,
     bind_sql,
     canonical,
     content_words,
@@ -383,6 +384,8 @@ def _match_one(
     work.reasons += operator_reasons(ops, template, family)
     if not work.reasons and asks_for_name(question) and (kind := answer_kind(template)) != "column":
         work.reasons.append(f"the question asks for a name, the template returns a {kind}")
+    if not work.reasons and asks_for_time(question) and (kind := answer_kind(template)) != "time":
+        work.reasons.append(f"the question asks for a time, the template returns a {kind}")
     if work.reasons:  # no lookups for a template that cannot apply
         return _result(candidate, example_question, None, work, {"operators_agree": 0.0}, 0.0, question)
     lowered = question.lower()

@@ -480,12 +480,24 @@ _ASKS_NAME = re.compile(
     r"\bnames?\s+of\b|\bname\s+(?:the|a|an|all|each)\b"
     r"|\b(?:what|which)(?:'s|\s+(?:is|was|are|were))?\s+(?:the\s+|their\s+|its\s+)?(?:[a-z-]+\s+){0,2}names?\b"
 )
+# A time asked for as a thing: "what was the last prescription time", "which input date" (not "the
+# first time", "the same time", "how many times").
+_ASKS_TIME = re.compile(
+    r"\b(?:what|which)\b[^?,]*?\b[a-z]+(?<!first)(?<!last)(?<!same)(?<!the)(?<!what)(?<!any) (?:time|date)\b(?!s)"
+)
+_NOT_ASKING_TIME = re.compile(r"\bhow many\b|\bfor the (?:\w+ )?time\b|\bat the same time\b")
 _TIME_COLUMN = re.compile(r"(?:time|date)$|^dod$")
 
 
 def asks_for_name(question: str) -> bool:
     """Whether the question asks for a name or label (of a drug, an input, a test), not a time or number."""
     return bool(_ASKS_NAME.search(" ".join(question.lower().replace("’", "'").split())))
+
+
+def asks_for_time(question: str) -> bool:
+    """Whether the question asks for a time as the thing it wants ("the last prescription time")."""
+    text = " ".join(question.lower().replace("\u2019", "'").split())
+    return bool(_ASKS_TIME.search(text)) and not _NOT_ASKING_TIME.search(text)
 
 
 def answer_kind(template: Template) -> str:
@@ -787,6 +799,12 @@ def _parse(sql: str, dialect: str) -> exp.Expr:
     return statements[0]
 
 
+@functools.lru_cache(maxsize=2048)
+def _parsed(sql: str, dialect: str) -> exp.Expr:
+    """One parse per template SQL; callers that change the tree copy it first."""
+    return _parse(sql, dialect)
+
+
 def _aliases(tree: exp.Expr) -> dict[str, str]:
     """Alias (or bare name) -> the table as the SQL names it, schema included."""
     out: dict[str, str] = {}
@@ -1042,7 +1060,7 @@ def bind_sql(template: Template, values: dict[str, str]) -> str:
     """
     if not template.usable:
         raise BindError(template.error or "the template has no SQL")
-    tree = _parse(template.sql_template, template.dialect)
+    tree = _parsed(template.sql_template, template.dialect).copy()  # parsed once per template
     literals = list(tree.find_all(exp.Literal))
     replacements: list[tuple[exp.Literal, exp.Expr]] = []
     for slot in template.slots:

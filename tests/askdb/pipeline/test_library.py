@@ -18,6 +18,7 @@ from askdb.pipeline.offline import mask_question
 from askdb.pipeline.templates import (
     answer_kind,
     asks_for_name,
+    asks_for_time,
     bind_sql,
     build_template,
     extract_typed_spans,
@@ -273,6 +274,41 @@ def test_the_answer_kind_is_read_from_the_select(sql, kind):
 )
 def test_a_name_asked_for_is_told_from_a_name_mentioned(question, asks):
     assert asks_for_name(question) is asks
+
+
+@pytest.mark.parametrize(
+    ("question", "asks"),
+    [
+        ("What was the last prescription time for aspirin for patient 10001?", True),
+        ("What is the first input date of patient 10001?", True),
+        ("When was the first time patient 10001 had an input?", False),
+        ("What was the dose of aspirin given at the same time as heparin?", False),
+        ("How many times was patient 10001 given aspirin?", False),
+        ("What was the name of the drug prescribed for the first time to patient 10001?", False),
+    ],
+)
+def test_a_time_asked_for_is_told_from_a_time_mentioned(question, asks):
+    assert asks_for_time(question) is asks
+
+
+def test_a_question_asking_a_time_is_not_answered_with_a_dose():
+    sql = "SELECT dose_val_rx FROM prescriptions WHERE subject_id = {p} AND drug = '{d}' ORDER BY starttime DESC LIMIT 1"
+    index = build_index(
+        [
+            (
+                "what was the last dose of aspirin prescribed to patient 10001?",
+                sql.format(p=10001, d="aspirin"),
+            ),
+            (
+                "what was the dose of aspirin last prescribed to patient 10002?",
+                sql.format(p=10002, d="aspirin"),
+            ),
+        ]
+    )
+    assert ask(index, "what was the last dose of aspirin prescribed to patient 10003?").hard_ok
+    best = ask(index, "what was the last dose time of aspirin prescribed to patient 10003?")
+    assert not best.hard_ok
+    assert any("asks for a time" in r for r in best.reasons), best.reasons
 
 
 def test_synonyms_are_words_paraphrases_swap_in_the_same_place_in_several_templates():

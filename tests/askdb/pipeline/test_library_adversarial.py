@@ -140,13 +140,13 @@ CASES: list[tuple[str, str, tuple[str, str] | None]] = [
      "What was the name of the last input of patient 10026354 since 03/12/2100?", None),
     ("When was patient 10006053's last input during their last ICU visit?",
      "What was the name of patient 10006053's last input during their last ICU visit?", None),
-    # another subject where the wording around it is the same
+    # another subject where the wording around it is the same: abstain or answer with the other table
     ("Was patient 10037861 through any procedure in the first hospital visit?",
-     "Was patient 10037861 given any diagnosis in the first hospital visit?", None),
+     "Was patient 10037861 given any diagnosis in the first hospital visit?", ("procedures_icd", "diagnoses_icd")),
     ("Has patient 10020306 been given any diagnosis since 2100?",
-     "Has patient 10020306 been given any procedure since 2100?", None),
+     "Has patient 10020306 been given any procedure since 2100?", ("diagnoses_icd", "procedures_icd")),
     ("How many aspirin prescriptions were administered since 2100?",
-     "How many patients were given aspirin prescriptions since 2100?", None),
+     "How many aspirin prescriptions were administered to female patients since 2100?", None),
     ("Has patient 10018081 gone through any procedure?",
      "Has patient 10018081 never gone through any procedure?", None),
     ("Has patient 10006580 been through any procedure?",
