@@ -130,7 +130,7 @@ class Runner:
         return results_match(a, b)
 
 
-def calibrate(lib: Library, runner: Runner, *, cost: float, progress: bool = True):
+def calibrate(lib: Library, runner: Runner, *, cost: float, progress: bool = True, observe=None):
     """Grouped cross-validation over the library -> the fitted risk model and held-out numbers."""
     from askdb.pipeline import library as L
     from askdb.pipeline.templates import bind_sql
@@ -149,7 +149,7 @@ def calibrate(lib: Library, runner: Runner, *, cost: float, progress: bool = Tru
     details: list = []
     samples = L.cross_validate(
         lib.index, lambda idx: lib.index.matrix[idx], is_correct=is_correct, lookup=lookup, values=lib.values,
-        details=details, probe=runner.probe, progress=(lambda n: print(f"  cv {n}", file=sys.stderr) if progress and n % step == 0 else None),
+        details=details, probe=runner.probe, observe=observe, progress=(lambda n: print(f"  cv {n}", file=sys.stderr) if progress and n % step == 0 else None),
     )  # fmt: skip
     risk = L.fit_risk(samples, wrong_answer_cost=cost)
     scored = [(risk.predict(f), ok) for f, ok in samples]
@@ -205,7 +205,9 @@ def evaluate(lib: Library, runner: Runner, risk, lookup, items, *, progress: boo
     return scores, details, latency
 
 
-def miss_cause(lib: Library, d: dict, threshold: float, runner: Runner) -> str:
+def miss_cause(
+    index, d: dict, threshold: float, runner: Runner, key_of: dict | None = None, score=None
+) -> str:
     """Why an answerable question was not answered (correctly), judged by its gold SQL's template."""
     from askdb.pipeline.library import entry_for
     from askdb.pipeline.templates import build_template
@@ -213,9 +215,9 @@ def miss_cause(lib: Library, d: dict, threshold: float, runner: Runner) -> str:
     gold = entry_for(
         None, d["question"], d["gold"], build_template(d["question"], d["gold"], dialect="sqlite")
     )
-    if gold is None or gold.key not in lib.index.families:
+    if gold is None or gold.key not in index.families:
         return "its template is not in the library"
-    key_of = {e.example_id: e.key for e in lib.index.entries}
+    key_of = key_of if key_of is not None else {e.example_id: e.key for e in index.entries}
     right = next((r for r in d["results"] if key_of.get(r.example_id) == gold.key), None)
     if right is None:
         return "its template was not among the best voted"
@@ -224,7 +226,7 @@ def miss_cause(lib: Library, d: dict, threshold: float, runner: Runner) -> str:
             return "its template, a value bound wrongly"
         return (
             "right SQL, P(correct) under the threshold"
-            if right.confidence < threshold
+            if (score(right) if score else right.confidence) < threshold
             else "another answer won"
         )
     reason = right.reasons[0] if right.reasons else ""
@@ -236,6 +238,65 @@ def miss_cause(lib: Library, d: dict, threshold: float, runner: Runner) -> str:
         if key in reason:
             return f"its template refused: {label}"
     return "its template refused: other"
+
+
+def cross_validated(*, cost: float = 10.0, progress: bool = True, dump: Path | None = None) -> dict:
+    """Error analysis on the library itself (train): grouped CV, every held-out question's outcome and
+    miss cause. The only place to tune the matcher on; valid is measured, never read."""
+    from askdb.pipeline.templates import bind_sql
+
+    _setup_django()
+    started = time.perf_counter()
+    lib = build(load_split("train"), progress=progress)
+    runner = Runner(lib.executor)
+    observed: list = []
+    risk, _cv, _lookup = calibrate(
+        lib, runner, cost=cost, progress=progress, observe=lambda e, f, idx: observed.append((e, f, idx))
+    )
+    keys: dict[int, dict] = {}
+    causes: Counter = Counter()
+    rows = []
+    for entry, found, idx in observed:
+        key_of = keys.setdefault(id(idx), {e.example_id: e.key for e in idx.entries})
+        best = found.best
+        answered = bool(best and best.hard_ok and best.sql and risk.predict(best.features) >= risk.threshold)
+        gold = (
+            bind_sql(entry.template, {x.name: x.value for x in entry.template.slots})
+            if entry.template
+            else ""
+        )
+        correct = bool(answered and gold and runner.same(best.sql, gold))
+        outcome = "right" if correct else ("wrong" if answered else "abstained")
+        cause = ""
+        if gold and not correct:
+            d = {"question": entry.question, "gold": gold, "results": found.results}
+            cause = miss_cause(
+                idx, d, risk.threshold, runner, key_of, score=lambda r: risk.predict(r.features)
+            )
+            causes[cause] += 1
+        rows.append({
+            "question": entry.question, "key": entry.key, "gold": gold, "outcome": outcome, "cause": cause,
+            "sql": best.sql if best else None, "from": best.example_question if best else None,
+            "p": round(risk.predict(best.features), 4) if best and best.hard_ok else 0.0,
+            "reasons": [list(r.reasons) for r in found.results[:3]],
+            "tried": [r.example_question for r in found.results[:3]],
+            "right_key_in_library": entry.key in idx.families,
+            "right_reasons": next((list(r.reasons) for r in found.results if key_of.get(r.example_id) == entry.key), None),
+            "right_from": next((r.example_question for r in found.results if key_of.get(r.example_id) == entry.key), None),
+        })  # fmt: skip
+    answerable = sum(1 for r in rows if r["gold"])
+    answered = [r for r in rows if r["outcome"] != "abstained"]
+    right = sum(1 for r in answered if r["outcome"] == "right")
+    result = {
+        "questions": len(rows), "answerable": answerable, "answered": len(answered), "right": right,
+        "coverage": round(len(answered) / len(rows), 4), "precision": round(right / len(answered), 4) if answered else None,
+        "rs10": round(100 * (right - 10 * (len(answered) - right)) / len(rows), 2),
+        "misses": dict(causes.most_common()), "threshold": round(risk.threshold, 4),
+        "seconds": round(time.perf_counter() - started),
+    }  # fmt: skip
+    if dump:
+        dump.write_text(json.dumps({"summary": result, "rows": rows}, indent=1, default=str))
+    return result
 
 
 def run(*, cost: float = 10.0, limit: int | None = None, progress: bool = True) -> dict:
@@ -256,7 +317,7 @@ def run(*, cost: float = 10.0, limit: int | None = None, progress: bool = True) 
     answered = [s for s in scores if not s.abstained]
     correct = sum(1 for s in answered if s.answerable and s.correct)
     causes = Counter(
-        miss_cause(lib, d, risk.threshold, runner)
+        miss_cause(lib.index, d, risk.threshold, runner)
         for d, s in zip(details, scores, strict=True)
         if s.answerable and (s.abstained or not s.correct)
     )
@@ -309,10 +370,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--json", type=Path, default=None, help="also write the numbers (and wrong answers) here"
     )
+    parser.add_argument(
+        "--cv", action="store_true", help="only the grouped cross-validation on train, misses by cause"
+    )
     args = parser.parse_args(argv)
     if not (DATA / "train" / "label.json").is_file():
         print(f"EHRSQL data not found at {DATA}", file=sys.stderr)
         return 1
+    if args.cv:
+        print(json.dumps(cross_validated(cost=args.cost, dump=args.json), indent=1))
+        return 0
     result = run(cost=args.cost, limit=args.limit)
     print(table(result))
     for w in result["wrong"][:20]:

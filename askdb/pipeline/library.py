@@ -42,7 +42,9 @@ from askdb.pipeline.offline import (
     _match_one,
     bare_column,
     fit_calibration,
+    operator_reasons,
     operator_signature,
+    opposite,
     question_context,
 )
 from askdb.pipeline.templates import (
@@ -55,22 +57,77 @@ from askdb.pipeline.templates import (
     canonical,
     content_words,
     question_operators,
+    stem,
     template_key,
+    tokenize,
 )
 from askdb.pipeline.types import CatalogSchema
 
 UNANSWERABLE = "unanswerable"  # the key of the library's unanswerable examples
-NEIGHBOURS = 20  # masked paraphrases that vote
+NEIGHBOURS = 50  # masked paraphrases that vote
 TEMPLATES_TRIED = 5  # templates (best voted first) whose binding is tried
 MEMBERS_TRIED = 3  # paraphrases per template whose wording is tried for binding
 VOTE_TEMPERATURE = 0.03  # softmax temperature of the vote over cosine similarities
 # Number words are values ("top three" vs "top five"), never mere wording.
+NEUTRAL_STEMS = frozenset(map(stem, NEUTRAL_WORDS))
 NEVER_NEUTRAL = frozenset(
     "zero one two three four five six seven eight nine ten eleven twelve twenty hundred".split()
 )
 CORE_SHARE = 1.0  # a word this share of a template's paraphrases say is its subject: the question must say it
 TEMPLATE_HOLDOUT = 0.3  # share of templates held out whole in cross-validation (questions of unseen kinds)
 OPTIONAL_TEMPLATES = 3  # a word some paraphrases leave out, in this many templates, is only wording
+SYNONYM_TEMPLATES = 2  # two words paraphrases swap for one another in this many templates are synonyms
+SYNONYM_MEMBERS = 40  # paraphrases per template compared pairwise when mining synonyms
+
+
+def mine_synonyms(paraphrases: Iterable[Sequence[Sequence[str]]]) -> dict[str, frozenset[str]]:
+    """Words the library's paraphrases use for one another: "sex" for "gender", "dose" for "dosage".
+
+    Two paraphrases of one template (the same SQL, the same operator words) that read the same but
+    for one word in the same place ("the total {value} dose of" / "the total {value} amount of")
+    swap those words without changing the answer. A swap seen in at least SYNONYM_TEMPLATES
+    templates is a synonym for the meaning guard; one template alone may be an accident of its
+    wording. `paraphrases` is, per template and operator signature, each paraphrase's words in order
+    (guard_sequence).
+    """
+    seen: Counter[tuple[str, str]] = Counter()
+    for group in paraphrases:
+        pairs: set[tuple[str, str]] = set()
+        members = list(group)[:SYNONYM_MEMBERS]
+        for i, a in enumerate(members):
+            for b in members[i + 1 :]:
+                swap = _swap(a, b)
+                if swap and not set(swap) & NEVER_NEUTRAL:
+                    pairs.add(swap)
+        seen.update(pairs)
+    out: dict[str, set[str]] = defaultdict(set)
+    for (x, y), n in seen.items():
+        if n >= SYNONYM_TEMPLATES:
+            out[x].add(y)
+            out[y].add(x)
+    return {w: frozenset(v) for w, v in out.items()}
+
+
+def _swap(a: Sequence[str], b: Sequence[str]) -> tuple[str, str] | None:
+    """The one word two word sequences differ by, in the same place, or None."""
+    if len(a) != len(b):
+        return None
+    differ = [(x, y) for x, y in zip(a, b, strict=True) if x != y]
+    if len(differ) != 1:
+        return None
+    x, y = differ[0]
+    if x in NEUTRAL_STEMS or y in NEUTRAL_STEMS or x.startswith("slot") or y.startswith("slot"):
+        return None
+    return (min(x, y), max(x, y))
+
+
+def guard_sequence(text: str) -> list[str]:
+    """The question's words in order as the guard reads them (synonyms folded), function words out,
+    operator words and placeholders kept as the context a swapped word must share, request words
+    ("tell", "show") out."""
+    text = re.sub(r"\{([^}:]*)(?::[^}]*)?\}", lambda m: f" slot{m.group(1)} ", text.lower())
+    words = (canonical(stem(t.text)) for t in tokenize(text) if t.lower not in FUNCTION_WORDS)
+    return [w for w in words if w not in GUARD_FILLER]
 
 
 def guard_words(text: str) -> list[str]:
@@ -241,6 +298,14 @@ class LibraryIndex:
         signatures_of: dict[str, set[tuple]] = {}
         signature_words_of: dict[str, dict[tuple, frozenset]] = {}
         core_of: dict[str, frozenset[str]] = {}
+        sequence_of = {
+            i: guard_sequence(e.template.masked_question) for i, e in enumerate(self.entries) if e.template
+        }
+        said_by = {
+            i: set(guard_words(e.template.masked_question)) for i, e in enumerate(self.entries) if e.template
+        }
+        ops_by = {i: question_operators(blank(e.template.question, [(x.start, x.end) for x in e.template.slots if x.type == VALUE]))
+                  for i, e in enumerate(self.entries) if e.template}  # fmt: skip
         for key, idx in self.members.items():
             if key == UNANSWERABLE:
                 continue
@@ -249,19 +314,22 @@ class LibraryIndex:
             signatures = set()
             by_signature: dict[tuple, set[str]] = defaultdict(set)
             for i in idx:
-                template = self.entries[i].template
-                assert template is not None
-                words.update(guard_words(template.masked_question))
-                named = [(x.start, x.end) for x in template.slots if x.type == VALUE]
-                member_ops = question_operators(blank(template.question, named))
-                signatures.add(operator_signature(member_ops))
-                by_signature[operator_signature(member_ops)].update(guard_words(template.masked_question))
-                for name, value in member_ops.items():
+                words.update(said_by[i])
+                signatures.add(operator_signature(ops_by[i]))
+                by_signature[operator_signature(ops_by[i])].update(said_by[i])
+                for name, value in ops_by[i].items():
                     ops[name].add(value)
             words_of[key], ops_of[key], signatures_of[key] = words, ops, signatures
             signature_words_of[key] = {k: frozenset(v) for k, v in by_signature.items()}
-            said = Counter(w for i in idx for w in set(guard_words(self.entries[i].template.masked_question)))  # type: ignore[union-attr]
+            said = Counter(w for i in idx for w in said_by[i])
             core_of[key] = frozenset(w for w, n in said.items() if n >= CORE_SHARE * len(idx))
+        synonyms = mine_synonyms(
+            [sequence_of[i] for i in idx if operator_signature(ops_by[i]) == sig]
+            for key, idx in self.members.items()
+            if key != UNANSWERABLE and len(idx) > 1
+            for sig in {operator_signature(ops_by[i]) for i in idx}
+        )
+        self.synonyms = synonyms
         neutral: set[str] = set()
         # A word that some paraphrases of a template use and others leave out, in several templates,
         # is wording ("documented", "exactly"), not a condition: a condition is in every paraphrase.
@@ -270,20 +338,20 @@ class LibraryIndex:
         for key, idx in self.members.items():
             if key == UNANSWERABLE or len(idx) < 2:
                 continue
-            each = [set(guard_words(self.entries[i].template.masked_question)) for i in idx]  # type: ignore[union-attr]
+            # A word counts as said where a synonym is ("diagnosis" where "diagnosed" is).
+            each = [said_by[i] | {x for w in said_by[i] for x in synonyms.get(w, ())} for i in idx]
             optional.update(set.union(*each) - set.intersection(*each))
             present.update(set.union(*each))
         # …and left out in at least half the templates that use it ("input" is said wherever it matters).
         neutral |= {w for w, n in optional.items() if n >= OPTIONAL_TEMPLATES and n >= 0.5 * present[w]}
         # A word that goes with one operator in a template ("survival" with "lowest" where "mortality"
         # goes with "highest") carries meaning, however often paraphrases leave it out.
-        polarity = {
-            w
-            for by_sig in signature_words_of.values()
-            if len(by_sig) > 1
-            for sig, words in by_sig.items()
-            for w in words - frozenset().union(*(v for k, v in by_sig.items() if k != sig))
-        }
+        polarity: set[str] = set()
+        for by_sig in signature_words_of.values():
+            for sig, words in by_sig.items():
+                against = [v for k, v in by_sig.items() if opposite(k, sig)]
+                if against:
+                    polarity |= words - frozenset().union(*against)
         neutral = frozenset(neutral - NEVER_NEUTRAL - polarity)
         return {
             key: Family(
@@ -294,7 +362,8 @@ class LibraryIndex:
                 len(self.members[key]),
                 frozenset(signatures_of[key]),
                 signature_words_of[key],
-                core_of[key],
+                core_of[key] - neutral,  # wording is no subject
+                synonyms,
             )
             for key in words_of
         }
@@ -395,8 +464,18 @@ def match_library(
     )
 
     results: list[MatchResult] = []
-    answerable = [(key, share) for key, share in ranked if key != UNANSWERABLE][:TEMPLATES_TRIED]
-    for rank, (key, share) in enumerate(answerable):
+    voted = [
+        (rank, key, share) for rank, (key, share) in enumerate((k, s) for k, s in ranked if k != UNANSWERABLE)
+    ]
+    # Re-ranked by whether the question's operator words fit: "since 2100" and "in 2100" embed alike,
+    # so the template that fits may be voted below several that cannot apply.
+    fits = [
+        v
+        for v in voted
+        if not operator_reasons(ops, index.entries[index.members[v[1]][0]].template, index.families[v[1]])
+    ]
+    answerable = (fits + [v for v in voted if v not in fits])[:TEMPLATES_TRIED]
+    for rank, key, share in answerable:
         family = index.families[key]
         members = sorted(index.members[key], key=lambda i: -sims[i])[:MEMBERS_TRIED]
         tried: list[MatchResult] = []
@@ -492,11 +571,14 @@ def cross_validate(
     details: list | None = None,
     probe: Callable[[str], bool] | None = None,
     only: Sequence[int] | None = None,
+    observe: Callable[[Entry, LibraryMatch, LibraryIndex], None] | None = None,
 ) -> list[tuple[dict[str, float], bool]]:
     """Held-out (features, correct) for the best hard-rule-passing match of every library question.
 
     Unanswerable library questions are asked too: any answer to one is a wrong answer. `only`:
-    these folds alone (the caller runs the folds in parallel).
+    these folds alone (the caller runs the folds in parallel). `observe` sees every held-out
+    question's whole match and the library it was matched against, for error analysis on the
+    library (why a question was missed), never on the questions one reports.
     """
     samples: list[tuple[dict[str, float], bool]] = []
     done = 0
@@ -511,6 +593,8 @@ def cross_validate(
             found = match_library(
                 entry.question, vector, train, lookup=lookup, values=values, catalog=catalog, probe=probe
             )
+            if observe is not None:
+                observe(entry, found, train)
             best = found.best
             if best is not None and best.hard_ok and best.sql:
                 ok = entry.template is not None and is_correct(entry, best)

@@ -42,11 +42,15 @@ from askdb.pipeline.templates import (
     Span,
     Template,
     Token,
+    answer_kind,
     apply_case,
+    asks_for_name,
+    asks_for_time,
     bind_sql,
     canonical,
     content_words,
     extract_typed_spans,
+    interchangeable,
     question_operators,
     stem,
     tokenize,
@@ -120,6 +124,13 @@ class Family:
     # Words (nearly) every paraphrase says: the template's subject ("discharged", "specimen"). A
     # question that says none of one is about something else.
     core: frozenset[str] = frozenset()
+    # Words the library's own paraphrases use for one another ("sex" for "gender"): mined across
+    # templates (library.mine_synonyms), shared by every family of one library.
+    synonyms: dict = field(default_factory=dict)
+
+    def says(self, word: str) -> bool:
+        """Whether some paraphrase says `word` or a word the library uses in its place."""
+        return word in self.words or bool(self.synonyms.get(word, frozenset()) & self.words)
 
 
 SOFT_OPERATORS = ("aggregate",)  # "maximum total cost" and "maximum cost": judged key by key only
@@ -370,18 +381,11 @@ def _match_one(
     if not template.usable:
         work.reasons.append(f"the example cannot be used as a template: {template.error or 'no SQL'}")
         return _result(candidate, example_question, None, work, {}, 0.0, question)
-    for key in sorted(set(ops) | set(template.operators)):
-        allowed = family.operators.get(key, frozenset()) if family else {template.operators.get(key)}
-        if ops.get(key) not in allowed:
-            said = sorted(map(str, allowed)) if family else repr(template.operators.get(key))
-            work.reasons.append(f"{key} differs: the question says {ops.get(key)!r}, the template {said}")
-    if (
-        family is not None
-        and family.signatures
-        and not work.reasons
-        and operator_signature(ops) not in family.signatures
-    ):
-        work.reasons.append("the question combines operator words as no paraphrase of the template does")
+    work.reasons += operator_reasons(ops, template, family)
+    if not work.reasons and asks_for_name(question) and (kind := answer_kind(template)) != "column":
+        work.reasons.append(f"the question asks for a name, the template returns a {kind}")
+    if not work.reasons and asks_for_time(question) and (kind := answer_kind(template)) != "time":
+        work.reasons.append(f"the question asks for a time, the template returns a {kind}")
     if work.reasons:  # no lookups for a template that cannot apply
         return _result(candidate, example_question, None, work, {"operators_agree": 0.0}, 0.0, question)
     lowered = question.lower()
@@ -396,7 +400,9 @@ def _match_one(
         else:
             free.remove(hit)
     _assign_typed(template, question, free, work)
-    fixed = family.words if family else None
+    fixed = (
+        family.words | {w for w, same in family.synonyms.items() if same & family.words} if family else None
+    )
     if values is not None:
         _assign_contained(template, question, typed, values, work)
     taken = typed + quoted + list(work.placed.values())
@@ -407,15 +413,18 @@ def _match_one(
     }
     _assign_values(template, quoted + runs, lookup, min_value_score, work, skip=covered)
     if family is not None and not work.reasons and len(family.signature_words) > 1:
-        own = family.signature_words.get(operator_signature(ops), frozenset())
-        contrary = [w for w in _question_words(question, typed, work) if w in family.words - own]
+        contrary = _contrary_words(_question_words(question, typed, work), ops, family)
         if contrary:
             work.reasons.append(
                 f"{', '.join(map(repr, contrary))} goes with other operator words in this template's paraphrases"
             )
     if family is not None and not work.reasons and family.core:
         said = {canonical(stem(t.text)) for t in tokenize(question)}
-        missing = sorted(w for w in family.core if not any(_same_stem(w, x) for x in said))
+        missing = sorted(
+            w
+            for w in family.core
+            if not any(_same_stem(w, x) or x in family.synonyms.get(w, ()) for x in said)
+        )
         if missing:
             work.reasons.append(
                 f"the question does not say {', '.join(map(repr, missing))}, which the template's paraphrases say"
@@ -441,6 +450,49 @@ def _match_one(
     features = _features(question, candidate, template, work, runs, quoted)
     confidence = 0.0 if work.reasons else calibration.predict(features)
     return _result(candidate, example_question, sql, work, features, confidence, question)
+
+
+# Operator keys whose values oppose each other: a word said only with "lowest" ("survival") must not
+# be read with "highest". Other keys ("in 2100" or "2100", "times") only word the same thing otherwise,
+# and an operator word said or left out ("the three most common" / "the three common") is no opposite.
+POLAR_OPERATORS = ("order", "extreme", "compare", "negation")
+
+
+def opposite(a: tuple, b: tuple) -> bool:
+    """Whether two operator signatures say opposite things ("lowest" and "highest", "not" and not)."""
+    x, y = dict(a), dict(b)
+    for key in POLAR_OPERATORS:
+        if key == "negation":
+            if bool(x.get(key)) != bool(y.get(key)):
+                return True
+        elif x.get(key) and y.get(key) and x[key] != y[key]:
+            return True
+    return False
+
+
+def _contrary_words(words: list[str], ops: dict[str, Any], family: Family) -> list[str]:
+    """Words of the question that the family's paraphrases say only with opposite operator words."""
+    mine = operator_signature(ops)
+    own = frozenset().union(*(w for sig, w in family.signature_words.items() if not opposite(sig, mine)))
+    return [w for w in words if w in family.words - own]
+
+
+def operator_reasons(ops: dict[str, Any], template: Template, family: Family | None) -> list[str]:
+    """Why the question's operator words are not the template's (judged across its paraphrases)."""
+    reasons = []
+    for key in sorted(set(ops) | set(template.operators)):
+        allowed = family.operators.get(key, frozenset()) if family else {template.operators.get(key)}
+        if ops.get(key) not in allowed:
+            said = sorted(map(str, allowed)) if family else repr(template.operators.get(key))
+            reasons.append(f"{key} differs: the question says {ops.get(key)!r}, the template {said}")
+    if (
+        family is not None
+        and family.signatures
+        and not reasons
+        and operator_signature(ops) not in family.signatures
+    ):
+        reasons.append("the question combines operator words as no paraphrase of the template does")
+    return reasons
 
 
 def _result(candidate, example_question, sql, work, features, confidence, question) -> MatchResult:
@@ -510,7 +562,26 @@ def _ordering(template: Template, question: str, slots: list[Slot], spans: list[
     for perm in itertools.permutations(spans):
         if [before(question, s.start) for s in perm] == wanted:
             return list(perm)
-    return None
+    if interchangeable(template, tuple(s.name for s in slots)):
+        return list(spans)  # "a, b, or c": one IN list, any order means the same
+    return _by_unit(question, slots, spans)
+
+
+def _by_unit(question: str, slots: list[Slot], spans: list[Span]) -> list[Span] | None:
+    """Numbers placed by their unit: "the top three … within 2 months" puts 2 where the SQL says
+    ' month' and three where it says no unit. None unless that places every number one way only."""
+
+    def unit_after(span: Span) -> str:
+        m = re.match(r"\s*-?\s*(year|month|week|day|hour|minute)s?\b", question[span.end :].lower())
+        return m.group(1) if m else ""
+
+    def unit_of(slot: Slot) -> str:
+        m = re.search(r"(year|month|week|day|hour|minute)s?\b", " ".join(u.suffix for u in slot.uses).lower())
+        return m.group(1) if m else ""
+
+    wanted = [unit_of(s) for s in slots]
+    fits = [list(p) for p in itertools.permutations(spans) if [unit_after(x) for x in p] == wanted]
+    return fits[0] if len(fits) == 1 else None
 
 
 def _assign_values(
@@ -617,7 +688,17 @@ def _assign_contained(
                     found.append((m.start(), m.end(), slot.value))
         if not found:
             continue
-        start, end, value = max(found, key=lambda f: (f[1] - f[0], f[2] == slot.value))
+        # The longest value, unless a shorter one leaves the words around it as the example has them
+        # around its value: "total tf residual output" is 'tf residual' where the example says
+        # "total {value} output", though 'tf residual output' is a label too.
+        start, end, value = max(
+            found,
+            key=lambda f: (
+                _context_agrees(question, f[0], f[1], template, slot),
+                f[1] - f[0],
+                f[2] == slot.value,
+            ),
+        )
         text = question[start:end]
         bound = value
         if slot.uses and all(u.like for u in slot.uses):
@@ -625,6 +706,18 @@ def _assign_contained(
         work.bindings[slot.name] = Binding(slot.name, VALUE, slot.text, text, bound, 1.0, False, slot.column)
         work.placed[slot.name] = Span(_TEXT, text, start, end, text)
         taken.append((start, end))
+
+
+def _context_agrees(question: str, start: int, end: int, template: Template, slot: Slot) -> int:
+    """How many of the words just before and just after a value are those around the example's value."""
+
+    def around(text: str, a: int, b: int) -> tuple[str, str]:
+        before = [t.lower for t in tokenize(text[:a])]
+        after = [t.lower for t in tokenize(text[b:])]
+        return (before[-1] if before else ""), (after[0] if after else "")
+
+    mine, theirs = around(question, start, end), around(template.question, slot.start, slot.end)
+    return sum(1 for x, y in zip(mine, theirs, strict=True) if x and x == y)
 
 
 def _overlaps(start: int, end: int, ranges: list[tuple[int, int]]) -> bool:
@@ -670,7 +763,7 @@ def _unexplained(question: str, typed: list[Span], work: _Work, family: Family) 
         if _NUMERIC.fullmatch(token.text):
             continue
         word = canonical(stem(token.text))
-        if word in family.words or word in family.neutral or word in GUARD_FILLER:
+        if family.says(word) or word in family.neutral or word in GUARD_FILLER:
             continue
         if len(word) >= 5 and any(fuzz.ratio(word, w) >= 90 for w in family.words if len(w) >= 5):
             continue

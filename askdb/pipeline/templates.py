@@ -19,6 +19,7 @@ the question words must reappear in a new question for the template to apply.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 # Bump when the algorithm changes so that stored templates (Example.template) are rebuilt.
-TEMPLATE_VERSION = 2
+TEMPLATE_VERSION = 3  # 3: "in this year" is "this year", yes/no after a leading clause
 
 # Slot types. Ids are told apart by MIMIC's ranges and by the words before them.
 PATIENT_ID, ADMISSION_ID, STAY_ID = "patient_id", "admission_id", "stay_id"
@@ -86,7 +87,7 @@ FUNCTION_WORDS = frozenset(
 # "count the number of" and "how many" paraphrase each other when their operators agree.
 OPERATOR_WORDS = frozenset(
     """first earliest initial initially 1st last latest recent recently final lastly maximum max highest largest
-    greatest peak biggest most minimum min lowest smallest fewest least how many number count counts counted
+    greatest peak biggest top most minimum min lowest smallest fewest least how many number count counts counted
     total average averages avg mean sum cumulative much since after before prior until till through up between
     within during ever times often not no never without none neither nor excluding except more less than
     greater fewer older younger over under above below higher lower longer shorter larger exceed exceeds
@@ -343,6 +344,7 @@ def _valid_date(text: str) -> bool:
 _UNITS = r"(?:years?|months?|weeks?|days?|hours?|minutes?|decades?)"
 _MONTHS = r"(?:january|february|march|april|may|june|july|august|september|october|november|december)"
 _TIME_TARGET = rf"(?:the\s+)?(?:year\s+)?(?:\d{{4}}\b|{_MONTHS}\b|(?:this|last|past|previous|current|next)\s)"
+_TIME_POINT = rf"(?:the\s+)?(?:year\s+)?(?:\d{{4}}\b|{_MONTHS}\b)"
 _TIME_WORDS = {
     "in": "in",
     "during": "in",
@@ -368,7 +370,10 @@ _OPERATOR_PATTERNS: dict[str, list[tuple[str, str]]] = {
         ("last", rf"\b(?:latest|most recent(?:ly)?|final|lastly)\b|\blast\b(?!\s+(?:\d+\s+)?{_UNITS}\b)"),
     ],
     "extreme": [
-        ("max", r"\b(?:maximum|max|highest|largest|greatest|peak|biggest)\b|(?<!at )\bmost\b(?!\s+recent)"),
+        (
+            "max",
+            r"\b(?:maximum|max|highest|largest|greatest|peak|biggest|top)\b|(?<!at )\bmost\b(?!\s+recent)",
+        ),
         ("min", r"\b(?:minimum|min|lowest|smallest|fewest)\b|(?<!at )\bleast\b"),
     ],
     "aggregate": [
@@ -424,10 +429,11 @@ def question_operators(question: str) -> dict[str, Any]:
     time_found = set()
     for phrase, name in _TIME_WORDS.items():
         if phrase in ("since", "after", "before", "prior to", "until", "till", "between", "within"):
-            if re.search(rf"\b{phrase}\b", text):
+            # "within the same visit" is "in the same visit": no time limit of its own
+            if re.search(rf"\b{phrase}\b(?!\s+(?:the\s+)?same\b)", text):
                 time_found.add(name)
-        elif re.search(rf"\b{phrase}\s+{_TIME_TARGET}", text):
-            time_found.add(name)
+        elif re.search(rf"\b{phrase}\s+{_TIME_TARGET if name != 'in' else _TIME_POINT}", text):
+            time_found.add(name)  # "in this year" is "this year": the period says it, not the "in"
     periods = set()
     for m in re.finditer(rf"\b(this|last|past|previous|current|next)\s+(?:(\d+)\s+)?({_UNITS})\b", text):
         which = {"past": "last", "previous": "last", "current": "this"}.get(m.group(1), m.group(1))
@@ -455,7 +461,8 @@ def question_operators(question: str) -> dict[str, Any]:
     # A yes/no question ("has patient … been …?", "was … given?") asks whether, not what or how much.
     ops["yes_no"] = bool(
         re.match(
-            r"\s*(?:(?:tell me|can you tell me|please|in \S+|since \S+),?\s+)?(?:has|have|had|is|was|were|are|did|does|do)\b",
+            r"\s*(?:(?:tell me|can you tell me|please|in \S+|since \S+),?\s+|[^,?]{3,60},\s+)?"
+            r"(?:has|have|had|is|was|were|are|did|does|do)\b",
             text,
         )
     )
@@ -464,6 +471,82 @@ def question_operators(question: str) -> dict[str, Any]:
         re.search(r"\b(?:not|no|never|without|none|neither|nor|excluding|except)\b|n't\b", text)
     )
     return ops
+
+
+# --- what a question asks for, what a template returns -------------------------------------------
+
+# A name asked for as such: "the name of the input", "what was the drug name", "name the specimen".
+_ASKS_NAME = re.compile(
+    r"\bnames?\s+of\b|\bname\s+(?:the|a|an|all|each)\b"
+    r"|\b(?:what|which)(?:'s|\s+(?:is|was|are|were))?\s+(?:the\s+|their\s+|its\s+)?(?:[a-z-]+\s+){0,2}names?\b"
+)
+# A time asked for as a thing: "what was the last prescription time", "which input date" (not "the
+# first time", "the same time", "how many times").
+_ASKS_TIME = re.compile(
+    r"\b(?:what|which)\b[^?,]*?\b[a-z]+(?<!first)(?<!last)(?<!same)(?<!the)(?<!what)(?<!any) (?:time|date)\b(?!s)"
+)
+_NOT_ASKING_TIME = re.compile(r"\bhow many\b|\bfor the (?:\w+ )?time\b|\bat the same time\b")
+_TIME_COLUMN = re.compile(r"(?:time|date)$|^dod$")
+
+
+def asks_for_name(question: str) -> bool:
+    """Whether the question asks for a name or label (of a drug, an input, a test), not a time or number."""
+    return bool(_ASKS_NAME.search(" ".join(question.lower().replace("’", "'").split())))
+
+
+def asks_for_time(question: str) -> bool:
+    """Whether the question asks for a time as the thing it wants ("the last prescription time")."""
+    text = " ".join(question.lower().replace("\u2019", "'").split())
+    return bool(_ASKS_TIME.search(text)) and not _NOT_ASKING_TIME.search(text)
+
+
+def answer_kind(template: Template) -> str:
+    """What the template's SQL returns: "time" (a time column, its first or last), "number" (a count,
+    sum, average or arithmetic), "column" (another column: a name, a label, a value) or "other".
+
+    The question's asked-for thing must agree with it: "the name of the input" is not answered
+    with the time of the input, however close the wording.
+    """
+    return _answer_kind(template.sql_template, template.dialect) if template.usable else "other"
+
+
+@functools.lru_cache(maxsize=4096)
+def _answer_kind(sql: str, dialect: str) -> str:
+    try:
+        tree = _parse(sql, dialect)
+    except (SqlglotError, ValueError, RecursionError):
+        return "other"
+    select = tree if isinstance(tree, exp.Select) else tree.find(exp.Select)
+    if select is None or len(select.expressions) != 1:
+        return "other"
+    node = select.expressions[0].unalias()
+    if isinstance(node, exp.Distinct) and len(node.expressions) == 1:
+        node = node.expressions[0]
+    if isinstance(node, (exp.Count, exp.Sum, exp.Avg, exp.Binary)) and not isinstance(node, exp.Connector):
+        return "number"
+    if isinstance(node, (exp.Max, exp.Min)):
+        node = node.this
+    if isinstance(node, exp.Column):
+        return "time" if _TIME_COLUMN.search(node.name.lower()) else "column"
+    return "other"
+
+
+def interchangeable(template: Template, slot_names: tuple[str, ...]) -> bool:
+    """Whether these slots' values may be bound in any order: each is used once, all in one IN list."""
+    slots = [s for s in template.slots if s.name in slot_names]
+    if not template.usable or len(slots) < 2 or any(len(s.uses) != 1 for s in slots):
+        return False
+    return _one_in_list(template.sql_template, template.dialect, tuple(s.uses[0].index for s in slots))
+
+
+@functools.lru_cache(maxsize=4096)
+def _one_in_list(sql: str, dialect: str, indices: tuple[int, ...]) -> bool:
+    literals = list(_parse(sql, dialect).find_all(exp.Literal))
+    if any(i >= len(literals) for i in indices):
+        return False
+    parents = {id(literals[i].parent) for i in indices}
+    parent = literals[indices[0]].parent
+    return len(parents) == 1 and isinstance(parent, exp.In)
 
 
 def _unit(word: str) -> str:
@@ -715,6 +798,12 @@ def _parse(sql: str, dialect: str) -> exp.Expr:
     if len(statements) != 1:
         raise ValueError(f"expected one statement, found {len(statements)}")
     return statements[0]
+
+
+@functools.lru_cache(maxsize=2048)
+def _parsed(sql: str, dialect: str) -> exp.Expr:
+    """One parse per template SQL; callers that change the tree copy it first."""
+    return _parse(sql, dialect)
 
 
 def _aliases(tree: exp.Expr) -> dict[str, str]:
@@ -972,7 +1061,7 @@ def bind_sql(template: Template, values: dict[str, str]) -> str:
     """
     if not template.usable:
         raise BindError(template.error or "the template has no SQL")
-    tree = _parse(template.sql_template, template.dialect)
+    tree = _parsed(template.sql_template, template.dialect).copy()  # parsed once per template
     literals = list(tree.find_all(exp.Literal))
     replacements: list[tuple[exp.Literal, exp.Expr]] = []
     for slot in template.slots:

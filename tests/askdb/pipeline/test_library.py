@@ -15,7 +15,17 @@ from sqlglot import exp
 from askdb.pipeline import library as L
 from askdb.pipeline.asof import AsOfExecutor, apply_as_of
 from askdb.pipeline.offline import mask_question
-from askdb.pipeline.templates import bind_sql, build_template, extract_typed_spans, template_key, tokenize
+from askdb.pipeline.templates import (
+    answer_kind,
+    asks_for_name,
+    asks_for_time,
+    bind_sql,
+    build_template,
+    extract_typed_spans,
+    question_operators,
+    template_key,
+    tokenize,
+)
 
 NOW = "2100-12-31 23:59:00"
 
@@ -214,6 +224,217 @@ def test_the_first_time_in_the_last_visit_is_not_the_last_time_in_the_first_visi
     assert not ask(
         index, "when was the first time patient 20002 had a lab test in the last hospital visit?"
     ).hard_ok
+
+
+INPUT_TIME_SQL = (
+    "SELECT inputevents.starttime FROM inputevents WHERE inputevents.subject_id = {p} "
+    "ORDER BY inputevents.starttime ASC LIMIT 1"
+)
+
+
+def test_a_question_asking_a_name_is_not_answered_with_a_time():
+    """The "name of input" wrong answers: the asked-for thing must agree with what the SQL returns."""
+    index = build_index(
+        [
+            ("when did patient 10001 first have an input?", INPUT_TIME_SQL.format(p=10001)),
+            ("what was the first input time of patient 10002?", INPUT_TIME_SQL.format(p=10002)),
+            ("what was the first input of patient 10004?", INPUT_TIME_SQL.format(p=10004)),
+        ]
+    )
+    assert ask(index, "what was the first input of patient 10003?").hard_ok  # the same question
+    best = ask(index, "what was the name of the first input of patient 10003?")
+    assert not best.hard_ok
+    assert any("asks for a name" in r for r in best.reasons), best.reasons
+
+
+@pytest.mark.parametrize(
+    ("sql", "kind"),
+    [
+        ("SELECT inputevents.starttime FROM inputevents ORDER BY 1 LIMIT 1", "time"),
+        ("SELECT MAX(labevents.charttime) FROM labevents", "time"),
+        ("SELECT d_items.label FROM d_items", "column"),
+        ("SELECT COUNT(*) FROM patients", "number"),
+        ("SELECT DISTINCT prescriptions.drug FROM prescriptions", "column"),
+        ("SELECT AVG(cost) FROM cost", "number"),
+    ],
+)
+def test_the_answer_kind_is_read_from_the_select(sql, kind):
+    assert answer_kind(build_template("what is it?", sql, dialect="sqlite")) == kind
+
+
+@pytest.mark.parametrize(
+    ("question", "asks"),
+    [
+        ("What was the name of the input patient 10001 had first?", True),
+        ("What's the drug name that patient 10001 was prescribed?", True),
+        ("Name the specimen test patient 10001 had last.", True),
+        ("When did patient 10001 first get a drug named aspirin?", False),
+        ("What was the first input time of patient 10001?", False),
+    ],
+)
+def test_a_name_asked_for_is_told_from_a_name_mentioned(question, asks):
+    assert asks_for_name(question) is asks
+
+
+@pytest.mark.parametrize(
+    ("question", "asks"),
+    [
+        ("What was the last prescription time for aspirin for patient 10001?", True),
+        ("What is the first input date of patient 10001?", True),
+        ("When was the first time patient 10001 had an input?", False),
+        ("What was the dose of aspirin given at the same time as heparin?", False),
+        ("How many times was patient 10001 given aspirin?", False),
+        ("What was the name of the drug prescribed for the first time to patient 10001?", False),
+    ],
+)
+def test_a_time_asked_for_is_told_from_a_time_mentioned(question, asks):
+    assert asks_for_time(question) is asks
+
+
+def test_a_question_asking_a_time_is_not_answered_with_a_dose():
+    sql = "SELECT dose_val_rx FROM prescriptions WHERE subject_id = {p} AND drug = '{d}' ORDER BY starttime DESC LIMIT 1"
+    index = build_index(
+        [
+            (
+                "what was the last dose of aspirin prescribed to patient 10001?",
+                sql.format(p=10001, d="aspirin"),
+            ),
+            (
+                "what was the dose of aspirin last prescribed to patient 10002?",
+                sql.format(p=10002, d="aspirin"),
+            ),
+        ]
+    )
+    assert ask(index, "what was the last dose of aspirin prescribed to patient 10003?").hard_ok
+    best = ask(index, "what was the last dose time of aspirin prescribed to patient 10003?")
+    assert not best.hard_ok
+    assert any("asks for a time" in r for r in best.reasons), best.reasons
+
+
+def test_synonyms_are_words_paraphrases_swap_in_the_same_place_in_several_templates():
+    swaps = [
+        [["count", "patient", "sex", "slotgender"], ["count", "patient", "gender", "slotgender"]],
+        [["average", "age", "sex"], ["average", "age", "gender"], ["average", "age", "gender", "mean"]],
+        [["total", "dose", "drug"], ["total", "dosage", "drug"]],  # in one template only: an accident
+        [["top", "lab", "happen"], ["happen", "lab", "top"]],  # the same words, another order
+        [["what", "top", "event"], ["happen", "event"]],  # not in the same place
+        [["what", "top", "event"], ["happen", "event"]],
+    ]
+    synonyms = L.mine_synonyms(swaps)
+    assert synonyms == {"sex": {"gender"}, "gender": {"sex"}}
+
+
+def test_a_mined_synonym_explains_a_word_for_the_guard():
+    index = build_index(
+        [
+            ("how many patients of sex f are there?", "SELECT COUNT(*) FROM patients"),
+            ("how many patients of gender f are there?", "SELECT COUNT(*) FROM patients"),
+            ("what is the average age by sex?", "SELECT AVG(anchor_age) FROM patients"),
+            ("what is the average age by gender?", "SELECT AVG(anchor_age) FROM patients"),
+            ("what is the highest age by gender?", "SELECT MAX(anchor_age) FROM patients"),
+        ]
+    )
+    assert index.synonyms.get("sex") == {"gender"}
+    best = ask(index, "what is the highest age by sex?")
+    assert best.hard_ok, best.reasons
+
+
+def test_words_said_only_with_the_opposite_operator_still_refuse_but_other_wording_does_not():
+    rank_sql = "SELECT title FROM t ORDER BY s ASC LIMIT 3"
+    index = build_index(
+        [
+            ("what are the three diagnoses with the lowest survival rate?", rank_sql),
+            ("what are the top three diagnoses with the highest mortality rate?", rank_sql),
+            ("in 2100, what are the three diagnoses with the highest mortality rate?", rank_sql),
+        ]
+    )
+    # "top" is said with "highest" in another signature (no "in 2100"): wording, not a condition.
+    assert ask(index, "in 2100, what are the top three diagnoses with the highest mortality rate?").hard_ok
+    assert not ask(index, "what are the three diagnoses with the highest survival rate?").hard_ok
+
+
+@pytest.mark.parametrize(
+    ("question", "key", "value"),
+    [
+        ("Since 1 year ago, has patient 10019917 received a diagnosis?", "yes_no", True),
+        ("On the first hospital stay, did patient 10005817 undergo a procedure?", "yes_no", True),
+        ("In 2100, what are the top three diagnoses?", "yes_no", False),
+        ("Count the ICU visits of patient 10031404 during the last year.", "time", None),
+        ("Count the ICU visits of patient 10031404 in 2100.", "time", "in"),
+        ("Count the ICU visits of patient 10031404 since last year.", "time", "since"),
+    ],
+)
+def test_operator_words_read_as_the_library_uses_them(question, key, value):
+    assert question_operators(question)[key] == value
+
+
+def test_values_of_one_in_list_bind_in_any_order():
+    sql = "SELECT COUNT(*) > 0 FROM prescriptions WHERE subject_id = {p} AND drug IN ('{a}', '{b}')"
+    index = build_index(
+        [
+            (
+                "was aspirin or glucose prescribed to patient 10001?",
+                sql.format(p=10001, a="aspirin", b="glucose"),
+            ),
+            (
+                "has patient 10002 been given glucose or aspirin?",
+                sql.format(p=10002, a="glucose", b="aspirin"),
+            ),
+        ]
+    )
+    best = ask(index, "has nacl 0.9% or docusate sodium been prescribed to patient 10003?")
+    assert best.hard_ok, best.reasons
+    assert {"nacl 0.9%", "docusate sodium"} <= literals(best.sql)
+
+
+def test_numbers_are_placed_by_their_unit():
+    sql = (
+        "SELECT title FROM (SELECT title, DENSE_RANK() OVER (ORDER BY COUNT(*) DESC) AS r FROM d "
+        "WHERE datetime(t2) <= datetime(t1, '+{m} month') GROUP BY title) WHERE r <= {n}"
+    )
+    index = build_index([("what are the top three diagnoses within 2 months?", sql.format(m=2, n=3))])
+    best = ask(index, "within 4 months, what are the top five diagnoses?")
+    assert best.hard_ok, best.reasons
+    assert {"+4 month", "5"} <= literals(best.sql)
+
+
+def test_a_shorter_value_that_leaves_the_examples_words_around_it_wins():
+    values = L.ValueIndex({"d_items.label": ["tf residual", "tf residual output", "urine"]})
+    sql = (
+        "SELECT SUM(value) FROM outputevents WHERE subject_id = {p} "
+        "AND itemid IN (SELECT itemid FROM d_items WHERE d_items.label = '{v}')"
+    )
+    pairs = [("what was the total urine output of patient 10001?", sql.format(p=10001, v="urine"))]
+    entries = [L.entry_for(i, q, s, build_template(q, s, dialect="sqlite")) for i, (q, s) in enumerate(pairs)]
+    index = L.LibraryIndex(entries, embed([mask_question(e.question, values) for e in entries]))
+    question = "what was the total tf residual output of patient 10002?"
+    vector = embed([mask_question(question, values)])[0]
+    best = L.match_library(question, vector, index, lookup=no_lookup, values=values).best
+    assert best.hard_ok, best.reasons
+    assert "tf residual" in literals(best.sql) and "tf residual output" not in literals(best.sql)
+
+
+def test_templates_whose_operators_fit_are_tried_before_better_voted_ones(monkeypatch):
+    monkeypatch.setattr(L, "TEMPLATES_TRIED", 1)  # room for one template only: it must be the one that fits
+    sql = "SELECT COUNT(*) FROM admissions WHERE subject_id = {p} AND strftime('%Y', admittime) {op} '{y}'"
+    pairs = [
+        (f"how many times did patient {10000 + i} visit the hospital since {2100 + i}?", sql.format(p=10000 + i, op=">=", y=2100 + i))
+        for i in range(6)
+    ] + [("count the number of times patient 10009 visited the hospital in 2105.", sql.format(p=10009, op="=", y=2105))]  # fmt: skip
+    index = build_index(pairs)
+    vector = embed(
+        [mask_question("how many times did patient 10020 visit the hospital during 2101?", VALUES)]
+    )[0]
+    found = L.match_library(
+        "how many times did patient 10020 visit the hospital during 2101?",
+        vector,
+        index,
+        lookup=no_lookup,
+        values=VALUES,
+    )
+    assert ">=" in found.votes[0][0]  # the vote prefers "since", which cannot apply
+    assert found.best.hard_ok, found.best.reasons
+    assert "= '2101'" in found.best.sql.replace('"', "'")
 
 
 # --- calibration plumbing ---------------------------------------------------------------------------

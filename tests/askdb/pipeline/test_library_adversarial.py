@@ -135,6 +135,24 @@ CASES: list[tuple[str, str, tuple[str, str] | None]] = [
      "How many sodium bicarbonate prescription instances occurred in the last year?", None),
     ("When was the last microbiological test of patient 10037861 since 01/2100?",
      "When was the last microbiological test of patient 10037861 before 01/2100?", None),
+    # another asked-for thing: a name where the SQL returns a time
+    ("What was the last input time of patient 10026354 since 03/12/2100?",
+     "What was the name of the last input of patient 10026354 since 03/12/2100?", None),
+    ("When was patient 10006053's last input during their last ICU visit?",
+     "What was the name of patient 10006053's last input during their last ICU visit?", None),
+    # another subject where the wording around it is the same: abstain or answer with the other table
+    ("Was patient 10037861 through any procedure in the first hospital visit?",
+     "Was patient 10037861 given any diagnosis in the first hospital visit?", ("procedures_icd", "diagnoses_icd")),
+    ("Has patient 10020306 been given any diagnosis since 2100?",
+     "Has patient 10020306 been given any procedure since 2100?", ("diagnoses_icd", "procedures_icd")),
+    ("How many aspirin prescriptions were administered since 2100?",
+     "How many aspirin prescriptions were administered to female patients since 2100?", None),
+    ("Has patient 10018081 gone through any procedure?",
+     "Has patient 10018081 never gone through any procedure?", None),
+    ("Has patient 10006580 been through any procedure?",
+     "Has patient 10006580 been through any procedure in the ICU?", None),
+    ("What was the last input time of patient 10026354 since 03/12/2100?",
+     "What was the last input time of patient 10026354 since 03/12/2100 that was not saline?", None),
 ]  # fmt: skip
 
 
