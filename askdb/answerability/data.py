@@ -262,6 +262,8 @@ def answerability_train(
             "folds": config.folds,
             "seed": config.seed,
             "l2": result.l2,
+            "member_l2": result.member_l2,
+            "word_dims": config.word_dims,
             "standardize": result.standardize,
             "max_blocked": config.max_blocked,
         },
