@@ -18,6 +18,7 @@ from askdb.answerability.model import (
     ColumnText,
     Combiner,
     Ensemble,
+    HiddenLayerCombiner,
     TableText,
     TrainConfig,
     TrainingError,
@@ -25,6 +26,7 @@ from askdb.answerability.model import (
     choose_threshold,
     classification_metrics,
     grouped_folds,
+    load_combiner,
     neighbour_signals,
     paraphrase_groups,
     roc_auc,
@@ -232,6 +234,16 @@ def test_an_ensemble_averages_its_members_in_log_odds_and_round_trips():
     assert np.allclose(short.predict(X), short.predict(X[:, :3]))
 
 
+def test_the_hidden_layer_member_learns_a_non_linear_boundary_and_round_trips():
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(400, 3))
+    y = (np.abs(X[:, 0]) > 0.8).astype(float)  # no straight line separates it
+    member = HiddenLayerCombiner.fit(X, y, hidden=16, weight_decay=0.01, epochs=80, dropout=0.0, seed=1)
+    assert roc_auc(member.predict(X), y.astype(bool)) > 0.9
+    again = load_combiner({"members": [json.loads(json.dumps(member.to_dict()))]})
+    assert np.allclose(again.predict(X), member.predict(X))
+
+
 def test_combiner_refuses_a_single_class():
     with pytest.raises(TrainingError, match="both answerable and unanswerable"):
         Combiner.fit(np.ones((5, 3)), np.ones(5))
@@ -248,7 +260,7 @@ def test_training_measures_out_of_family_and_separates_off_topic():
                    progress=lines.append)  # fmt: skip
     assert len(ANSWERABLE) < result.families <= len(ANSWERABLE) + len(OFF_TOPIC)
     assert result.metrics["n"] == len(questions) and result.metrics["auc"] >= 0.9
-    assert len(result.selection) == 6 and any("setting 6/6" in line for line in lines)
+    assert len(result.selection) == 7 and any("setting 7/7" in line for line in lines)
     assert result.library_vectors.shape == (len(questions), BagOfWordsEncoder.DIMS)
     assert "phone" in result.absent and "address" in result.absent  # no column documents them
 
