@@ -264,6 +264,7 @@ def answerability_train(
             "l2": result.l2,
             "member_l2": result.member_l2,
             "word_dims": config.word_dims,
+            "hidden_units": config.hidden_units,
             "standardize": result.standardize,
             "max_blocked": config.max_blocked,
         },

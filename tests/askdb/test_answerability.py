@@ -123,7 +123,7 @@ def test_train_store_score_and_switch_versions(library, home, tmp_path):
     )
     text = out.getvalue()
     assert "cross-validation grouped by paraphrase family" in text and "F1" in text and "AUC" in text
-    assert "setting 7/7" in text and "peak memory" in text  # a line per step, and what it cost
+    assert "setting 3/3" in text and "peak memory" in text  # a line per step, and what it cost
 
     versions = store.list_versions(library.name)
     assert len(versions) == 1 and versions[0]["current"]

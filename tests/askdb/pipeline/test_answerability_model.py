@@ -256,11 +256,13 @@ def test_training_measures_out_of_family_and_separates_off_topic():
     questions = _dataset()
     encoder = BagOfWordsEncoder()
     lines: list[str] = []
-    result = train(questions, TABLES, COLUMNS, encoder=encoder, config=TrainConfig(folds=3, seed=5),
-                   progress=lines.append)  # fmt: skip
+    config = TrainConfig(folds=3, seed=5, word_dims=64, hidden_units=8)  # every kind of member
+    result = train(questions, TABLES, COLUMNS, encoder=encoder, config=config, progress=lines.append)
     assert len(ANSWERABLE) < result.families <= len(ANSWERABLE) + len(OFF_TOPIC)
     assert result.metrics["n"] == len(questions) and result.metrics["auc"] >= 0.9
     assert len(result.selection) == 7 and any("setting 7/7" in line for line in lines)
+    assert isinstance(result.combiner, Ensemble) and len(result.combiner.members) == 3
+    assert any("hidden layer member: fold 3/3" in line for line in lines)
     assert result.library_vectors.shape == (len(questions), BagOfWordsEncoder.DIMS)
     assert "phone" in result.absent and "address" in result.absent  # no column documents them
 
