@@ -122,6 +122,20 @@ RULES: tuple[Rule, ...] = (
          r"next visit)\b",
          "This asks about the future ({evidence}); the database only holds what happened up to its "
          "as-of date, so askdb cannot answer it."),
+    # Generic future wording: "will"/"shall" about anything but a price ("how much will it cost" asks
+    # for a recorded charge) and not a polite request ("will you list…").
+    Rule("will_generic", "future",
+         r"\b(?:will|shall|won'?t)\b(?!\s+you\b)(?![^?]*\b(?:cost|charge|price|pay|spend|bill)\w*)",
+         "This asks about the future ({evidence}); the database only holds what happened up to its "
+         "as-of date, so askdb cannot answer it."),
+    Rule("likelihood", "future",
+         r"\b(?:how likely|likelihood|chances? (?:of|that)|probability (?:of|that)|odds (?:of|that)|risk of "
+         r"(?:dying|death|readmission|relapse|recurrence|developing|getting)|in the next \d+|within the next|"
+         r"from (?:today|now) on|later (?:this|today)|how long until|anticipated|estimated (?:date|time)|when can "
+         r"(?:he|she|they|patient \d+|the patient) (?:go|be|leave)|next (?:hospital |icu )?(?:admission|visit|"
+         r"appointment|dose|surgery|operation|procedure|check-?up|exam\w*|treatment|prescription|follow-?up)s?)\b",
+         "This asks about what may happen ({evidence}); the database only holds what happened up to its "
+         "as-of date, so askdb cannot answer it."),
     Rule("may_be_admitted", "future",
          r"\b(?:may|can|could|might) be (?:admitted|hospitali[sz]ed|transferred|discharged)\b",
          "This asks what could happen next ({evidence}); the database only records what did happen, so "
@@ -145,6 +159,15 @@ RULES: tuple[Rule, ...] = (
          r"how (?:do you|to) proceed|steps? (?:after|before|to take))\b",
          "This asks for advice or an opinion ({evidence}); the database records the care patients "
          "received, not what is best, so askdb cannot answer it."),
+    Rule("is_it_ok", "advice",
+         r"\b(?:is it (?:okay|ok|safe|advisable|necessary|wise|a good idea|better)|can (?:i|he|she|they|we) "
+         r"(?:safely )?(?:take|eat|drink|use|stop|start|combine|mix|exercise)|what (?:do|would) you (?:suggest|think|"
+         r"recommend|advise)|do you think|your opinion|which is better|is \w+ better than|how (?:do|should|can|could) "
+         r"(?:i|we|you) (?:best )?(?:treat|manage|prevent|avoid|reduce|lower|improve|care for|cure|help)|how to "
+         r"(?:treat|prevent|manage|cure|reduce|lower|avoid|care for|deal with)|(?:a |the )?cure for|worth it|"
+         r"good idea|bad idea)\b",
+         "This asks for advice or an opinion ({evidence}); the database records the care patients "
+         "received, not what is best, so askdb cannot answer it."),
     # -- identifying or contacting a person ---------------------------------------------------
     Rule("identify", "private",
          r"\b(?:re-?identif\w*|identify (?:the |this |that |a )?(?:patient|person|subject|him|her)|de-?anonymi\w*|"
@@ -163,7 +186,8 @@ RULES: tuple[Rule, ...] = (
     Rule("non_medical", "out_of_scope",
          r"\b(?:weather|forecast for|stock price|bitcoin|football|soccer|recipe|joke|poem|song|movie|"
          r"capital of|translate|python code|write (?:me )?(?:a|an|some) (?:code|program|story|essay|email)|"
-         r"who won|lottery|horoscope)\b",
+         r"who won|lottery|horoscope|president|election|capital city|movie|music|sports?|stock market|crypto\w*|"
+         r"tourist|hotel|restaurant|sunrise|sunset)\b",
          "This is not a question about the patient data in this database ({evidence}), so askdb cannot "
          "answer it."),
     Rule("hospital_operations", "out_of_scope",
@@ -175,6 +199,18 @@ RULES: tuple[Rule, ...] = (
          r"id of (?:the )?ward|ward (?:identification|number))\b",
          "This is about running the hospital ({evidence}), not about the patient records this database "
          "holds, so askdb cannot answer it."),
+    Rule("staffing", "out_of_scope",
+         r"\b(?:how many (?:doctors|nurses|physicians|staff|employees|beds)|on (?:duty|call)|(?:doctor|nurse|"
+         r"physician|surgeon|staff)s?'?s? (?:schedule|shifts?|salary|rota)|beds? (?:are |is )?(?:available|free|empty|"
+         r"vacant)|vacan(?:t|cy|cies)|waiting (?:time|list)|opening hours|gift shop|canteen)\b",
+         "This is about running the hospital ({evidence}), not about the patient records this database "
+         "holds, so askdb cannot answer it."),
+    Rule("general_knowledge", "out_of_scope",
+         r"\b(?:what (?:is|are) (?:the )?(?:definition|meaning|mechanism|half-life)s? of|what does (?:the )?(?:term |"
+         r"word |abbreviation )?\S+ (?:mean|stand for)|explain (?:what|how|why)|mechanism of action|what causes|is "
+         r"\S+ contagious|how does \S+ work)\b",
+         "This asks for general medical knowledge ({evidence}), not for what the patient records show, so "
+         "askdb cannot answer it."),
     Rule("other_department", "out_of_scope",
          r"\b(?:(?:an)?other|different) (?:medical )?(?:department|hospital|clinic|institution)s?\b",
          "This asks about care given elsewhere ({evidence}); the database only holds this hospital's "
@@ -214,6 +250,27 @@ CONCEPTS: tuple[Concept, ...] = (
     Concept("religion", r"\breligio\w*\b|\bfaith\b", r"religio", "religions"),
     Concept("education", r"\beducation(?:al)? (?:level|attainment)\b|\bschooling\b|\bdegree (?:did|does)\b",
             r"education", "education levels"),
+    Concept("birth_date", r"\b(?:date of birth|birth ?dates?|birthdays?|born on|day (?:he|she|they) (?:was|were) "
+            r"born)\b", r"\bbirth|\bdob\b", "birth dates (ages are kept, birth dates are not)"),
+    Concept("cause_of_death", r"\bcauses? of (?:death|dying)\b|\bwhy did (?:patient \d+|the patient|he|she|they) "
+            r"die\b|\bwhat (?:killed|did \w+ die (?:of|from))\b", r"cause of death", "causes of death"),
+    Concept("staff_names", r"\b(?:names? of (?:the |his |her |their )?(?:doctor|physician|nurse|surgeon|attending|"
+            r"caregiver)s?|(?:doctor|physician|nurse|surgeon)'s name|who (?:was|is|were|are) (?:the |his |her |"
+            r"their )?(?:attending |treating |primary |responsible )?(?:doctor|physician|nurse|surgeon|caregiver)s?)\b",
+            r"(?:provider|caregiver|physician|doctor|staff|nurse) names?\b", "names of doctors or nurses"),
+    Concept("clinical_notes", r"\b(?:clinical|doctor'?s?|physician'?s?|nurs(?:e|ing)'?s?|progress|discharge|"
+            r"radiology) (?:notes?|summary|summaries|reports?)\b|\bnotes? (?:written|taken) (?:by|about)\b",
+            r"\bnotes?\b|report text|discharge summar", "clinical notes or reports"),
+    Concept("room_numbers", r"\b(?:room|bed) (?:number|no\.?|id)s?\b|\bwhich (?:room|bed)\b",
+            r"\broom\b|\bbed (?:number|id)", "room or bed numbers"),
+    Concept("satisfaction", r"\b(?:satisf(?:ied|action)|feedback|complaints? (?:about|from|against)|ratings? of)\b",
+            r"satisf|feedback", "records of patient satisfaction or feedback"),
+    Concept("nationality", r"\b(?:nationality|nationalities|citizenship|country of (?:birth|origin)|birthplace|"
+            r"place of birth|immigration status)\b", r"nationalit|citizenship|birthplace|country",
+            "nationalities or places of birth"),
+    Concept("personal_life", r"\b(?:sexual orientation|political (?:views?|party|affiliation)|hobb(?:y|ies)|"
+            r"pets?|favou?rite)\b", r"hobb|orientation|politic", "personal details of this kind"),
+    Concept("photos", r"\b(?:photo(?:graph)?s?|pictures?|selfies?) of\b", r"photo|\bimage", "photographs"),
     Concept("imaging", r"\b(?:x-?ray|ct|mri|ultrasound|radiology|scan) (?:image|images|pixels?|films?)\b|"
             r"\bdicom\b", r"dicom|\bimage", "medical images"),
     Concept("opioid_dose", r"\bdos(?:e|age) of (?:an |the )?(?:prescribed )?opi(?:oid|ate)|\bopi(?:oid|ate)s? "

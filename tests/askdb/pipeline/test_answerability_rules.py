@@ -31,6 +31,21 @@ NOT_IN_SCHEMA = [
     ("What religion is patient 10021118?", "religions"),
     ("What is the occupation of patient 10035185?", "occupations"),
     ("What was the yearly income of patient 10039708?", "incomes"),
+    ("What is the date of birth of patient 10000032?", "birth dates (ages are kept, birth dates are not)"),
+    ("What was the cause of death of patient 10002428?", "causes of death"),
+    (
+        "Who was the attending physician of patient 10014729 on the last admission?",
+        "names of doctors or nurses",
+    ),
+    ("Show me the discharge summary of patient 10004235.", "clinical notes or reports"),
+    ("Which room number was patient 10019003 in during the ICU stay?", "room or bed numbers"),
+    (
+        "Was patient 10021118 satisfied with the care on the last visit?",
+        "records of patient satisfaction or feedback",
+    ),
+    ("What is the nationality of patient 10035185?", "nationalities or places of birth"),
+    ("Does patient 10039708 have any pets?", "personal details of this kind"),
+    ("Show me a photo of patient 10000032.", "photographs"),
 ]
 FUTURE = [
     "Will patient 10000032 be readmitted within 30 days?",
@@ -39,6 +54,13 @@ FUTURE = [
     "What is the forecast of sepsis cases for next year?",
     "When is patient 10014729 scheduled to come back?",
     "How many patients were admitted in 2250?",
+    "What is the chance that patient 10019003 is readmitted?",
+    "How likely is patient 10021118 to develop sepsis?",
+    "What is the risk of dying for patient 10035185 in the ICU?",
+    "When is the next follow-up visit of patient 10039708?",
+    "When can patient 10000032 go home?",
+    "Which patients will need dialysis?",
+    "How many days until patient 10002428's next admission?",
 ]
 ADVICE = [
     "What medication should be prescribed to patient 10004235 for his hypertension?",
@@ -47,6 +69,12 @@ ADVICE = [
     "What precautions should a nurse take after a central line placement?",
     "What do you recommend for a patient with a creatinine of 3?",
     "What is the best treatment for sepsis?",
+    "Is it okay for patient 10000032 to take ibuprofen with warfarin?",
+    "Can she stop taking metoprolol now?",
+    "What do you suggest for patient 10002428's low potassium?",
+    "How should we manage patient 10014729's blood sugar?",
+    "In your opinion, which is better for atrial fibrillation, heparin or apixaban?",
+    "How to prevent pressure ulcers in the ICU?",
 ]
 PRIVATE = [
     "What is the real name of patient 10000032?",
@@ -63,6 +91,12 @@ OUT_OF_SCOPE = [
     "What are Dr. Smith's rounds and procedures today?",
     "What is the reimbursement standard for an MRI?",
     "Which diagnoses did patient 10000032 get at another hospital?",
+    "Which doctors are on call tonight?",
+    "How many beds are available in the MICU?",
+    "What is the waiting time at the emergency department today?",
+    "What does the abbreviation CHF stand for?",
+    "What is the mechanism of action of metformin?",
+    "Who won the last presidential election?",
 ]
 LOOK_ALIKES = [  # answerable questions that share words with the kinds above
     "What insurance did patient 10000032 have on the last admission?",
@@ -80,6 +114,19 @@ LOOK_ALIKES = [  # answerable questions that share words with the kinds above
     "How many patients had an adverse effect of anticoagulants diagnosis?",
     "Which drug was given most often during the last ICU stay of patient 10035185?",
     "When was patient 10039708 first admitted to the hospital?",
+    "How much will it cost to get a coronary bypass procedure done?",
+    "Will you list the drugs prescribed to patient 10000032 on the last visit?",
+    "Would you tell me the age of patient 10002428?",
+    "What was the age of patient 10014729 at the first admission?",
+    "When did patient 10004235 die?",
+    "Which careunit was patient 10019003 first transferred to?",
+    "How many patients were diagnosed with alcohol abuse in 2150?",
+    "What was the patient weight recorded for patient 10021118's last input event?",
+    "How many patients had a body mass index 35.0-35.9, adult diagnosis?",
+    "Which lab tests were done after the diagnosis of pneumonitis due to inhalation of food or vomitus?",
+    "What was the discharge location of patient 10035185?",
+    "How many patients were discharged from the hospital last year?",
+    "When was the last time patient 10039708 had a procedure in 2150?",
 ]
 
 
