@@ -170,8 +170,9 @@ def test_the_ask_page_suggests_population_questions_before_questions_about_one_p
     assert suggestions == ["how many patients are older than 70?", f"what is the gender of patient {pid}?"]
     example_upsert(source=source, question="what is the icd code for sepsis?", approved_by=reviewer,
                    sql="SELECT icd_code FROM mimiciv_hosp.d_icd_diagnoses WHERE long_title = 'Sepsis'")  # fmt: skip
-    example_upsert(source=source, question="list the patients older than 90", approved_by=reviewer,
-                   sql="SELECT subject_id FROM mimiciv_hosp.patients WHERE anchor_age > 90")  # fmt: skip
+    example_upsert(source=source, question="list the emergency admissions", approved_by=reviewer,
+                   sql="SELECT hadm_id FROM mimiciv_hosp.admissions WHERE admission_type = 'EW EMER.'")  # fmt: skip
+    assert "list the emergency admissions" in [e.question for e in client.get("/").context["suggestions"]]
     # an aggregate-only researcher is offered only what they may see (no listing of patients, no
     # question about one patient; a code lookup reads only a dictionary), here and in "Did you mean"
     analyst = make_user("al", "aggregate_researcher")
