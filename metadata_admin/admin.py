@@ -117,6 +117,7 @@ class TableDocForm(forms.ModelForm):
             "name",
             "exists_in_source",
             "row_count",
+            "reference",
             "description",
             "purpose",
             "grain",
@@ -173,7 +174,7 @@ class TableDocAdmin(admin.ModelAdmin):
     readonly_fields = ("embedding_model", "content_hash", "embedding_error", "updated_at")
     actions = ("reembed_selected", "draft_missing_descriptions", "accept_drafts")
     fieldsets = (
-        (None, {"fields": ("source", "schema_name", "name", "exists_in_source", "row_count")}),
+        (None, {"fields": ("source", "schema_name", "name", "exists_in_source", "row_count", "reference")}),
         (
             "Curated documentation",
             {

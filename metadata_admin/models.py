@@ -81,6 +81,15 @@ class TableDoc(models.Model):
     example_questions = models.JSONField(default=list, blank=True)
     row_count = models.BigIntegerField(null=True, blank=True)
     exists_in_source = models.BooleanField(default=True)
+    # Reference data (a code dictionary: ICD titles, lab and chart items) describes codes, not
+    # patients, so aggregate-only users may read it. None: decided by the table's kind, i.e. reference
+    # when none of its columns identifies a patient, admission or stay (ASKDB_IDENTIFIER_COLUMNS).
+    reference = models.BooleanField(
+        null=True,
+        blank=True,
+        help_text="Reference data (a code dictionary) that aggregate-only users may list. Unknown: yes "
+        "when no column identifies a patient, admission or stay.",
+    )
     # An LLM-written description waits here until an admin accepts it.
     draft_description = models.TextField(blank=True)
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.db import connection
-from django.db.models import Count, Prefetch
+from django.db.models import Count, Prefetch, Q
 
 from askdb.pipeline.retrieval import (
     Edge,
@@ -286,3 +287,22 @@ def catalog_overview() -> list[tuple[ClinicalSource, list[TableRow]]]:
         ]
         out.append((source, rows))
     return out
+
+
+def reference_tables(source: ClinicalSource, identifier_columns: Iterable[str]) -> frozenset[str]:
+    """Unqualified lower-case names of the source's reference tables (code dictionaries, which
+    describe codes, not patients): a table's `reference` flag, or when unset its kind, i.e. none of
+    its known columns is one of `identifier_columns`. A name two schemas share counts only if both are."""
+    identifiers = [c.lower() for c in identifier_columns]
+    tables = TableDoc.objects.filter(source=source).annotate(
+        n_columns=Count("columns"), n_identifiers=Count("columns", filter=Q(columns__name__in=identifiers))
+    )
+    verdicts: dict[str, bool] = {}
+    for doc in tables.only("name", "reference"):
+        if doc.reference is None:  # a table of unknown columns is not reference data
+            is_reference = doc.n_columns > 0 and doc.n_identifiers == 0
+        else:
+            is_reference = doc.reference
+        name = doc.name.lower()
+        verdicts[name] = verdicts.get(name, True) and is_reference
+    return frozenset(name for name, ok in verdicts.items() if ok)

@@ -42,6 +42,9 @@ class PrivacyPolicy:
     # Column names that identify one person, admission or stay: an aggregate grouped by one, or
     # filtered to one value of one, is about that individual and so is row-level.
     identifier_columns: frozenset[str] = frozenset()
+    # Tables (lower case, unqualified) that describe codes, not patients (ICD titles, lab items): a
+    # query reading only these is not patient data, so an aggregate-only user may list its rows.
+    reference_tables: frozenset[str] = frozenset()
 
     def to_json(self) -> dict:
         return {"min_cell_size": self.min_cell_size, "row_level": self.row_level,
@@ -67,6 +70,11 @@ class OutputAnalysis:
     # its counts are those individuals' row-level data, not cells of a population table.
     about_individuals: bool = False
     notes: tuple[str, ...] = ()
+    tables: frozenset[str] = frozenset()  # the tables it reads (lower case, unqualified; CTEs excluded)
+
+    def reads_only(self, tables: frozenset[str]) -> bool:
+        """Whether every table this query reads is one of `tables` (and it reads any)."""
+        return bool(self.tables) and self.tables <= tables
 
     def sensitive(self, policy: PrivacyPolicy) -> list[tuple[int, str]]:
         """(output position, sensitive source column) pairs: sensitive data this query outputs."""
@@ -117,21 +125,35 @@ def analyse_output(sql: str, dialect: str = "postgres", *, policy: PrivacyPolicy
                    catalog: CatalogSchema | None = None) -> OutputAnalysis:  # fmt: skip
     """Classify every output column of `sql` and decide whether its rows are aggregates."""
     policy = policy or PrivacyPolicy()
+    tables: frozenset[str] = frozenset()
     try:
         tree = sqlglot.parse_one(sql, read=dialect)
+        tables = _tables_read(tree)
         analyser = _Analyser(tree, catalog)
         columns, aggregated, reason = analyser.query(tree)
     except (sqlglot.errors.SqlglotError, _Unknown, RecursionError) as exc:
         note = "askdb could not tell which output columns are counts or aggregates"
         detail = f" ({exc})" if isinstance(exc, _Unknown) and str(exc) else ""
-        return OutputAnalysis(understood=False, row_level_reason=note + detail, notes=(note + detail + ".",))
+        return OutputAnalysis(understood=False, row_level_reason=note + detail, notes=(note + detail + ".",),
+                              tables=tables)  # fmt: skip
     individuals = False
     if aggregated:
         reason = _identifier_reason(tree, columns, policy.identifier_columns)
         individuals = bool(reason)
         aggregated = not reason
     return OutputAnalysis(columns=tuple(columns), aggregated=aggregated, row_level_reason=reason,
-                          notes=tuple(analyser.notes), about_individuals=individuals)  # fmt: skip
+                          notes=tuple(analyser.notes), about_individuals=individuals, tables=tables)  # fmt: skip
+
+
+def _tables_read(tree: exp.Expr) -> frozenset[str]:
+    """Every table the query reads, anywhere in it (joins, subqueries, CTE bodies), not the CTEs
+    themselves; a function or VALUES in FROM reads no catalogued table and counts as "?"."""
+    ctes = {cte.alias.lower() for cte in tree.find_all(exp.CTE)}
+    names = {t.name.lower() or "?" for t in tree.find_all(exp.Table) if t.db or t.name.lower() not in ctes}
+    for node in tree.find_all(exp.From, exp.Join):
+        if not isinstance(node.this, exp.Table | exp.Subquery):
+            names.add("?")
+    return frozenset(names)
 
 
 def _identifier_reason(tree: exp.Expr, columns: list[OutputColumn], identifiers: frozenset[str]) -> str:
@@ -369,7 +391,8 @@ def check_access(analysis: OutputAnalysis, policy: PrivacyPolicy, *, sql: str = 
                  question: str = "", dialect: str = "postgres") -> None:  # fmt: skip
     """Refuse an output the user may not see: sensitive columns without the permission, and
     anything but an aggregate for an aggregate-only user (with the aggregate they may have, when
-    there is one: the count of a listing about given individuals describes them too)."""
+    there is one: the count of a listing about given individuals describes them too). A query that
+    reads only reference tables (code dictionaries) is not patient data: any user may list it."""
     if not policy.sensitive_allowed:
         hits = analysis.sensitive(policy)
         if hits:
@@ -379,7 +402,7 @@ def check_access(analysis: OutputAnalysis, policy: PrivacyPolicy, *, sql: str = 
                 f"This query outputs sensitive data ({listed}), which your role may not see. "
                 "Ask without those columns, or ask an admin for the permission to see sensitive columns.",
             )
-    if not policy.row_level and not analysis.aggregated:
+    if not policy.row_level and not analysis.aggregated and not analysis.reads_only(policy.reference_tables):
         alternative = {"question": aggregate_question(question)} if question else {}
         if sql and analysis.understood:
             alternative["sql"] = f"SELECT COUNT(*) AS row_count FROM ({sql.strip().rstrip(';')}) AS listing"

@@ -9,6 +9,7 @@ from django.conf import settings
 from askdb.pipeline import privacy
 from askdb.services.sql import ReviewError
 from metadata_admin.models import ColumnDoc
+from metadata_admin.selectors import reference_tables
 from metadata_admin.services import source_catalog_schema
 
 
@@ -18,7 +19,8 @@ def privacy_policy(*, source, user, evaluation: bool = False) -> privacy.Privacy
 
     An evaluation run (`evaluation`) measures askdb's SQL against gold answers for admins; its
     inactive user holds no permission, so the rights come from the channel, not the user. The
-    source's small-cell rule applies to it like to any run."""
+    source's small-cell rule applies to it like to any run. Queries that read only the catalog's
+    reference tables (code dictionaries) are not patient data and are open to aggregate-only users."""
     sensitive = ColumnDoc.objects.filter(table__source=source, sensitive=True).values_list(
         "table__name", "name"
     )
@@ -29,6 +31,7 @@ def privacy_policy(*, source, user, evaluation: bool = False) -> privacy.Privacy
         sensitive_allowed=evaluation or bool(user and user.has_perm("askdb.view_sensitive")),
         sensitive_columns=frozenset(f"{t}.{c}".lower() for t, c in sensitive),
         identifier_columns=frozenset(settings.ASKDB_IDENTIFIER_COLUMNS),
+        reference_tables=reference_tables(source, settings.ASKDB_IDENTIFIER_COLUMNS),
     )
 
 

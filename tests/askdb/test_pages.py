@@ -170,12 +170,16 @@ def test_the_ask_page_suggests_population_questions_before_questions_about_one_p
     assert suggestions == ["how many patients are older than 70?", f"what is the gender of patient {pid}?"]
     example_upsert(source=source, question="what is the icd code for sepsis?", approved_by=reviewer,
                    sql="SELECT icd_code FROM mimiciv_hosp.d_icd_diagnoses WHERE long_title = 'Sepsis'")  # fmt: skip
-    # an aggregate-only researcher is offered only what they may see (no listing, no question about
-    # one patient), here and in "Did you mean"
+    example_upsert(source=source, question="list the emergency admissions", approved_by=reviewer,
+                   sql="SELECT hadm_id FROM mimiciv_hosp.admissions WHERE admission_type = 'EW EMER.'")  # fmt: skip
+    assert "list the emergency admissions" in [e.question for e in client.get("/").context["suggestions"]]
+    # an aggregate-only researcher is offered only what they may see (no listing of patients, no
+    # question about one patient; a code lookup reads only a dictionary), here and in "Did you mean"
     analyst = make_user("al", "aggregate_researcher")
     client.force_login(analyst)
-    assert [e.question for e in client.get("/").context["suggestions"]] == [
-        "how many patients are older than 70?"
+    assert sorted(e.question for e in client.get("/").context["suggestions"]) == [
+        "how many patients are older than 70?",
+        "what is the icd code for sepsis?",
     ]
     declined = Run.objects.create(
         question=Question.objects.create(user=analyst, source=source, text=f"what is the sex of patient {pid}?"),

@@ -190,6 +190,37 @@ def test_an_aggregate_only_researcher_gets_the_count_instead_of_the_list(client,
     assert run.status == Run.Status.SUCCEEDED and len(run.result_rows) == 8
 
 
+ICD_LOOKUP = (
+    "SELECT t.icd_code, t.icd_version, t.long_title FROM mimiciv_hosp.d_icd_diagnoses t "
+    "WHERE t.long_title ILIKE '%sepsis%' ORDER BY t.icd_version, t.icd_code"
+)
+
+
+def test_an_aggregate_only_researcher_may_look_up_codes_in_the_dictionaries(source, scripted_llm):
+    # The catalog's code dictionaries are reference data by their kind (no patient, admission or
+    # stay column); the tables about patients are not.
+    from metadata_admin.models import TableDoc
+    from metadata_admin.selectors import reference_tables
+
+    dictionaries = reference_tables(source, ["subject_id", "hadm_id", "stay_id"])
+    assert {"d_icd_diagnoses", "d_icd_procedures", "d_labitems", "d_items"} <= dictionaries
+    assert not dictionaries & {"patients", "admissions", "diagnoses_icd", "labevents", "icustays"}
+
+    agg = make_user("agatha", AGGREGATE_RESEARCHER)
+    run = ask(scripted_llm, agg, "what is the ICD code for sepsis?", ICD_LOOKUP, source)
+    assert run.status == Run.Status.SUCCEEDED, run.message
+    assert run.result_rows and all("sepsis" in row[2].lower() for row in run.result_rows)
+
+    # Joined with a table about patients, a listing of patients keeps today's rule.
+    run = ask(scripted_llm, agg, "list the patients with sepsis", SEPSIS_LIST, source)
+    assert run.status == Run.Status.DECLINED and run.outcome == "privacy_row_level"
+
+    # An admin who marks a dictionary as not reference data takes the lookup back.
+    TableDoc.objects.filter(source=source, name="d_icd_diagnoses").update(reference=False)
+    run = ask(scripted_llm, agg, "what is the ICD code for sepsis?", ICD_LOOKUP, source)
+    assert run.status == Run.Status.DECLINED and run.outcome == "privacy_row_level"
+
+
 def test_a_source_can_be_aggregate_only_for_every_role(source, scripted_llm):
     source.aggregate_only = True
     source.save(update_fields=["aggregate_only"])

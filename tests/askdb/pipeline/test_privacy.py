@@ -109,6 +109,26 @@ def test_a_listing_about_given_patients_offers_no_count_that_would_be_refused_to
     assert "Its count would describe given individuals too" in refused.value.message
 
 
+def test_an_aggregate_only_user_may_list_reference_tables_but_not_patients_through_them():
+    aggregate_only = PrivacyPolicy(row_level=False, identifier_columns=POLICY.identifier_columns,
+                                   reference_tables=frozenset({"d_icd_diagnoses", "d_labitems"}))  # fmt: skip
+    for sql in [
+        "SELECT icd_code, long_title FROM mimiciv_hosp.d_icd_diagnoses WHERE long_title ILIKE '%sepsis%'",
+        "WITH s AS (SELECT * FROM d_icd_diagnoses) SELECT s.icd_code FROM s",
+        "SELECT d.long_title, l.label FROM d_icd_diagnoses d, d_labitems l",
+    ]:
+        check_access(analyse_output(sql, policy=aggregate_only), aggregate_only, sql=sql)
+    for sql in [
+        "SELECT DISTINCT d.subject_id FROM diagnoses_icd d JOIN d_icd_diagnoses t ON t.icd_code = d.icd_code",
+        "SELECT t.long_title FROM d_icd_diagnoses t WHERE t.icd_code IN (SELECT icd_code FROM diagnoses_icd)",
+        "WITH d_icd_diagnoses AS (SELECT * FROM patients) SELECT * FROM d_icd_diagnoses",
+        "SELECT * FROM d_icd_diagnoses, generate_series(1, 3)",
+    ]:
+        with pytest.raises(PrivacyRefusal) as refused:
+            check_access(analyse_output(sql, policy=aggregate_only), aggregate_only, sql=sql)
+        assert refused.value.code == "row_level", sql
+
+
 def test_aggregate_question():
     assert (
         aggregate_question("which patients were admitted in 2150?")
