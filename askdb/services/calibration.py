@@ -53,9 +53,28 @@ def library_seed_demo(*, source, path, approved_by=None) -> str:
     )
     calibration = library_calibrate(source=source)
     moved = f"; {remapped} patient ids the data lacks replaced by patients it has" if remapped else ""
+    return f"{report.summary()} from {path.name}{moved}; {calibration_summary(calibration)}"
+
+
+def calibration_summary(report: dict) -> str:
+    """One line on what a calibration found, in words an admin can act on.
+
+    With no held-out match (a small library whose templates each have one wording, like the demo's
+    seed) there is nothing to fit: say that the hand-set threshold applies, not "precision None".
+    """
+    threshold = f"P(correct) threshold {report['threshold']:.3f} (wrong-answer cost {report['wrong_answer_cost']:g})"
+    if not report["matched"]:
+        return (
+            f"{report['held_out']} questions held out, none matched another paraphrase group's template, "
+            f"so there is nothing to calibrate on: the default {threshold} applies until the library "
+            "holds more paraphrases of each template"
+        )
+    precision = "n/a" if report["precision"] is None else f"{report['precision']:.3f}"
     return (
-        f"{report.summary()} from {path.name}{moved}; offline answering threshold {calibration['threshold']:.2f} "
-        f"({calibration['matched']} held-out matches, expected precision {calibration['precision']})"
+        f"{report['mode']}: {report['held_out']} questions ({report['templates']} templates), "
+        f"{report['matched']} matched a template ({report['correct_matches']} correctly); {threshold}: "
+        f"expected coverage {report['expected_coverage']}, answering {report['answered']} "
+        f"with precision {precision}"
     )
 
 

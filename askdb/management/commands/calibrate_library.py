@@ -49,11 +49,4 @@ class Command(BaseCommand):
             total, "calibrating", unit="questions", stream=self.stderr, enabled=not no_progress
         ) as bar:
             report = library_calibrate(source=src, items=items, progress=bar.update, processes=processes)
-        precision = "n/a" if report["precision"] is None else f"{report['precision']:.3f}"
-        self.stdout.write(
-            f"{report['mode']}: {report['held_out']} questions ({report['templates']} templates), "
-            f"{report['matched']} matched a template ({report['correct_matches']} correctly); "
-            f"P(correct) threshold {report['threshold']:.3f} (wrong-answer cost {report['wrong_answer_cost']:g}): "
-            f"expected coverage {report['expected_coverage']}, answering {report['answered']} "
-            f"with precision {precision}"
-        )
+        self.stdout.write(calibration_summary(report))
