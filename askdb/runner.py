@@ -492,7 +492,8 @@ def library_index(source, executor, embedder, version: tuple | None = None):
     one), so a restart costs one query, and a new example one embedding.
     """
     values = source_values(source, executor)
-    active = Example.objects.filter(source=source, status=Example.Status.ACTIVE)
+    # Not the question vectors (examples_nearest_cached holds those): parsing them is a third of a rebuild.
+    active = Example.objects.filter(source=source, status=Example.Status.ACTIVE).defer("embedding")
     version = version or _library_version(source)
     cached = _LIBRARIES.get(source.pk)
     if cached is not None and cached[0] == version:
@@ -533,6 +534,16 @@ def library_index(source, executor, embedder, version: tuple | None = None):
     index = library.LibraryIndex(entries, [list(v) for v in vectors])
     _LIBRARIES[source.pk] = (version, index)
     return index, values
+
+
+def library_warm_up(source, embedder) -> None:
+    """Load what the first question on `source` would otherwise load in its stages: the linkable
+    values (one query per column), the library index and the library's question vectors; seconds
+    for a library of thousands, paid when a worker starts instead of by a researcher."""
+    snapshot = catalog_snapshot(source)
+    version = _library_version(source)
+    library_index(source, source_executor(source, schemas=snapshot.schemas), embedder, version=version)
+    examples_nearest_cached(source, [1.0] * embedder.dims, embedder.model, 1, version=version)
 
 
 _QUESTION_VECTORS: dict[tuple[int, str], tuple[tuple, list[int], np.ndarray]] = {}
