@@ -101,7 +101,7 @@ class DjangoPorts:
             (i, s) for i, s in self._nearest(vector)[: settings.ASKDB_EXAMPLES_K]
             if s >= settings.ASKDB_EXAMPLE_MIN_SIMILARITY
         ]  # fmt: skip
-        found = Example.objects.in_bulk([i for i, _ in nearest])
+        found = Example.objects.defer(*VECTOR_FIELDS).in_bulk([i for i, _ in nearest])
         return [
             ExampleContext(
                 question=found[i].question,
@@ -458,6 +458,8 @@ def capped_text(text: str, limit: int) -> str:
 
 
 LIBRARY_CANDIDATES = 8  # closest verified examples whose templates the matcher tries
+# An example's vectors: not loaded where a run only reads its text (parsing one costs ~0.1 ms).
+VECTOR_FIELDS = ("embedding", "masked_embedding")
 
 
 def library_risk(source):
@@ -586,7 +588,7 @@ def _library_version(source) -> tuple:
 
 def library_candidates(nearest: list[tuple[int, float]]) -> list:
     """Template candidates from (example id, similarity) pairs; stale templates are rebuilt."""
-    found = Example.objects.in_bulk([i for i, _ in nearest])
+    found = Example.objects.defer(*VECTOR_FIELDS).in_bulk([i for i, _ in nearest])
     out = []
     for example_id, score in nearest:
         example = found.get(example_id)
