@@ -541,10 +541,15 @@ def library_index(source, executor, embedder, version: tuple | None = None):
 def library_warm_up(source, embedder) -> None:
     """Load what the first question on `source` would otherwise load in its stages: the linkable
     values (one query per column), the library index and the library's question vectors; seconds
-    for a library of thousands, paid when a worker starts instead of by a researcher."""
+    for a library of thousands, paid when a worker starts instead of by a researcher. Raises
+    ExecutionError when the source cannot be reached."""
     snapshot = catalog_snapshot(source)
+    executor = source_executor(source, schemas=snapshot.schemas)
+    # Unreachable now: loading its values would wait on every column and keep none (the first
+    # question loads them), so say so once instead.
+    executor.execute("SELECT 1", timeout_s=5, row_cap=1)
     version = _library_version(source)
-    library_index(source, source_executor(source, schemas=snapshot.schemas), embedder, version=version)
+    library_index(source, executor, embedder, version=version)
     examples_nearest_cached(source, [1.0] * embedder.dims, embedder.model, 1, version=version)
 
 
