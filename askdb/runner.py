@@ -101,7 +101,7 @@ class DjangoPorts:
             (i, s) for i, s in self._nearest(vector)[: settings.ASKDB_EXAMPLES_K]
             if s >= settings.ASKDB_EXAMPLE_MIN_SIMILARITY
         ]  # fmt: skip
-        found = Example.objects.in_bulk([i for i, _ in nearest])
+        found = Example.objects.defer(*VECTOR_FIELDS).in_bulk([i for i, _ in nearest])
         return [
             ExampleContext(
                 question=found[i].question,
@@ -458,6 +458,8 @@ def capped_text(text: str, limit: int) -> str:
 
 
 LIBRARY_CANDIDATES = 8  # closest verified examples whose templates the matcher tries
+# An example's vectors: not loaded where a run only reads its text (parsing one costs ~0.1 ms).
+VECTOR_FIELDS = ("embedding", "masked_embedding")
 
 
 def library_risk(source):
@@ -492,7 +494,8 @@ def library_index(source, executor, embedder, version: tuple | None = None):
     one), so a restart costs one query, and a new example one embedding.
     """
     values = source_values(source, executor)
-    active = Example.objects.filter(source=source, status=Example.Status.ACTIVE)
+    # Not the question vectors (examples_nearest_cached holds those): parsing them is a third of a rebuild.
+    active = Example.objects.filter(source=source, status=Example.Status.ACTIVE).defer("embedding")
     version = version or _library_version(source)
     cached = _LIBRARIES.get(source.pk)
     if cached is not None and cached[0] == version:
@@ -535,6 +538,21 @@ def library_index(source, executor, embedder, version: tuple | None = None):
     return index, values
 
 
+def library_warm_up(source, embedder) -> None:
+    """Load what the first question on `source` would otherwise load in its stages: the linkable
+    values (one query per column), the library index and the library's question vectors; seconds
+    for a library of thousands, paid when a worker starts instead of by a researcher. Raises
+    ExecutionError when the source cannot be reached."""
+    snapshot = catalog_snapshot(source)
+    executor = source_executor(source, schemas=snapshot.schemas)
+    # Unreachable now: loading its values would wait on every column and keep none (the first
+    # question loads them), so say so once instead.
+    executor.execute("SELECT 1", timeout_s=5, row_cap=1)
+    version = _library_version(source)
+    library_index(source, executor, embedder, version=version)
+    examples_nearest_cached(source, [1.0] * embedder.dims, embedder.model, 1, version=version)
+
+
 _QUESTION_VECTORS: dict[tuple[int, str], tuple[tuple, list[int], np.ndarray]] = {}
 
 
@@ -575,7 +593,7 @@ def _library_version(source) -> tuple:
 
 def library_candidates(nearest: list[tuple[int, float]]) -> list:
     """Template candidates from (example id, similarity) pairs; stale templates are rebuilt."""
-    found = Example.objects.in_bulk([i for i, _ in nearest])
+    found = Example.objects.defer(*VECTOR_FIELDS).in_bulk([i for i, _ in nearest])
     out = []
     for example_id, score in nearest:
         example = found.get(example_id)

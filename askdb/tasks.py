@@ -25,7 +25,7 @@ def _load_before_fork(**kwargs) -> None:
     process, and every replacement of a lost one, starts with them in memory (copy-on-write), so
     neither start-up nor the first question pays for loading them. torch runs one thread
     (ASKDB_TORCH_THREADS), so no thread pool is forked half-alive."""
-    _warm_up_models()
+    worker_warm_up()
 
 
 @worker_process_init.connect
@@ -34,27 +34,38 @@ def _warm_up(**kwargs) -> None:
     a new pool process worker_proc_alive_timeout to say it is up, and when loading took longer on a
     busy machine Celery killed every replacement of a lost process, forever. With the models
     loaded before the fork this is quick; a question that comes first waits on the loaders' locks."""
-    threading.Thread(target=_warm_up_models, name="askdb-warm-up", daemon=True).start()
+    threading.Thread(target=worker_warm_up, name="askdb-warm-up", daemon=True).start()
 
 
-def _warm_up_models() -> None:
+def worker_warm_up() -> None:
+    embedder = None
     try:
         if settings.EMBEDDING_PROVIDER == "local":
-            get_embedder().warm_up()
+            embedder = get_embedder()
+            embedder.warm_up()
     except Exception:  # the first question loads it again, and says what is wrong
         logging.getLogger(__name__).warning("embedding model warm-up failed", exc_info=True)
-    _warm_up_answerability()
+    _warm_up_sources(embedder)
 
 
-def _warm_up_answerability() -> None:
-    """Load each source's trained answerability model now: loading it takes seconds, and the
+def _warm_up_sources(embedder) -> None:
+    """Load each source's trained answerability model, and (with the local embedder, which needs
+    no network) its library, values and question vectors, now: loading them takes seconds, and the
     first question a worker takes must not pay for it. A missing or broken model is not an error."""
     try:
         # local, inside the try: a broken answerability install must not stop the worker starting
         from askdb.answerability.scorer import get_scorer
+        from askdb.runner import library_warm_up
 
         for source in ClinicalSource.objects.all():
             get_scorer(source)
+            if embedder is not None:
+                try:
+                    library_warm_up(source, embedder)
+                except Exception:  # an unreachable source: its first question says so
+                    logging.getLogger(__name__).warning(
+                        "library warm-up of %s skipped", source, exc_info=True
+                    )
     except Exception:
         logging.getLogger(__name__).warning("answerability warm-up skipped", exc_info=True)
     finally:

@@ -12,7 +12,8 @@ says "not measured"): its SQLite database is registered in the benchmark's askdb
   library), and again with the 1,163 valid questions (`--questions … --labels …`);
 - **ask**: `--questions` valid questions through `question_submit_sync` with no LLM configured
   (embed, retrieve, gate, library match, validate, execute, finish: what a run does), p50/p95 of the
-  wall time per question after one warm-up question.
+  wall time per question after the worker's warm-up (askdb.tasks.worker_warm_up) and one question,
+  whose time is reported on its own.
 
 The import leaves the library the later parts use; `--parts calibrate,ask` reuses the last one.
 Targets (targets.py): import ≤ 90 s, calibrate ≤ 60 s, ask p50 ≤ 80 ms and p95 ≤ 250 ms.
@@ -133,17 +134,26 @@ def part_ask(source, n: int, values: dict, rows: list) -> None:
     data = json.loads((DATA / "valid" / "data.json").read_text())["data"]
     questions = [d["question"] for d in random.Random(18).sample(data, n + 1)]
     user = get_user_model().objects.get(username="researcher")
-    question_submit_sync(user=user, text=questions[0], source=source)  # loads models, fills caches
+    from askdb.tasks import worker_warm_up
+
+    t0 = time.perf_counter()
+    worker_warm_up()  # what a started worker has loaded (models, the library) before its first question
+    warm_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    question_submit_sync(user=user, text=questions[0], source=source)
+    first_ms = (time.perf_counter() - t0) * 1000
     walls, outcomes = [], Counter()
     for text in questions[1:]:
         t0 = time.perf_counter()
         run = question_submit_sync(user=user, text=text, source=source)
         walls.append((time.perf_counter() - t0) * 1000)
         outcomes[f"{run.status}/{run.outcome}"] += 1
-    values.update(ask_p50=percentile(walls, 50), ask_p95=percentile(walls, 95), ask_max=max(walls))
+    values.update(ask_p50=percentile(walls, 50), ask_p95=percentile(walls, 95), ask_max=max(walls),
+                  ask_first_ms=first_ms, ask_warm_up_s=warm_s)  # fmt: skip
     rows.append([f"no-LLM question, 5,000-example library (n={n})",
                  f"p50 {values['ask_p50']:.0f} ms, p95 {values['ask_p95']:.0f} ms",
-                 ", ".join(f"{k} x{v}" for k, v in outcomes.most_common())])  # fmt: skip
+                 ", ".join(f"{k} x{v}" for k, v in outcomes.most_common())
+                 + f"; first question {first_ms:.0f} ms after the worker's warm-up ({warm_s:.1f} s)"])  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,30 +29,48 @@ class ModelLayoutError(ValueError):
     """The model folder is not a BERT encoder with mean pooling and normalisation."""
 
 
+# Numerical Recipes' erfc polynomial in t, highest power first.
+_ERFC_POLY = (0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418,
+              0.37409196, 1.00002368, -1.26551223)  # fmt: skip
+
+
 def _erf(x: np.ndarray) -> np.ndarray:
     """erf to float32 precision (fractional error < 1.2e-7; Numerical Recipes' erfc), vectorised:
-    numpy has no erf, and BERT's GELU is the exact one."""
+    numpy has no erf, and BERT's GELU is the exact one. Computed in place (Horner's rule, float32):
+    on the (batch, tokens, 1536) activations fresh temporaries made it a third of an encoding."""
     z = np.abs(x)
-    t = 1.0 / (1.0 + 0.5 * z)
-    poly = -1.26551223 + t * (
-        1.00002368
-        + t
-        * (
-            0.37409196
-            + t
-            * (
-                0.09678418
-                + t
-                * (
-                    -0.18628806
-                    + t
-                    * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))
-                )
-            )
-        )
-    )
-    erfc = t * np.exp(-z * z + poly)
-    return np.where(x >= 0, 1.0 - erfc, erfc - 1.0).astype(np.float32)  # fmt: skip
+    t = z * 0.5
+    t += 1.0
+    np.divide(1.0, t, out=t)
+    poly = t * _ERFC_POLY[0]
+    for c in _ERFC_POLY[1:-1]:
+        poly += c
+        poly *= t
+    poly += _ERFC_POLY[-1]
+    np.multiply(z, z, out=z)
+    np.negative(z, out=z)
+    z += poly
+    np.exp(z, out=z)
+    z *= t  # erfc(|x|)
+    out = z - 1.0  # erf(x) = -(1 - erfc(|x|)) for x < 0
+    np.subtract(1.0, z, out=out, where=x >= 0)
+    return out
+
+
+def _gelu_in_place(h: np.ndarray, rows: int = 64) -> None:
+    """h = 0.5 h (1 + erf(h / sqrt 2)), BERT's exact GELU, `rows` token rows at a time: the
+    temporaries of a few rows stay in the CPU cache (about 40% faster than the whole batch at once,
+    the same numbers)."""
+    if not h.flags.c_contiguous:
+        raise ValueError("h must be C-contiguous (changed through a view)")
+    flat = h.reshape(-1, h.shape[-1])
+    inv_sqrt2 = np.float32(1.0 / math.sqrt(2.0))
+    for i in range(0, flat.shape[0], rows):
+        part = flat[i : i + rows]
+        gate = _erf(part * inv_sqrt2)
+        gate += 1.0
+        part *= 0.5
+        part *= gate
 
 
 class MiniLM:
@@ -163,7 +181,7 @@ class MiniLM:
             context = (scores @ v.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3).reshape(batch, length, -1)
             x = self._layer_norm(context @ layer["out"] + layer["out_b"] + x, layer["norm1"])
             h = x @ layer["up"] + layer["up_b"]
-            h = 0.5 * h * (1.0 + _erf(h * np.float32(1.0 / math.sqrt(2.0))))
+            _gelu_in_place(h)
             x = self._layer_norm(h @ layer["down"] + layer["down_b"] + x, layer["norm2"])
         weights = mask[:, :, None]
         pooled = (x * weights).sum(1) / np.clip(weights.sum(1), 1e-9, None)

@@ -10,10 +10,11 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import CommandError, call_command
 
+from askdb import runner
 from askdb.library_io import MAX_UPLOAD_BYTES, parse_examples
 from askdb.models import Example, Question, Run
 from askdb.roles import ADMIN, RESEARCHER, REVIEWER
-from askdb.runner import library_index
+from askdb.runner import library_index, library_warm_up
 from askdb.services.exports import examples_import
 from infra.adapters import catalog_search
 from infra.providers.embeddings import get_embedder
@@ -255,6 +256,21 @@ def test_the_list_says_which_questions_share_a_template(client, source):
     assert keys["how many patients are older than 65?"] == keys["count the patients over 80."] != ""
     page = client.get("/library/").content.decode()
     assert page.count("same template as 1 other question<") == 2  # the two paraphrases, not the count
+
+
+def test_a_worker_warm_up_loads_what_the_first_question_would(source):
+    sql = "SELECT count(*) FROM mimiciv_hosp.patients WHERE anchor_age > {}"
+    examples_import(source=source, execute=False, items=[
+        {"question": "how many patients are older than 65?", "sql": sql.format(65)},
+        {"question": "count the patients over 80.", "sql": sql.format(80)}])  # fmt: skip
+    embedder = get_embedder()
+    for cache in (runner._VALUES, runner._LIBRARIES, runner._QUESTION_VECTORS):
+        cache.clear()
+    library_warm_up(source, embedder)
+    index = runner._LIBRARIES[source.pk][1]
+    assert source.pk in runner._VALUES
+    assert library_index(source, source_executor(source), embedder)[0] is index  # not rebuilt
+    assert len(index.entries) == 2 and len(runner._QUESTION_VECTORS[(source.pk, embedder.model)][1]) == 2
 
 
 # --------------------------------------------------------------------------- permissions
