@@ -62,7 +62,9 @@ def calibration_summary(report: dict) -> str:
     With no held-out match (a small library whose templates each have one wording, like the demo's
     seed) there is nothing to fit: say that the hand-set threshold applies, not "precision None".
     """
-    threshold = f"P(correct) threshold {report['threshold']:.3f} (wrong-answer cost {report['wrong_answer_cost']:g})"
+    threshold = (
+        f"P(correct) threshold {report['threshold']:.3f} (wrong-answer cost {report['wrong_answer_cost']:g})"
+    )
     if not report["matched"]:
         return (
             f"{report['held_out']} questions held out, none matched another paraphrase group's template, "

@@ -109,6 +109,17 @@ def test_leave_one_out_calibration_is_stored(source, ids, library):
     assert source.library_calibration["risk"]["weights"]
 
 
+def test_a_calibration_with_nothing_held_out_to_match_says_the_default_threshold_applies(source, library):
+    from askdb.services.calibration import calibration_summary
+
+    report = library_calibrate(source=source)  # the fixture's templates each have one wording
+    line = calibration_summary(report)
+    if report["matched"]:
+        pytest.fail(f"the fixture library should give no held-out match: {line}")
+    assert "nothing to calibrate on" in line and f"{round(10 / 11, 3):.3f}" in line
+    assert "None" not in line
+
+
 def test_calibrate_command_reads_held_out_questions_and_refuses_a_broken_file(source, ids, library, tmp_path):
     import io
     import json

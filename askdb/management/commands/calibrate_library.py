@@ -6,7 +6,7 @@ import os
 
 from django.core.management.base import BaseCommand, CommandError
 
-from askdb.services.calibration import library_calibrate
+from askdb.services.calibration import calibration_summary, library_calibrate
 from infra.formats import FormatError, load_items
 from infra.progress import Progress
 from metadata_admin.services import source_get
