@@ -357,7 +357,8 @@ class Pipeline:
             st.finish("skipped")
             return None, {}
         top = results[0]
-        info = {**_match_json(top), "threshold": threshold, "reasons": list(top.reasons), "answered": False}
+        info = {**_match_json(top), "threshold": threshold, "reasons": list(top.reasons),
+                "reason_codes": list(top.reason_codes), "answered": False}  # fmt: skip
         best, competitors = offline.decide(results, threshold)
         st.note(example=top.example_id, confidence=info["confidence"], threshold=threshold,
                 reasons=info["reasons"][:3], competitors=len(competitors))  # fmt: skip
