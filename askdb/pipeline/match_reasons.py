@@ -29,6 +29,10 @@ CONTRARY_WORDS = "contrary_words"
 WORDS_MISSING = "words_missing"
 WORDS_UNEXPLAINED = "words_unexplained"
 SQL_INVALID = "sql_invalid"
+# Set by the engine after matching.
+GATE_DECLINED = "gate_declined"
+DISAGREE = "templates_disagree"
+SQL_FAILED = "sql_failed"
 
 
 @dataclass(frozen=True)
