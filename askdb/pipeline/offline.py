@@ -483,7 +483,7 @@ def _match_one(
                 "(such as highest instead of lowest), not with this question's.",
             )
     if family is not None and not work.reasons and family.core:
-        said = {canonical(stem(t.text)) for t in tokenize(question)}
+        said = {canonical(stem(t.text)) for t in tokenize(question)} | _bound_column_words(work)
         missing = sorted(
             w
             for w in family.core
@@ -827,6 +827,18 @@ def _overlaps(start: int, end: int, ranges: list[tuple[int, int]]) -> bool:
 def bare_column(column: str) -> str:
     """ "mimiciv_hosp.d_items.label" and "d_items.label" are the same column for value linking."""
     return ".".join(column.lower().split(".")[-2:])
+
+
+def _bound_column_words(work: _Work) -> set[str]:
+    """Words a bound value says by what it is: "via po" says route (prescriptions.route), a diagnosis
+    title says diagnosis (d_icd_diagnoses.long_title). The table and column names of named values."""
+    words = set()
+    for b in work.bindings.values():
+        if b.type == VALUE and b.column:
+            for part in re.split(r"[._]", ".".join(b.column.split(".")[-2:])):
+                if len(part) >= 3:
+                    words.add(canonical(stem(part)))
+    return words
 
 
 def _same_stem(a: str, b: str) -> bool:
