@@ -868,6 +868,7 @@ def _question_words(question: str, typed: list[Span], work: _Work) -> list[str]:
 def _unexplained(question: str, typed: list[Span], work: _Work, family: Family) -> list[str]:
     """Content words of the question that no paraphrase, bound value or common word accounts for."""
     taken = [(s.start, s.end) for s in typed] + [(p.start, p.end) for p in work.placed.values()]
+    named = _bound_column_words(work)  # "the drug vancomycin": a drug value says "drug"
     out = []
     for token in tokenize(question):
         if _overlaps(token.start, token.end, taken) or token.lower in NEUTRAL_WORDS:
@@ -876,6 +877,8 @@ def _unexplained(question: str, typed: list[Span], work: _Work, family: Family) 
             continue
         word = canonical(stem(token.text))
         if family.says(word) or word in family.neutral or word in GUARD_FILLER:
+            continue
+        if any(_same_stem(word, w) for w in named):
             continue
         if len(word) >= 5 and any(fuzz.ratio(word, w) >= 90 for w in family.words if len(w) >= 5):
             continue

@@ -104,3 +104,22 @@ def test_a_value_in_two_tables_answers_when_the_paraphrases_say_which():
     )
     assert found.best is not None and found.best.hard_ok, [r.reasons for r in found.results]
     assert "d_labitems" in found.best.sql and "anion gap" in found.best.sql
+
+
+ROUTE = "SELECT drug FROM prescriptions WHERE subject_id = {p} AND route = '{r}' ORDER BY starttime LIMIT 1"
+ROUTES = L.ValueIndex({"prescriptions.route": ["iv", "po", "im"]})
+
+
+def test_a_bound_value_says_the_word_of_its_column():
+    """Every paraphrase says 'route'; "by po" says it too, by what po is (a prescriptions.route)."""
+    pairs = [
+        ("what was the first drug patient 101 was prescribed by iv route?", ROUTE.format(p=101, r="iv")),
+        ("which drug was first given to patient 102 by the im route?", ROUTE.format(p=102, r="im")),
+    ]
+    entries = [L.entry_for(i, q, s, build_template(q, s, dialect="sqlite")) for i, (q, s) in enumerate(pairs)]
+    index = L.LibraryIndex(entries, embed([mask_question(e.question, ROUTES) for e in entries]))
+    question = "what was the first drug patient 103 was prescribed by po?"
+    vector = embed([mask_question(question, ROUTES)])[0]
+    best = L.match_library(question, vector, index, lookup=no_lookup, values=ROUTES).best
+    assert best is not None and best.hard_ok, best.reasons if best else None
+    assert "'po'" in best.sql and "103" in best.sql
