@@ -123,3 +123,21 @@ def test_a_bound_value_says_the_word_of_its_column():
     best = L.match_library(question, vector, index, lookup=no_lookup, values=ROUTES).best
     assert best is not None and best.hard_ok, best.reasons if best else None
     assert "'po'" in best.sql and "103" in best.sql
+
+
+@pytest.mark.parametrize(
+    ("question", "key", "value"),
+    [
+        ("What are the four commonly taken specimens?", "extreme", "max"),
+        ("What was the overall amount of input for patient 1?", "aggregate", "sum"),
+        ("How much is the difference of patient 1's heart rate?", "aggregate", None),
+        ("How much does patient 1 weigh based on the last measurement?", "aggregate", None),
+        ("How much heparin was given to patient 1?", "aggregate", "sum"),
+        ("Do you know the average albumin value of patient 1?", "yes_no", False),
+        ("Has patient 1 been prescribed heparin?", "yes_no", True),
+    ],
+)
+def test_operator_words_found_on_train_cross_validation(question, key, value):
+    from askdb.pipeline.templates import question_operators
+
+    assert question_operators(question)[key] == value
