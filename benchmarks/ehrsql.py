@@ -229,14 +229,17 @@ def miss_cause(
             if (score(right) if score else right.confidence) < threshold
             else "another answer won"
         )
-    reason = right.reasons[0] if right.reasons else ""
-    for key, label in (("no paraphrase", "a word no paraphrase says"), ("does not say", "a word all paraphrases say is missing"),
-                       ("goes with other", "operator words combined otherwise"), ("combines operator", "operator words combined otherwise"),
-                       ("differs", "an operator word differs"), ("value", "a value not found / not bound"),
-                       ("gives no", "a value missing"), ("place", "an extra value"), ("about", "an anchor word missing"),
-                       ("fixed", "a fixed value missing")):  # fmt: skip
-        if key in reason:
-            return f"its template refused: {label}"
+    from askdb.pipeline import match_reasons as R
+
+    labels = {R.WORDS_UNEXPLAINED: "a word no paraphrase says", R.WORDS_MISSING: "a word all paraphrases say is missing",
+              R.CONTRARY_WORDS: "operator words combined otherwise", R.OPERATOR_COMBINATION: "operator words combined otherwise",
+              R.OPERATOR: "an operator word differs",
+              R.VALUE_NOT_FOUND: "a value not found / not bound", R.VALUE_PLACEMENT: "a value not found / not bound",
+              R.VALUE_NOT_TOGETHER: "a value not found / not bound", R.VALUE_AMBIGUOUS: "a value in two places",
+              R.VALUE_MISSING: "a value missing", R.EXTRA_VALUE: "an extra value", R.ANCHOR: "an anchor word missing",
+              R.FIXED_VALUE: "a fixed value missing"}  # fmt: skip
+    if right.reason_codes and right.reason_codes[0] in labels:
+        return f"its template refused: {labels[right.reason_codes[0]]}"
     return "its template refused: other"
 
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from askdb.pipeline import match_reasons as R
 from askdb.pipeline import offline, privacy, prompts
 from askdb.pipeline.candidates import Candidate, choose_candidate, group_candidates
 from askdb.pipeline.compare import results_match
@@ -134,6 +135,14 @@ class Outcome:
     privacy: dict = field(default_factory=dict)  # suppression report, or the refusal and its alternative
 
 
+def _with_reason(info: dict, code: str, text: str) -> dict:
+    """The match info's reasons (plain sentences) and their codes, with one more appended."""
+    return {
+        "reasons": [*info.get("reasons", []), text],
+        "reason_codes": [*info.get("reason_codes", []), code],
+    }
+
+
 def _match_json(match: MatchResult) -> dict:
     """What the run keeps of a template match: the example, its confidence, SQL and bindings."""
     return {
@@ -245,8 +254,8 @@ class Pipeline:
             library, match_info = self._library_match(req, vector, st)
             if library is not None and not self._library_answerable(req, view, st):
                 library = None
-                match_info = {**match_info, "answered": False,
-                              "reasons": [*match_info.get("reasons", []), "the answerability gate declined"]}  # fmt: skip
+                match_info = {**match_info, "answered": False, **_with_reason(
+                    match_info, R.GATE_DECLINED, "The answerability check judged that the database cannot answer this question.")}  # fmt: skip
             self._match_info = match_info
         if isinstance(library, privacy.PrivacyRefusal):  # a verified answer this user may not see
             return self._refused(library, match_info.get("sql", ""), ("", ""), library_match=match_info)
@@ -357,10 +366,11 @@ class Pipeline:
             st.finish("skipped")
             return None, {}
         top = results[0]
-        info = {**_match_json(top), "threshold": threshold, "reasons": list(top.reasons), "answered": False}
+        info = {**_match_json(top), "threshold": threshold, "reasons": list(top.reasons),
+                "reason_codes": list(top.reason_codes), "answered": False}  # fmt: skip
         best, competitors = offline.decide(results, threshold)
         st.note(example=top.example_id, confidence=info["confidence"], threshold=threshold,
-                reasons=info["reasons"][:3], competitors=len(competitors))  # fmt: skip
+                reasons=info["reasons"][:3], reason_codes=info["reason_codes"][:3], competitors=len(competitors))  # fmt: skip
         if best is None:
             return None, info
         try:
@@ -368,14 +378,20 @@ class Pipeline:
             for other in competitors:  # two confident readings must agree, or neither is trusted
                 if not results_match(result.rows, self._execute(other.sql, req).rows):
                     st.note(disagreement=f"example {other.example_id} gives a different result")
-                    return None, info | {"reasons": [*info["reasons"], "confident templates disagree"]}
+                    return None, info | _with_reason(
+                        info, R.DISAGREE, "Two verified questions fit this one and give different results."
+                    )
         except privacy.PrivacyRefusal as exc:
             st.note(privacy=exc.code, reason=exc.message)
             st.finish("stopped")
             return exc, info | _match_json(best)
         except ExecutionFailure as exc:
             st.note(error=exc.message)
-            return None, info | {"reasons": [*info["reasons"], f"the bound SQL failed: {exc.message}"]}
+            return None, info | _with_reason(
+                info,
+                R.SQL_FAILED,
+                f"The verified question's SQL with this question's values failed: {exc.message}",
+            )
         st.note(answered=True, rows=result.row_count, now_as_of=req.as_of or "the database clock")
         self.rec.attempt(number=1, sql=best.sql, origin="example", valid=True)
         info.update(_match_json(best), answered=True)

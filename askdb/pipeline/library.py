@@ -46,6 +46,7 @@ from askdb.pipeline.offline import (
     operator_signature,
     opposite,
     question_context,
+    refuse_ambiguous_values,
 )
 from askdb.pipeline.templates import (
     DEFAULT_VALUE_COLUMNS,
@@ -506,6 +507,7 @@ def match_library(
         }
         confidence = round(risk.predict(features), 4) if result.hard_ok else 0.0
         results.append(dataclasses.replace(result, features=features, confidence=confidence))
+    results = refuse_ambiguous_values(results)
     results.sort(key=lambda r: (-int(r.hard_ok), -r.confidence, r.features.get("vote_rank", 0)))
     return LibraryMatch(results, masked_question, ranked[:5])
 

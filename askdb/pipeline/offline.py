@@ -20,6 +20,7 @@ Design, in three decisions:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import re
@@ -32,6 +33,7 @@ import sqlglot
 from rapidfuzz import fuzz
 from sqlglot import exp
 
+from askdb.pipeline import match_reasons as R
 from askdb.pipeline.templates import (
     FUNCTION_WORDS,
     GUARD_FILLER,
@@ -74,6 +76,7 @@ __all__ = [
     "mask_question",
     "match",
     "question_operators",
+    "refuse_ambiguous_values",
 ]
 
 MIN_VALUE_SCORE = 0.7  # a named value linked below this score is no match at all
@@ -168,7 +171,8 @@ class MatchResult:
     bindings: tuple[Binding, ...]
     features: dict[str, float]
     confidence: float
-    reasons: tuple[str, ...] = ()  # why the confidence was forced to 0 (hard rules), for UI and audit
+    reasons: tuple[str, ...] = ()  # why the confidence was forced to 0 (hard rules), plain sentences
+    reason_codes: tuple[str, ...] = ()  # the same, as match_reasons codes (one per reason)
     masked_question: str = ""  # the new question with its bound spans masked
 
     @property
@@ -293,12 +297,14 @@ def match(
     """
     calibration = calibration or DEFAULT_CALIBRATION
     ops, typed, quoted, cached_lookup = question_context(question, lookup, values)
-    results = [
-        _match_one(
-            question, ops, typed, quoted, c, cached_lookup, catalog, calibration, min_value_score, values
-        )
-        for c in candidates
-    ]
+    results = refuse_ambiguous_values(
+        [
+            _match_one(
+                question, ops, typed, quoted, c, cached_lookup, catalog, calibration, min_value_score, values
+            )
+            for c in candidates
+        ]
+    )
     results.sort(
         key=lambda r: (
             -int(r.hard_ok),
@@ -353,12 +359,53 @@ def decide(results: Sequence[MatchResult], threshold: float) -> tuple[MatchResul
     return best, [r for r in confident[1:] if r.sql != best.sql]
 
 
+def refuse_ambiguous_values(results: Sequence[MatchResult]) -> list[MatchResult]:
+    """Results that bind one of the question's words to a value of another column than a competitor does
+    are refused, both of them: "anion gap" is a lab item and a chart item, and a question that does not
+    say which is not answered. A template whose paraphrases say which ("lab", "chart") refuses the other
+    one's reading through the meaning guard, so only the readings the question leaves open remain here.
+    """
+    columns: dict[str, set[str]] = {}
+    for r in results:
+        if r.hard_ok:
+            for b in r.bindings:
+                if b.type == VALUE:
+                    columns.setdefault(b.new.lower(), set()).add(b.column)
+    open_words = {w: sorted(c) for w, c in columns.items() if len(c) > 1}
+    if not open_words:
+        return list(results)
+    out = []
+    for r in results:
+        word = next((b.new for b in r.bindings if b.type == VALUE and b.new.lower() in open_words), None)
+        if not r.hard_ok or word is None:
+            out.append(r)
+            continue
+        where = " and ".join(f"a {_column_words(c)} in {c.split('.')[0]}" for c in open_words[word.lower()])
+        text = f"'{word}' is {where}, and this question does not say which one it means."
+        out.append(
+            dataclasses.replace(
+                r,
+                sql=None,
+                confidence=0.0,
+                features={**r.features, "hard_ok": 0.0},
+                reasons=(*r.reasons, text),
+                reason_codes=(*r.reason_codes, R.VALUE_AMBIGUOUS),
+            )
+        )
+    return out
+
+
 @dataclass
 class _Work:
     reasons: list[str] = field(default_factory=list)
+    codes: list[str] = field(default_factory=list)
     bindings: dict[str, Binding] = field(default_factory=dict)
     placed: dict[str, Span] = field(default_factory=dict)  # slot name -> the new question's span
     unplaced: list[Span] = field(default_factory=list)
+
+    def refuse(self, code: str, text: str) -> None:
+        self.codes.append(code)
+        self.reasons.append(text)
 
 
 def _match_one(
@@ -379,24 +426,39 @@ def _match_one(
     work = _Work()
     example_question = candidate.question or template.question
     if not template.usable:
-        work.reasons.append(f"the example cannot be used as a template: {template.error or 'no SQL'}")
+        work.refuse(
+            R.NOT_USABLE,
+            f"The verified question's SQL cannot be reused with other values ({template.error or 'no SQL'}).",
+        )
         return _result(candidate, example_question, None, work, {}, 0.0, question)
-    work.reasons += operator_reasons(ops, template, family)
+    for reason in operator_reasons(ops, template, family):
+        work.refuse(reason.code, reason.text)
     if not work.reasons and asks_for_name(question) and (kind := answer_kind(template)) != "column":
-        work.reasons.append(f"the question asks for a name, the template returns a {kind}")
+        work.refuse(
+            R.ASKS_NAME,
+            f"This question asks for a name, the verified question returns {_KIND_WORDS.get(kind, kind)}.",
+        )
     if not work.reasons and asks_for_time(question) and (kind := answer_kind(template)) != "time":
-        work.reasons.append(f"the question asks for a time, the template returns a {kind}")
+        work.refuse(
+            R.ASKS_TIME,
+            f"This question asks for a time, the verified question returns {_KIND_WORDS.get(kind, kind)}.",
+        )
     if work.reasons:  # no lookups for a template that cannot apply
         return _result(candidate, example_question, None, work, {"operators_agree": 0.0}, 0.0, question)
     lowered = question.lower()
     for anchor in template.anchors:
         if not _contains_words(lowered, anchor.lower()):
-            work.reasons.append(f"the example is about {anchor!r}, which the question does not mention")
+            work.refuse(
+                R.ANCHOR, f"The verified question is about '{anchor}', which this question does not mention."
+            )
     free = list(typed)
     for fixed in template.fixed_values:
         hit = next((s for s in free if s.text == fixed), None)
         if hit is None:
-            work.reasons.append(f"the example's {fixed!r} is fixed in its SQL and missing here")
+            work.refuse(
+                R.FIXED_VALUE,
+                f"The verified question always uses '{fixed}', which this question does not say.",
+            )
         else:
             free.remove(hit)
     _assign_typed(template, question, free, work)
@@ -415,26 +477,30 @@ def _match_one(
     if family is not None and not work.reasons and len(family.signature_words) > 1:
         contrary = _contrary_words(_question_words(question, typed, work), ops, family)
         if contrary:
-            work.reasons.append(
-                f"{', '.join(map(repr, contrary))} goes with other operator words in this template's paraphrases"
+            work.refuse(
+                R.CONTRARY_WORDS,
+                f"The verified question says {R.quoted(contrary)} only with the opposite operator words "
+                "(such as highest instead of lowest), not with this question's.",
             )
     if family is not None and not work.reasons and family.core:
-        said = {canonical(stem(t.text)) for t in tokenize(question)}
+        said = {canonical(stem(t.text)) for t in tokenize(question)} | _bound_column_words(work)
         missing = sorted(
             w
             for w in family.core
             if not any(_same_stem(w, x) or x in family.synonyms.get(w, ()) for x in said)
         )
         if missing:
-            work.reasons.append(
-                f"the question does not say {', '.join(map(repr, missing))}, which the template's paraphrases say"
+            work.refuse(
+                R.WORDS_MISSING,
+                f"The verified question also requires {R.quoted(missing)}, which this question does not say.",
             )
     if family is not None and not work.reasons:
         unexplained = _unexplained(question, typed, work, family)
         if unexplained:
-            work.reasons.append(
-                f"no paraphrase of this template says {', '.join(map(repr, unexplained))}: "
-                "a condition the template would drop"
+            work.refuse(
+                R.WORDS_UNEXPLAINED,
+                f"This question also says {R.quoted(unexplained)}, which no wording of the verified question "
+                "says: answering with it would drop that condition.",
             )
     sql = None
     if not work.reasons:
@@ -442,8 +508,10 @@ def _match_one(
     if sql is not None and probe is not None:
         for check in value_probes(template, sql):
             if not probe(check):
-                work.reasons.append(
-                    f"a bound value does not exist together with the template's other conditions: {check}"
+                work.refuse(
+                    R.VALUE_NOT_TOGETHER,
+                    "This question's values never occur together with the verified question's other "
+                    "conditions in the database.",
                 )
                 sql = None
                 break
@@ -477,21 +545,26 @@ def _contrary_words(words: list[str], ops: dict[str, Any], family: Family) -> li
     return [w for w in words if w in family.words - own]
 
 
-def operator_reasons(ops: dict[str, Any], template: Template, family: Family | None) -> list[str]:
+def operator_reasons(ops: dict[str, Any], template: Template, family: Family | None) -> list[R.Reason]:
     """Why the question's operator words are not the template's (judged across its paraphrases)."""
     reasons = []
     for key in sorted(set(ops) | set(template.operators)):
         allowed = family.operators.get(key, frozenset()) if family else {template.operators.get(key)}
         if ops.get(key) not in allowed:
-            said = sorted(map(str, allowed)) if family else repr(template.operators.get(key))
-            reasons.append(f"{key} differs: the question says {ops.get(key)!r}, the template {said}")
+            reasons.append(R.operator_differs(key, ops.get(key), allowed))
     if (
         family is not None
         and family.signatures
         and not reasons
         and operator_signature(ops) not in family.signatures
     ):
-        reasons.append("the question combines operator words as no paraphrase of the template does")
+        reasons.append(
+            R.Reason(
+                R.OPERATOR_COMBINATION,
+                "This question combines words such as first, highest, count or 'since' "
+                "in a way no wording of the verified question does.",
+            )
+        )
     return reasons
 
 
@@ -507,6 +580,7 @@ def _result(candidate, example_question, sql, work, features, confidence, questi
         features=features,
         confidence=round(confidence, 4) if hard_ok else 0.0,
         reasons=tuple(work.reasons),
+        reason_codes=tuple(work.codes),
         masked_question=_masked(question, candidate.template, work),
     )
 
@@ -524,24 +598,38 @@ def _assign_typed(template: Template, question: str, spans: list[Span], work: _W
         if len(found) > len(slots):
             extra = found[len(slots) :] if slots else found
             work.unplaced += extra
-            work.reasons.append(
-                f"the question has {_describe(slot_type, len(found))} but the example has "
-                f"{len(slots) or 'no'} place for {'it' if len(found) == 1 else 'them'}"
+            work.refuse(
+                R.EXTRA_VALUE,
+                f"This question gives {_describe(slot_type, len(found))}, the verified question has "
+                f"{'room for ' + str(len(slots)) if slots else 'no room for ' + ('it' if len(found) == 1 else 'them')}.",
             )
             continue
         if len(found) < len(slots):
             missing = ", ".join(s.name for s in slots[len(found) :])
-            work.reasons.append(f"the question gives no value for {missing}")
+            work.refuse(
+                R.VALUE_MISSING, f"This question gives no value for the verified question's {missing}."
+            )
             continue
         order = _ordering(template, question, slots, found)
         if order is None:
-            work.reasons.append(f"cannot tell which {slot_type} value goes where")
+            work.refuse(
+                R.VALUE_PLACEMENT,
+                f"askdb cannot tell which {_describe(slot_type, 2)[2:]} of this question goes where in the verified question.",
+            )
             continue
         for slot, span in zip(slots, order, strict=True):
             work.bindings[slot.name] = Binding(
                 slot.name, slot.type, slot.text, span.text, span.value, 1.0, False, slot.column
             )
             work.placed[slot.name] = span
+
+
+_KIND_WORDS = {"column": "a name", "time": "a time", "number": "a number", "other": "something else"}
+
+
+def _column_words(column: str) -> str:
+    """'prescriptions.drug' -> 'drug' (the column a value belongs to, as a researcher names it)."""
+    return column.rsplit(".", 1)[-1].replace("_", " ")
 
 
 def _describe(slot_type: str, n: int) -> str:
@@ -596,7 +684,10 @@ def _assign_values(
     free = list(runs)
     for slot in (s for s in template.slots if s.type == VALUE and s.name not in work.bindings):
         if slot.name in skip:
-            work.reasons.append(f"the question names no {slot.column} value")
+            work.refuse(
+                R.VALUE_NOT_FOUND,
+                f"This question names no {_column_words(slot.column)} that is in the database.",
+            )
             continue
         best: tuple[float, Span, str, str] | None = None  # score, span used, db value, bound value
         closest: tuple[float, str, str] | None = None
@@ -614,15 +705,21 @@ def _assign_values(
                 break
         if best is None:
             if closest is not None:
-                work.reasons.append(
-                    f"no {slot.column} value matches {closest[1]!r} well enough "
-                    f"(closest {closest[2]!r}, {closest[0]:.2f} < {min_value_score})"
+                work.refuse(
+                    R.VALUE_NOT_FOUND,
+                    f"No {_column_words(slot.column)} in the database is close enough to '{closest[1]}' "
+                    f"(the closest is '{closest[2]}').",
                 )
             elif free:
                 texts = ", ".join(repr(r.text) for r in free)
-                work.reasons.append(f"no {slot.column} value matches {texts}")
+                work.refuse(
+                    R.VALUE_NOT_FOUND, f"No {_column_words(slot.column)} in the database matches {texts}."
+                )
             else:
-                work.reasons.append(f"the question names no {slot.column.rsplit('.', 1)[-1]} for {slot.name}")
+                work.refuse(
+                    R.VALUE_MISSING,
+                    f"This question names no {_column_words(slot.column)}, which the verified question needs.",
+                )
             continue
         score, piece, db_value, bound = best
         fuzzy = _norm(db_value) != _norm(piece.text)
@@ -665,7 +762,10 @@ def _assign_contained(
         spans = [Span(_TEXT, question[a:b], a, b, v) for a, b, v in sorted(chosen)]
         order = _ordering(template, question, slots, spans)
         if order is None:
-            work.reasons.append(f"cannot tell which {slots[0].column} value goes where")
+            work.refuse(
+                R.VALUE_PLACEMENT,
+                f"askdb cannot tell which {_column_words(slots[0].column)} of this question goes where in the verified question.",
+            )
             return
         for slot, span in zip(slots, order, strict=True):
             bound = span.value
@@ -729,6 +829,18 @@ def bare_column(column: str) -> str:
     return ".".join(column.lower().split(".")[-2:])
 
 
+def _bound_column_words(work: _Work) -> set[str]:
+    """Words a bound value says by what it is: "via po" says route (prescriptions.route), a diagnosis
+    title says diagnosis (d_icd_diagnoses.long_title). The table and column names of named values."""
+    words = set()
+    for b in work.bindings.values():
+        if b.type == VALUE and b.column:
+            for part in re.split(r"[._]", ".".join(b.column.split(".")[-2:])):
+                if len(part) >= 3:
+                    words.add(canonical(stem(part)))
+    return words
+
+
 def _same_stem(a: str, b: str) -> bool:
     """ "admitt" and "admission", "discharg" and "discharged": the same word for the guard."""
     if a == b:
@@ -756,6 +868,7 @@ def _question_words(question: str, typed: list[Span], work: _Work) -> list[str]:
 def _unexplained(question: str, typed: list[Span], work: _Work, family: Family) -> list[str]:
     """Content words of the question that no paraphrase, bound value or common word accounts for."""
     taken = [(s.start, s.end) for s in typed] + [(p.start, p.end) for p in work.placed.values()]
+    named = _bound_column_words(work)  # "the drug vancomycin": a drug value says "drug"
     out = []
     for token in tokenize(question):
         if _overlaps(token.start, token.end, taken) or token.lower in NEUTRAL_WORDS:
@@ -764,6 +877,8 @@ def _unexplained(question: str, typed: list[Span], work: _Work, family: Family) 
             continue
         word = canonical(stem(token.text))
         if family.says(word) or word in family.neutral or word in GUARD_FILLER:
+            continue
+        if any(_same_stem(word, w) for w in named):
             continue
         if len(word) >= 5 and any(fuzz.ratio(word, w) >= 90 for w in family.words if len(w) >= 5):
             continue
@@ -861,21 +976,30 @@ def _bind_and_check(template: Template, work: _Work, catalog: CatalogSchema | No
     try:
         sql = bind_sql(template, values)
     except BindError as error:
-        work.reasons.append(f"the values could not be bound: {error}")
+        work.refuse(
+            R.SQL_INVALID, f"This question's values cannot be put into the verified question's SQL ({error})."
+        )
         return None
     try:
         statements = [s for s in sqlglot.parse(sql, dialect=template.dialect) if s is not None]
-    except Exception as error:  # fail closed: a bound SQL sqlglot cannot read is not run
-        work.reasons.append(f"the bound SQL does not parse: {error}")
+    except Exception:  # fail closed: a bound SQL sqlglot cannot read is not run
+        work.refuse(
+            R.SQL_INVALID, "The verified question's SQL with this question's values cannot be read back."
+        )
         return None
     if len(statements) != 1 or not isinstance(statements[0], exp.Query):
-        work.reasons.append("the bound SQL is not a single query")
+        work.refuse(
+            R.SQL_INVALID, "The verified question's SQL with this question's values is not a single query."
+        )
         return None
     if catalog is not None:
         try:
             sql = validate_sql(sql, catalog).sql
         except SqlValidationError as error:
-            work.reasons.append(f"the bound SQL is invalid: {error.message}")
+            work.refuse(
+                R.SQL_INVALID,
+                f"The verified question's SQL with this question's values is not valid here: {error.message}",
+            )
             return None
     return sql
 

@@ -372,14 +372,21 @@ _OPERATOR_PATTERNS: dict[str, list[tuple[str, str]]] = {
     "extreme": [
         (
             "max",
-            r"\b(?:maximum|max|highest|largest|greatest|peak|biggest|top)\b|(?<!at )\bmost\b(?!\s+recent)",
+            r"\b(?:maximum|max|highest|largest|greatest|peak|biggest|top)\b|(?<!at )\bmost\b(?!\s+recent)"
+            # "the five commonly taken specimens" is "the five most common": a top N
+            r"|\b(?:two|three|four|five|six|seven|eight|nine|ten|\d+)\s+(?:\w+\s+)?(?:common|commonly|frequent|frequently)\b",
         ),
         ("min", r"\b(?:minimum|min|lowest|smallest|fewest)\b|(?<!at )\bleast\b"),
     ],
     "aggregate": [
         ("count", r"\b(?:how many|number of|count|counts|counted|total number|total count)\b"),
         ("avg", r"\b(?:average|averages|avg|mean)\b"),
-        ("sum", r"\b(?:sum|cumulative|how much)\b|\btotal\b(?!\s+(?:number|count)\b)"),
+        # "how much" is an amount, not when the question is about a difference or a weight
+        (
+            "sum",
+            r"\b(?:sum|cumulative|accumulated|aggregate|overall)\b|\btotal\b(?!\s+(?:number|count)\b)"
+            r"|\bhow much\b(?![^?]*\b(?:differ|difference|change|weigh)\b)",
+        ),
     ],
     "compare": [
         (">=", r"\b(?:at least|or more|or older|or above|or greater|or higher|no less than)\b"),
@@ -463,7 +470,8 @@ def question_operators(question: str) -> dict[str, Any]:
         re.match(
             r"\s*(?:(?:tell me|can you tell me|please|in \S+|since \S+),?\s+|[^,?]{3,60},\s+)?"
             r"(?:has|have|had|is|was|were|are|did|does|do)\b",
-            text,
+            # "do you know the average …" asks what, not whether
+            re.sub(r"^\s*do you know\s+(?!if\b|whether\b)", " tell me ", text),
         )
     )
     ops["times"] = times

@@ -83,6 +83,10 @@ def test_a_flipped_meaning_or_unrelated_question_is_declined_without_an_llm(sour
     assert last.status == "declined" and last.outcome == "no_llm" and last.answered_by == ""
     assert last.library_match["example_id"] == library["first"].pk and not last.library_match["answered"]
     assert last.library_match["confidence"] == 0 and last.sql == ""
+    # Why, in words and as codes (user testing: "the question says None, the template ['first']")
+    codes, reasons = last.library_match["reason_codes"], last.library_match["reasons"]
+    assert codes[0] == "operator_differs" and len(codes) == len(reasons)
+    assert reasons[0] == "This question asks for the last one, the verified question for the first one."
 
     other = ask(source, "How many prescriptions of heparin were written?")
     assert other.status == "declined" and "verified example" in other.message

@@ -98,7 +98,7 @@ def test_a_gate_decline_says_its_reason_without_repeating_it_or_the_matchers_noi
                 answerability={"answerable": False, "reason": reason, "kind": "not_in_schema"},
                 library_match={"example_id": 1, "example_question": "when was patient 1 first transferred?",
                                "answered": False, "confidence": 0.0, "threshold": 0.9,
-                               "reasons": ["order differs: the question says None, the template ['first']"]},
+                               "reasons": ["The verified question asks for the first one, which this question does not say."]},
                 retrieval={"tables": [{"table": "mimiciv_hosp.emar", "score": 0.4}], "values": [
                     {"value": "Alkaline Phosphatase", "term": "phone", "score": 0.47, "table": "t", "column": "c"},
                     {"value": "Heparin", "term": "heparin", "score": 0.98, "table": "emar", "column": "c"},
@@ -106,7 +106,7 @@ def test_a_gate_decline_says_its_reason_without_repeating_it_or_the_matchers_noi
     client.force_login(user)
     page = client.get(f"/runs/{run.pk}/").content.decode()
     assert page.count(reason) == 2  # the answer's headline, and once under how askdb got it
-    assert "Closest verified question" not in page and "the question says None" not in page
+    assert "Closest verified question" not in page and "which this question does not say" not in page
     assert "Alkaline Phosphatase" not in page and page.count("<code>Heparin</code>") == 1
 
 
@@ -130,7 +130,7 @@ def test_a_near_miss_of_the_library_names_the_closest_verified_question_up_front
     run = a_run(source, user, text="count patients older than 70 who died in the hospital", status="declined",
                 outcome="no_llm", message="No reviewer-verified example matches this question closely enough.",
                 library_match={"example_id": 4, "example_question": near, "answered": False, "confidence": 0.0,
-                               "reasons": ["no paraphrase of this template says 'died', 'hospital'"]},
+                               "reasons": ["This question also says 'died' and 'hospital', which no wording of the verified question says: answering with it would drop that condition."]},
                 retrieval={"tables": [], "examples": [{"id": 4, "score": 0.8, "question": near}]})  # fmt: skip
     client.force_login(user)
     page = client.get(f"/runs/{run.pk}/").content.decode()

@@ -249,7 +249,7 @@ def test_an_unknown_drug_gives_no_answer():
 def test_a_weak_fuzzy_value_is_no_match():
     lookup = FakeLookup({"mimiciv_hosp.prescriptions.drug": ["Heparin"]})
     r = top("how many times was aspirin prescribed to patient 10004235?", ids={6}, lookup=lookup)
-    assert r.confidence == 0 and any("closest 'Heparin'" in reason for reason in r.reasons)
+    assert r.confidence == 0 and any("the closest is 'Heparin'" in reason for reason in r.reasons)
 
 
 def test_an_extra_patient_id_cannot_be_placed():
@@ -266,7 +266,9 @@ def test_a_value_the_template_has_no_slot_for_is_rejected():
 
 def test_a_missing_value_is_rejected():
     r = top("how many patients were admitted in 2160?", ids={5})
-    assert r.confidence == 0 and r.reasons == ("the question gives no value for gender",)
+    assert r.confidence == 0 and r.reasons == (
+        "This question gives no value for the verified question's gender.",
+    )
 
 
 def test_extra_content_words_lower_confidence_below_the_threshold():
