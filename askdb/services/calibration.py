@@ -13,16 +13,15 @@ from askdb.services.sql import ReviewError, sql_check
 from infra.audit.services import audit_record
 
 
-def library_calibrate(*, source, items: list[dict] | None = None, progress=None, processes: int = 1) -> dict:
+def library_calibrate(*, source, items: list[dict] | None = None, progress=None) -> dict:
     """Fit P(correct) for library answers and store it with the source (askdb.runner.library_cross_validate).
 
     Grouped cross-validation over the library itself (whole paraphrase groups held out, unanswerable
     examples included): no question file is needed; labelled `items` add held-out samples. The
     answering threshold is c / (c + 1) for ASKDB_WRONG_ANSWER_COST = c, and the report gives the
-    coverage and precision expected at it. `processes`: forked processes for the folds (the
-    command's choice; a worker thread must not fork).
+    coverage and precision expected at it.
     """
-    report = library_cross_validate(source=source, items=items, progress=progress, processes=processes)
+    report = library_cross_validate(source=source, items=items, progress=progress)
     source.library_calibration = report
     source.save(update_fields=["library_calibration"])
     audit_record(action="library.calibrated", target=source,

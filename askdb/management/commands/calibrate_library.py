@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 from django.core.management.base import BaseCommand, CommandError
 
 from askdb.services.calibration import calibration_summary, library_calibrate
@@ -25,12 +23,8 @@ class Command(BaseCommand):
         )  # fmt: skip
         parser.add_argument("--labels", default=None, help="the EHRSQL label.json that goes with --questions")
         parser.add_argument("--no-progress", action="store_true")
-        parser.add_argument(
-            "--processes", type=int, default=min(2, os.cpu_count() or 1),
-            help="processes the cross-validation folds run in (default: 2, or 1 on one core)",
-        )  # fmt: skip
 
-    def handle(self, *args, source, questions, labels, no_progress, processes, **options):
+    def handle(self, *args, source, questions, labels, no_progress, **options):
         try:
             src = source_get(source)
         except ValueError as exc:
@@ -48,5 +42,5 @@ class Command(BaseCommand):
         with Progress(
             total, "calibrating", unit="questions", stream=self.stderr, enabled=not no_progress
         ) as bar:
-            report = library_calibrate(source=src, items=items, progress=bar.update, processes=processes)
+            report = library_calibrate(source=src, items=items, progress=bar.update)
         self.stdout.write(calibration_summary(report))

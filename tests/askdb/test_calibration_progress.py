@@ -1,5 +1,5 @@
-"""calibrate_library in forked processes fits the same calibration as in one process, and says
-how far it got (askdb.runner.library_cross_validate)."""
+"""calibrate_library says how far it got, question by question, and remembering results, value
+lookups and probes across folds does not change what it fits (askdb.runner.library_cross_validate)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ GENDER_SQL = "SELECT gender FROM mimiciv_hosp.patients WHERE subject_id = {id}"
 ADMITS_SQL = "SELECT COUNT(*) AS admissions FROM mimiciv_hosp.admissions WHERE subject_id = {id}"
 
 
-def test_forked_folds_give_the_same_calibration_as_one_process(source):
+def test_calibration_reports_each_question_and_is_the_same_when_run_again(source):
     with psycopg.connect(embedded.pg_dsn(embedded.CLINICAL_DB)) as conn:
         ids = [r[0] for r in conn.execute("SELECT subject_id FROM mimiciv_hosp.patients ORDER BY 1 LIMIT 4")]
     for i in ids:
@@ -31,13 +31,10 @@ def test_forked_folds_give_the_same_calibration_as_one_process(source):
         {"question": "which patients will come back next year?", "sql": ""},
     ]
     reports, counts = [], []
-    for processes in (1, 2):
+    for _ in range(2):
         seen: list[int] = []
-        reports.append(
-            library_cross_validate(source=source, items=items, processes=processes, progress=seen.append)
-        )
+        reports.append(library_cross_validate(source=source, items=items, progress=seen.append))
         counts.append(seen)
     one, two = ({k: v for k, v in r.items() if k != "at"} for r in reports)
     assert one == two and one["held_out"] == 11 and one["matched"] > 0
-    assert counts[0] == list(range(1, 12))  # one line per question asked, in one process
-    assert counts[1] and counts[1][-1] == 11 and counts[1] == sorted(counts[1])
+    assert counts[0] == counts[1] == list(range(1, 12))  # one step per question asked
