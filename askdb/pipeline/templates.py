@@ -1037,7 +1037,7 @@ def _slots(
             continue
         counts[span.type] = counts.get(span.type, 0) + 1
         name = span.type if counts[span.type] == 1 else f"{span.type}_{counts[span.type]}"
-        column = next(iter(columns), "")
+        column = next((c for _, _, c in uses if c), "")  # the first use's, in SQL order (not set order)
         slots.append(
             Slot(name, span.type, span.text, start, end, span.value, column, tuple(u for _, u, _ in uses))
         )
