@@ -693,7 +693,7 @@ def template_key(template: Template) -> str:
     """
     if not template.usable:
         return ""
-    tree = _parse(template.sql_template, template.dialect)
+    tree = _parsed(template.sql_template, template.dialect).copy()  # changed below: a copy
     literals = list(tree.find_all(exp.Literal))
     for slot in template.slots:
         for use in slot.uses:
@@ -733,7 +733,7 @@ def build_template(
     try:
         original = _parse(sql, dialect)
         normalised = original.sql(dialect=dialect)
-        tree = _parse(normalised, dialect)
+        tree = _parsed(normalised, dialect).copy()  # cached: bind_sql and template_key reuse the parse
         if tree.sql(dialect=dialect) != normalised:
             raise ValueError("the SQL does not survive a round trip through sqlglot")
     except (SqlglotError, ValueError, RecursionError) as error:
