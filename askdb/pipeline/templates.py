@@ -701,7 +701,7 @@ def template_key(template: Template) -> str:
     """
     if not template.usable:
         return ""
-    tree = _parse(template.sql_template, template.dialect)
+    tree = _parsed(template.sql_template, template.dialect).copy()  # changed below: a copy
     literals = list(tree.find_all(exp.Literal))
     for slot in template.slots:
         for use in slot.uses:
@@ -741,7 +741,7 @@ def build_template(
     try:
         original = _parse(sql, dialect)
         normalised = original.sql(dialect=dialect)
-        tree = _parse(normalised, dialect)
+        tree = _parsed(normalised, dialect).copy()  # cached: bind_sql and template_key reuse the parse
         if tree.sql(dialect=dialect) != normalised:
             raise ValueError("the SQL does not survive a round trip through sqlglot")
     except (SqlglotError, ValueError, RecursionError) as error:
@@ -1045,7 +1045,7 @@ def _slots(
             continue
         counts[span.type] = counts.get(span.type, 0) + 1
         name = span.type if counts[span.type] == 1 else f"{span.type}_{counts[span.type]}"
-        column = next(iter(columns), "")
+        column = next((c for _, _, c in uses if c), "")  # the first use's, in SQL order (not set order)
         slots.append(
             Slot(name, span.type, span.text, start, end, span.value, column, tuple(u for _, u, _ in uses))
         )

@@ -328,3 +328,17 @@ def test_typed_spans_use_mimic_id_ranges_and_context_words():
     ]
     # "patients older than 65": the number is an age, not a patient id.
     assert [s.type for s in extract_typed_spans("patients older than 65")] == ["number"]
+
+
+def test_a_slot_used_on_two_columns_takes_the_first_uses_column_whatever_the_hash_seed():
+    # '07' is compared with both visits' times; a set picked one by string hash (per process).
+    sql = (
+        "SELECT T2.drug FROM (SELECT procedures_icd.subject_id, procedures_icd.charttime FROM procedures_icd"
+        " WHERE strftime('%m', procedures_icd.charttime) = '07') AS T1 JOIN (SELECT prescriptions.subject_id,"
+        " prescriptions.drug, prescriptions.starttime FROM prescriptions"
+        " WHERE strftime('%m', prescriptions.starttime) = '07') AS T2 ON T1.subject_id = T2.subject_id"
+    )
+    template = build_template("Which drug was prescribed after a procedure in 07?", sql, dialect="sqlite")
+    month = [s for s in template.slots if s.text == "07"]
+    assert len(month) == 1 and len(month[0].uses) == 2
+    assert month[0].column == "procedures_icd.charttime"
