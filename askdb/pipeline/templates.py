@@ -31,7 +31,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 # Bump when the algorithm changes so that stored templates (Example.template) are rebuilt.
-TEMPLATE_VERSION = 3  # 3: "in this year" is "this year", yes/no after a leading clause
+TEMPLATE_VERSION = 4  # 4: a slot's column is its first use in SQL order (was set order, seed-dependent)
 
 # Slot types. Ids are told apart by MIMIC's ranges and by the words before them.
 PATIENT_ID, ADMISSION_ID, STAY_ID = "patient_id", "admission_id", "stay_id"
