@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -77,7 +75,6 @@ def examples_import(
     execute: bool = True,
     origin: str = "import",
     progress=None,
-    processes: int = 1,
 ) -> ImportReport:
     """Add verified pairs in bulk (a file, the EHRSQL format, the demo seed).
 
@@ -91,10 +88,6 @@ def examples_import(
     while the SQL is validated and templated, the SQL runs in another thread, and the examples
     and their audit events are written IMPORT_CHUNK to a transaction, ready for the matcher
     (template key and masked vector included). `progress(n)` is told how many pairs are done.
-
-    `processes` > 1 (a command's choice; a worker thread must not fork): the checks (sqlglot,
-    pure Python, most of the CPU) run in that many forked processes, so they no longer share one
-    interpreter lock with the embedding. The outcome is the same either way.
     """
     from askdb.runner import source_values  # local: the runner imports this app's services
 
@@ -131,11 +124,11 @@ def examples_import(
             audits.append(sql_audit_event(actor=approved_by, source=source, sql=pair.sql, purpose="import",
                                           rows=result.row_count, duration_ms=result.elapsed_ms, outcome="ok"))  # fmt: skip
 
-    with _checks(pairs, catalog, source.dialect, processes) as checked_pairs, \
-            ThreadPoolExecutor(max_workers=2, thread_name_prefix="import") as pool:  # fmt: skip
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="import") as pool:
         embedding = pool.submit(embed_all)  # numpy lets go of the GIL: this runs beside the checks
         runs = []
-        for pair in checked_pairs:
+        for pair in pairs:
+            _check(pair, catalog, source.dialect)
             if pair.sql and not pair.error and execute:
                 runs.append(pool.submit(run, pair))  # the other thread: one query at a time, in order
             checked[0] += 1
@@ -164,48 +157,6 @@ def _pair(n: int, item: dict) -> _Pair:
     pair = _Pair(n, str(item.get("id") or n), question, sql, str(item.get("note") or ""), extra)
     if len(question) < 3:
         pair.error = "the question is empty"
-    return pair
-
-
-_CHECK_CHUNK = 50  # pairs a forked process checks per task
-_check_state: dict = {}  # what forked check processes inherit (see _checks)
-
-
-@contextmanager
-def _checks(pairs: list[_Pair], catalog, dialect: str, processes: int) -> Iterator[Iterator[_Pair]]:
-    """The pairs, each checked (_check), in order: here, or in `processes` forked processes that
-    inherit the catalog. The pool is forked before any thread of the import starts."""
-    processes = max(1, min(processes, len(pairs)))
-    if processes == 1:
-        yield (_checked(pair, catalog, dialect) for pair in pairs)
-        return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    _check_state.update(catalog=catalog, dialect=dialect)
-    try:
-        with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork")) as pool:
-            pool.submit(int).result()  # the processes exist (forked) before the caller starts threads
-            chunk = max(1, min(_CHECK_CHUNK, len(pairs) // processes))
-            results = pool.map(_check_remote, pairs, chunksize=chunk)
-            yield (_copy_check(pair, done) for pair, done in zip(pairs, results, strict=True))
-    finally:
-        _check_state.clear()
-
-
-def _check_remote(pair: _Pair) -> _Pair:
-    """_check in a forked process; the pair comes back (pickled) with what the check set."""
-    return _checked(pair, _check_state["catalog"], _check_state["dialect"])
-
-
-def _copy_check(pair: _Pair, done: _Pair) -> _Pair:
-    for name in ("error", "sql", "tables", "columns", "template", "key"):
-        setattr(pair, name, getattr(done, name))
-    return pair
-
-
-def _checked(pair: _Pair, catalog, dialect: str) -> _Pair:
-    _check(pair, catalog, dialect)
     return pair
 
 

@@ -1,9 +1,7 @@
-"""`python manage.py import_examples FILE [--labels FILE] [--source S] [--approved-by USER] [--no-execute]
-[--processes N]`."""
+"""`python manage.py import_examples FILE [--labels FILE] [--source S] [--approved-by USER] [--no-execute]`."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
@@ -36,15 +34,10 @@ class Command(BaseCommand):
             "--no-execute", dest="no_execute", action="store_true",
             help="only validate each SQL against the catalog; do not run it",
         )  # fmt: skip
-        parser.add_argument(
-            "--processes", type=int, default=min(2, os.cpu_count() or 1),
-            help="processes the SQL checks run in beside the embedding (default: 2, or 1 on one core)",
-        )  # fmt: skip
 
     def handle(
-        self, *args, file: Path, labels: Path | None, source, approved_by, no_execute: bool, processes: int = 1,
-        **options,
-    ):  # fmt: skip
+        self, *args, file: Path, labels: Path | None, source, approved_by, no_execute: bool, **options
+    ):
         file, labels = Path(file), Path(labels) if labels else None  # call_command passes str
         try:
             src = source_get(source)
@@ -59,12 +52,7 @@ class Command(BaseCommand):
         with Progress(len(items), "importing", unit="pairs", stream=self.stderr) as bar:
             try:
                 report = examples_import(
-                    source=src,
-                    items=items,
-                    approved_by=approver,
-                    execute=not no_execute,
-                    progress=bar.update,
-                    processes=processes,
+                    source=src, items=items, approved_by=approver, execute=not no_execute, progress=bar.update
                 )
             except (ExecutionError, EmbeddingError) as exc:
                 raise CommandError(
