@@ -33,6 +33,7 @@ from metadata_admin.docs import (
     DocTable,
     dump_docs,
     read_docs,
+    table_embedding_text,
 )
 from metadata_admin.models import (
     ClinicalSource,
@@ -493,17 +494,12 @@ def source_introspect(
 
 
 def table_doc_embedding_text(doc: TableDoc) -> str:
-    """The text a table is found by. Most telling first: the local model reads ~256 word pieces."""
-    parts = [
-        f"Table {doc.name} ({doc.qualified_name}).",
-        f"Also called: {', '.join(doc.synonyms)}." if doc.synonyms else "",
-        doc.description,
-        doc.purpose,
-        f"Grain: {doc.grain}." if doc.grain else "",
-        "Example questions: " + " ".join(doc.example_questions) if doc.example_questions else "",
-        "Columns: " + ", ".join(c.name for c in doc.columns.all()),
-    ]
-    return "\n".join(p for p in parts if p)
+    """The text a table is found by (table_embedding_text of a stored doc)."""
+    return table_embedding_text(
+        name=doc.name, qualified=doc.qualified_name, synonyms=doc.synonyms, description=doc.description,
+        purpose=doc.purpose, grain=doc.grain, example_questions=doc.example_questions,
+        column_names=[c.name for c in doc.columns.all()],
+    )  # fmt: skip
 
 
 @dataclass

@@ -28,6 +28,7 @@ from askdb.answerability.model import (
     classification_metrics,
     train,
 )
+from metadata_admin.docs import table_embedding_text
 
 Progress = Callable[[str], None] | None
 
@@ -68,16 +69,12 @@ def docs_catalog(tables) -> tuple[list[TableText], list[ColumnText]]:
     benchmark and tests that have no database; the same texts the catalog gives."""
     table_out, column_out = [], []
     for t in tables:
-        parts = [
-            f"Table {t.name} ({t.qualified}).",
-            f"Also called: {', '.join(t.synonyms)}." if t.synonyms else "",
-            t.description,
-            t.purpose,
-            f"Grain: {t.grain}." if t.grain else "",
-            "Example questions: " + " ".join(t.example_questions) if t.example_questions else "",
-            "Columns: " + ", ".join(c.name for c in t.columns),
-        ]
-        table_out.append(TableText(t.qualified, "\n".join(p for p in parts if p)))
+        text = table_embedding_text(
+            name=t.name, qualified=t.qualified, synonyms=t.synonyms, description=t.description,
+            purpose=t.purpose, grain=t.grain, example_questions=t.example_questions,
+            column_names=[c.name for c in t.columns],
+        )  # fmt: skip
+        table_out.append(TableText(t.qualified, text))
         column_out += [
             ColumnText(f"{t.qualified}.{c.name}", column_text(t.name, c.name, c.meaning)) for c in t.columns
         ]
