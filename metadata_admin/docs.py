@@ -71,6 +71,9 @@ class DocTable:
     example_questions: list[str] = field(default_factory=list)
     columns: list[DocColumn] = field(default_factory=list)
     relationships: list[DocRelationship] = field(default_factory=list)
+    # Reference data (a code dictionary) that aggregate-only users may list; None: not stated, so
+    # the catalog keeps what an admin set (or decides by the table's kind).
+    reference: bool | None = None
 
     @property
     def qualified(self) -> str:
@@ -163,6 +166,9 @@ def parse_docs(text: str, where: str = "<docs>") -> list[DocTable]:
             relationships.append(
                 DocRelationship(to=to, on=pairs, kind=kind, note=_text(rel.get("note"), at, "note"))
             )
+        reference = raw.get("reference")
+        if reference is not None and not isinstance(reference, bool):
+            raise DocsError(at, f"reference must be true or false, not {reference!r}")
         tables.append(
             DocTable(
                 schema=_text(raw.get("schema", schema), at, "schema"),
@@ -175,6 +181,7 @@ def parse_docs(text: str, where: str = "<docs>") -> list[DocTable]:
                 example_questions=_texts(raw.get("example_questions"), at, "example_questions"),
                 columns=columns,
                 relationships=relationships,
+                reference=reference,
             )
         )
     return tables
@@ -206,6 +213,8 @@ def dump_docs(tables: list[DocTable]) -> str:
     for t in tables:
         entry = asdict(t)
         entry.pop("schema")
+        if entry["reference"] is None:
+            entry.pop("reference")
         for col in entry["columns"]:
             for k in ("key", "example_values", "meaning"):
                 if not col[k]:

@@ -153,6 +153,7 @@ def table_doc_snapshot(doc: TableDoc) -> dict:
         "considerations": doc.considerations,
         "synonyms": doc.synonyms,
         "example_questions": doc.example_questions,
+        "reference": doc.reference,
         "columns": [
             {
                 "name": c.name,
@@ -214,6 +215,8 @@ def docs_import(
                 t.synonyms,
                 t.example_questions,
             )
+            if t.reference is not None:
+                doc.reference = t.reference
             doc.exists_in_source = exists
             if live is not None and exists:
                 doc.row_count = live[t.qualified].row_estimate
@@ -319,6 +322,7 @@ def docs_export(*, source: ClinicalSource) -> dict[str, str]:
                     DocRelationship(to=r.to_table.qualified_name, on=r.column_pairs, kind=r.kind, note=r.note)
                     for r in doc.relationships.all()
                 ],
+                reference=doc.reference,
             )
         )
     return {schema or "main": dump_docs(tables) for schema, tables in by_schema.items()}

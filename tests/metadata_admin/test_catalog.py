@@ -107,6 +107,35 @@ def test_export_then_import_round_trips_unchanged(source, tmp_path):
 
 
 @pytest.mark.django_db
+def test_reference_flag_travels_through_export_and_import(source, tmp_path):
+    """An admin's "this is a code dictionary" decision survives export → edit → import; a file that
+    does not state it leaves the catalog's value alone."""
+    doc = TableDoc.objects.get(source=source, name="d_labitems")
+    doc.reference = False
+    doc.save(update_fields=["reference"])
+    exported = docs_export(source=source)["mimiciv_hosp"]
+    labitems = next(t for t in parse_docs(exported) if t.name == "d_labitems")
+    assert labitems.reference is False
+    assert all(t.reference is None for t in parse_docs(exported) if t.name != "d_labitems")
+
+    (tmp_path / "hosp.yaml").write_text(exported.replace("reference: false", "reference: true"))
+    report = docs_import(source=source, paths=[tmp_path])
+    doc.refresh_from_db()
+    assert doc.reference is True and "mimiciv_hosp.d_labitems" in report.updated
+
+    unstated = [t for t in read_docs([BUNDLED_DOCS]) if t.name == "d_labitems"]
+    assert unstated[0].reference is None
+    docs_import(source=source, tables=unstated)
+    doc.refresh_from_db()
+    assert doc.reference is True
+
+
+def test_reference_flag_must_be_true_or_false():
+    with pytest.raises(DocsError, match="reference must be true or false"):
+        parse_docs(MINIMAL.replace("  - name: patients", "  - name: patients\n    reference: maybe"))
+
+
+@pytest.mark.django_db
 def test_import_keeps_history_of_the_text_it_replaces(source):
     doc = TableDoc.objects.get(source=source, name="patients")
     original = doc.description
