@@ -8,9 +8,10 @@ measured worse on questions it never saw (EHRSQL valid F1 0.68) than a logistic 
 frozen embedding (see the README's table): the embedding already separates the kinds, and the
 library's paraphrase families are what the nearest-example features exploit.
 
-Honest numbers: every held-out figure comes from folds grouped by paraphrase family (answerable
-questions by their SQL with literals masked, unanswerable ones by near-duplicate clusters of
-their embeddings), so no paraphrase of a scored question is ever in the data that scored it.
+Honest numbers: every held-out figure comes from folds that hold out whole paraphrase families
+of answerable questions (their SQL with literals masked) and whole kinds of unanswerable ones
+(near-duplicate clusters of their embeddings, joined into kinds by average link), so no
+paraphrase of a scored question, and no flagged question of its kind, is in the data that scored it.
 """
 
 from __future__ import annotations
