@@ -72,7 +72,7 @@ def run(data_dir: Path = DEFAULT_DATA, *, threads: int = 2, progress=print) -> d
     valid = score_items(model, valid_items, progress)
     return {
         "train": {"questions": len(questions), "unanswerable": sum(not q.answerable for q in questions),
-                  "families": result.families, "seconds": round(seconds, 1), "peak_memory_mb": memory,
+                  "families": result.families, "kinds": result.kinds, "seconds": round(seconds, 1), "peak_memory_mb": memory,
                   "stages": result.stages, "threads": threads, "load_average": [round(x, 2) for x in load],
                   "cpu_seconds": round(resource.getrusage(resource.RUSAGE_SELF).ru_utime, 1),
                   "grouped_cv": result.metrics, "grouped_cv_model_only": result.model_metrics,
@@ -114,7 +114,8 @@ def report(numbers: dict) -> str:
     g, gm = t["grouped_cv"], t["grouped_cv_model_only"]
     lines += [
         "",
-        f"train, {len(t['selection'])} settings × grouped 5-fold CV (out of family): gate F1 "
+        f"train, {len(t['selection'])} settings × 5-fold CV holding out whole kinds ({t['kinds']} kinds of "
+        f"unanswerable question), dealt {g.get('dealings', 1)} ways: gate F1 "
         f"{g['unanswerable']['f1']:.3f} AUC {g['auc']:.3f}; learned model alone F1 {gm['unanswerable']['f1']:.3f} "
         f"AUC {gm['auc']:.3f}; threshold {t['threshold']:.3f}",
         "",

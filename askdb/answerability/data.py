@@ -249,14 +249,17 @@ def answerability_train(
         "as_of_year": config.as_of_year,
         "size": result.size,
         "paraphrase_families": result.families,
+        "unanswerable_kinds": result.kinds,
         "threshold": result.threshold,
-        "evaluation": f"{config.folds}-fold cross-validation grouped by paraphrase family",
+        "evaluation": f"{config.folds}-fold cross-validation holding out whole kinds of unanswerable question "
+        f"and whole paraphrase families, dealt {config.repeats} ways",
         "metrics": result.metrics,
         "model_metrics": result.model_metrics,
         "rules_metrics": result.rules_metrics,
         "selection": result.selection,
         "config": {
             "folds": config.folds,
+            "repeats": config.repeats,
             "seed": config.seed,
             "l2": result.l2,
             "member_l2": result.member_l2,

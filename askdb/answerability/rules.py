@@ -6,8 +6,10 @@ advice or opinions, attempts to identify or contact a person, questions that are
 patient data at all, and questions about information no column of this catalog holds.
 
 Each rule is a regular expression written from the kinds of question reviewers flag (the
-EHRSQL train split's unanswerable questions, and the issue's examples), never from held-out
-data. A rule is "decisive" when it alone declines a question (its wording is unambiguous, e.g.
+EHRSQL train split's unanswerable questions, and the issue's examples) or from what a clinical
+research database commonly lacks (allergy lists, smoking habits, diets, details about staff),
+never from held-out data; a rule that declines any of EHRSQL train's answerable questions is
+narrowed until it declines none. A rule is "decisive" when it alone declines a question (its wording is unambiguous, e.g.
 "should be prescribed", "phone number"); every rule is also a feature the learned combiner
 weighs, so a softer hint ("next", "family") only declines together with the model.
 
@@ -276,6 +278,32 @@ CONCEPTS: tuple[Concept, ...] = (
     Concept("opioid_dose", r"\bdos(?:e|age) of (?:an |the )?(?:prescribed )?opi(?:oid|ate)|\bopi(?:oid|ate)s? "
             r"(?:dose|dosage)\b|\bprescribed opi(?:oid|ate)\b", r"opioid", "opioid classes of drugs",
             decisive=False),
+    # Patient-phrased only: "diagnosed with allergic rhinitis" or "nicotine dependence, cigarettes"
+    # names a recorded diagnosis and passes.
+    Concept("allergies", rf"\b(?:is|was|are|were) (?:{_PATIENT}|patient \d+) allergic\b|\ballergies\b(?! (?:diagnos|"
+            r"status))|\ballergy (?:list|history|records?|information|profile)\b|\ballergic to\b",
+            r"allerg", "allergy lists"),
+    Concept("habits", rf"\b(?:does|did|do) (?:{_PATIENT}|patient \d+) (?:smoke|drink|exercise)\b|\b(?:a|an|"
+            r"heavy|current|former) (?:smoker|drinker)\b|\bsmoking (?:status|history|habits?)\b|\bhow (?:many|much) "
+            r"(?:cigarettes|alcohol|coffee)\b|\balcohol (?:consumption|intake|habits?)\b|\bexercise (?:habits?|"
+            r"routine)\b|\bsocial history\b", r"smok|social history|alcohol", "smoking, drinking or exercise habits"),
+    Concept("diet", r"\bdiet(?:ary)?\b(?! (?:supplement|soda|pills?|counsel\w*|surveillance|deficien\w*)\b)|\bwhat (?:did|does) (?:patient \d+|he|she|"
+            r"they) eat\b|\bmeals?\b|\bfood (?:preferences?|intake)\b", r"\bdiet|\bmeal|nutrition",
+            "diets or meals"),
+    Concept("staff_details", r"\b(?:religion|age|gender|sex|nationality|experience|specialty|qualifications?|"
+            r"licen[cs]e|salary|phone|education)s? of (?:the |his |her |their |a |that )?(?:attending |treating |"
+            r"primary |responsible |on-duty )?(?:doctor|physician|nurse|surgeon|caregiver|staff|attending)s?\b|"
+            r"\b(?:doctor|physician|nurse|surgeon|caregiver)'?s? (?:religion|age|gender|nationality|experience|"
+            r"specialty|qualifications?|licen[cs]e|salary)\b|\b(?:how old|how experienced) (?:is|was|are|were) (?:the |"
+            r"his |her |their |that )?(?:attending |treating )?(?:doctor|physician|nurse|surgeon|caregiver)s?\b|"
+            r"\byears of experience (?:does|did|do|has|have) (?:the |his |her |their |that )?(?:doctor|physician|nurse|"
+            r"surgeon|caregiver)s?\b",
+            r"(?:caregiver|provider|staff|nurse|doctor|physician)s? (?:age|gender|religion|experience|specialty)",
+            "details about doctors or nurses"),
+    Concept("hospital_name", r"\b(?:name of (?:the|this|that) hospital|hospital'?s name|hospital name|which hospital "
+            r"(?:is|was) (?:this|it))\b", r"hospital name|name of the hospital", "hospital names"),
+    Concept("consent", r"\bconsent(?:s|ed)?\b|\badvance directives?\b|\bdo[- ]not[- ]resuscitate order\b",
+            r"consent|directive", "consent forms or advance directives"),
     Concept("drug_classes", r"\bimmuno[- ]?(?:cancer|oncolog|cauter)\w*|\banti-?cancer drugs?\b|\bdrugs? "
             r"(?:against|that work to treat) cancer\b|\bchemotherapy drugs?\b|\bdrug class(?:es)?\b",
             r"drug class|\batc\b", "drug classes"),

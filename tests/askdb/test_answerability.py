@@ -122,7 +122,7 @@ def test_train_store_score_and_switch_versions(library, home, tmp_path):
         "train_answerability", "--source", library.name, "--folds", "3", "--threads", "1", stdout=out
     )
     text = out.getvalue()
-    assert "cross-validation grouped by paraphrase family" in text and "F1" in text and "AUC" in text
+    assert "cross-validation holding out whole kinds" in text and "F1" in text and "AUC" in text
     assert "setting 3/3" in text and "peak memory" in text  # a line per step, and what it cost
 
     versions = store.list_versions(library.name)

@@ -1,6 +1,7 @@
 """`python manage.py train_answerability --source S`: train, store and activate the answerability
 model; `--list`, `--activate VERSION` and `--evaluate FILE [--labels label.json]` manage and
-measure it. Every held-out number it prints comes from folds grouped by paraphrase family."""
+measure it. Every held-out number it prints comes from folds that hold out whole kinds of
+unanswerable question and whole paraphrase families of answerable ones."""
 
 from __future__ import annotations
 

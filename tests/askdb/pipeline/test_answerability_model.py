@@ -26,6 +26,7 @@ from askdb.answerability.model import (
     choose_threshold,
     classification_metrics,
     grouped_folds,
+    kind_groups,
     load_combiner,
     neighbour_signals,
     paraphrase_groups,
@@ -186,6 +187,21 @@ def test_near_duplicate_unanswerable_questions_form_one_family():
           TrainQuestion("u3", "how many operating rooms are free?", False)]  # fmt: skip
     groups = paraphrase_groups(qs, BagOfWordsEncoder().encode_questions([q.text for q in qs]))
     assert groups[0] == groups[1] != groups[2]
+
+
+def test_kinds_join_unanswerable_families_that_are_alike_on_average_and_keep_answerable_ones():
+    qs = [TrainQuestion("u1", "rounds of dr smith today", False),
+          TrainQuestion("u2", "when are dr smith rounds today", False),
+          TrainQuestion("u3", "rounds and procedures of dr jones", False),
+          TrainQuestion("u4", "how many operating rooms are free", False),
+          TrainQuestion("a1", "how many patients were admitted", True, sql="select count(*) from admissions"),
+          TrainQuestion("a2", "count the admitted patients", True, sql="select count(*) from admissions")]  # fmt: skip
+    vectors = BagOfWordsEncoder().encode_questions([q.text for q in qs])
+    families = ["u:1", "u:1", "u:2", "u:3", "sql:a", "sql:a"]
+    kinds = kind_groups(qs, vectors, families, similarity=0.3)
+    assert kinds[0] == kinds[1] == kinds[2] != kinds[3]  # two families of one kind; another kind
+    assert kinds[4:] == ["sql:a", "sql:a"]
+    assert kind_groups(qs, vectors, families, similarity=0.99)[:4] == ["kind:0", "kind:0", "kind:1", "kind:2"]
 
 
 def test_neighbour_signals_hide_the_question_s_own_family():

@@ -46,6 +46,23 @@ NOT_IN_SCHEMA = [
     ("What is the nationality of patient 10035185?", "nationalities or places of birth"),
     ("Does patient 10039708 have any pets?", "personal details of this kind"),
     ("Show me a photo of patient 10000032.", "photographs"),
+    ("Is patient 10002428 allergic to penicillin?", "allergy lists"),
+    ("List the known allergies of patient 10014729.", "allergy lists"),
+    ("Does patient 10004235 smoke?", "smoking, drinking or exercise habits"),
+    ("How much alcohol does patient 10019003 drink a week?", "smoking, drinking or exercise habits"),
+    ("What is the smoking status of patient 10021118?", "smoking, drinking or exercise habits"),
+    ("What diet was patient 10035185 on during the last stay?", "diets or meals"),
+    ("What did patient 10039708 eat for breakfast?", "diets or meals"),
+    ("What is the religion of the nurse who cared for patient 10000032?", "religions"),
+    ("How old is the attending doctor of patient 10002428?", "details about doctors or nurses"),
+    ("What is the specialty of the doctor who treated patient 10014729?", "details about doctors or nurses"),
+    (
+        "How many years of experience does the surgeon of patient 10004235 have?",
+        "details about doctors or nurses",
+    ),
+    ("What is the name of the hospital patient 10019003 was admitted to?", "hospital names"),
+    ("Did patient 10021118 sign a consent form before the surgery?", "consent forms or advance directives"),
+    ("Does patient 10035185 have an advance directive?", "consent forms or advance directives"),
 ]
 FUTURE = [
     "Will patient 10000032 be readmitted within 30 days?",
@@ -127,6 +144,13 @@ LOOK_ALIKES = [  # answerable questions that share words with the kinds above
     "What was the discharge location of patient 10035185?",
     "How many patients were discharged from the hospital last year?",
     "When was the last time patient 10039708 had a procedure in 2150?",
+    "How many patients were diagnosed with allergic rhinitis, cause unspecified in 2150?",
+    "What are the costs of a personal history of allergy to penicillin diagnosis?",
+    "How many patients were diagnosed with nicotine dependence, cigarettes, uncomplicated?",
+    "Which drugs were prescribed after a tobacco use disorder diagnosis?",
+    "How many patients had a dietary counseling and surveillance diagnosis?",
+    "Which caregiver documented the last procedure event of patient 10000032?",
+    "How long did the last ventilation procedure event of patient 10002428 last?",
 ]
 
 
