@@ -119,12 +119,11 @@ def report(numbers: dict) -> str:
         f"{g['unanswerable']['f1']:.3f} AUC {g['auc']:.3f}; learned model alone F1 {gm['unanswerable']['f1']:.3f} "
         f"AUC {gm['auc']:.3f}; threshold {t['threshold']:.3f}",
         "",
-        "declined on valid, by reason kind (declined / of them really unanswerable; an example):",
+        "declined on valid, by reason kind (declined / of them really unanswerable; counts only: valid is"
+        " measured, never read):",
     ]
     for kind, k in sorted(numbers["valid"]["by_kind"].items(), key=lambda kv: -kv[1]["declined"]):
-        lines.append(
-            f"  {kind:>14}: {k['declined']:4d} / {k['of_them_unanswerable']:4d}   e.g. {k['example'][:160]}"
-        )
+        lines.append(f"  {kind:>14}: {k['declined']:4d} / {k['of_them_unanswerable']:4d}")
     return "\n".join(lines)
 
 
