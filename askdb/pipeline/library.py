@@ -40,6 +40,7 @@ from askdb.pipeline.offline import (
     TemplateCandidate,
     ValueLookup,
     _match_one,
+    _same_stem,
     bare_column,
     fit_calibration,
     operator_reasons,
@@ -77,6 +78,8 @@ NEVER_NEUTRAL = frozenset(
 CORE_SHARE = 1.0  # a word this share of a template's paraphrases say is its subject: the question must say it
 TEMPLATE_HOLDOUT = 0.3  # share of templates held out whole in cross-validation (questions of unseen kinds)
 OPTIONAL_TEMPLATES = 3  # a word some paraphrases leave out, in this many templates, is only wording
+SUBJECT_SHARE = 0.8  # a word this share of a template's paraphrases say is what it is about…
+SUBJECT_MEMBERS = 3  # …when it has this many paraphrases
 SYNONYM_TEMPLATES = 2  # two words paraphrases swap for one another in this many templates are synonyms
 SYNONYM_MEMBERS = 40  # paraphrases per template compared pairwise when mining synonyms
 
@@ -120,6 +123,18 @@ def _swap(a: Sequence[str], b: Sequence[str]) -> tuple[str, str] | None:
     if x in NEUTRAL_STEMS or y in NEUTRAL_STEMS or x.startswith("slot") or y.startswith("slot"):
         return None
     return (min(x, y), max(x, y))
+
+
+def _core(words: Iterable[str], said: Sequence[set[str]]) -> frozenset[str]:
+    """The words (nearly) every paraphrase says, each in some form: "diagnosed", "diagnosis" and
+    "diagnoses" are three stems, yet a template whose paraphrases say one of them in each is about
+    diagnoses, and a question that says none of them ("… any procedure …") is about something else."""
+    out = set()
+    for w in words:
+        n = sum(1 for s in said if w in s or any(_same_stem(w, x) for x in s))
+        if n >= CORE_SHARE * len(said):
+            out.add(w)
+    return frozenset(out)
 
 
 def guard_sequence(text: str) -> list[str]:
@@ -322,8 +337,7 @@ class LibraryIndex:
                     ops[name].add(value)
             words_of[key], ops_of[key], signatures_of[key] = words, ops, signatures
             signature_words_of[key] = {k: frozenset(v) for k, v in by_signature.items()}
-            said = Counter(w for i in idx for w in said_by[i])
-            core_of[key] = frozenset(w for w, n in said.items() if n >= CORE_SHARE * len(idx))
+            core_of[key] = _core(words, [said_by[i] for i in idx])
         synonyms = mine_synonyms(
             [sequence_of[i] for i in idx if operator_signature(ops_by[i]) == sig]
             for key, idx in self.members.items()
@@ -354,6 +368,17 @@ class LibraryIndex:
                 if against:
                     polarity |= words - frozenset().union(*against)
         neutral = frozenset(neutral - NEVER_NEUTRAL - polarity)
+        # …but a word that is what some template is about ("age", "route", "discharged": said by
+        # nearly all its paraphrases) says that subject when a question says it: wording for the
+        # templates that leave it out, yet no question about it may be answered by a sibling that
+        # never says it ("what age was …" by the admission type's template).
+        subjects = frozenset(
+            w
+            for key, idx in self.members.items()
+            if key != UNANSWERABLE and len(idx) >= SUBJECT_MEMBERS
+            for w, n in Counter(w for i in idx for w in said_by[i]).items()
+            if w in neutral and n >= SUBJECT_SHARE * len(idx)
+        )
         return {
             key: Family(
                 key,
@@ -365,6 +390,8 @@ class LibraryIndex:
                 signature_words_of[key],
                 core_of[key] - neutral,  # wording is no subject
                 synonyms,
+                tuple(dict.fromkeys(frozenset(said_by[i] - neutral) for i in self.members[key])),
+                subjects,
             )
             for key in words_of
         }
@@ -389,6 +416,7 @@ RISK_FEATURES = (
     "missing_words",
     "fuzzy_penalty",
     "slots",
+    "paraphrase_missing",
 )
 
 # Hand-set until calibrate: a clear vote, a close paraphrase and clean values score high.
@@ -402,6 +430,7 @@ DEFAULT_RISK = Calibration(
         "unanswerable_share": -6.0,
         "masked_similarity": 2.0,
         "fuzzy_penalty": -6.0,
+        "paraphrase_missing": -2.0,
         **{k: v for k, v in DEFAULT_CALIBRATION.weights.items() if k == "missing_words"},
     },
     intercept=-11.0,
@@ -548,6 +577,32 @@ def fit_risk(
     return fitted
 
 
+def fold_risks(
+    samples: Sequence[tuple[dict[str, float], bool]], folds: Sequence[int], *, wrong_answer_cost: float = 10
+) -> dict[int, Calibration]:
+    """Per fold, the risk model fitted on the other folds' held-out samples only (see `out_of_fold`)."""
+    return {
+        fold: fit_risk(
+            [s for s, f in zip(samples, folds, strict=True) if f != fold], wrong_answer_cost=wrong_answer_cost
+        )
+        for fold in sorted(set(folds))
+    }
+
+
+def out_of_fold(
+    samples: Sequence[tuple[dict[str, float], bool]], folds: Sequence[int], *, wrong_answer_cost: float = 10
+) -> list[tuple[float, bool]]:
+    """(P(correct), correct) of every held-out sample from a risk model fitted on the other folds only.
+
+    Why: the risk model fitted on all held-out samples and scored on those same samples learns the
+    few wrong answers it is then asked about, so the coverage and precision it reports are its
+    training fit. Scored by a model that never saw its fold, a sample is as new to the risk as a
+    real question is. `folds`: each sample's fold (cross_validate's `folds_out`).
+    """
+    risks = fold_risks(samples, folds, wrong_answer_cost=wrong_answer_cost)
+    return [(risks[f].predict(features), ok) for (features, ok), f in zip(samples, folds, strict=True)]
+
+
 def expected(
     scored: Sequence[tuple[float, bool]], threshold: float, total: int
 ) -> dict[str, float | int | None]:
@@ -574,13 +629,15 @@ def cross_validate(
     probe: Callable[[str], bool] | None = None,
     only: Sequence[int] | None = None,
     observe: Callable[[Entry, LibraryMatch, LibraryIndex], None] | None = None,
+    folds_out: list[int] | None = None,
 ) -> list[tuple[dict[str, float], bool]]:
     """Held-out (features, correct) for the best hard-rule-passing match of every library question.
 
     Unanswerable library questions are asked too: any answer to one is a wrong answer. `only`:
     these folds alone (the caller runs the folds in parallel). `observe` sees every held-out
     question's whole match and the library it was matched against, for error analysis on the
-    library (why a question was missed), never on the questions one reports.
+    library (why a question was missed), never on the questions one reports. `folds_out` gets
+    each sample's fold, for scoring it by a risk model fitted without that fold (`out_of_fold`).
     """
     samples: list[tuple[dict[str, float], bool]] = []
     done = 0
@@ -601,6 +658,8 @@ def cross_validate(
             if best is not None and best.hard_ok and best.sql:
                 ok = entry.template is not None and is_correct(entry, best)
                 samples.append((best.features, ok))
+                if folds_out is not None:
+                    folds_out.append(fold)
                 if details is not None:  # for tuning on the library: what answered what
                     details.append((entry, best, ok))
             done += 1
@@ -623,9 +682,11 @@ __all__ = [
     "entry_for",
     "expected",
     "fit_risk",
+    "fold_risks",
     "grouped_folds",
     "key_hash",
     "load_values",
     "match_library",
+    "out_of_fold",
     "sql_group",
 ]

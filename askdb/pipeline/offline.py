@@ -130,6 +130,12 @@ class Family:
     # Words the library's own paraphrases use for one another ("sex" for "gender"): mined across
     # templates (library.mine_synonyms), shared by every family of one library.
     synonyms: dict = field(default_factory=dict)
+    # Each paraphrase's content words less library wording: how far the question is from the nearest
+    # one ("what was the admission type …" says none of "age"/"old", whichever paraphrase one takes).
+    paraphrases: tuple[frozenset[str], ...] = ()
+    # Library wording (in `neutral`) that is the subject of some template ("age", "route"): it must be
+    # said by this template's paraphrases to be explained.
+    subjects: frozenset[str] = frozenset()
 
     def says(self, word: str) -> bool:
         """Whether some paraphrase says `word` or a word the library uses in its place."""
@@ -482,8 +488,10 @@ def _match_one(
                 f"The verified question says {R.quoted(contrary)} only with the opposite operator words "
                 "(such as highest instead of lowest), not with this question's.",
             )
+    # Said outside the question's values: "diagnostic" inside a procedure's name does not say
+    # "diagnoses", the subject of a template about diagnoses.
+    said = set(_question_words(question, typed, work)) | _bound_column_words(work)
     if family is not None and not work.reasons and family.core:
-        said = {canonical(stem(t.text)) for t in tokenize(question)} | _bound_column_words(work)
         missing = sorted(
             w
             for w in family.core
@@ -516,6 +524,8 @@ def _match_one(
                 sql = None
                 break
     features = _features(question, candidate, template, work, runs, quoted)
+    if family is not None:
+        features["paraphrase_missing"] = float(paraphrase_missing(said, family))
     confidence = 0.0 if work.reasons else calibration.predict(features)
     return _result(candidate, example_question, sql, work, features, confidence, question)
 
@@ -853,6 +863,27 @@ def _same_stem(a: str, b: str) -> bool:
     return n >= 4 and n >= 0.6 * min(len(a), len(b))
 
 
+def paraphrase_missing(said: set[str], family: Family) -> int:
+    """How many content words the paraphrase nearest to the question says and the question does not.
+
+    Zero when some paraphrase says nothing the question leaves out; a question of a sibling template
+    ("the admission type" for "how old … at admission") leaves out a word of every paraphrase, even
+    when no single word is in all of them (the template's `core`).
+    """
+    best = None
+    for words in family.paraphrases:
+        n = sum(
+            1
+            for w in words
+            if w not in family.neutral
+            and not any(_same_stem(w, x) or x in family.synonyms.get(w, ()) for x in said)
+        )
+        best = n if best is None else min(best, n)
+        if best == 0:
+            break
+    return best or 0
+
+
 def _question_words(question: str, typed: list[Span], work: _Work) -> list[str]:
     """Stems of the question's content words outside its values."""
     taken = [(s.start, s.end) for s in typed] + [(p.start, p.end) for p in work.placed.values()]
@@ -876,7 +907,11 @@ def _unexplained(question: str, typed: list[Span], work: _Work, family: Family) 
         if _NUMERIC.fullmatch(token.text):
             continue
         word = canonical(stem(token.text))
-        if family.says(word) or word in family.neutral or word in GUARD_FILLER:
+        if (
+            family.says(word)
+            or (word in family.neutral and word not in family.subjects)
+            or word in GUARD_FILLER
+        ):
             continue
         if any(_same_stem(word, w) for w in named):
             continue
