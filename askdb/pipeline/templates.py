@@ -178,6 +178,7 @@ _SYNONYMS = {
     word: group[0]
     for group in (
         ("lab", "laboratory"),
+        ("amount", "volume", "quantity"),
         ("procedure", "procedur", "surgery", "surgeri", "operation"),
         ("cost", "price", "bill", "charge", "expens", "expense", "expenditure", "spend", "spent", "paid"),
         ("drug", "medic", "medicin", "medicine", "med"),
@@ -224,7 +225,10 @@ GUARD_FILLER = frozenset(
     {"get", "calculate", "compute", "provide", "retrieve", "fetch", "tell", "show", "give", "list", "display",
      "know", "find", "identify", "determine", "quantify", "specify", "state", "report", "check", "let",
      "inform", "information", "instanc", "instance", "case", "thing", "anyth", "anything", "medical", "hey",
-     "value", "name", "kind", "sort"}
+     "value", "name", "kind", "sort",
+     # that something happened ("performed", "done", "made", "occurred"): the template's own subject
+     # says what happened
+     "happen"}
 )  # fmt: skip
 
 
