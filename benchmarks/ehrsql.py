@@ -153,15 +153,23 @@ def calibrate(lib: Library, runner: Runner, *, cost: float, progress: bool = Tru
         details=details, probe=runner.probe, observe=observe, folds_out=folds,
         progress=(lambda n: print(f"  cv {n}", file=sys.stderr) if progress and n % step == 0 else None),
     )  # fmt: skip
-    risk = L.fit_risk(samples, wrong_answer_cost=cost)
-    # Each held-out answer scored by a risk model that never saw its fold: honest coverage/precision.
-    fold_risks = L.fold_risks(samples, folds, wrong_answer_cost=cost)
+    sibling_folds: list[int] = []
+    siblings = L.cross_validate(
+        lib.index, lambda idx: lib.index.matrix[idx], is_correct=is_correct, lookup=lookup, values=lib.values,
+        probe=runner.probe, folds_out=sibling_folds, siblings=True,
+    )  # fmt: skip
+    risk = L.fit_risk(samples + siblings, wrong_answer_cost=cost)
+    # Each held-out answer scored by a risk model that never saw its fold (in either pass): honest
+    # coverage and precision, reported over the ordinary folds only.
+    every = [f % L.CV_FOLDS for f in folds + sibling_folds]
+    fold_risks = L.fold_risks(samples + siblings, every, wrong_answer_cost=cost)
     scored = [(fold_risks[f].predict(s[0]), s[1]) for s, f in zip(samples, folds, strict=True)]
     report = L.expected(scored, risk.threshold, len(lib.index.entries))
     report["fold_risks"] = fold_risks
     report.update(
-        samples=len(samples), correct=sum(ok for _, ok in samples), seconds=round(time.perf_counter() - start)
-    )
+        samples=len(samples), correct=sum(ok for _, ok in samples), seconds=round(time.perf_counter() - start),
+        sibling_samples=len(siblings), sibling_correct=sum(ok for _, ok in siblings),
+    )  # fmt: skip
     report["wrong_answers"] = [  # train only: what to tune on
         {"question": e.question, "answered_from": b.example_question, "p": round(p, 4),
          "gold": e.template.sql if e.template else "", "sql": b.sql}

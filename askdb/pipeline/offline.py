@@ -870,14 +870,20 @@ def paraphrase_missing(said: set[str], family: Family) -> int:
     ("the admission type" for "how old … at admission") leaves out a word of every paraphrase, even
     when no single word is in all of them (the template's `core`).
     """
+    known: dict[str, bool] = {}  # paraphrases share most words: each is judged once
+
+    def is_said(w: str) -> bool:
+        if w not in known:
+            known[w] = (
+                w in said
+                or w in family.neutral
+                or any(_same_stem(w, x) or x in family.synonyms.get(w, ()) for x in said)
+            )
+        return known[w]
+
     best = None
     for words in family.paraphrases:
-        n = sum(
-            1
-            for w in words
-            if w not in family.neutral
-            and not any(_same_stem(w, x) or x in family.synonyms.get(w, ()) for x in said)
-        )
+        n = sum(1 for w in words if not is_said(w))
         best = n if best is None else min(best, n)
         if best == 0:
             break

@@ -470,6 +470,36 @@ def test_grouped_folds_never_split_a_paraphrase_group():
             assert where.setdefault(entries[i].group, n) == n
 
 
+def test_the_sibling_pass_asks_each_question_without_its_whole_template():
+    pairs = [
+        ("what was the admission type of patient 10001 on the first hospital visit?", ADMISSION_TYPE_SQL.format(p=10001)),
+        ("how was patient 10002 admitted on the first hospital visit?", ADMISSION_TYPE_SQL.format(p=10002)),
+        ("what age was patient 10004 on the first hospital visit?", AGE_AT_VISIT_SQL.format(p=10004)),
+        ("what was the age of patient 10005 on the first hospital visit?", AGE_AT_VISIT_SQL.format(p=10005)),
+        ("count the number of patients older than 65.", AGE_SQL.format(n=65)),
+        ("how many patients are older than 80?", AGE_SQL.format(n=80)),
+        ("how tall is the moon?", ""),
+    ]  # fmt: skip
+    index = build_index(pairs)
+    folds = L.grouped_folds(index.entries, folds=3, siblings=True)
+    where = {}
+    for n, fold in enumerate(folds):
+        for i in fold:
+            if index.entries[i].key != L.UNANSWERABLE:
+                assert where.setdefault(index.entries[i].key, n) == n  # a whole template in one fold
+    asked, fold_ids = [], []
+    L.cross_validate(
+        index, lambda held: index.matrix[held], is_correct=lambda e, b: False, lookup=no_lookup, values=VALUES,
+        folds=3, siblings=True, folds_out=fold_ids, observe=lambda entry, found, train: asked.append((entry, train)),
+    )  # fmt: skip
+    expected = {e.question for e in index.entries if e.template and not L._whole_template(e.key)}
+    assert {
+        e.question for e, _ in asked
+    } == expected  # no unanswerable one, none the ordinary folds hold out whole
+    assert all(e.key not in train.families for e, train in asked)  # its template is not in the library
+    assert all(f >= 3 for f in fold_ids)  # numbered after the ordinary folds
+
+
 # --- now as of the source ---------------------------------------------------------------------------
 
 
@@ -631,3 +661,41 @@ def test_held_out_risk_is_scored_by_a_model_that_never_saw_its_fold():
     # answered and wrong, as a new question like it would be, instead of learning it away.
     assert scored[-1][0] == pytest.approx(risks[3].predict(samples[-1][0]))
     assert scored[-1][0] > scored[6][0]
+
+
+def test_a_value_of_two_columns_is_read_as_the_library_reads_it():
+    values = L.ValueIndex(
+        {"d_items.label": ["anion gap", "heart rate"], "d_labitems.label": ["anion gap", "sodium"]}
+    )
+    chart = "SELECT MAX(valuenum) FROM chartevents WHERE itemid IN (SELECT itemid FROM d_items WHERE label = '{v}')"
+    lab = "SELECT MAX(valuenum) FROM labevents WHERE itemid IN (SELECT itemid FROM d_labitems WHERE label = '{v}')"
+    pairs = [
+        ("what is the highest heart rate value measured?", chart.format(v="heart rate")),
+        ("what is the highest anion gap value measured?", lab.format(v="anion gap")),
+        ("what is the highest sodium value measured?", lab.format(v="sodium")),
+    ]
+    entries = [
+        L.entry_for(i, q, sql, build_template(q, sql, dialect="sqlite")) for i, (q, sql) in enumerate(pairs)
+    ]
+    chart_only = L.LibraryIndex(entries[:1], embed([mask_question(pairs[0][0], values)]))
+    question = "what is the highest anion gap value measured?"
+    vector = embed([mask_question(question, values)])[0]
+    # The library's one question naming a value of both columns means the lab item: the chart template
+    # may not read 'anion gap' as a chart item…
+    index = L.LibraryIndex(entries[:2], embed([mask_question(q, values) for q, _ in pairs[:2]]))
+    found = L.match_library(question, vector, index, lookup=no_lookup, values=values)
+    chart_result = next(r for r in found.results if r.example_question == pairs[0][0])
+    assert not chart_result.hard_ok and R.VALUE_AMBIGUOUS in chart_result.reason_codes
+    # …even when no lab template that could answer is in the library to compete with it: another
+    # template's question taught which item such a value names.
+    count = (
+        "SELECT COUNT(*) FROM labevents WHERE itemid IN (SELECT itemid FROM d_labitems WHERE label = '{v}')"
+    )
+    taught = [pairs[0], ("how many anion gap tests were there?", count.format(v="anion gap"))]
+    taught_entries = [
+        L.entry_for(i, q, sql, build_template(q, sql, dialect="sqlite")) for i, (q, sql) in enumerate(taught)
+    ]
+    without_lab = L.LibraryIndex(taught_entries, embed([mask_question(q, values) for q, _ in taught]))
+    assert not L.match_library(question, vector, without_lab, lookup=no_lookup, values=values).best.hard_ok
+    # A library with no example of such a value says nothing: the chart reading stands.
+    assert L.match_library(question, vector, chart_only, lookup=no_lookup, values=values).best.hard_ok
