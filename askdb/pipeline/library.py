@@ -47,6 +47,7 @@ from askdb.pipeline.offline import (
     operator_reasons,
     operator_signature,
     opposite,
+    ops_key,
     question_context,
     refuse_ambiguous_values,
 )
@@ -392,7 +393,11 @@ class LibraryIndex:
                 signature_words_of[key],
                 core_of[key] - neutral,  # wording is no subject
                 synonyms,
-                tuple(dict.fromkeys(frozenset(said_by[i] - neutral) for i in self.members[key])),
+                tuple(
+                    dict.fromkeys(
+                        (frozenset(said_by[i] - neutral), ops_key(ops_by[i])) for i in self.members[key]
+                    )
+                ),
                 subjects,
             )
             for key in words_of

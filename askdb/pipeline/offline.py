@@ -130,9 +130,10 @@ class Family:
     # Words the library's own paraphrases use for one another ("sex" for "gender"): mined across
     # templates (library.mine_synonyms), shared by every family of one library.
     synonyms: dict = field(default_factory=dict)
-    # Each paraphrase's content words less library wording: how far the question is from the nearest
-    # one ("what was the admission type …" says none of "age"/"old", whichever paraphrase one takes).
-    paraphrases: tuple[frozenset[str], ...] = ()
+    # Each paraphrase's content words less library wording, and its operator words (ops_key): how far
+    # the question is from the nearest one ("what was the admission type …" says none of "age"/"old",
+    # whichever paraphrase one takes; "how is X taken?" is neither "how much is X?" nor "the cost of X").
+    paraphrases: tuple[tuple[frozenset[str], tuple], ...] = ()
     # Library wording (in `neutral`) that is the subject of some template ("age", "route"): it must be
     # said by this template's paraphrases to be explained.
     subjects: frozenset[str] = frozenset()
@@ -525,7 +526,7 @@ def _match_one(
                 break
     features = _features(question, candidate, template, work, runs, quoted)
     if family is not None:
-        features["paraphrase_missing"] = float(paraphrase_missing(said, family))
+        features["paraphrase_missing"] = float(paraphrase_missing(said, family, ops))
     confidence = 0.0 if work.reasons else calibration.predict(features)
     return _result(candidate, example_question, sql, work, features, confidence, question)
 
@@ -863,13 +864,20 @@ def _same_stem(a: str, b: str) -> bool:
     return n >= 4 and n >= 0.6 * min(len(a), len(b))
 
 
-def paraphrase_missing(said: set[str], family: Family) -> int:
-    """How many content words the paraphrase nearest to the question says and the question does not.
+def ops_key(ops: dict[str, Any]) -> tuple:
+    """A question's operator words as one comparable value (all keys, soft ones too)."""
+    return tuple(sorted((k, v) for k, v in ops.items() if v))
+
+
+def paraphrase_missing(said: set[str], family: Family, ops: dict[str, Any] | None = None) -> int:
+    """How many content words the paraphrase nearest to the question says and the question does not,
+    plus one when its operator words are not the question's (`ops`).
 
     Zero when some paraphrase says nothing the question leaves out; a question of a sibling template
     ("the admission type" for "how old … at admission") leaves out a word of every paraphrase, even
     when no single word is in all of them (the template's `core`).
     """
+    mine = ops_key(ops) if ops is not None else None
     known: dict[str, bool] = {}  # paraphrases share most words: each is judged once
 
     def is_said(w: str) -> bool:
@@ -882,8 +890,8 @@ def paraphrase_missing(said: set[str], family: Family) -> int:
         return known[w]
 
     best = None
-    for words in family.paraphrases:
-        n = sum(1 for w in words if not is_said(w))
+    for words, theirs in family.paraphrases:
+        n = sum(1 for w in words if not is_said(w)) + int(mine is not None and theirs != mine)
         best = n if best is None else min(best, n)
         if best == 0:
             break

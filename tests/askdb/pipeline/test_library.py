@@ -645,6 +645,13 @@ def test_paraphrase_distance_counts_the_nearest_paraphrases_words_the_question_l
     )
     family = next(iter(index.families.values()))
     assert offline.paraphrase_missing({"patient", "hospital", "visit"}, family) == 1  # "admitt" or "type"
+    # operator words count too: "how much is X?" is not "how is X taken?", though neither says more
+    cost = build_index([("how much is aspirin?", COST_SQL.format(d="aspirin")),
+                        ("what is the cost of docusate sodium?", COST_SQL.format(d="docusate sodium"))])  # fmt: skip
+    family = next(iter(cost.families.values()))
+    asked = question_operators("how is aspirin taken?")
+    assert offline.paraphrase_missing(set(), family, asked) == 1
+    assert offline.paraphrase_missing(set(), family, question_operators("how much is aspirin?")) == 0
 
 
 def test_held_out_risk_is_scored_by_a_model_that_never_saw_its_fold():
