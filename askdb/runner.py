@@ -650,7 +650,7 @@ def source_probe(executor, sql: str) -> bool:
         return False
 
 
-CV_FOLDS = 5
+CV_FOLDS = library.CV_FOLDS
 
 
 def library_cross_validate(*, source, items: list[dict] | None = None, progress=None) -> dict:
@@ -660,7 +660,9 @@ def library_cross_validate(*, source, items: list[dict] | None = None, progress=
     unanswerable library examples are asked too (any answer to one is wrong). A held-out answer is
     correct when its bound SQL is the example's SQL or returns the same result ("now" as of the
     source). Labelled `items` (questions not in the library) add held-out samples. The report gives
-    the threshold c / (c + 1) and the coverage and precision expected at it.
+    the threshold c / (c + 1) and the coverage and precision expected at it. The sibling pass
+    (library.cross_validate) adds the wrong answers of sibling templates to what the risk learns from,
+    not to the expected coverage and precision.
 
     Nothing is asked of the database twice: the library's vectors and templates are the stored ones,
     and value lookups, probes and results are remembered across questions. One process: folds in
@@ -672,8 +674,11 @@ def library_cross_validate(*, source, items: list[dict] | None = None, progress=
     index, values = library_index(source, executor, embedder)
     labelled = [(str(i["question"]), str(i.get("sql") or "")) for i in (items or [])]
     masked = embedder.embed([offline.mask_question(q, values) for q, _ in labelled]) if labelled else []
-    tasks: list[tuple[str, int]] = [("fold", f) for f in range(CV_FOLDS)] + (
-        [("items", 0)] if labelled else []
+    # The ordinary folds, the sibling pass (library.cross_validate: risk training only), the file.
+    tasks: list[tuple[str, int]] = (
+        [("fold", f) for f in range(CV_FOLDS)]
+        + [("siblings", f) for f in range(CV_FOLDS)]
+        + ([("items", 0)] if labelled else [])
     )
     count = [0]
 
@@ -684,8 +689,10 @@ def library_cross_validate(*, source, items: list[dict] | None = None, progress=
 
     state = dict(index=index, values=values, catalog=catalog, executor=executor, dialect=source.dialect,
                  labelled=labelled, masked=masked, done=one_more, results={}, lookups={}, probes={})  # fmt: skip
-    samples = [s for task in tasks for s in _cv_task(task, state)]
-    risk = library.fit_risk(samples, wrong_answer_cost=settings.ASKDB_WRONG_ANSWER_COST)
+    by_task = [(task, _cv_task(task, state)) for task in tasks]
+    samples = [s for task, found in by_task if task[0] != "siblings" for s in found]
+    siblings = [s for task, found in by_task if task[0] == "siblings" for s in found]
+    risk = library.fit_risk(samples + siblings, wrong_answer_cost=settings.ASKDB_WRONG_ANSWER_COST)
     scored = [(risk.predict(f), ok) for f, ok in samples]
     asked = len(index.entries) + len(labelled)
     at = library.expected(scored, risk.threshold, asked)
@@ -693,6 +700,7 @@ def library_cross_validate(*, source, items: list[dict] | None = None, progress=
         "risk": risk.to_dict(), "threshold": round(risk.threshold, 4),
         "wrong_answer_cost": settings.ASKDB_WRONG_ANSWER_COST,
         "held_out": asked, "matched": len(samples), "correct_matches": sum(ok for _, ok in samples),
+        "sibling_matches": len(siblings), "sibling_correct": sum(ok for _, ok in siblings),
         "answered": at["answered"], "expected_coverage": at["coverage"], "precision": at["precision"],
         "templates": len(index.families), "examples": len(index.entries),
         "mode": "grouped cross-validation" + (" + file" if labelled else ""), "at": timezone.now().isoformat(),
@@ -734,11 +742,11 @@ def _cv_task(task: tuple[str, int], state: dict[str, Any]) -> list:
 
     done = state["done"]  # called once per question asked
     kind, fold = task
-    if kind == "fold":
+    if kind in ("fold", "siblings"):
         return library.cross_validate(
             index, lambda held: index.matrix[held], is_correct=lambda entry, best: same(best.sql, entry.template.sql),
             lookup=lookup, values=values, catalog=state["catalog"], folds=CV_FOLDS, only=[fold], probe=probe,
-            progress=done,
+            progress=done if kind == "fold" else None, siblings=kind == "siblings",
         )  # fmt: skip
     samples = []
     for (question, gold), vector in zip(state["labelled"], state["masked"], strict=True):

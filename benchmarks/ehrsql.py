@@ -147,20 +147,33 @@ def calibrate(lib: Library, runner: Runner, *, cost: float, progress: bool = Tru
     start = time.perf_counter()
     step = max(1, len(lib.index.entries) // 10)
     details: list = []
+    folds: list[int] = []
     samples = L.cross_validate(
         lib.index, lambda idx: lib.index.matrix[idx], is_correct=is_correct, lookup=lookup, values=lib.values,
-        details=details, probe=runner.probe, observe=observe, progress=(lambda n: print(f"  cv {n}", file=sys.stderr) if progress and n % step == 0 else None),
+        details=details, probe=runner.probe, observe=observe, folds_out=folds,
+        progress=(lambda n: print(f"  cv {n}", file=sys.stderr) if progress and n % step == 0 else None),
     )  # fmt: skip
-    risk = L.fit_risk(samples, wrong_answer_cost=cost)
-    scored = [(risk.predict(f), ok) for f, ok in samples]
+    sibling_folds: list[int] = []
+    siblings = L.cross_validate(
+        lib.index, lambda idx: lib.index.matrix[idx], is_correct=is_correct, lookup=lookup, values=lib.values,
+        probe=runner.probe, folds_out=sibling_folds, siblings=True,
+    )  # fmt: skip
+    risk = L.fit_risk(samples + siblings, wrong_answer_cost=cost)
+    # Each held-out answer scored by a risk model that never saw its fold (in either pass): honest
+    # coverage and precision, reported over the ordinary folds only.
+    every = [f % L.CV_FOLDS for f in folds + sibling_folds]
+    fold_risks = L.fold_risks(samples + siblings, every, wrong_answer_cost=cost)
+    scored = [(fold_risks[f].predict(s[0]), s[1]) for s, f in zip(samples, folds, strict=True)]
     report = L.expected(scored, risk.threshold, len(lib.index.entries))
+    report["fold_risks"] = fold_risks
     report.update(
-        samples=len(samples), correct=sum(ok for _, ok in samples), seconds=round(time.perf_counter() - start)
-    )
+        samples=len(samples), correct=sum(ok for _, ok in samples), seconds=round(time.perf_counter() - start),
+        sibling_samples=len(siblings), sibling_correct=sum(ok for _, ok in siblings),
+    )  # fmt: skip
     report["wrong_answers"] = [  # train only: what to tune on
-        {"question": e.question, "answered_from": b.example_question, "p": round(risk.predict(b.features), 4),
+        {"question": e.question, "answered_from": b.example_question, "p": round(p, 4),
          "gold": e.template.sql if e.template else "", "sql": b.sql}
-        for e, b, ok in details if not ok and risk.predict(b.features) >= risk.threshold
+        for (e, b, ok), (p, _) in zip(details, scored, strict=True) if not ok and p >= risk.threshold
     ]  # fmt: skip
     return risk, report, lookup
 
@@ -245,7 +258,9 @@ def miss_cause(
 
 def cross_validated(*, cost: float = 10.0, progress: bool = True, dump: Path | None = None) -> dict:
     """Error analysis on the library itself (train): grouped CV, every held-out question's outcome and
-    miss cause. The only place to tune the matcher on; valid is measured, never read."""
+    miss cause, each answer judged by a risk model fitted without its fold. The only place to tune
+    the matcher on; valid is measured, never read."""
+    from askdb.pipeline import library as L
     from askdb.pipeline.templates import bind_sql
 
     _setup_django()
@@ -253,16 +268,24 @@ def cross_validated(*, cost: float = 10.0, progress: bool = True, dump: Path | N
     lib = build(load_split("train"), progress=progress)
     runner = Runner(lib.executor)
     observed: list = []
-    risk, _cv, _lookup = calibrate(
+    risk, cv, _lookup = calibrate(
         lib, runner, cost=cost, progress=progress, observe=lambda e, f, idx: observed.append((e, f, idx))
     )
+    fold_of = {
+        lib.index.entries[i].example_id: f
+        for f, held in enumerate(L.grouped_folds(lib.index.entries))
+        for i in held
+    }
     keys: dict[int, dict] = {}
     causes: Counter = Counter()
     rows = []
     for entry, found, idx in observed:
         key_of = keys.setdefault(id(idx), {e.example_id: e.key for e in idx.entries})
         best = found.best
-        answered = bool(best and best.hard_ok and best.sql and risk.predict(best.features) >= risk.threshold)
+        fold_risk = cv["fold_risks"].get(fold_of[entry.example_id], risk)  # never saw this question's fold
+        answered = bool(
+            best and best.hard_ok and best.sql and fold_risk.predict(best.features) >= risk.threshold
+        )
         gold = (
             bind_sql(entry.template, {x.name: x.value for x in entry.template.slots})
             if entry.template
@@ -274,14 +297,21 @@ def cross_validated(*, cost: float = 10.0, progress: bool = True, dump: Path | N
         if gold and not correct:
             d = {"question": entry.question, "gold": gold, "results": found.results}
             cause = miss_cause(
-                idx, d, risk.threshold, runner, key_of, score=lambda r: risk.predict(r.features)
+                idx,
+                d,
+                risk.threshold,
+                runner,
+                key_of,
+                score=lambda r, risk_=fold_risk: risk_.predict(r.features),
             )
             causes[cause] += 1
         rows.append({
             "question": entry.question, "key": entry.key, "gold": gold, "outcome": outcome, "cause": cause,
             "sql": best.sql if best else None, "from": best.example_question if best else None,
-            "p": round(risk.predict(best.features), 4) if best and best.hard_ok else 0.0,
+            "p": round(fold_risk.predict(best.features), 4) if best and best.hard_ok else 0.0,
             "reasons": [list(r.reasons) for r in found.results[:3]],
+            "features": best.features if best and best.hard_ok else None,
+            "fold": fold_of[entry.example_id],
             "tried": [r.example_question for r in found.results[:3]],
             "right_key_in_library": entry.key in idx.families,
             "right_reasons": next((list(r.reasons) for r in found.results if key_of.get(r.example_id) == entry.key), None),
@@ -295,6 +325,7 @@ def cross_validated(*, cost: float = 10.0, progress: bool = True, dump: Path | N
         "coverage": round(len(answered) / len(rows), 4), "precision": round(right / len(answered), 4) if answered else None,
         "rs10": round(100 * (right - 10 * (len(answered) - right)) / len(rows), 2),
         "misses": dict(causes.most_common()), "threshold": round(risk.threshold, 4),
+        "fold_risks": {f: r.to_dict() for f, r in cv["fold_risks"].items()}, "risk": risk.to_dict(),
         "seconds": round(time.perf_counter() - started),
     }  # fmt: skip
     if dump:
@@ -314,7 +345,10 @@ def run(*, cost: float = 10.0, limit: int | None = None, progress: bool = True) 
     runner = Runner(lib.executor)
     risk, cv, lookup = calibrate(lib, runner, cost=cost, progress=progress)
     if progress:
-        print(f"calibration: { {k: v for k, v in cv.items() if k != 'wrong_answers'} }", file=sys.stderr)
+        print(
+            f"calibration: { {k: v for k, v in cv.items() if k not in ('wrong_answers', 'fold_risks')} }",
+            file=sys.stderr,
+        )
     scores, details, latency = evaluate(lib, runner, risk, lookup, valid, progress=progress)
     answerable = [s for s in scores if s.answerable]
     answered = [s for s in scores if not s.abstained]
@@ -337,7 +371,7 @@ def run(*, cost: float = 10.0, limit: int | None = None, progress: bool = True) 
         "answerability": metrics.answerability(scores), "misses": dict(causes.most_common()),
         "wrong": [{"question": d["question"], "gold": d["gold"], "sql": d["answered"]} for d in wrong],
         "p50_ms": metrics.percentile(latency, 50), "p95_ms": metrics.percentile(latency, 95),
-        "threshold": risk.threshold, "cv": cv, "risk": risk.to_dict(), "seconds": time.perf_counter() - started,
+        "threshold": risk.threshold, "cv": {k: v for k, v in cv.items() if k != "fold_risks"}, "risk": risk.to_dict(), "seconds": time.perf_counter() - started,
         "library": {"examples": len(lib.index.entries), "templates": len(lib.index.families),
                     "not_templated": lib.entries_skipped, "build_s": round(lib.build_s, 1)},
     }  # fmt: skip
@@ -376,7 +410,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cv", action="store_true", help="only the grouped cross-validation on train, misses by cause"
     )
+    parser.add_argument(
+        "--template-holdout", type=float, default=None,
+        help="share of templates the CV holds out whole (default askdb.pipeline.library.TEMPLATE_HOLDOUT)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.template_holdout is not None:
+        from askdb.pipeline import library as L
+
+        L.TEMPLATE_HOLDOUT = args.template_holdout
     if not (DATA / "train" / "label.json").is_file():
         print(f"EHRSQL data not found at {DATA}", file=sys.stderr)
         return 1

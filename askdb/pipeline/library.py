@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import sqlglot.expressions as sx
 
+from askdb.pipeline import match_reasons as R
 from askdb.pipeline.offline import (
     DEFAULT_CALIBRATION,
     MIN_VALUE_SCORE,
@@ -40,11 +41,13 @@ from askdb.pipeline.offline import (
     TemplateCandidate,
     ValueLookup,
     _match_one,
+    _same_stem,
     bare_column,
     fit_calibration,
     operator_reasons,
     operator_signature,
     opposite,
+    ops_key,
     question_context,
     refuse_ambiguous_values,
 )
@@ -75,8 +78,11 @@ NEVER_NEUTRAL = frozenset(
     "zero one two three four five six seven eight nine ten eleven twelve twenty hundred".split()
 )
 CORE_SHARE = 1.0  # a word this share of a template's paraphrases say is its subject: the question must say it
+CV_FOLDS = 5  # folds of the grouped cross-validation
 TEMPLATE_HOLDOUT = 0.3  # share of templates held out whole in cross-validation (questions of unseen kinds)
 OPTIONAL_TEMPLATES = 3  # a word some paraphrases leave out, in this many templates, is only wording
+SUBJECT_SHARE = 0.8  # a word this share of a template's paraphrases say is what it is about…
+SUBJECT_MEMBERS = 3  # …when it has this many paraphrases
 SYNONYM_TEMPLATES = 2  # two words paraphrases swap for one another in this many templates are synonyms
 SYNONYM_MEMBERS = 40  # paraphrases per template compared pairwise when mining synonyms
 
@@ -120,6 +126,18 @@ def _swap(a: Sequence[str], b: Sequence[str]) -> tuple[str, str] | None:
     if x in NEUTRAL_STEMS or y in NEUTRAL_STEMS or x.startswith("slot") or y.startswith("slot"):
         return None
     return (min(x, y), max(x, y))
+
+
+def _core(words: Iterable[str], said: Sequence[set[str]]) -> frozenset[str]:
+    """The words (nearly) every paraphrase says, each in some form: "diagnosed", "diagnosis" and
+    "diagnoses" are three stems, yet a template whose paraphrases say one of them in each is about
+    diagnoses, and a question that says none of them ("… any procedure …") is about something else."""
+    out = set()
+    for w in words:
+        n = sum(1 for s in said if w in s or any(_same_stem(w, x) for x in s))
+        if n >= CORE_SHARE * len(said):
+            out.add(w)
+    return frozenset(out)
 
 
 def guard_sequence(text: str) -> list[str]:
@@ -322,8 +340,7 @@ class LibraryIndex:
                     ops[name].add(value)
             words_of[key], ops_of[key], signatures_of[key] = words, ops, signatures
             signature_words_of[key] = {k: frozenset(v) for k, v in by_signature.items()}
-            said = Counter(w for i in idx for w in said_by[i])
-            core_of[key] = frozenset(w for w, n in said.items() if n >= CORE_SHARE * len(idx))
+            core_of[key] = _core(words, [said_by[i] for i in idx])
         synonyms = mine_synonyms(
             [sequence_of[i] for i in idx if operator_signature(ops_by[i]) == sig]
             for key, idx in self.members.items()
@@ -354,6 +371,17 @@ class LibraryIndex:
                 if against:
                     polarity |= words - frozenset().union(*against)
         neutral = frozenset(neutral - NEVER_NEUTRAL - polarity)
+        # …but a word that is what some template is about ("age", "route", "discharged": said by
+        # nearly all its paraphrases) says that subject when a question says it: wording for the
+        # templates that leave it out, yet no question about it may be answered by a sibling that
+        # never says it ("what age was …" by the admission type's template).
+        subjects = frozenset(
+            w
+            for key, idx in self.members.items()
+            if key != UNANSWERABLE and len(idx) >= SUBJECT_MEMBERS
+            for w, n in Counter(w for i in idx for w in said_by[i]).items()
+            if w in neutral and n >= SUBJECT_SHARE * len(idx)
+        )
         return {
             key: Family(
                 key,
@@ -365,6 +393,12 @@ class LibraryIndex:
                 signature_words_of[key],
                 core_of[key] - neutral,  # wording is no subject
                 synonyms,
+                tuple(
+                    dict.fromkeys(
+                        (frozenset(said_by[i] - neutral), ops_key(ops_by[i])) for i in self.members[key]
+                    )
+                ),
+                subjects,
             )
             for key in words_of
         }
@@ -389,6 +423,7 @@ RISK_FEATURES = (
     "missing_words",
     "fuzzy_penalty",
     "slots",
+    "paraphrase_missing",
 )
 
 # Hand-set until calibrate: a clear vote, a close paraphrase and clean values score high.
@@ -402,6 +437,7 @@ DEFAULT_RISK = Calibration(
         "unanswerable_share": -6.0,
         "masked_similarity": 2.0,
         "fuzzy_penalty": -6.0,
+        "paraphrase_missing": -2.0,
         **{k: v for k, v in DEFAULT_CALIBRATION.weights.items() if k == "missing_words"},
     },
     intercept=-11.0,
@@ -508,28 +544,100 @@ def match_library(
         confidence = round(risk.predict(features), 4) if result.hard_ok else 0.0
         results.append(dataclasses.replace(result, features=features, confidence=confidence))
     results = refuse_ambiguous_values(results)
+    if isinstance(values, ValueIndex):
+        results = refuse_unlike_library(results, index, values)
     results.sort(key=lambda r: (-int(r.hard_ok), -r.confidence, r.features.get("vote_rank", 0)))
     return LibraryMatch(results, masked_question, ranked[:5])
+
+
+def column_readings(index: LibraryIndex, values: ValueIndex) -> dict[frozenset[str], Counter[str]]:
+    """How the library reads values that name items of two columns: per pair of columns, which one its
+    examples bind such a value to ("anion gap" is a chart label and a lab label; the library's
+    questions that name it, with "lab" or not, mean the lab test). Computed once per library."""
+    cached = getattr(index, "_column_readings", None)
+    if cached is not None and cached[0] is values:
+        return cached[1]
+    readings: dict[frozenset[str], Counter[str]] = defaultdict(Counter)
+    for entry in index.entries:
+        for slot in entry.template.slots if entry.template else ():
+            if slot.type != VALUE:
+                continue
+            column = bare_column(slot.column)
+            for other in _columns_naming(values, slot.value) - {column}:
+                readings[frozenset((column, other))][column] += 1
+    index._column_readings = (values, readings)  # type: ignore[attr-defined]
+    return readings
+
+
+def _columns_naming(values: ValueIndex, text: str) -> set[str]:
+    """The columns of which `text`, as a whole, is a value."""
+    return {col for a, b, hit in values._all(text) if a == 0 and b == len(text) for col in hit}
+
+
+def refuse_unlike_library(
+    results: Sequence[MatchResult], index: LibraryIndex, values: ValueIndex
+) -> list[MatchResult]:
+    """Results that bind a value naming items of two columns to the column the library never reads it as.
+
+    "Is the anion gap value … less than …" matched to a chart template binds 'anion gap' as a chart
+    item; every library question that names a value of both columns means the lab one, so a chart
+    reading would answer another question than the one the library's wording asks. The reading the
+    library does use (or a pair of columns it has no example of) is left alone; refuse_ambiguous_values
+    still refuses two readings competing for one question.
+    """
+    readings = column_readings(index, values)
+    if not readings:
+        return list(results)
+    out = []
+    for r in results:
+        reason = None
+        for b in r.bindings if r.hard_ok else ():
+            if b.type != VALUE or not b.column:
+                continue
+            column = bare_column(b.column)
+            for other in _columns_naming(values, b.value) - {column}:
+                seen = readings.get(frozenset((column, other)))
+                if seen and seen[other] and not seen[column]:
+                    reason = (
+                        f"'{b.new}' is a {other.split('.')[-1]} in {other.split('.')[0]} too, and the library's "
+                        f"questions that name such values always mean that one, not the {column.split('.')[0]} one."
+                    )
+        if reason is None:
+            out.append(r)
+        else:
+            out.append(dataclasses.replace(
+                r, sql=None, confidence=0.0, features={**r.features, "hard_ok": 0.0},
+                reasons=(*r.reasons, reason), reason_codes=(*r.reason_codes, R.VALUE_AMBIGUOUS),
+            ))  # fmt: skip
+    return out
 
 
 # --- calibration -------------------------------------------------------------------------------------
 
 
-def grouped_folds(entries: Sequence[Entry], folds: int = 5) -> list[list[int]]:
+def grouped_folds(
+    entries: Sequence[Entry], folds: int = CV_FOLDS, *, siblings: bool = False
+) -> list[list[int]]:
     """Entry indices split into folds so that a paraphrase group never straddles two folds.
 
     A group is the same SQL (the same template with the same values) or, for unanswerable examples,
     the same question: holding out single paraphrases would let their twins answer for them. For a
     share of templates (TEMPLATE_HOLDOUT) the group is the whole template, because real questions
     often have no template in the library at all, and the risk must be learnt on those too.
+    `siblings`: the folds of the sibling pass (see cross_validate), every template held out whole.
     """
     out: list[list[int]] = [[] for _ in range(folds)]
     for i, entry in enumerate(entries):
         group = entry.group
-        if entry.key != UNANSWERABLE and _share(entry.key) < TEMPLATE_HOLDOUT:
+        if entry.key != UNANSWERABLE and (siblings or _whole_template(entry.key)):
             group = entry.key  # the whole template out: a question of a kind the library has never seen
         out[int(hashlib.sha1(group.encode()).hexdigest(), 16) % folds].append(i)
     return out
+
+
+def _whole_template(key: str) -> bool:
+    """Whether the ordinary cross-validation holds this template out whole."""
+    return _share(key) < TEMPLATE_HOLDOUT
 
 
 def _share(text: str) -> float:
@@ -546,6 +654,32 @@ def fit_risk(
             dict(DEFAULT_RISK.weights), DEFAULT_RISK.intercept, answer_threshold(wrong_answer_cost)
         )
     return fitted
+
+
+def fold_risks(
+    samples: Sequence[tuple[dict[str, float], bool]], folds: Sequence[int], *, wrong_answer_cost: float = 10
+) -> dict[int, Calibration]:
+    """Per fold, the risk model fitted on the other folds' held-out samples only (see `out_of_fold`)."""
+    return {
+        fold: fit_risk(
+            [s for s, f in zip(samples, folds, strict=True) if f != fold], wrong_answer_cost=wrong_answer_cost
+        )
+        for fold in sorted(set(folds))
+    }
+
+
+def out_of_fold(
+    samples: Sequence[tuple[dict[str, float], bool]], folds: Sequence[int], *, wrong_answer_cost: float = 10
+) -> list[tuple[float, bool]]:
+    """(P(correct), correct) of every held-out sample from a risk model fitted on the other folds only.
+
+    Why: the risk model fitted on all held-out samples and scored on those same samples learns the
+    few wrong answers it is then asked about, so the coverage and precision it reports are its
+    training fit. Scored by a model that never saw its fold, a sample is as new to the risk as a
+    real question is. `folds`: each sample's fold (cross_validate's `folds_out`).
+    """
+    risks = fold_risks(samples, folds, wrong_answer_cost=wrong_answer_cost)
+    return [(risks[f].predict(features), ok) for (features, ok), f in zip(samples, folds, strict=True)]
 
 
 def expected(
@@ -568,27 +702,42 @@ def cross_validate(
     lookup: ValueLookup,
     values: ValueIndex | None = None,
     catalog: CatalogSchema | None = None,
-    folds: int = 5,
+    folds: int = CV_FOLDS,
     progress: Callable[[int], None] | None = None,
     details: list | None = None,
     probe: Callable[[str], bool] | None = None,
     only: Sequence[int] | None = None,
     observe: Callable[[Entry, LibraryMatch, LibraryIndex], None] | None = None,
+    folds_out: list[int] | None = None,
+    siblings: bool = False,
 ) -> list[tuple[dict[str, float], bool]]:
     """Held-out (features, correct) for the best hard-rule-passing match of every library question.
 
     Unanswerable library questions are asked too: any answer to one is a wrong answer. `only`:
     these folds alone (the caller runs the folds in parallel). `observe` sees every held-out
     question's whole match and the library it was matched against, for error analysis on the
-    library (why a question was missed), never on the questions one reports.
+    library (why a question was missed), never on the questions one reports. `folds_out` gets
+    each sample's fold, for scoring it by a risk model fitted without that fold (`out_of_fold`).
+
+    `siblings`: the sibling pass. A new question whose template the library lacks is often a sibling
+    of one it has (the admission type for the age, procedures for diagnoses, discharged for still in
+    hospital), and the few such questions the ordinary folds make leave the risk model almost no wrong
+    answers to learn from. This pass asks every answerable question whose template the ordinary
+    folds keep against the library without its whole template: what passes the guard is (nearly
+    always) a sibling's wrong answer, and its samples go with the ordinary ones into fit_risk, never
+    into the reported coverage or precision. Their folds are numbered after the ordinary ones.
     """
     samples: list[tuple[dict[str, float], bool]] = []
     done = 0
-    for fold, held in enumerate(grouped_folds(index.entries, folds)):
+    for fold, held in enumerate(grouped_folds(index.entries, folds, siblings=siblings)):
         if only is not None and fold not in only:
             continue
         held_set = set(held)
         train = index.subset([i for i in range(len(index.entries)) if i not in held_set])
+        if siblings:  # the ordinary folds already ask the rest without their template
+            held = [
+                i for i in held if index.entries[i].template and not _whole_template(index.entries[i].key)
+            ]
         vectors = vectors_of(held)
         for i, vector in zip(held, vectors, strict=True):
             entry = index.entries[i]
@@ -601,6 +750,8 @@ def cross_validate(
             if best is not None and best.hard_ok and best.sql:
                 ok = entry.template is not None and is_correct(entry, best)
                 samples.append((best.features, ok))
+                if folds_out is not None:
+                    folds_out.append(fold + (folds if siblings else 0))
                 if details is not None:  # for tuning on the library: what answered what
                     details.append((entry, best, ok))
             done += 1
@@ -623,9 +774,11 @@ __all__ = [
     "entry_for",
     "expected",
     "fit_risk",
+    "fold_risks",
     "grouped_folds",
     "key_hash",
     "load_values",
     "match_library",
+    "out_of_fold",
     "sql_group",
 ]

@@ -130,6 +130,13 @@ class Family:
     # Words the library's own paraphrases use for one another ("sex" for "gender"): mined across
     # templates (library.mine_synonyms), shared by every family of one library.
     synonyms: dict = field(default_factory=dict)
+    # Each paraphrase's content words less library wording, and its operator words (ops_key): how far
+    # the question is from the nearest one ("what was the admission type …" says none of "age"/"old",
+    # whichever paraphrase one takes; "how is X taken?" is neither "how much is X?" nor "the cost of X").
+    paraphrases: tuple[tuple[frozenset[str], tuple], ...] = ()
+    # Library wording (in `neutral`) that is the subject of some template ("age", "route"): it must be
+    # said by this template's paraphrases to be explained.
+    subjects: frozenset[str] = frozenset()
 
     def says(self, word: str) -> bool:
         """Whether some paraphrase says `word` or a word the library uses in its place."""
@@ -482,8 +489,10 @@ def _match_one(
                 f"The verified question says {R.quoted(contrary)} only with the opposite operator words "
                 "(such as highest instead of lowest), not with this question's.",
             )
+    # Said outside the question's values: "diagnostic" inside a procedure's name does not say
+    # "diagnoses", the subject of a template about diagnoses.
+    said = set(_question_words(question, typed, work)) | _bound_column_words(work)
     if family is not None and not work.reasons and family.core:
-        said = {canonical(stem(t.text)) for t in tokenize(question)} | _bound_column_words(work)
         missing = sorted(
             w
             for w in family.core
@@ -516,6 +525,8 @@ def _match_one(
                 sql = None
                 break
     features = _features(question, candidate, template, work, runs, quoted)
+    if family is not None:
+        features["paraphrase_missing"] = float(paraphrase_missing(said, family, ops))
     confidence = 0.0 if work.reasons else calibration.predict(features)
     return _result(candidate, example_question, sql, work, features, confidence, question)
 
@@ -853,6 +864,40 @@ def _same_stem(a: str, b: str) -> bool:
     return n >= 4 and n >= 0.6 * min(len(a), len(b))
 
 
+def ops_key(ops: dict[str, Any]) -> tuple:
+    """A question's operator words as one comparable value (all keys, soft ones too)."""
+    return tuple(sorted((k, v) for k, v in ops.items() if v))
+
+
+def paraphrase_missing(said: set[str], family: Family, ops: dict[str, Any] | None = None) -> int:
+    """How many content words the paraphrase nearest to the question says and the question does not,
+    plus one when its operator words are not the question's (`ops`).
+
+    Zero when some paraphrase says nothing the question leaves out; a question of a sibling template
+    ("the admission type" for "how old … at admission") leaves out a word of every paraphrase, even
+    when no single word is in all of them (the template's `core`).
+    """
+    mine = ops_key(ops) if ops is not None else None
+    known: dict[str, bool] = {}  # paraphrases share most words: each is judged once
+
+    def is_said(w: str) -> bool:
+        if w not in known:
+            known[w] = (
+                w in said
+                or w in family.neutral
+                or any(_same_stem(w, x) or x in family.synonyms.get(w, ()) for x in said)
+            )
+        return known[w]
+
+    best = None
+    for words, theirs in family.paraphrases:
+        n = sum(1 for w in words if not is_said(w)) + int(mine is not None and theirs != mine)
+        best = n if best is None else min(best, n)
+        if best == 0:
+            break
+    return best or 0
+
+
 def _question_words(question: str, typed: list[Span], work: _Work) -> list[str]:
     """Stems of the question's content words outside its values."""
     taken = [(s.start, s.end) for s in typed] + [(p.start, p.end) for p in work.placed.values()]
@@ -876,7 +921,11 @@ def _unexplained(question: str, typed: list[Span], work: _Work, family: Family) 
         if _NUMERIC.fullmatch(token.text):
             continue
         word = canonical(stem(token.text))
-        if family.says(word) or word in family.neutral or word in GUARD_FILLER:
+        if (
+            family.says(word)
+            or (word in family.neutral and word not in family.subjects)
+            or word in GUARD_FILLER
+        ):
             continue
         if any(_same_stem(word, w) for w in named):
             continue

@@ -31,7 +31,10 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 # Bump when the algorithm changes so that stored templates (Example.template) are rebuilt.
-TEMPLATE_VERSION = 4  # 4: a slot's column is its first use in SQL order (was set order, seed-dependent)
+TEMPLATE_VERSION = (
+    5  # 5: operator words ("when" in a statement, "between"/"from" without a time, "how often")
+)
+# 4: a slot's column is its first use in SQL order (was set order, seed-dependent)
 
 # Slot types. Ids are told apart by MIMIC's ranges and by the words before them.
 PATIENT_ID, ADMISSION_ID, STAY_ID = "patient_id", "admission_id", "stay_id"
@@ -175,6 +178,8 @@ _SYNONYMS = {
     word: group[0]
     for group in (
         ("lab", "laboratory"),
+        ("amount", "volume", "quantity"),
+        ("procedure", "procedur", "surgery", "surgeri", "operation"),
         ("cost", "price", "bill", "charge", "expens", "expense", "expenditure", "spend", "spent", "paid"),
         ("drug", "medic", "medicin", "medicine", "med"),
         ("includ", "include", "involv", "involve", "contain"),
@@ -220,7 +225,10 @@ GUARD_FILLER = frozenset(
     {"get", "calculate", "compute", "provide", "retrieve", "fetch", "tell", "show", "give", "list", "display",
      "know", "find", "identify", "determine", "quantify", "specify", "state", "report", "check", "let",
      "inform", "information", "instanc", "instance", "case", "thing", "anyth", "anything", "medical", "hey",
-     "value", "name", "kind", "sort"}
+     "value", "name", "kind", "sort",
+     # that something happened ("performed", "done", "made", "occurred"): the template's own subject
+     # says what happened
+     "happen"}
 )  # fmt: skip
 
 
@@ -343,7 +351,11 @@ def _valid_date(text: str) -> bool:
 
 _UNITS = r"(?:years?|months?|weeks?|days?|hours?|minutes?|decades?)"
 _MONTHS = r"(?:january|february|march|april|may|june|july|august|september|october|november|december)"
-_TIME_TARGET = rf"(?:the\s+)?(?:year\s+)?(?:\d{{4}}\b|{_MONTHS}\b|(?:this|last|past|previous|current|next)\s)"
+# "from last year", "from the past 3 months"; not "differ from the last value" (no time unit)
+_TIME_TARGET = (
+    rf"(?:the\s+)?(?:year\s+)?(?:\d{{4}}\b|{_MONTHS}\b"
+    rf"|(?:this|last|past|previous|current|next)\s+(?:\d+\s+)?(?:{_UNITS}|{_MONTHS})\b)"
+)
 _TIME_POINT = rf"(?:the\s+)?(?:year\s+)?(?:\d{{4}}\b|{_MONTHS}\b)"
 _TIME_WORDS = {
     "in": "in",
@@ -379,7 +391,8 @@ _OPERATOR_PATTERNS: dict[str, list[tuple[str, str]]] = {
         ("min", r"\b(?:minimum|min|lowest|smallest|fewest)\b|(?<!at )\bleast\b"),
     ],
     "aggregate": [
-        ("count", r"\b(?:how many|number of|count|counts|counted|total number|total count)\b"),
+        # "how often" is "how many times"
+        ("count", r"\b(?:how many|how often|number of|count|counts|counted|total number|total count)\b"),
         ("avg", r"\b(?:average|averages|avg|mean)\b"),
         # "how much" is an amount, not when the question is about a difference or a weight
         (
@@ -435,8 +448,9 @@ def question_operators(question: str) -> dict[str, Any]:
     times = bool(re.search(times_pattern, text))
     time_found = set()
     for phrase, name in _TIME_WORDS.items():
-        if phrase in ("since", "after", "before", "prior to", "until", "till", "between", "within"):
-            # "within the same visit" is "in the same visit": no time limit of its own
+        if phrase in ("since", "after", "before", "prior to", "until", "till", "within"):
+            # "within the same visit" is "in the same visit": no time limit of its own; "between" is a
+            # time only between times ("the difference between weights …" is none)
             if re.search(rf"\b{phrase}\b(?!\s+(?:the\s+)?same\b)", text):
                 time_found.add(name)
         elif re.search(rf"\b{phrase}\s+{_TIME_TARGET if name != 'in' else _TIME_POINT}", text):
@@ -457,10 +471,13 @@ def question_operators(question: str) -> dict[str, Any]:
     ops["period"] = "|".join(sorted(periods)) or None
     ops["units"] = "|".join(sorted(units)) or None
     ops["ever"] = bool(re.search(r"\bever\b", text))
-    # Asking for a time ("when", "what time", "what date") is another answer than asking for a thing.
+    # Asking for a time ("when", "what time", "what date") is another answer than asking for a thing;
+    # "when" inside a statement ("the admission type when patient … entered", "the total bill when it
+    # includes …") is a condition, not a question: it asks when it opens the question or a clause.
     ops["when"] = bool(
         re.search(
-            r"\bwhen\b|\bwhat (?:time|date|day)\b|\bthe (?:time|date) (?:of|when)\b"
+            r"(?:^\s*|[,;:]\s*|\b(?:me|know|us)\s+)when\b|\bwhen\s+(?:was|did|is|were|has|had|does|do|will|are)\b"
+            r"|\bwhat (?:time|date|day)\b|\bthe (?:time|date) (?:of|when)\b|\b(?:instance|moment|occasion) when\b"
             r"|\b(?:what|which) (?:is|was|were) the (?:\w+ )?(?:first|last|latest|earliest|initial) time\b",
             text,
         )

@@ -14,6 +14,7 @@ from sqlglot import exp
 
 from askdb.pipeline import library as L
 from askdb.pipeline import match_reasons as R
+from askdb.pipeline import offline
 from askdb.pipeline.asof import AsOfExecutor, apply_as_of
 from askdb.pipeline.offline import mask_question
 from askdb.pipeline.templates import (
@@ -363,6 +364,20 @@ def test_words_said_only_with_the_opposite_operator_still_refuse_but_other_wordi
         ("Count the ICU visits of patient 10031404 during the last year.", "time", None),
         ("Count the ICU visits of patient 10031404 in 2100.", "time", "in"),
         ("Count the ICU visits of patient 10031404 since last year.", "time", "since"),
+        # "when" opening a question or a clause asks a time; inside a statement it is a condition
+        ("When was patient 10001 last discharged?", "when", True),
+        ("Patient 10001, when was your last blood culture test?", "when", True),
+        ("What was the last instance when the heart rate of patient 10001 was above 90?", "when", True),
+        ("What was the admission type when patient 10001 last entered the hospital?", "when", False),
+        ("How much is the average total hospital bill when it includes a glucose lab test?", "when", False),
+        # "between" and "from" are times only before a time
+        ("What is the difference between weights last measured on the first visit?", "time", None),
+        ("How much does patient 10001's weight differ from the last value measured?", "time", None),
+        ("Count the ICU visits of patient 10031404 from last year.", "time", "from"),
+        ("Count the ICU visits of patient 10031404 between 2100 and 2101.", "time", "between"),
+        # "how often" is "how many times"
+        ("How often was bisacodyl prescribed last year?", "aggregate", "count"),
+        ("How often was bisacodyl prescribed last year?", "times", True),
     ],
 )
 def test_operator_words_read_as_the_library_uses_them(question, key, value):
@@ -455,6 +470,36 @@ def test_grouped_folds_never_split_a_paraphrase_group():
             assert where.setdefault(entries[i].group, n) == n
 
 
+def test_the_sibling_pass_asks_each_question_without_its_whole_template():
+    pairs = [
+        ("what was the admission type of patient 10001 on the first hospital visit?", ADMISSION_TYPE_SQL.format(p=10001)),
+        ("how was patient 10002 admitted on the first hospital visit?", ADMISSION_TYPE_SQL.format(p=10002)),
+        ("what age was patient 10004 on the first hospital visit?", AGE_AT_VISIT_SQL.format(p=10004)),
+        ("what was the age of patient 10005 on the first hospital visit?", AGE_AT_VISIT_SQL.format(p=10005)),
+        ("count the number of patients older than 65.", AGE_SQL.format(n=65)),
+        ("how many patients are older than 80?", AGE_SQL.format(n=80)),
+        ("how tall is the moon?", ""),
+    ]  # fmt: skip
+    index = build_index(pairs)
+    folds = L.grouped_folds(index.entries, folds=3, siblings=True)
+    where = {}
+    for n, fold in enumerate(folds):
+        for i in fold:
+            if index.entries[i].key != L.UNANSWERABLE:
+                assert where.setdefault(index.entries[i].key, n) == n  # a whole template in one fold
+    asked, fold_ids = [], []
+    L.cross_validate(
+        index, lambda held: index.matrix[held], is_correct=lambda e, b: False, lookup=no_lookup, values=VALUES,
+        folds=3, siblings=True, folds_out=fold_ids, observe=lambda entry, found, train: asked.append((entry, train)),
+    )  # fmt: skip
+    expected = {e.question for e in index.entries if e.template and not L._whole_template(e.key)}
+    assert {
+        e.question for e, _ in asked
+    } == expected  # no unanswerable one, none the ordinary folds hold out whole
+    assert all(e.key not in train.families for e, train in asked)  # its template is not in the library
+    assert all(f >= 3 for f in fold_ids)  # numbered after the ordinary folds
+
+
 # --- now as of the source ---------------------------------------------------------------------------
 
 
@@ -503,3 +548,161 @@ def test_the_executor_sees_the_as_of_time():
 def test_an_empty_library_answers_nothing():
     empty = L.LibraryIndex([], [])
     assert L.match_library("how many patients?", [1.0, 0.0], empty, lookup=no_lookup).results == []
+
+
+# --- a template's subject, siblings that differ by it, and honest held-out risk ----------------------
+
+DIAGNOSED_SQL = "SELECT COUNT(*) > 0 FROM diagnoses_icd WHERE subject_id = {p}"
+ADMISSION_TYPE_SQL = "SELECT admission_type FROM admissions WHERE subject_id = {p} ORDER BY admittime LIMIT 1"
+AGE_AT_VISIT_SQL = "SELECT age FROM admissions WHERE subject_id = {p} ORDER BY admittime LIMIT 1"
+WORDING_SQL = "SELECT COUNT(*) FROM t{n} WHERE subject_id = {p}"
+
+
+def test_a_subject_said_in_any_form_is_required_but_not_inside_a_value():
+    index = build_index(
+        [
+            ("has patient 10001 been diagnosed with anything?", DIAGNOSED_SQL.format(p=10001)),
+            ("has patient 10002 been given a diagnosis?", DIAGNOSED_SQL.format(p=10002)),
+            ("did patient 10003 have any diagnoses?", DIAGNOSED_SQL.format(p=10003)),
+        ]
+    )
+    # "diagnosed", "diagnosis", "diagnoses": three stems, one subject that every paraphrase says
+    assert ask(index, "has patient 10004 been given any diagnosis?").hard_ok
+    best = ask(index, "has patient 10004 undergone any procedure?")
+    assert not best.hard_ok and R.WORDS_MISSING in best.reason_codes, best.reasons
+    # "diagnostic" inside a named value does not say the template's subject
+    values = L.ValueIndex({"d_icd_procedures.long_title": ["excision of bile duct", "hemodialysis",
+                                                           "diagnostic ultrasound of heart"]})  # fmt: skip
+    after = (
+        "SELECT long_title FROM d_icd_diagnoses WHERE icd_code IN (SELECT icd_code FROM diagnoses_icd WHERE "
+        "hadm_id IN (SELECT hadm_id FROM procedures_icd WHERE icd_code = (SELECT icd_code FROM "
+        "d_icd_procedures WHERE long_title = '{v}')))"
+    )
+    pairs = [
+        ("what diagnoses did patients get after the procedure excision of bile duct?", after.format(v="excision of bile duct")),
+        ("which diagnoses followed the procedure hemodialysis?", after.format(v="hemodialysis")),
+    ]  # fmt: skip
+    entries = [
+        L.entry_for(i, q, sql, build_template(q, sql, dialect="sqlite")) for i, (q, sql) in enumerate(pairs)
+    ]
+    index = L.LibraryIndex(entries, embed([mask_question(q, values) for q, _ in pairs]))
+
+    def best(question):
+        vector = embed([mask_question(question, values)])[0]
+        return L.match_library(question, vector, index, lookup=no_lookup, values=values).best
+
+    assert best("which diagnoses followed the procedure diagnostic ultrasound of heart?").hard_ok
+    refused = best("which procedures followed the procedure diagnostic ultrasound of heart?")
+    assert not refused.hard_ok and R.WORDS_MISSING in refused.reason_codes, refused.reasons
+
+
+def test_library_wording_that_is_another_templates_subject_is_not_explained_by_a_sibling():
+    pairs = [
+        ("what was the admission type of patient 10001 on the first hospital visit?", ADMISSION_TYPE_SQL.format(p=10001)),
+        ("how was patient 10002 admitted on the first hospital visit?", ADMISSION_TYPE_SQL.format(p=10002)),
+        ("what type of admission did patient 10003 have on the first hospital visit?", ADMISSION_TYPE_SQL.format(p=10003)),
+    ]  # fmt: skip
+    # "age" is wording in three templates whose paraphrases say it or leave it out…
+    for n in range(3):
+        pairs += [
+            (f"what is the test {n} of patient 1000{n} at any age?", WORDING_SQL.format(n=n, p=10000 + n)),
+            (f"what is the test {n} of patient 2000{n}?", WORDING_SQL.format(n=n, p=20000 + n)),
+        ]
+    age = [
+        ("what age was patient 10004 on the first hospital visit?", AGE_AT_VISIT_SQL.format(p=10004)),
+        ("what was the age of patient 10005 on the first hospital visit?", AGE_AT_VISIT_SQL.format(p=10005)),
+        ("patient 10006's age on the first hospital visit was what?", AGE_AT_VISIT_SQL.format(p=10006)),
+    ]
+    without = build_index(pairs)
+    assert "age" in next(iter(without.families.values())).neutral
+    assert not next(iter(without.families.values())).subjects
+    # …but the subject of the template about the age: the admission type's template, which never
+    # says it, may not answer a question about it.
+    index = build_index(pairs + age)
+    admission_type = next(e.key for e in index.entries if e.question == pairs[0][0])
+    assert "age" in index.families[admission_type].subjects
+    question = "in the first hospital visit, what age was patient 10007?"
+    found = L.match_library(
+        question, embed([mask_question(question, VALUES)])[0], index, lookup=no_lookup, values=VALUES
+    )
+    sibling = next(r for r in found.results if r.example_question in {q for q, _ in pairs[:3]})
+    assert not sibling.hard_ok and R.WORDS_UNEXPLAINED in sibling.reason_codes, sibling.reasons
+    assert found.best.hard_ok and "age" in found.best.sql
+
+
+def test_paraphrase_distance_counts_the_nearest_paraphrases_words_the_question_leaves_out():
+    index = build_index(
+        [
+            ("what was the admission type of patient 10001 on the first hospital visit?", ADMISSION_TYPE_SQL.format(p=10001)),
+            ("how was patient 10002 admitted on the first hospital visit?", ADMISSION_TYPE_SQL.format(p=10002)),
+        ]
+    )  # fmt: skip
+    assert (
+        ask(index, "how was patient 10005 admitted on the first hospital visit?").features[
+            "paraphrase_missing"
+        ]
+        == 0
+    )
+    family = next(iter(index.families.values()))
+    assert offline.paraphrase_missing({"patient", "hospital", "visit"}, family) == 1  # "admitt" or "type"
+    # operator words count too: "how much is X?" is not "how is X taken?", though neither says more
+    cost = build_index([("how much is aspirin?", COST_SQL.format(d="aspirin")),
+                        ("what is the cost of docusate sodium?", COST_SQL.format(d="docusate sodium"))])  # fmt: skip
+    family = next(iter(cost.families.values()))
+    asked = question_operators("how is aspirin taken?")
+    assert offline.paraphrase_missing(set(), family, asked) == 1
+    assert offline.paraphrase_missing(set(), family, question_operators("how much is aspirin?")) == 0
+
+
+def test_held_out_risk_is_scored_by_a_model_that_never_saw_its_fold():
+    right = {"vote_share": 0.9, "member_similarity": 0.95}
+    wrong = {"vote_share": 0.3, "member_similarity": 0.6}
+    samples = (
+        [(right, True)] * 6 + [(wrong, False)] * 3 + [({"vote_share": 0.9, "member_similarity": 0.96}, False)]
+    )
+    folds = [0, 1, 2, 0, 1, 2, 0, 1, 2, 3]
+    scored = L.out_of_fold(samples, folds)
+    risks = L.fold_risks(samples, folds)
+    assert risks[3].samples == 9  # fold 3's model is fitted without fold 3's sample…
+    # …so the wrong answer that looks right gets the P(correct) of a right one: the CV counts it as
+    # answered and wrong, as a new question like it would be, instead of learning it away.
+    assert scored[-1][0] == pytest.approx(risks[3].predict(samples[-1][0]))
+    assert scored[-1][0] > scored[6][0]
+
+
+def test_a_value_of_two_columns_is_read_as_the_library_reads_it():
+    values = L.ValueIndex(
+        {"d_items.label": ["anion gap", "heart rate"], "d_labitems.label": ["anion gap", "sodium"]}
+    )
+    chart = "SELECT MAX(valuenum) FROM chartevents WHERE itemid IN (SELECT itemid FROM d_items WHERE label = '{v}')"
+    lab = "SELECT MAX(valuenum) FROM labevents WHERE itemid IN (SELECT itemid FROM d_labitems WHERE label = '{v}')"
+    pairs = [
+        ("what is the highest heart rate value measured?", chart.format(v="heart rate")),
+        ("what is the highest anion gap value measured?", lab.format(v="anion gap")),
+        ("what is the highest sodium value measured?", lab.format(v="sodium")),
+    ]
+    entries = [
+        L.entry_for(i, q, sql, build_template(q, sql, dialect="sqlite")) for i, (q, sql) in enumerate(pairs)
+    ]
+    chart_only = L.LibraryIndex(entries[:1], embed([mask_question(pairs[0][0], values)]))
+    question = "what is the highest anion gap value measured?"
+    vector = embed([mask_question(question, values)])[0]
+    # The library's one question naming a value of both columns means the lab item: the chart template
+    # may not read 'anion gap' as a chart item…
+    index = L.LibraryIndex(entries[:2], embed([mask_question(q, values) for q, _ in pairs[:2]]))
+    found = L.match_library(question, vector, index, lookup=no_lookup, values=values)
+    chart_result = next(r for r in found.results if r.example_question == pairs[0][0])
+    assert not chart_result.hard_ok and R.VALUE_AMBIGUOUS in chart_result.reason_codes
+    # …even when no lab template that could answer is in the library to compete with it: another
+    # template's question taught which item such a value names.
+    count = (
+        "SELECT COUNT(*) FROM labevents WHERE itemid IN (SELECT itemid FROM d_labitems WHERE label = '{v}')"
+    )
+    taught = [pairs[0], ("how many anion gap tests were there?", count.format(v="anion gap"))]
+    taught_entries = [
+        L.entry_for(i, q, sql, build_template(q, sql, dialect="sqlite")) for i, (q, sql) in enumerate(taught)
+    ]
+    without_lab = L.LibraryIndex(taught_entries, embed([mask_question(q, values) for q, _ in taught]))
+    assert not L.match_library(question, vector, without_lab, lookup=no_lookup, values=values).best.hard_ok
+    # A library with no example of such a value says nothing: the chart reading stands.
+    assert L.match_library(question, vector, chart_only, lookup=no_lookup, values=values).best.hard_ok
