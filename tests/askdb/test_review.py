@@ -180,8 +180,11 @@ def test_review_policy(source, people, settings):
     assert not review_required(run)
     run.retrieval = {"examples": [{"id": 1, "score": 0.5}]}
     assert review_required(run)
-    run.answered_by = "library"  # reviewed already, through its example
+    run.answered_by = "library"  # reviewed already, through its example (none sampled for recheck)
+    settings.ASKDB_LIBRARY_REVIEW_SHARE = 0
     assert not review_required(run)
+    settings.ASKDB_LIBRARY_REVIEW_SHARE = 1.0  # every library answer rechecked
+    assert review_required(run)
 
 
 def test_schema_change_marks_broken_examples_and_restores_them(source, people):
