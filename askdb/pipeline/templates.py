@@ -31,7 +31,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 # Bump when the algorithm changes so that stored templates (Example.template) are rebuilt.
-TEMPLATE_VERSION = 4  # 4: a slot's column is its first use in SQL order (was set order, seed-dependent)
+TEMPLATE_VERSION = 5  # 5: a number inside a name is part of the name; a real literal (85.0) binds as one
 
 # Slot types. Ids are told apart by MIMIC's ranges and by the words before them.
 PATIENT_ID, ADMISSION_ID, STAY_ID = "patient_id", "admission_id", "stay_id"
@@ -897,7 +897,13 @@ def _claim_literal(
         return None  # a constant of arithmetic (`365 / 4` for "3-month"), not a value the question names
     if number:
         value = _canonical_number(number.group(2))
-        hits = [s for s in spans if s.type in (*ID_TYPES, NUMBER, YEAR) and s.value == value]
+        hits = [
+            s
+            for s in spans
+            if s.type in (*ID_TYPES, NUMBER, YEAR)
+            and s.value == value
+            and not any(_overlaps(s.start, s.end, [k]) for k in claims if k != (s.start, s.end))
+        ]
         if len(hits) == 1:
             span = hits[0]
             if col_name in _ID_COLUMNS and span.type != _ID_COLUMNS[col_name]:
@@ -990,11 +996,14 @@ def apply_case(text: str, case: str) -> str:
 
 
 def _find_name_span(question: str, core: str, spans: list[Span], claims: dict) -> tuple[int, int] | None:
-    """Where the question names a literal: whole words, case-insensitive, else the best fuzzy window."""
+    """Where the question names a literal: whole words, case-insensitive, else the best fuzzy window.
+
+    A number inside the name as written ("closed fracture of seven ribs") is part of the name."""
     taken = [(s.start, s.end) for s in spans] + list(claims)
     pattern = r"(?<![A-Za-z0-9])" + re.escape(core.strip()).replace(r"\ ", r"\s+") + r"(?![A-Za-z0-9])"
     for m in re.finditer(pattern, question, flags=re.I):
-        if not _overlaps(m.start(), m.end(), taken):
+        cut = [(a, b) for a, b in taken if not (m.start() <= a and b <= m.end())]
+        if not _overlaps(m.start(), m.end(), list(claims) + cut):
             return m.start(), m.end()
     tokens = tokenize(question)
     core_words = [w.lower() for w in re.findall(r"[A-Za-z0-9.%]+", core) if w.lower() not in FUNCTION_WORDS]
@@ -1090,6 +1099,9 @@ def _literal_for(slot: Slot, use: LiteralUse, value: str) -> exp.Expr:
         if not _NUMBER.fullmatch(value) or (slot.type in ID_TYPES and not _INT.fullmatch(value)):
             raise BindError(f"{slot.name} needs a number, not {value!r}")
         core = value
+        decimals = re.fullmatch(r"[+-]?\d+\.(\d+)", use.literal)
+        if decimals and "." not in core:  # `valuenum = 85.0` stays a real number: 92 is written 92.0
+            core = f"{core}.{'0' * len(decimals.group(1))}"
     elif slot.type == YEAR:
         if not re.fullmatch(r"\d{4}", value):
             raise BindError(f"{slot.name} needs a four-digit year, not {value!r}")
