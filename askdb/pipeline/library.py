@@ -57,6 +57,7 @@ from askdb.pipeline.templates import (
     Template,
     canonical,
     content_words,
+    period_spans,
     question_operators,
     stem,
     template_key,
@@ -153,6 +154,12 @@ def blank(question: str, spans: Iterable[tuple[int, int]]) -> str:
         cursor = end
     out.append(question[cursor:])
     return "".join(out)
+
+
+def periods(question: str) -> list[tuple[int, int]]:
+    """Where a question names a period back from now ("last year"): a value to bind, blanked for the
+    operator words (on both sides, so a period the template keeps fixed is compared as a fixed value)."""
+    return [(s.start, s.end) for s in period_spans(question)]
 
 
 def key_hash(key: str) -> str:
@@ -364,7 +371,7 @@ class LibraryIndex:
         said_by = {
             i: set(guard_words(e.template.masked_question)) for i, e in enumerate(self.entries) if e.template
         }
-        ops_by = {i: question_operators(blank(e.template.question, [(x.start, x.end) for x in e.template.slots if x.type == VALUE]))
+        ops_by = {i: question_operators(blank(e.template.question, [(x.start, x.end) for x in e.template.slots if x.type == VALUE] + periods(e.template.question)))
                   for i, e in enumerate(self.entries) if e.template}  # fmt: skip
         for key, idx in self.members.items():
             if key == UNANSWERABLE:
@@ -521,7 +528,7 @@ def match_library(
         question,
         lookup,
         values,
-        operator_text=blank(question, values.spans(question)) if values else question,
+        operator_text=blank(question, (values.spans(question) if values else []) + periods(question)),
     )
 
     results: list[MatchResult] = []

@@ -31,7 +31,9 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 # Bump when the algorithm changes so that stored templates (Example.template) are rebuilt.
-TEMPLATE_VERSION = 5  # 5: a number inside a name is part of the name; a real literal (85.0) binds as one
+TEMPLATE_VERSION = (
+    5  # 5: periods ("last year") are slots; a number inside a name is part of it; 85.0 stays real
+)
 
 # Slot types. Ids are told apart by MIMIC's ranges and by the words before them.
 PATIENT_ID, ADMISSION_ID, STAY_ID = "patient_id", "admission_id", "stay_id"
@@ -40,8 +42,15 @@ NUMBER, YEAR, DATE, GENDER, VALUE = "number", "year", "date", "gender", "value"
 # "last month/23", and a full "2100-06-07 05:00:00". Each binds to the SQL literal of the same shape.
 MONTH_YEAR, MONTH, MONTH_DAY, DAY, TIMESTAMP = "month_year", "month", "month_day", "day", "timestamp"
 CALENDAR_TYPES = (MONTH_YEAR, MONTH, MONTH_DAY, DAY, TIMESTAMP)
+# A calendar period relative to now: "this year" / "last year" is how many years back the SQL's
+# `datetime(current_time, 'start of year', '-1 year')` goes; the unit is part of the type, so a year
+# is never bound where the SQL counts months.
+PERIOD_YEAR, PERIOD_MONTH = "period_year", "period_month"
+PERIOD_TYPES = {"year": PERIOD_YEAR, "month": PERIOD_MONTH}
+_PERIOD = re.compile(r"(?<![A-Za-z])(this|current|last|previous)\s+(year|month)\b", re.I)
+_PERIODS_BACK = {"this": "0", "current": "0", "last": "1", "previous": "1"}
 ID_TYPES = (PATIENT_ID, ADMISSION_ID, STAY_ID)
-SLOT_TYPES = (*ID_TYPES, NUMBER, YEAR, DATE, GENDER, VALUE, *CALENDAR_TYPES)
+SLOT_TYPES = (*ID_TYPES, NUMBER, YEAR, DATE, GENDER, VALUE, *CALENDAR_TYPES, *PERIOD_TYPES.values())
 # The SQL literal each calendar type writes (its value is stored in this form).
 _CALENDAR_FORMS = {
     MONTH_YEAR: r"\d{4}-\d{2}",
@@ -283,10 +292,27 @@ def _calendar_spans(question: str) -> list[Span]:
     return spans
 
 
+def period_spans(question: str) -> list[Span]:
+    """Calendar periods relative to now ("this year", "last month"), valued by how many periods back."""
+    return [
+        Span(
+            PERIOD_TYPES[m.group(2).lower()],
+            m.group(0),
+            m.start(),
+            m.end(),
+            _PERIODS_BACK[m.group(1).lower()],
+        )
+        for m in _PERIOD.finditer(question)
+    ]
+
+
 def extract_typed_spans(question: str) -> list[Span]:
-    """Ids, numbers, years, dates, calendar pieces and gender words, in order of appearance."""
+    """Ids, numbers, years, dates, calendar pieces, periods and gender words, in order of appearance."""
     tokens = tokenize(question)
     spans: list[Span] = _calendar_spans(question)
+    spans += [
+        p for p in period_spans(question) if not _overlaps(p.start, p.end, [(s.start, s.end) for s in spans])
+    ]
     taken = [(s.start, s.end) for s in spans]
     for i, token in enumerate(tokens):
         text = token.text
@@ -891,6 +917,16 @@ def _claim_literal(
             free = [s for s in hits if (s.start, s.end) not in claims] or hits
             prefix, _, suffix = text.partition(core)
             return "slot", free[0], LiteralUse(index, text, True, prefix, suffix)
+    # A period back from now: '-1 year' next to 'start of year' in one datetime() call is "last year".
+    period = re.fullmatch(r"-(\d+) (year|month)", text) if is_string else None
+    if period and any(
+        isinstance(x, exp.Literal) and x.this == f"start of {period.group(2)}"
+        for x in getattr(literal.parent, "expressions", ())
+    ):
+        hits = [s for s in spans if s.type == PERIOD_TYPES[period.group(2)] and s.value == period.group(1)]
+        if len({(s.start, s.end) for s in hits}) == 1:
+            return "slot", hits[0], LiteralUse(index, text, True, "-", f" {period.group(2)}")
+        return None
     # Numbers (ids, counts, years) by value, also inside strings: '6 months', '-6 month', '2150'.
     number = re.fullmatch(r"([+-]?)(\d+(?:\.\d+)?)(\s*[A-Za-z][A-Za-z ]*)?", text)
     if number and not is_string and isinstance(literal.parent, (exp.Mul, exp.Div)):
@@ -1111,6 +1147,10 @@ def _literal_for(slot: Slot, use: LiteralUse, value: str) -> exp.Expr:
             core = (dt.date.fromisoformat(value) + dt.timedelta(days=use.offset)).isoformat()
         except ValueError as error:
             raise BindError(f"{slot.name} needs an ISO date, not {value!r}") from error
+    elif slot.type in PERIOD_TYPES.values():
+        if not re.fullmatch(r"\d{1,3}", value):
+            raise BindError(f"{slot.name} needs a number of periods back, not {value!r}")
+        core = str(int(value))
     elif slot.type in CALENDAR_TYPES:
         if not re.fullmatch(_CALENDAR_FORMS[slot.type], value):
             raise BindError(f"{slot.name} needs the form {_CALENDAR_FORMS[slot.type]}, not {value!r}")

@@ -55,9 +55,10 @@ def no_lookup(column: str, text: str):
     ("question", "expected"),
     [
         ("weight in 12/2100?", [("month_year", "12/2100", "2100-12")]),
-        ("input on 11/23/this year.", [("month_day", "11/23", "11-23")]),
-        ("weight in 05/this year", [("month", "05", "05")]),
-        ("output on last month/23.", [("day", "23", "23")]),
+        ("input on 11/23/this year.", [("month_day", "11/23", "11-23"), ("period_year", "this year", "0")]),
+        ("weight in 05/this year", [("month", "05", "05"), ("period_year", "this year", "0")]),
+        ("output on last month/23.", [("period_month", "last month", "1"), ("day", "23", "23")]),
+        ("during the previous year", [("period_year", "previous year", "1")]),
         ("since 02/12/2100 what", [("date", "02/12/2100", "2100-02-12")]),
         ("at 2100-06-07 05:00:00 ok", [("timestamp", "2100-06-07 05:00:00", "2100-06-07 05:00:00")]),
         ("potassium chl 20 meq / 1000 ml d5 1/2 ns", [("number", "20", "20"), ("number", "1000", "1000")]),
@@ -74,12 +75,26 @@ def test_a_month_of_this_year_is_a_slot_not_the_examples_month():
         "datetime(current_time,'start of year','-0 year') AND strftime('%m',charttime) = '05'"
     )
     t = build_template(q, sql, dialect="sqlite")
-    assert {s.type for s in t.slots} == {"patient_id", "month"}
-    bound = bind_sql(t, {"patient_id": "10001217", "month": "08"})
-    assert {"08", "-0 year"} <= literals(bound) and "05" not in literals(bound)
+    assert {s.type for s in t.slots} == {"patient_id", "month", "period_year"}
+    bound = bind_sql(t, {"patient_id": "10001217", "month": "08", "period_year": "1"})
+    assert {"08", "-1 year"} <= literals(bound) and not {"05", "-0 year"} & literals(bound)
 
 
-def test_the_key_is_shared_by_other_values_and_split_by_other_fixed_literals():
+def test_a_period_is_a_slot_only_where_the_sql_counts_calendar_periods_back():
+    sql = "SELECT 1 FROM t WHERE datetime(x, 'start of month') = datetime(current_time, 'start of month', '-1 month')"
+    t = build_template("was it given last month?", sql, dialect="sqlite")
+    assert [(s.type, s.value) for s in t.slots] == [("period_month", "1")]
+    assert "'-0 month'" in bind_sql(t, {"period_month": "0"})
+    # "-1 year" without 'start of year' is the last 12 months, not the calendar's last year: left fixed.
+    rolling = build_template(
+        "was it given in the last year?",
+        "SELECT 1 FROM t WHERE datetime(x) >= datetime(current_time, '-1 year')",
+        dialect="sqlite",
+    )
+    assert rolling.slots == () and rolling.fixed_values == ("last year",)
+
+
+def test_the_key_is_shared_by_other_values_and_periods_and_split_by_other_fixed_literals():
     sql = "SELECT COUNT(*) FROM admissions WHERE subject_id = {p} AND datetime(admittime,'start of year') = datetime(current_time,'start of year','{y}')"
     a = build_template(
         "how many visits did patient 10001 have this year?",
@@ -96,7 +111,13 @@ def test_the_key_is_shared_by_other_values_and_split_by_other_fixed_literals():
         sql.format(p=10001, y="-1 year"),
         dialect="sqlite",
     )
-    assert template_key(a) == template_key(b) != template_key(c)
+    assert template_key(a) == template_key(b) == template_key(c)  # "this year" and "last year": a value
+    fixed = build_template(
+        "how many visits did patient 10001 have in the year before?",
+        sql.format(p=10001, y="-1 year"),
+        dialect="sqlite",
+    )
+    assert template_key(fixed) != template_key(c)  # a literal the question does not name stays fixed
     months = build_template(
         "weight since 27 months ago",
         "SELECT 1 FROM t WHERE x >= datetime(current_time,'-27 month')",
@@ -541,12 +562,12 @@ def test_value_probes_check_fixed_categories_not_the_patient_or_the_time():
 
     sql = (
         "SELECT COUNT(*) > 0 FROM admissions WHERE admissions.subject_id = 10026255 AND "
-        "admissions.admission_location = 'emergency room' AND DATETIME(admissions.admittime, 'start of year') "
-        "= DATETIME(CURRENT_TIME, 'start of year', '-1 year')"
+        "admissions.admission_location = 'emergency room' AND DATETIME(admissions.admittime) "
+        ">= DATETIME(CURRENT_TIME, '-1 year')"
     )
-    t = build_template("Was patient 10026255 to the emergency room in the last year?", sql, dialect="sqlite")
+    t = build_template("Was patient 10026255 to the emergency room within a year?", sql, dialect="sqlite")
     assert {s.type for s in t.slots} == {"patient_id", "value"}
-    assert value_probes(t, sql) == []  # not there last year is the answer "no", not a misread value
+    assert value_probes(t, sql) == []  # not there within a year is the answer "no", not a misread value
     sql = (
         "SELECT SUM(amount) FROM inputevents WHERE subject_id = 10001 AND itemid IN (SELECT itemid FROM "
         "d_items WHERE d_items.label = 'foley' AND d_items.linksto = 'inputevents')"
