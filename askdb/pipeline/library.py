@@ -175,6 +175,9 @@ def sql_group(sql: str) -> str:
 # --- database values a question names ------------------------------------------------------------
 
 
+MAX_VALUE_CHARS = 300  # ICD titles run to 230 characters ("surgical operation with anastomosis, …")
+
+
 class ValueIndex:
     """Every value of the linkable columns, to find the longest ones a question contains.
 
@@ -196,7 +199,7 @@ class ValueIndex:
             if not isinstance(name, str) or not isinstance(value, str):
                 continue
             text = " ".join(name.lower().split())
-            if len(re.sub(r"[^a-z]", "", text)) < 2 or text in NEUTRAL_WORDS or len(text) > 150:
+            if len(re.sub(r"[^a-z]", "", text)) < 2 or text in NEUTRAL_WORDS or len(text) > MAX_VALUE_CHARS:
                 continue
             self._by_text[text].setdefault(bare_column(column), value)
         self.max_len = max((len(t) for t in self._by_text), default=0)

@@ -450,6 +450,15 @@ def test_values_end_in_brackets_and_start_with_percent_but_not_inside_a_hyphenat
         "glucose",
     ]
     assert values.spans("a non-invasive test") == []
+    title = (
+        "surgical operation with anastomosis, bypass, or graft, with natural or artificial tissues used as implant "
+        "causing abnormal patient reaction, or later complication, without mention of misadventure at time of operation"
+    )
+    long = L.ValueIndex({"d_icd_diagnoses.long_title": [title]})
+    assert (
+        long.contained(f"What is the cost of a diagnosis of {title}?", "d_icd_diagnoses.long_title")[0][2]
+        == title
+    )
 
 
 def test_names_the_library_approves_for_a_value_bind_it_and_a_lone_or_disputed_name_does_not():
