@@ -504,6 +504,7 @@ def library_index(source, executor, embedder, version: tuple | None = None):
     for example in active.order_by("id"):
         if example.kind == Example.Kind.ANSWERABLE and not template_is_current(example.template):
             example.template = example_template(example)
+            example.masked_embedding = None  # what is masked goes with the templates' version too
             changed.append(example)
         template = Template.from_dict(example.template) if example.template else None
         stored = example.template.get("key") if example.template else None

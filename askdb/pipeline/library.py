@@ -60,6 +60,7 @@ from askdb.pipeline.templates import (
     Template,
     canonical,
     content_words,
+    period_spans,
     question_operators,
     stem,
     template_key,
@@ -173,6 +174,12 @@ def blank(question: str, spans: Iterable[tuple[int, int]]) -> str:
     return "".join(out)
 
 
+def periods(question: str) -> list[tuple[int, int]]:
+    """Where a question names a period back from now ("last year"): a value to bind, blanked for the
+    operator words (on both sides, so a period the template keeps fixed is compared as a fixed value)."""
+    return [(s.start, s.end) for s in period_spans(question)]
+
+
 def key_hash(key: str) -> str:
     """The stored, indexed form of a template key (Example.template_key)."""
     return hashlib.sha1(key.encode()).hexdigest()[:16] if key else ""
@@ -186,27 +193,33 @@ def sql_group(sql: str) -> str:
 # --- database values a question names ------------------------------------------------------------
 
 
+MAX_VALUE_CHARS = 300  # ICD titles run to 230 characters ("surgical operation with anastomosis, …")
+
+
 class ValueIndex:
     """Every value of the linkable columns, to find the longest ones a question contains.
 
     Exact containment, case-insensitive, on word boundaries: a drug is named as it is written.
-    Values with fewer than two letters or that are plain function words are left out.
+    Values with fewer than two letters or that are plain function words are left out. A value may
+    end in a bracket ("fibromatosis [dupuytren]") and start with "%" ("% hemoglobin a1c"); one glued
+    to a word by a hyphen is not read ("non-invasive" is not the value 'non').
     """
 
-    _START = re.compile(r"(?:^|(?<=[\s(\"'/]))(?=[A-Za-z0-9(])")
-    _END = re.compile(r"(?<=[A-Za-z0-9)%.])(?=$|[\s?,;:!\"')]|\.(?:\s|$)|'s\b)")
+    _START = re.compile(r"(?:^|(?<=[\s(\"'/]))(?=[A-Za-z0-9(%\[])")
+    _END = re.compile(r"(?<=[A-Za-z0-9)%.\]])(?=$|[\s?,;:!\"')\]]|\.(?:\s|$)|'s\b)")
 
-    def __init__(self, values: dict[str, Iterable[str]]):
+    def __init__(self, values: dict[str, Iterable[str]], *, names: dict[str, dict[str, str]] | None = None):
+        """`values`: column -> its values. `names`: column -> {another name: the value it names}."""
         self._by_text: dict[str, dict[str, str]] = defaultdict(dict)
-        for column, column_values in values.items():
-            col = bare_column(column)
-            for value in column_values:
-                if not isinstance(value, str):
-                    continue
-                text = " ".join(value.lower().split())
-                if len(re.sub(r"[^a-z]", "", text)) < 2 or text in NEUTRAL_WORDS or len(text) > 150:
-                    continue
-                self._by_text[text].setdefault(col, value)
+        pairs = [(c, v, v) for c, vs in values.items() for v in vs]
+        pairs += [(c, n, v) for c, ns in (names or {}).items() for n, v in ns.items()]
+        for column, name, value in pairs:
+            if not isinstance(name, str) or not isinstance(value, str):
+                continue
+            text = " ".join(name.lower().split())
+            if len(re.sub(r"[^a-z]", "", text)) < 2 or text in NEUTRAL_WORDS or len(text) > MAX_VALUE_CHARS:
+                continue
+            self._by_text[text].setdefault(bare_column(column), value)
         self.max_len = max((len(t) for t in self._by_text), default=0)
         self.columns = {c for d in self._by_text.values() for c in d}
         self._cache: dict[str, list[tuple[int, int, dict[str, str]]]] = {}
@@ -249,6 +262,61 @@ class ValueIndex:
             if not any(a < y and x < b for x, y in out):
                 out.append((a, b))
         return sorted(out)
+
+    def with_names(self, names: ValueIndex) -> ValueIndex:
+        """This index and the other names of its values the library's questions use (value_names)."""
+        return _NamedValues(self, names) if len(names) else self
+
+
+class _NamedValues(ValueIndex):
+    """A value index and a small one of other names for its values, read as one; a database
+    value's own spelling wins over another name spelled the same."""
+
+    def __init__(self, values: ValueIndex, names: ValueIndex):
+        self.base, self.names = values, names
+        self.max_len = max(values.max_len, names.max_len)
+        self.columns = values.columns
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def _all(self, question: str) -> list[tuple[int, int, dict[str, str]]]:
+        own = self.base._all(question)
+        spans = {(a, b): hit for a, b, hit in own}
+        other = [
+            (a, b, {c: v for c, v in hit.items() if c not in spans.get((a, b), {})})
+            for a, b, hit in self.names._all(question)
+        ]
+        return own + [(a, b, hit) for a, b, hit in other if hit]
+
+
+NAME_EXAMPLES = 2  # approved questions that must name a value the same other way before it is a name
+
+
+def value_names(templates: Iterable[Template]) -> ValueIndex:
+    """Other names the library's approved questions give database values: "systolic blood pressure"
+    for 'arterial blood pressure systolic', "weigh" for 'daily weight'.
+
+    A named-value slot whose question words are not the value's spelling is a reviewer-approved
+    reading of those words. A name counts when NAME_EXAMPLES questions use it for one value of a
+    column and none for another; LIKE patterns are written from the question's own words, so they
+    name nothing else.
+    """
+    seen: dict[tuple[str, str], dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for template in templates:
+        for slot in template.slots:
+            if slot.type != VALUE or not slot.column or any(u.like for u in slot.uses):
+                continue
+            name = " ".join(slot.text.lower().split())
+            if name != " ".join(slot.value.lower().split()):
+                seen[(bare_column(slot.column), name)][slot.value].add(template.question.lower())
+    names: dict[str, dict[str, str]] = defaultdict(dict)
+    for (column, name), by_value in seen.items():
+        if len(by_value) == 1:
+            value, questions = next(iter(by_value.items()))
+            if len(questions) >= NAME_EXAMPLES:
+                names[column][name] = value
+    return ValueIndex({}, names=names)
 
 
 def load_values(executor, tables: dict[str, str], dialect: str) -> ValueIndex:
@@ -310,6 +378,7 @@ class LibraryIndex:
         for i, entry in enumerate(self.entries):
             self.members[entry.key].append(i)
         self.families = self._families()
+        self.names = value_names(e.template for e in self.entries if e.template)
 
     def _families(self) -> dict[str, Family]:
         words_of: dict[str, set[str]] = {}
@@ -323,7 +392,7 @@ class LibraryIndex:
         said_by = {
             i: set(guard_words(e.template.masked_question)) for i, e in enumerate(self.entries) if e.template
         }
-        ops_by = {i: question_operators(blank(e.template.question, [(x.start, x.end) for x in e.template.slots if x.type == VALUE]))
+        ops_by = {i: question_operators(blank(e.template.question, [(x.start, x.end) for x in e.template.slots if x.type == VALUE] + periods(e.template.question)))
                   for i, e in enumerate(self.entries) if e.template}  # fmt: skip
         for key, idx in self.members.items():
             if key == UNANSWERABLE:
@@ -479,6 +548,7 @@ def match_library(
     risk = risk or DEFAULT_RISK
     if not index.entries:
         return LibraryMatch([], masked_question, [])
+    values = values.with_names(index.names) if values is not None else None
     v = np.asarray(vector, dtype=np.float32)
     v = v / (np.linalg.norm(v) or 1.0)
     sims = index.matrix @ v
@@ -497,7 +567,7 @@ def match_library(
         question,
         lookup,
         values,
-        operator_text=blank(question, values.spans(question)) if values else question,
+        operator_text=blank(question, (values.spans(question) if values else []) + periods(question)),
     )
 
     results: list[MatchResult] = []

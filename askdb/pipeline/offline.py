@@ -409,6 +409,9 @@ class _Work:
     bindings: dict[str, Binding] = field(default_factory=dict)
     placed: dict[str, Span] = field(default_factory=dict)  # slot name -> the new question's span
     unplaced: list[Span] = field(default_factory=list)
+    # Slots of one type whose values the question's wording does not place, bound in the question's
+    # order with the text to refuse with: they answer only if every other order gives the same result.
+    unordered: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
 
     def refuse(self, code: str, text: str) -> None:
         self.codes.append(code)
@@ -514,6 +517,12 @@ def _match_one(
     sql = None
     if not work.reasons:
         sql = _bind_and_check(template, work, catalog)
+    if sql is not None and work.unordered:
+        for names, text in work.unordered:
+            if probe is None or not _order_is_free(template, work, names, probe):
+                work.refuse(R.VALUE_PLACEMENT, text)
+                sql = None
+                break
     if sql is not None and probe is not None:
         for check in value_probes(template, sql):
             if not probe(check):
@@ -623,11 +632,13 @@ def _assign_typed(template: Template, question: str, spans: list[Span], work: _W
             continue
         order = _ordering(template, question, slots, found)
         if order is None:
-            work.refuse(
-                R.VALUE_PLACEMENT,
-                f"askdb cannot tell which {_describe(slot_type, 2)[2:]} of this question goes where in the verified question.",
+            order = list(found)
+            work.unordered.append(
+                (
+                    tuple(s.name for s in slots),
+                    f"askdb cannot tell which {_describe(slot_type, 2)[2:]} of this question goes where in the verified question.",
+                )
             )
-            continue
         for slot, span in zip(slots, order, strict=True):
             work.bindings[slot.name] = Binding(
                 slot.name, slot.type, slot.text, span.text, span.value, 1.0, False, slot.column
@@ -649,21 +660,88 @@ def _describe(slot_type: str, n: int) -> str:
 
 
 def _ordering(template: Template, question: str, slots: list[Slot], spans: list[Span]) -> list[Span] | None:
-    """Spans in slot order. Several slots of one type must agree with the words before each value."""
+    """Spans in slot order. Several slots of one type must agree with the words before each value,
+    else with their units, else with the words next to each value."""
     if len(slots) == 1:
         return spans
-
-    def before(text: str, start: int) -> str:
-        words = [t.lower for t in tokenize(text[:start]) if t.lower not in ("the", "a", "an")]
-        return words[-1] if words else ""
-
-    wanted = [before(template.question, s.start) for s in slots]
+    wanted = [_next_words(template.question, s.start, s.end)[0] for s in slots]
     for perm in itertools.permutations(spans):
-        if [before(question, s.start) for s in perm] == wanted:
+        if [_next_words(question, s.start, s.end)[0] for s in perm] == wanted:
             return list(perm)
     if interchangeable(template, tuple(s.name for s in slots)):
         return list(spans)  # "a, b, or c": one IN list, any order means the same
-    return _by_unit(question, slots, spans)
+    return _by_unit(question, slots, spans) or _by_context(template, question, slots, spans)
+
+
+MAX_UNORDERED = 3  # values of one type whose every order is tried (3! = 6 queries at most)
+
+
+def _order_is_free(
+    template: Template, work: _Work, names: tuple[str, ...], probe: Callable[[str], bool]
+) -> bool:
+    """Whether every other order of these slots' values gives the same result on the source.
+
+    "X and Y at the same time": the question does not say which drug is the template's first, and it
+    need not, when both orders answer alike. Tried on the database (a probe that returns a row only
+    when the results are equal), so an asymmetric SQL ("X within 2 months after Y") is refused, and a
+    probe that fails refuses too.
+    """
+    if len(names) > MAX_UNORDERED:
+        return False
+    bound = [work.bindings[n].value for n in names]
+    values = {n: b.value for n, b in work.bindings.items()}
+    for perm in itertools.permutations(bound):
+        if list(perm) == bound:
+            continue
+        try:
+            other = bind_sql(template, values | dict(zip(names, perm, strict=True)))
+        except BindError:
+            return False
+        if not probe(same_result_probe(bind_sql(template, values), other, template.dialect)):
+            return False
+    return True
+
+
+def same_result_probe(a: str, b: str, dialect: str) -> str:
+    """A query that returns a row only when queries `a` and `b` return the same rows (as sets, and
+    as many of them)."""
+    x, y = (sqlglot.parse_one(q, read=dialect) for q in (a, b))
+
+    def rows(q: exp.Expr, alias: str) -> exp.Select:
+        return exp.select("*").from_(q.copy().subquery(alias))
+
+    def none_but(p: exp.Expr, q: exp.Expr) -> exp.Expr:
+        return exp.not_(exp.Exists(this=exp.except_(rows(p, "a"), rows(q, "b"))))
+
+    def count(q: exp.Expr, alias: str) -> exp.Expr:
+        return exp.select(exp.Count(this=exp.Star())).from_(q.copy().subquery(alias)).subquery()
+
+    same = exp.and_(none_but(x, y), none_but(y, x), exp.EQ(this=count(x, "a"), expression=count(y, "b")))
+    return exp.select(exp.Literal.number(1)).where(same).sql(dialect=dialect)
+
+
+def _next_words(text: str, start: int, end: int) -> tuple[str, str]:
+    """The words just before and just after a span (articles skipped), "" at either end."""
+    before = [t.lower for t in tokenize(text[:start]) if t.lower not in ("the", "a", "an")]
+    after = [t.lower for t in tokenize(text[end:]) if t.lower not in ("the", "a", "an")]
+    return (before[-1] if before else ""), (after[0] if after else "")
+
+
+def _by_context(template: Template, question: str, slots: list[Slot], spans: list[Span]) -> list[Span] | None:
+    """Values placed by a word next to them: "the top three diagnoses of patients aged 60 or above"
+    puts three where the example has "top five" (the word before) and 60 where it has "age of 50 or
+    above" (the word after). None unless exactly one placement gives every value such a word."""
+    wanted = [_next_words(template.question, s.start, s.end) for s in slots]
+    mine = {id(s): _next_words(question, s.start, s.end) for s in spans}
+    fits = [
+        list(p)
+        for p in itertools.permutations(spans)
+        if all(
+            any(x and x == y for x, y in zip(mine[id(s)], w, strict=True))
+            for s, w in zip(p, wanted, strict=True)
+        )
+    ]
+    return fits[0] if len(fits) == 1 else None
 
 
 def _by_unit(question: str, slots: list[Slot], spans: list[Span]) -> list[Span] | None:
@@ -773,11 +851,13 @@ def _assign_contained(
         spans = [Span(_TEXT, question[a:b], a, b, v) for a, b, v in sorted(chosen)]
         order = _ordering(template, question, slots, spans)
         if order is None:
-            work.refuse(
-                R.VALUE_PLACEMENT,
-                f"askdb cannot tell which {_column_words(slots[0].column)} of this question goes where in the verified question.",
+            order = list(spans)
+            work.unordered.append(
+                (
+                    tuple(s.name for s in slots),
+                    f"askdb cannot tell which {_column_words(slots[0].column)} of this question goes where in the verified question.",
+                )
             )
-            return
         for slot, span in zip(slots, order, strict=True):
             bound = span.value
             if slot.uses and all(u.like for u in slot.uses):
@@ -942,12 +1022,16 @@ def value_probes(template: Template, sql: str) -> list[str]:
     """Queries that must return a row for the bound named values to make sense.
 
     A value is linked to its column alone, but the SQL may also filter its table with fixed
-    conditions: 'foley' is a d_items label, yet not one with linksto = 'inputevents'. For each
-    named-value literal, the conditions on the same table in the same WHERE (no subqueries) become
-    `SELECT 1 FROM table WHERE … LIMIT 1`; none when the value is the only condition.
+    categorical conditions: 'foley' is a d_items label, yet not one with linksto = 'inputevents'.
+    For each named-value literal, its own condition and the fixed conditions on the same table in
+    the same WHERE (no subqueries) become `SELECT 1 FROM table WHERE … LIMIT 1`; none when the value
+    is the only condition. Conditions that hold other slots' values (a patient, a second drug) or
+    compute anything (a time window, "last year") are left out: that the patient got no such drug
+    last year is an answer ("no", 0), not a sign that the value was misread.
     """
     tree = sqlglot.parse_one(sql, dialect=template.dialect)
     literals = list(tree.find_all(exp.Literal))
+    slot_literals = {id(literals[u.index]) for s in template.slots for u in s.uses if u.index < len(literals)}
     out: list[str] = []
     for slot in (s for s in template.slots if s.type == VALUE):
         for use in slot.uses:
@@ -967,14 +1051,24 @@ def value_probes(template: Template, sql: str) -> list[str]:
             table = source.this
             names = {table.name.lower(), table.alias_or_name.lower(), ""}
             conjuncts = list(where.this.flatten()) if isinstance(where.this, exp.And) else [where.this]
+            own = {id(c) for c in conjuncts if any(x is literal for x in c.find_all(exp.Literal))}
             kept = [
                 c
                 for c in conjuncts
+                if id(c) in own
+                or (
+                    all(isinstance(n, _CATEGORICAL) for n in c.walk())
+                    and not any(id(x) in slot_literals for x in c.find_all(exp.Literal))
+                )
+            ]
+            kept = [
+                c
+                for c in kept
                 if not c.find(exp.Select)
                 and all(col.table.lower() in names for col in c.find_all(exp.Column))
                 and any(True for _ in c.find_all(exp.Column))
             ]
-            if len(kept) < 2 or not any(literal in set(c.find_all(exp.Literal)) for c in kept):
+            if len(kept) < 2 or not any(id(c) in own for c in kept):
                 continue
             probe = (
                 exp.select(exp.Literal.number(1))
@@ -983,6 +1077,14 @@ def value_probes(template: Template, sql: str) -> list[str]:
             )
             out.append(probe.limit(1).sql(dialect=template.dialect))
     return list(dict.fromkeys(out))
+
+
+# What a fixed categorical condition is made of (`linksto = 'inputevents'`, `x IN ('a', 'b')`): no
+# functions, no ranges, no clock.
+_CATEGORICAL = (
+    exp.Column, exp.Identifier, exp.Literal, exp.EQ, exp.NEQ, exp.In, exp.Like, exp.ILike, exp.Not,
+    exp.Paren, exp.Is, exp.Null, exp.Boolean, exp.Tuple, exp.Or, exp.Lower, exp.Upper,
+)  # fmt: skip
 
 
 def _pieces(run: Span) -> list[Span]:

@@ -32,8 +32,9 @@ from sqlglot.errors import SqlglotError
 
 # Bump when the algorithm changes so that stored templates (Example.template) are rebuilt.
 TEMPLATE_VERSION = (
-    5  # 5: operator words ("when" in a statement, "between"/"from" without a time, "how often")
+    6  # 6: periods ("last year") are slots; a number inside a name is part of it; 85.0 stays real
 )
+# 5: operator words ("when" in a statement, "between"/"from" without a time, "how often")
 # 4: a slot's column is its first use in SQL order (was set order, seed-dependent)
 
 # Slot types. Ids are told apart by MIMIC's ranges and by the words before them.
@@ -43,8 +44,15 @@ NUMBER, YEAR, DATE, GENDER, VALUE = "number", "year", "date", "gender", "value"
 # "last month/23", and a full "2100-06-07 05:00:00". Each binds to the SQL literal of the same shape.
 MONTH_YEAR, MONTH, MONTH_DAY, DAY, TIMESTAMP = "month_year", "month", "month_day", "day", "timestamp"
 CALENDAR_TYPES = (MONTH_YEAR, MONTH, MONTH_DAY, DAY, TIMESTAMP)
+# A calendar period relative to now: "this year" / "last year" is how many years back the SQL's
+# `datetime(current_time, 'start of year', '-1 year')` goes; the unit is part of the type, so a year
+# is never bound where the SQL counts months.
+PERIOD_YEAR, PERIOD_MONTH = "period_year", "period_month"
+PERIOD_TYPES = {"year": PERIOD_YEAR, "month": PERIOD_MONTH}
+_PERIOD = re.compile(r"(?<![A-Za-z])(this|current|last|previous)\s+(year|month)\b", re.I)
+_PERIODS_BACK = {"this": "0", "current": "0", "last": "1", "previous": "1"}
 ID_TYPES = (PATIENT_ID, ADMISSION_ID, STAY_ID)
-SLOT_TYPES = (*ID_TYPES, NUMBER, YEAR, DATE, GENDER, VALUE, *CALENDAR_TYPES)
+SLOT_TYPES = (*ID_TYPES, NUMBER, YEAR, DATE, GENDER, VALUE, *CALENDAR_TYPES, *PERIOD_TYPES.values())
 # The SQL literal each calendar type writes (its value is stored in this form).
 _CALENDAR_FORMS = {
     MONTH_YEAR: r"\d{4}-\d{2}",
@@ -291,10 +299,27 @@ def _calendar_spans(question: str) -> list[Span]:
     return spans
 
 
+def period_spans(question: str) -> list[Span]:
+    """Calendar periods relative to now ("this year", "last month"), valued by how many periods back."""
+    return [
+        Span(
+            PERIOD_TYPES[m.group(2).lower()],
+            m.group(0),
+            m.start(),
+            m.end(),
+            _PERIODS_BACK[m.group(1).lower()],
+        )
+        for m in _PERIOD.finditer(question)
+    ]
+
+
 def extract_typed_spans(question: str) -> list[Span]:
-    """Ids, numbers, years, dates, calendar pieces and gender words, in order of appearance."""
+    """Ids, numbers, years, dates, calendar pieces, periods and gender words, in order of appearance."""
     tokens = tokenize(question)
     spans: list[Span] = _calendar_spans(question)
+    spans += [
+        p for p in period_spans(question) if not _overlaps(p.start, p.end, [(s.start, s.end) for s in spans])
+    ]
     taken = [(s.start, s.end) for s in spans]
     for i, token in enumerate(tokens):
         text = token.text
@@ -908,13 +933,29 @@ def _claim_literal(
             free = [s for s in hits if (s.start, s.end) not in claims] or hits
             prefix, _, suffix = text.partition(core)
             return "slot", free[0], LiteralUse(index, text, True, prefix, suffix)
+    # A period back from now: '-1 year' next to 'start of year' in one datetime() call is "last year".
+    period = re.fullmatch(r"-(\d+) (year|month)", text) if is_string else None
+    if period and any(
+        isinstance(x, exp.Literal) and x.this == f"start of {period.group(2)}"
+        for x in getattr(literal.parent, "expressions", ())
+    ):
+        hits = [s for s in spans if s.type == PERIOD_TYPES[period.group(2)] and s.value == period.group(1)]
+        if len({(s.start, s.end) for s in hits}) == 1:
+            return "slot", hits[0], LiteralUse(index, text, True, "-", f" {period.group(2)}")
+        return None
     # Numbers (ids, counts, years) by value, also inside strings: '6 months', '-6 month', '2150'.
     number = re.fullmatch(r"([+-]?)(\d+(?:\.\d+)?)(\s*[A-Za-z][A-Za-z ]*)?", text)
     if number and not is_string and isinstance(literal.parent, (exp.Mul, exp.Div)):
         return None  # a constant of arithmetic (`365 / 4` for "3-month"), not a value the question names
     if number:
         value = _canonical_number(number.group(2))
-        hits = [s for s in spans if s.type in (*ID_TYPES, NUMBER, YEAR) and s.value == value]
+        hits = [
+            s
+            for s in spans
+            if s.type in (*ID_TYPES, NUMBER, YEAR)
+            and s.value == value
+            and not any(_overlaps(s.start, s.end, [k]) for k in claims if k != (s.start, s.end))
+        ]
         if len(hits) == 1:
             span = hits[0]
             if col_name in _ID_COLUMNS and span.type != _ID_COLUMNS[col_name]:
@@ -1007,11 +1048,14 @@ def apply_case(text: str, case: str) -> str:
 
 
 def _find_name_span(question: str, core: str, spans: list[Span], claims: dict) -> tuple[int, int] | None:
-    """Where the question names a literal: whole words, case-insensitive, else the best fuzzy window."""
+    """Where the question names a literal: whole words, case-insensitive, else the best fuzzy window.
+
+    A number inside the name as written ("closed fracture of seven ribs") is part of the name."""
     taken = [(s.start, s.end) for s in spans] + list(claims)
     pattern = r"(?<![A-Za-z0-9])" + re.escape(core.strip()).replace(r"\ ", r"\s+") + r"(?![A-Za-z0-9])"
     for m in re.finditer(pattern, question, flags=re.I):
-        if not _overlaps(m.start(), m.end(), taken):
+        cut = [(a, b) for a, b in taken if not (m.start() <= a and b <= m.end())]
+        if not _overlaps(m.start(), m.end(), list(claims) + cut):
             return m.start(), m.end()
     tokens = tokenize(question)
     core_words = [w.lower() for w in re.findall(r"[A-Za-z0-9.%]+", core) if w.lower() not in FUNCTION_WORDS]
@@ -1107,6 +1151,9 @@ def _literal_for(slot: Slot, use: LiteralUse, value: str) -> exp.Expr:
         if not _NUMBER.fullmatch(value) or (slot.type in ID_TYPES and not _INT.fullmatch(value)):
             raise BindError(f"{slot.name} needs a number, not {value!r}")
         core = value
+        decimals = re.fullmatch(r"[+-]?\d+\.(\d+)", use.literal)
+        if decimals and "." not in core:  # `valuenum = 85.0` stays a real number: 92 is written 92.0
+            core = f"{core}.{'0' * len(decimals.group(1))}"
     elif slot.type == YEAR:
         if not re.fullmatch(r"\d{4}", value):
             raise BindError(f"{slot.name} needs a four-digit year, not {value!r}")
@@ -1116,6 +1163,10 @@ def _literal_for(slot: Slot, use: LiteralUse, value: str) -> exp.Expr:
             core = (dt.date.fromisoformat(value) + dt.timedelta(days=use.offset)).isoformat()
         except ValueError as error:
             raise BindError(f"{slot.name} needs an ISO date, not {value!r}") from error
+    elif slot.type in PERIOD_TYPES.values():
+        if not re.fullmatch(r"\d{1,3}", value):
+            raise BindError(f"{slot.name} needs a number of periods back, not {value!r}")
+        core = str(int(value))
     elif slot.type in CALENDAR_TYPES:
         if not re.fullmatch(_CALENDAR_FORMS[slot.type], value):
             raise BindError(f"{slot.name} needs the form {_CALENDAR_FORMS[slot.type]}, not {value!r}")

@@ -13,7 +13,7 @@ from django.core.management import call_command
 
 from askdb.models import Example
 from askdb.pipeline import library, offline
-from askdb.pipeline.templates import Template
+from askdb.pipeline.templates import Template, template_is_current
 from askdb.runner import source_values
 from askdb.services.examples import example_upsert
 from askdb.services.exports import examples_import
@@ -167,3 +167,21 @@ def test_the_few_shot_search_in_memory_finds_what_the_database_search_finds(sour
     first = both()
     example_set_status(example=Example.objects.get(pk=first[0][0]), actor=None, status="retired")
     assert first[0][0] not in [i for i, _ in both()]  # a library change is seen at once
+
+
+def test_a_stale_template_is_rebuilt_with_its_masked_vector(source):
+    """Templates and masking change together (TEMPLATE_VERSION): a template built by an older
+    version is rebuilt when the library is loaded, and its masked vector is embedded again."""
+    from askdb.runner import library_index
+
+    examples_import(source=source, items=ITEMS[:2])
+    example = Example.objects.get(question="How many female patients are there?")
+    Example.objects.filter(pk=example.pk).update(
+        template={**example.template, "version": 0}, masked_embedding=[0.0] * len(example.masked_embedding)
+    )
+    library_index(source, source_executor(source), get_embedder())
+    example.refresh_from_db()
+    assert template_is_current(example.template)
+    values = source_values(source, source_executor(source))
+    masked = get_embedder().embed([offline.mask_question(example.question, values)])[0]
+    assert list(example.masked_embedding) == pytest.approx(masked, abs=1e-6)

@@ -56,9 +56,10 @@ def no_lookup(column: str, text: str):
     ("question", "expected"),
     [
         ("weight in 12/2100?", [("month_year", "12/2100", "2100-12")]),
-        ("input on 11/23/this year.", [("month_day", "11/23", "11-23")]),
-        ("weight in 05/this year", [("month", "05", "05")]),
-        ("output on last month/23.", [("day", "23", "23")]),
+        ("input on 11/23/this year.", [("month_day", "11/23", "11-23"), ("period_year", "this year", "0")]),
+        ("weight in 05/this year", [("month", "05", "05"), ("period_year", "this year", "0")]),
+        ("output on last month/23.", [("period_month", "last month", "1"), ("day", "23", "23")]),
+        ("during the previous year", [("period_year", "previous year", "1")]),
         ("since 02/12/2100 what", [("date", "02/12/2100", "2100-02-12")]),
         ("at 2100-06-07 05:00:00 ok", [("timestamp", "2100-06-07 05:00:00", "2100-06-07 05:00:00")]),
         ("potassium chl 20 meq / 1000 ml d5 1/2 ns", [("number", "20", "20"), ("number", "1000", "1000")]),
@@ -75,12 +76,26 @@ def test_a_month_of_this_year_is_a_slot_not_the_examples_month():
         "datetime(current_time,'start of year','-0 year') AND strftime('%m',charttime) = '05'"
     )
     t = build_template(q, sql, dialect="sqlite")
-    assert {s.type for s in t.slots} == {"patient_id", "month"}
-    bound = bind_sql(t, {"patient_id": "10001217", "month": "08"})
-    assert {"08", "-0 year"} <= literals(bound) and "05" not in literals(bound)
+    assert {s.type for s in t.slots} == {"patient_id", "month", "period_year"}
+    bound = bind_sql(t, {"patient_id": "10001217", "month": "08", "period_year": "1"})
+    assert {"08", "-1 year"} <= literals(bound) and not {"05", "-0 year"} & literals(bound)
 
 
-def test_the_key_is_shared_by_other_values_and_split_by_other_fixed_literals():
+def test_a_period_is_a_slot_only_where_the_sql_counts_calendar_periods_back():
+    sql = "SELECT 1 FROM t WHERE datetime(x, 'start of month') = datetime(current_time, 'start of month', '-1 month')"
+    t = build_template("was it given last month?", sql, dialect="sqlite")
+    assert [(s.type, s.value) for s in t.slots] == [("period_month", "1")]
+    assert "'-0 month'" in bind_sql(t, {"period_month": "0"})
+    # "-1 year" without 'start of year' is the last 12 months, not the calendar's last year: left fixed.
+    rolling = build_template(
+        "was it given in the last year?",
+        "SELECT 1 FROM t WHERE datetime(x) >= datetime(current_time, '-1 year')",
+        dialect="sqlite",
+    )
+    assert rolling.slots == () and rolling.fixed_values == ("last year",)
+
+
+def test_the_key_is_shared_by_other_values_and_periods_and_split_by_other_fixed_literals():
     sql = "SELECT COUNT(*) FROM admissions WHERE subject_id = {p} AND datetime(admittime,'start of year') = datetime(current_time,'start of year','{y}')"
     a = build_template(
         "how many visits did patient 10001 have this year?",
@@ -97,7 +112,13 @@ def test_the_key_is_shared_by_other_values_and_split_by_other_fixed_literals():
         sql.format(p=10001, y="-1 year"),
         dialect="sqlite",
     )
-    assert template_key(a) == template_key(b) != template_key(c)
+    assert template_key(a) == template_key(b) == template_key(c)  # "this year" and "last year": a value
+    fixed = build_template(
+        "how many visits did patient 10001 have in the year before?",
+        sql.format(p=10001, y="-1 year"),
+        dialect="sqlite",
+    )
+    assert template_key(fixed) != template_key(c)  # a literal the question does not name stays fixed
     months = build_template(
         "weight since 27 months ago",
         "SELECT 1 FROM t WHERE x >= datetime(current_time,'-27 month')",
@@ -428,6 +449,157 @@ def test_a_shorter_value_that_leaves_the_examples_words_around_it_wins():
     best = L.match_library(question, vector, index, lookup=no_lookup, values=values).best
     assert best.hard_ok, best.reasons
     assert "tf residual" in literals(best.sql) and "tf residual output" not in literals(best.sql)
+
+
+def test_values_end_in_brackets_and_start_with_percent_but_not_inside_a_hyphenated_word():
+    values = L.ValueIndex(
+        {
+            "d_icd_diagnoses.long_title": ["palmar fascial fibromatosis [dupuytren]"],
+            "d_labitems.label": ["% hemoglobin a1c", "glucose", "non"],
+        }
+    )
+    q = "cost of palmar fascial fibromatosis [dupuytren]? a % hemoglobin a1c test, a glucose test"
+    assert [q[a:b] for a, b in values.spans(q)] == [
+        "palmar fascial fibromatosis [dupuytren]",
+        "% hemoglobin a1c",
+        "glucose",
+    ]
+    assert values.spans("a non-invasive test") == []
+    title = (
+        "surgical operation with anastomosis, bypass, or graft, with natural or artificial tissues used as implant "
+        "causing abnormal patient reaction, or later complication, without mention of misadventure at time of operation"
+    )
+    long = L.ValueIndex({"d_icd_diagnoses.long_title": [title]})
+    assert (
+        long.contained(f"What is the cost of a diagnosis of {title}?", "d_icd_diagnoses.long_title")[0][2]
+        == title
+    )
+
+
+def test_names_the_library_approves_for_a_value_bind_it_and_a_lone_or_disputed_name_does_not():
+    sql = (
+        "SELECT MAX(valuenum) FROM chartevents WHERE subject_id = {p} AND itemid IN "
+        "(SELECT itemid FROM d_items WHERE label = '{v}')"
+    )
+    abp = "arterial blood pressure systolic"
+    pairs = [
+        ("what was the maximum systolic blood pressure of patient 10001?", sql.format(p=10001, v=abp)),
+        ("tell me the highest systolic blood pressure of patient 10002.", sql.format(p=10002, v=abp)),
+        ("what was the maximum heart rate of patient 10003?", sql.format(p=10003, v="heart rate")),
+        ("what was the maximum pulse of patient 10004?", sql.format(p=10004, v="heart rate")),
+    ]
+    templates = [build_template(q, s, dialect="sqlite") for q, s in pairs]
+    names = L.value_names(templates)
+    assert names.contained("the systolic blood pressure", "d_items.label") == [(4, 27, abp)]
+    assert names.contained("the pulse", "d_items.label") == []  # one question only
+    disputed = L.value_names([*templates, build_template(
+        "what was the maximum systolic blood pressure of patient 10005?", sql.format(p=10005, v="non invasive blood pressure systolic"),
+        dialect="sqlite")])  # fmt: skip
+    assert disputed.contained("the systolic blood pressure", "d_items.label") == []
+
+    db = L.ValueIndex({"d_items.label": [abp, "heart rate", "non invasive blood pressure systolic"]})
+    entries = [
+        L.entry_for(i, q, s, t) for i, ((q, s), t) in enumerate(zip(pairs[2:], templates[2:], strict=True))
+    ]
+    entries.append(L.entry_for(9, *pairs[0], templates[0]))
+    entries.append(L.entry_for(8, *pairs[1], templates[1]))
+    index = L.LibraryIndex(entries, embed([mask_question(e.question, db) for e in entries]))
+    question = "what was the maximum systolic blood pressure of patient 10009?"
+    vector = embed([mask_question(question, db)])[0]
+    best = L.match_library(question, vector, index, lookup=no_lookup, values=db).best
+    assert best.hard_ok, best.reasons
+    assert abp in literals(best.sql) and "10009" in best.sql
+
+
+def test_numbers_are_placed_by_a_word_next_to_them():
+    sql = (
+        "SELECT title FROM (SELECT title, DENSE_RANK() OVER (ORDER BY COUNT(*) DESC) AS r FROM d WHERE "
+        "hadm_id IN (SELECT hadm_id FROM admissions WHERE age >= {a}) GROUP BY title) WHERE r <= {n}"
+    )
+    index = build_index(
+        [("For the patients with age 60 or above, what are the top five most frequent diagnoses?", sql.format(a=60, n=5))]
+    )  # fmt: skip
+    best = ask(
+        index, "what are the top three most frequent diagnoses of patients with an age of 40 or above?"
+    )
+    assert best.hard_ok, best.reasons
+    assert {"40", "3"} <= literals(best.sql) and "60" not in literals(best.sql)
+
+
+SAME_TIME_SQL = (
+    "SELECT t1.starttime FROM (SELECT subject_id, starttime FROM prescriptions WHERE subject_id = {p} AND "
+    "drug = '{a}') AS t1 JOIN (SELECT subject_id, starttime FROM prescriptions WHERE subject_id = {p} AND "
+    "drug = '{b}') AS t2 ON t1.subject_id = t2.subject_id WHERE t1.starttime = t2.starttime "
+    "ORDER BY t1.starttime LIMIT 1"
+)
+
+
+@pytest.mark.parametrize(("same", "answers"), [(True, True), (False, False), (None, False)])
+def test_values_the_wording_does_not_place_bind_only_if_every_order_gives_the_same_result(same, answers):
+    index = build_index(
+        [
+            (
+                "when was patient 10001 prescribed aspirin and glucose at the same time for the first time?",
+                SAME_TIME_SQL.format(p=10001, a="aspirin", b="glucose"),
+            )
+        ]
+    )
+    question = (
+        "when was patient 10002 prescribed docusate sodium at the same time as nacl 0.9% for the first time?"
+    )
+    asked: list[str] = []
+
+    def probe(sql: str) -> bool:
+        asked.append(sql)
+        return bool(same)
+
+    vector = embed([mask_question(question, VALUES)])[0]
+    best = L.match_library(
+        question, vector, index, lookup=no_lookup, values=VALUES, probe=None if same is None else probe
+    ).best
+    assert best.hard_ok is answers, best.reasons
+    if same is not None:
+        assert len(asked) == 1 and "EXCEPT" in asked[0]  # one other order, compared on the database
+    if answers:
+        assert {"docusate sodium", "nacl 0.9%"} <= literals(best.sql)
+    else:
+        assert any("goes where" in r for r in best.reasons)
+
+
+def test_the_same_result_probe_returns_a_row_only_for_equal_results():
+    from askdb.pipeline.offline import same_result_probe
+
+    db = sqlite3.connect(":memory:")
+    db.executescript("CREATE TABLE t (x INT, y TEXT); INSERT INTO t VALUES (1, 'a'), (2, 'b'), (2, 'c');")
+
+    def equal(a: str, b: str) -> bool:
+        return bool(db.execute(same_result_probe(a, b, "sqlite")).fetchall())
+
+    assert equal("SELECT x FROM t WHERE y IN ('a', 'b')", "SELECT x FROM t WHERE y IN ('b', 'a')")
+    assert not equal("SELECT x FROM t WHERE y = 'a'", "SELECT x FROM t WHERE y = 'b'")
+    assert not equal("SELECT x FROM t WHERE y = 'b'", "SELECT x FROM t WHERE y <> 'a'")  # 2 vs 2, 2
+    assert equal("SELECT x FROM t WHERE y = 'z'", "SELECT x FROM t WHERE y = 'q'")  # both empty
+
+
+def test_value_probes_check_fixed_categories_not_the_patient_or_the_time():
+    from askdb.pipeline.offline import value_probes
+
+    sql = (
+        "SELECT COUNT(*) > 0 FROM admissions WHERE admissions.subject_id = 10026255 AND "
+        "admissions.admission_location = 'emergency room' AND DATETIME(admissions.admittime) "
+        ">= DATETIME(CURRENT_TIME, '-1 year')"
+    )
+    t = build_template("Was patient 10026255 to the emergency room within a year?", sql, dialect="sqlite")
+    assert {s.type for s in t.slots} == {"patient_id", "value"}
+    assert value_probes(t, sql) == []  # not there within a year is the answer "no", not a misread value
+    sql = (
+        "SELECT SUM(amount) FROM inputevents WHERE subject_id = 10001 AND itemid IN (SELECT itemid FROM "
+        "d_items WHERE d_items.label = 'foley' AND d_items.linksto = 'inputevents')"
+    )
+    t = build_template("what was the total foley input of patient 10001?", sql, dialect="sqlite")
+    assert value_probes(t, sql) == [
+        "SELECT 1 FROM d_items WHERE d_items.label = 'foley' AND d_items.linksto = 'inputevents' LIMIT 1"
+    ]
 
 
 def test_templates_whose_operators_fit_are_tried_before_better_voted_ones(monkeypatch):

@@ -182,6 +182,19 @@ def test_values_the_sql_does_not_use_are_kept_as_fixed_values():
     assert [s.name for s in t.slots] == ["patient_id"]
 
 
+def test_a_number_inside_a_name_is_part_of_the_name_not_a_fixed_value():
+    t = build_template(
+        "What is the maximum total hospital cost which involves closed fracture of seven ribs since 2100?",
+        "SELECT MAX(c) FROM (SELECT SUM(cost) AS c FROM cost WHERE hadm_id IN (SELECT hadm_id FROM "
+        "diagnoses_icd WHERE icd_code = (SELECT icd_code FROM d_icd_diagnoses WHERE long_title = "
+        "'closed fracture of seven ribs')) AND STRFTIME('%Y', chargetime) >= '2100' GROUP BY hadm_id)",
+        dialect="sqlite",
+    )
+    assert t.fixed_values == ()
+    assert slot(t, "value").text == "closed fracture of seven ribs"
+    assert "seven" not in t.masked_question
+
+
 def test_an_ambiguous_number_stays_fixed():
     # "3" occurs twice in the question: which one the SQL means cannot be told, so neither is a slot.
     t = build_template(
@@ -213,6 +226,21 @@ def test_binding_replaces_literals_and_nothing_else():
     original = sqlglot.parse_one(t.sql_template, dialect="postgres")
     bound = sqlglot.parse_one(sql, dialect="postgres")
     assert [type(n).__name__ for n in original.walk()] == [type(n).__name__ for n in bound.walk()]
+
+
+def test_a_real_number_literal_is_usable_and_stays_real_when_rebound():
+    t = build_template(
+        "What percentile of the mcv value is 85.0 among patients of the same age as patient 10004733?",
+        "SELECT DISTINCT c FROM (SELECT valuenum, PERCENT_RANK() OVER (ORDER BY valuenum) AS c FROM labevents "
+        "WHERE subject_id = 10004733) WHERE valuenum = 85.0",
+        dialect="sqlite",
+    )
+    assert t.usable, t.error
+    assert {"92.0", "92.5"} == {
+        lit
+        for v in ("92", "92.5")
+        for lit in literals(bind_sql(t, {"number": v, "patient_id": "1"}), "sqlite")
+    } - {"1"}
 
 
 def test_binding_refuses_values_of_the_wrong_type():
