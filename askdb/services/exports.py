@@ -40,7 +40,7 @@ class ImportReport:
 
 
 IMPORT_CHUNK = 500  # examples written per transaction (with their audit events)
-EMBED_CHUNK = 128  # pairs embedded per model call (the question and its masked form)
+EMBED_CHUNK = 256  # texts embedded per model call (questions and their masked forms)
 
 
 @dataclass
@@ -106,12 +106,16 @@ def examples_import(
             progress(min(checked[0], embedded[0]))
 
     def embed_all() -> None:
-        for start in range(0, len(pairs), EMBED_CHUNK):
-            chunk = pairs[start : start + EMBED_CHUNK]
-            vectors = embedder.embed([p.question or "-" for p in chunk] + [p.masked or "-" for p in chunk])
-            for pair, vector, masked in zip(chunk, vectors, vectors[len(chunk) :], strict=False):
-                pair.vector, pair.masked_vector = vector, masked
-            embedded[0] = start + len(chunk)
+        # Each distinct text once, shortest first: a batch costs its longest text's length times
+        # its size, so batches of texts of about one length waste no work on padding.
+        texts = sorted({t for p in pairs for t in (p.question or "-", p.masked or "-")}, key=len)
+        found: dict[str, list[float]] = {}
+        for start in range(0, len(texts), EMBED_CHUNK):
+            chunk = texts[start : start + EMBED_CHUNK]
+            found.update(zip(chunk, embedder.embed(chunk), strict=True))
+            embedded[0] = len(pairs) * len(found) // len(texts)
+        for pair in pairs:
+            pair.vector, pair.masked_vector = found[pair.question or "-"], found[pair.masked or "-"]
 
     def run(pair: _Pair) -> None:
         try:
