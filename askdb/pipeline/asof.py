@@ -57,7 +57,7 @@ def apply_as_of(sql: str, dialect: str, as_of: str | dt.datetime | None) -> str:
             continue
         tree, n = _rewrite(tree, dialect, stamp)
         changed = changed or n
-        out.append(tree.sql(dialect=dialect))
+        out.append(tree.sql(dialect=dialect, copy=False))  # parsed here: nobody else holds the tree
     return ";\n".join(out) if changed else sql
 
 
@@ -97,7 +97,7 @@ def _rewrite(tree: exp.Expr, dialect: str, stamp: str) -> tuple[exp.Expr, bool]:
             return replacement
         return node
 
-    tree = tree.transform(visit)
+    tree = tree.transform(visit, copy=False)  # the caller's own parse: changed in place, not copied
     return tree, changed
 
 

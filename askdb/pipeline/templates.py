@@ -752,7 +752,7 @@ def template_key(template: Template) -> str:
             literals[use.index].replace(
                 exp.Literal.string(placeholder) if use.is_string else exp.var(placeholder)
             )
-    return tree.sql(dialect=template.dialect)
+    return tree.sql(dialect=template.dialect, copy=False)  # our copy: sqlglot need not copy it again
 
 
 def template_is_current(data: dict[str, Any] | None) -> bool:
@@ -781,13 +781,49 @@ def build_template(
     """
     ops = question_operators(question)
     try:
-        original = _parse(sql, dialect)
-        normalised = original.sql(dialect=dialect)
-        tree = _parsed(normalised, dialect).copy()  # cached: bind_sql and template_key reuse the parse
-        if tree.sql(dialect=dialect) != normalised:
-            raise ValueError("the SQL does not survive a round trip through sqlglot")
+        # A tree of its own, generated without the copy sqlglot makes by default (a third of the cost).
+        normalised = _parse(sql, dialect).sql(dialect=dialect, copy=False)
+        # Only read here (never changed), so not copied; cached: bind_sql and template_key reuse it.
+        tree = _parsed(normalised, dialect)
     except (SqlglotError, ValueError, RecursionError) as error:
-        return Template(question, sql, dialect, question, (), "", ops, error=f"unusable SQL: {error}")
+        return _unusable_sql(question, sql, dialect, ops, error)
+    # The SQL must survive a round trip through sqlglot. The self-check below proves it when it
+    # passes (binding the example's own values regenerates the parse), so the round trip is only
+    # generated on the way out of a failure, to say which of the two failed.
+    try:
+        template = _template_of_tree(question, sql, dialect, value_columns, ops, tree, normalised)
+    except Exception:
+        problem = _round_trip_error(tree, normalised, dialect)
+        if not problem:
+            raise
+        return _unusable_sql(question, sql, dialect, ops, problem)
+    problem = _round_trip_error(tree, normalised, dialect) if template.error else ""
+    return _unusable_sql(question, sql, dialect, ops, problem) if problem else template
+
+
+def _unusable_sql(question: str, sql: str, dialect: str, ops: dict, error: object) -> Template:
+    return Template(question, sql, dialect, question, (), "", ops, error=f"unusable SQL: {error}")
+
+
+def _round_trip_error(tree: exp.Expr, normalised: str, dialect: str) -> str:
+    """Why the parse of `normalised` does not generate `normalised` again ("" when it does)."""
+    try:
+        if tree.sql(dialect=dialect) != normalised:  # copies: the cached tree stays as parsed
+            return "the SQL does not survive a round trip through sqlglot"
+    except (SqlglotError, ValueError, RecursionError) as error:
+        return str(error)
+    return ""
+
+
+def _template_of_tree(
+    question: str,
+    sql: str,
+    dialect: str,
+    value_columns: Callable[[str, str], bool] | None,
+    ops: dict,
+    tree: exp.Expr,
+    normalised: str,
+) -> Template:
     is_value_column = value_columns or _default_value_columns
     spans = extract_typed_spans(question)
     literals = list(tree.find_all(exp.Literal))
@@ -1143,7 +1179,7 @@ def bind_sql(template: Template, values: dict[str, str]) -> str:
             replacements.append((literals[use.index], _literal_for(slot, use, value)))
     for old, new in replacements:
         old.replace(new)
-    return tree.sql(dialect=template.dialect)
+    return tree.sql(dialect=template.dialect, copy=False)  # our copy: sqlglot need not copy it again
 
 
 def _literal_for(slot: Slot, use: LiteralUse, value: str) -> exp.Expr:

@@ -12,6 +12,7 @@ from askdb.pipeline.templates import (
     TEMPLATE_VERSION,
     BindError,
     Template,
+    _parsed,
     bind_sql,
     build_template,
     extract_typed_spans,
@@ -213,6 +214,19 @@ def test_unparseable_sql_gives_an_unusable_template_not_an_exception():
         bind_sql(t, {})
     two = build_template("how many patients?", "SELECT 1; SELECT 2")
     assert not two.usable
+
+
+def test_building_a_template_leaves_the_shared_parse_as_parsed():
+    # The parse of a template's SQL is cached and shared (binding and keys copy it before changing
+    # it); building reads it without a copy, so it must not change it.
+    first = build_template(GLUCOSE_Q, GLUCOSE_SQL)
+    shared = _parsed(first.sql_template, first.dialect)
+    before = shared.sql(dialect=first.dialect)
+    bind_sql(first, {s.name: s.value for s in first.slots})
+    again = build_template(GLUCOSE_Q, GLUCOSE_SQL)
+    assert again == first and again.usable
+    assert _parsed(first.sql_template, first.dialect) is shared
+    assert shared.sql(dialect=first.dialect) == before == first.sql_template
 
 
 # --- binding -------------------------------------------------------------------------------------
