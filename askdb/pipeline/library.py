@@ -623,7 +623,10 @@ def match_library(
 def column_readings(index: LibraryIndex, values: ValueIndex) -> dict[frozenset[str], Counter[str]]:
     """How the library reads values that name items of two columns: per pair of columns, which one its
     examples bind such a value to ("anion gap" is a chart label and a lab label; the library's
-    questions that name it, with "lab" or not, mean the lab test). Computed once per library."""
+    questions that name it, with "lab" or not, mean the lab test). Computed once per library and
+    database value index: the per-question wrapper that adds the library's other names is not a new
+    index (keyed on it, this ran for every question, 16 ms each at 5,000 examples)."""
+    values = getattr(values, "base", values)
     cached = getattr(index, "_column_readings", None)
     if cached is not None and cached[0] is values:
         return cached[1]

@@ -878,3 +878,7 @@ def test_a_value_of_two_columns_is_read_as_the_library_reads_it():
     assert not L.match_library(question, vector, without_lab, lookup=no_lookup, values=values).best.hard_ok
     # A library with no example of such a value says nothing: the chart reading stands.
     assert L.match_library(question, vector, chart_only, lookup=no_lookup, values=values).best.hard_ok
+    # How the library reads such values is learnt once per library and database index, also when a
+    # question's match reads the values together with the library's other names for them.
+    names = L.ValueIndex({"d_labitems.label": ["anion gap"]})
+    assert L.column_readings(index, values.with_names(names)) is L.column_readings(index, values)
