@@ -21,12 +21,14 @@ Pure: no Django, no database. The caller supplies embeddings, the value finder a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import sqlglot.expressions as sx
@@ -153,6 +155,17 @@ def guard_sequence(text: str) -> list[str]:
 def guard_words(text: str) -> list[str]:
     """Content words as the meaning guard compares them: stems, synonyms folded."""
     return [w for w in map(canonical, content_words(text)) if w not in GUARD_FILLER]
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def _reading(
+    masked: str, question: str, value_spans: tuple[tuple[int, int], ...]
+) -> tuple[tuple[str, ...], frozenset[str], dict[str, Any]]:
+    """How the guard reads one library question (its word sequence, its words, its operator words
+    with values and periods blanked): the same in every library a cross-validation builds from
+    subsets, so read once (a calibration builds ten). Callers must not change what it returns."""
+    ops = question_operators(blank(question, [*value_spans, *periods(question)]))
+    return tuple(guard_sequence(masked)), frozenset(guard_words(masked)), ops
 
 
 def answer_threshold(wrong_answer_cost: float) -> float:
@@ -386,14 +399,12 @@ class LibraryIndex:
         signatures_of: dict[str, set[tuple]] = {}
         signature_words_of: dict[str, dict[tuple, frozenset]] = {}
         core_of: dict[str, frozenset[str]] = {}
-        sequence_of = {
-            i: guard_sequence(e.template.masked_question) for i, e in enumerate(self.entries) if e.template
-        }
-        said_by = {
-            i: set(guard_words(e.template.masked_question)) for i, e in enumerate(self.entries) if e.template
-        }
-        ops_by = {i: question_operators(blank(e.template.question, [(x.start, x.end) for x in e.template.slots if x.type == VALUE] + periods(e.template.question)))
-                  for i, e in enumerate(self.entries) if e.template}  # fmt: skip
+        readings = {i: _reading(e.template.masked_question, e.template.question,
+                                tuple((x.start, x.end) for x in e.template.slots if x.type == VALUE))
+                    for i, e in enumerate(self.entries) if e.template}  # fmt: skip
+        sequence_of = {i: r[0] for i, r in readings.items()}
+        said_by = {i: set(r[1]) for i, r in readings.items()}
+        ops_by = {i: r[2] for i, r in readings.items()}
         for key, idx in self.members.items():
             if key == UNANSWERABLE:
                 continue
