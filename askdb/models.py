@@ -314,3 +314,19 @@ class Review(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} of run {self.run_id}"
+
+
+class LibraryGeneration(models.Model):
+    """What a question reads of a source, numbered: `examples` moves when the example library
+    changes, `data` when the source's documentation or data does. Every worker process checks the
+    row once per question, so a change made in one process reaches the caches of all of them
+    (askdb.adapters.library_cache) without a restart."""
+
+    source = models.OneToOneField(
+        "metadata_admin.ClinicalSource", primary_key=True, on_delete=models.CASCADE, related_name="+"
+    )
+    examples = models.PositiveBigIntegerField(default=0)
+    data = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"library of source {self.source_id}: examples {self.examples}, data {self.data}"

@@ -27,7 +27,6 @@ from askdb.pipeline.answer import answer_sentence
 from askdb.pipeline.templates import ADMISSION_ID, PATIENT_ID, STAY_ID
 from askdb.pipeline.validation import SqlValidationError, referenced_tables
 from askdb.roles import ADMIN, user_role
-from askdb.services.runs import runs_reap
 from infra.audit.models import AuditEvent
 from metadata_admin.models import TableDoc
 
@@ -121,10 +120,10 @@ def run_list_for_user(*, user, search: str = "", status: str = "", mine_only: bo
 
 
 def run_get_for_user(*, user, run_id: int):
-    """The run, or None when it does not exist or is not the user's to see (both look like 404)."""
-    # a run whose worker died is shown as failed, not "running" forever; one the broker never got
-    # (it was down at submit) is sent now if it is back
-    runs_reap()
+    """The run, or None when it does not exist or is not the user's to see (both look like 404).
+
+    A read: it never reaps. A run whose worker died, or that the broker never got, is put right by
+    the worker's reaper (config.celery.RunReaper, every ASKDB_REAP_INTERVAL_SECONDS)."""
     return runs_visible_to(user).filter(pk=run_id).first()
 
 

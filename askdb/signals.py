@@ -6,19 +6,35 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
-from django.db.models.signals import m2m_changed, post_save, pre_save
+from django.db.models.signals import m2m_changed, post_delete, post_save, pre_save
 from django.dispatch import receiver
 from django.utils import timezone
 
-from askdb.services.examples import examples_revalidate_later
+from askdb.models import Example
+from askdb.services.examples import examples_revalidate_later, library_generation_bump
 from infra.audit.models import AuditEvent
 from infra.audit.services import audit_record
-from metadata_admin.signals import catalog_changed
+from metadata_admin.signals import catalog_changed, source_data_changed
 
 
 @receiver(catalog_changed)
 def _catalog_changed(sender, source, **kwargs):
+    library_generation_bump(source_id=source.pk, data=True)
     examples_revalidate_later(source)
+
+
+@receiver(source_data_changed)
+def _source_data_changed(sender, source, **kwargs):
+    """Reloaded data: every worker process reloads the source's values before its next question."""
+    library_generation_bump(source_id=source.pk, data=True)
+
+
+@receiver(post_save, sender=Example)
+@receiver(post_delete, sender=Example)
+def _example_changed(sender, instance, **kwargs):
+    """Added, edited, flagged, retired or restored: every process rebuilds its library index before
+    its next question (a flagged example stops answering at once, in every worker)."""
+    library_generation_bump(source_id=instance.source_id, examples=True)
 
 
 def _ip(request) -> str | None:

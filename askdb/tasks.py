@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, connections
 
 from askdb.answerability.tasks import answerability_train_task  # noqa: F401  (registered with the worker)
-from askdb.services.examples import example_embed, examples_revalidate
+from askdb.services.examples import example_embed, examples_revalidate, library_warm_up
 from askdb.services.runs import run_execute
 from infra.providers.embeddings import get_embedder
 from metadata_admin.models import ClinicalSource
@@ -55,7 +55,6 @@ def _warm_up_sources(embedder) -> None:
     try:
         # local, inside the try: a broken answerability install must not stop the worker starting
         from askdb.answerability.scorer import get_scorer
-        from askdb.runner import library_warm_up
 
         for source in ClinicalSource.objects.all():
             get_scorer(source)

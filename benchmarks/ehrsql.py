@@ -136,7 +136,7 @@ def calibrate(lib: Library, runner: Runner, *, cost: float, progress: bool = Tru
     from askdb.pipeline.templates import bind_sql
 
     def lookup(column: str, text: str):
-        from askdb.runner import column_values_like
+        from askdb.adapters.ports import column_values_like
 
         return column_values_like(lib.executor, column, text, dialect="sqlite")
 

@@ -242,3 +242,14 @@ def table_embedding_text(
         "Columns: " + ", ".join(column_names),
     ]
     return "\n".join(p for p in parts if p)
+
+
+def table_doc_embedding_text(doc) -> str:
+    """The text a stored table doc (a TableDoc) is found by: table_embedding_text of its fields.
+    Here, not in services, because the selectors' freshness check and the services' re-embedding
+    must compute the same text, and a selector may not import a service."""
+    return table_embedding_text(
+        name=doc.name, qualified=doc.qualified_name, synonyms=doc.synonyms, description=doc.description,
+        purpose=doc.purpose, grain=doc.grain, example_questions=doc.example_questions,
+        column_names=[c.name for c in doc.columns.all()],
+    )  # fmt: skip

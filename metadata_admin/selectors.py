@@ -23,8 +23,8 @@ from askdb.pipeline.retrieval import (
 from askdb.pipeline.types import CatalogSchema, ColumnContext, TableContext, TableSchema
 from infra.adapters import catalog_search
 from infra.providers.embeddings import get_embedder
+from metadata_admin.docs import table_doc_embedding_text
 from metadata_admin.models import ClinicalSource, ColumnDoc, Relationship, TableDoc, content_hash
-from metadata_admin.services import table_doc_embedding_text
 
 
 @dataclass

@@ -33,7 +33,7 @@ from metadata_admin.docs import (
     DocTable,
     dump_docs,
     read_docs,
-    table_embedding_text,
+    table_doc_embedding_text,
 )
 from metadata_admin.models import (
     ClinicalSource,
@@ -44,7 +44,7 @@ from metadata_admin.models import (
     ValueEntry,
     content_hash,
 )
-from metadata_admin.signals import catalog_changed
+from metadata_admin.signals import catalog_changed, source_data_changed
 
 log = logging.getLogger(__name__)
 
@@ -497,15 +497,6 @@ def source_introspect(
 # --------------------------------------------------------------------------- embeddings
 
 
-def table_doc_embedding_text(doc: TableDoc) -> str:
-    """The text a table is found by (table_embedding_text of a stored doc)."""
-    return table_embedding_text(
-        name=doc.name, qualified=doc.qualified_name, synonyms=doc.synonyms, description=doc.description,
-        purpose=doc.purpose, grain=doc.grain, example_questions=doc.example_questions,
-        column_names=[c.name for c in doc.columns.all()],
-    )  # fmt: skip
-
-
 @dataclass
 class ReembedReport:
     embedded: int = 0
@@ -657,6 +648,7 @@ def value_index_build(
         report.columns.append(f"{doc.qualified_name}.{col.name}")
         report.values += len(rows)
         report.embedded += len(vectors)
+    source_data_changed.send(sender=ClinicalSource, source=source)
     return report
 
 
@@ -749,6 +741,7 @@ def clinical_source_refresh(
     if force_values or not ValueEntry.objects.filter(source=source).exists():
         write("indexing values for value linking …")
         value_index_build(source=source)
+    source_data_changed.send(sender=ClinicalSource, source=source)
     tables = TableDoc.objects.filter(source=source, exists_in_source=True).count()
     return f"source {source.name}: {tables} tables, as of {source.as_of:%Y-%m-%d}"
 

@@ -44,8 +44,8 @@ def column_text(table: str, column: str, meaning: str) -> str:
 
 def table_texts(source) -> list[TableText]:
     """The documented tables the source really has, each with the text retrieval embeds."""
+    from metadata_admin.docs import table_doc_embedding_text
     from metadata_admin.models import TableDoc
-    from metadata_admin.services import table_doc_embedding_text
 
     docs = TableDoc.objects.filter(source=source, exists_in_source=True).prefetch_related("columns")
     return [TableText(doc.qualified_name, table_doc_embedding_text(doc)) for doc in docs]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from askdb.pipeline import match_reasons as R
@@ -25,6 +25,14 @@ from askdb.pipeline.extraction import (
     extract_sql,
 )
 from askdb.pipeline.offline import MatchResult
+from askdb.pipeline.outcome import (
+    NO_GATE,
+    AnswerabilityVerdict,
+    GateVerdict,
+    MatchBinding,
+    MatchInfo,
+    Outcome,
+)
 from askdb.pipeline.results import is_aggregate_query, result_preview
 from askdb.pipeline.retrieval import LinkedValue, RankedTable
 from askdb.pipeline.types import CatalogSchema, ChatModel, ChatResult, ExampleContext, LLMError, TableContext
@@ -89,7 +97,7 @@ class Ports(Protocol):
         self, question: str, vector: list[float], k: int, examples: list[ExampleContext]
     ) -> RetrievalView: ...
     def library_match(self, question: str, vector: list[float]) -> tuple[list[MatchResult], float]: ...
-    def answerability(self, question: str, values: list[LinkedValue]) -> dict | None: ...  # None: untrained
+    def answerability(self, question: str, values: list[LinkedValue]) -> AnswerabilityVerdict | None: ...
     def table_context(self, tables: list[str]) -> list[TableContext]: ...
     def catalog(self) -> CatalogSchema: ...
     def explain(self, sql: str) -> None: ...  # raises ExecutionFailure
@@ -114,46 +122,32 @@ class Recorder(Protocol):
     def cancelled(self) -> bool: ...
 
 
+def match_info(match: MatchResult, threshold: float) -> MatchInfo:
+    """What the run keeps of a template match: the example, its confidence, SQL and bindings, and
+    why it was refused (the reasons the matcher gave)."""
+    return MatchInfo(
+        example_id=match.example_id, example_question=match.example_question, confidence=match.confidence,
+        sql=match.sql or "", threshold=threshold, reasons=tuple(match.reasons),
+        reason_codes=tuple(match.reason_codes),
+        bindings=tuple(MatchBinding(b.slot, b.type, b.old, b.new, b.value, b.score, b.fuzzy, b.column)
+                       for b in match.bindings),
+    )  # fmt: skip
+
+
+def _about(info: MatchInfo, match: MatchResult) -> MatchInfo:
+    """The match info now about `match` (the one answered), the threshold and reasons kept."""
+    other = match_info(match, info.threshold)
+    return replace(info, example_id=other.example_id, example_question=other.example_question,
+                   confidence=other.confidence, sql=other.sql, bindings=other.bindings)  # fmt: skip
+
+
 @dataclass
-class Outcome:
-    status: str  # "succeeded" | "declined" | "failed" | "cancelled"
-    outcome: str  # answered, no_rows, no_data, <gate category>, no_llm, sql_invalid, execution_error, timeout, llm_error
-    message: str = ""
-    sql: str = ""
-    result: Any = None
-    summary: str = ""
-    gate_category: str = ""
-    gate_reason: str = ""
-    confidence: float | None = None  # share of sampled candidates agreeing with the answer
-    candidates: dict = field(default_factory=dict)  # the grouped candidates (candidates.to_json())
-    answered_by: str = ""  # "llm" | "library" (a verified example's template, values rebound)
-    example_id: int | None = None  # the verified example a library answer came from
-    library_match: dict = field(default_factory=dict)  # the best template match, answered or not
-    answerability: dict = field(
-        default_factory=dict
-    )  # the answerability model's verdict and per-table relevance
-    privacy: dict = field(default_factory=dict)  # suppression report, or the refusal and its alternative
+class _Seen:
+    """What one run learnt before it ended (the library match, the gate's verdict), kept on its
+    outcome whichever way it ends, a cancel included. Local to one run, never on the Pipeline."""
 
-
-def _with_reason(info: dict, code: str, text: str) -> dict:
-    """The match info's reasons (plain sentences) and their codes, with one more appended."""
-    return {
-        "reasons": [*info.get("reasons", []), text],
-        "reason_codes": [*info.get("reason_codes", []), code],
-    }
-
-
-def _match_json(match: MatchResult) -> dict:
-    """What the run keeps of a template match: the example, its confidence, SQL and bindings."""
-    return {
-        "example_id": match.example_id, "example_question": match.example_question,
-        "confidence": round(match.confidence, 4), "sql": match.sql or "",
-        "bindings": [
-            {"slot": b.slot, "type": b.type, "old": b.old, "new": b.new, "value": b.value,
-             "score": round(b.score, 4), "fuzzy": b.fuzzy, "column": b.column}
-            for b in match.bindings
-        ],
-    }  # fmt: skip
+    match: MatchInfo | None = None
+    answerability: AnswerabilityVerdict | None = None
 
 
 class Cancelled(Exception):
@@ -194,18 +188,19 @@ class Pipeline:
 
     # -- the run ---------------------------------------------------------------------------
     def run(self, request: PipelineRequest) -> Outcome:
-        self._match_info: dict = {}
-        self._answerability: dict = {}
-        outcome = self._run_guarded(request)
-        outcome.library_match = outcome.library_match or self._match_info  # kept even when it did not answer
-        outcome.answerability = outcome.answerability or self._answerability
-        if outcome.sql and not outcome.answered_by:
-            outcome.answered_by = "llm"
-        return outcome
+        """The question answered, declined or failed, as one value (nothing is left on the Pipeline)."""
+        seen = _Seen()
+        outcome = self._run_guarded(request, seen)
+        return replace(
+            outcome,
+            library_match=outcome.library_match or seen.match,  # kept even when it did not answer
+            answerability=outcome.answerability or seen.answerability,
+            answered_by=outcome.answered_by or ("llm" if outcome.sql else ""),
+        )
 
-    def _run_guarded(self, request: PipelineRequest) -> Outcome:
+    def _run_guarded(self, request: PipelineRequest, seen: _Seen) -> Outcome:
         try:
-            return self._run(request)
+            return self._run(request, seen)
         except Cancelled:
             return Outcome("cancelled", "cancelled", "The question was cancelled.")
         except LLMError as exc:
@@ -227,12 +222,12 @@ class Pipeline:
         privacy.check_access(analysis, policy, sql=sql, question=req.question, dialect=req.dialect)
         return analysis
 
-    def _refused(self, refusal: privacy.PrivacyRefusal, sql: str, gate: tuple[str, str], **extra) -> Outcome:
+    def _refused(self, refusal: privacy.PrivacyRefusal, sql: str, gate: GateVerdict, **extra) -> Outcome:
         """The user may not see what this SQL outputs: declined, with the reason and the alternative."""
-        return Outcome("declined", f"privacy_{refusal.code}", refusal.message, gate_category=gate[0],
-                       gate_reason=gate[1], privacy=refusal.to_json() | {"sql": sql}, **extra)  # fmt: skip
+        return Outcome("declined", f"privacy_{refusal.code}", refusal.message, gate=gate,
+                       privacy=refusal.to_json() | {"sql": sql}, **extra)  # fmt: skip
 
-    def _run(self, req: PipelineRequest) -> Outcome:
+    def _run(self, req: PipelineRequest, seen: _Seen) -> Outcome:
         cfg = self.config
         with self._stage("embed") as st:
             vector = self.ports.embed(req.question)
@@ -251,49 +246,22 @@ class Pipeline:
         table_names = [t.qualified for t in view.tables]
 
         with self._stage("match") as st:
-            library, match_info = self._library_match(req, vector, st)
-            if library is not None and not self._library_answerable(req, view, st):
+            library, info = self._library_match(req, vector, st)
+            if library is not None and not self._library_answerable(req, view, st, seen):
                 library = None
-                match_info = {**match_info, "answered": False, **_with_reason(
-                    match_info, R.GATE_DECLINED, "The answerability check judged that the database cannot answer this question.")}  # fmt: skip
-            self._match_info = match_info
+                info = replace(info, answered=False).with_reason(  # type: ignore[union-attr]
+                    R.GATE_DECLINED, "The answerability check judged that the database cannot answer this question.")  # fmt: skip
+            seen.match = info
         if isinstance(library, privacy.PrivacyRefusal):  # a verified answer this user may not see
-            return self._refused(library, match_info.get("sql", ""), ("", ""), library_match=match_info)
+            return self._refused(library, info.sql if info else "", NO_GATE, library_match=info)
         if library is not None:  # a verified example, values rebound: no gate, no generation, no sampling
             sql, result, best = library
-            return self._answered(req, sql, result, ("", ""), answered_by="library", example_id=best.example_id,
-                                  library_match=match_info)  # fmt: skip
+            return self._answered(req, sql, result, NO_GATE, answered_by="library", example_id=best.example_id,
+                                  library_match=info)  # fmt: skip
 
-        with self._stage("gate") as st:
-            # The answerability gate, before any LLM call: its rules and (when trained) its model
-            # decline a question with a reason in plain words, and an unanswerable question costs
-            # no tokens. With an LLM, the LLM's category check still follows.
-            verdict = self.ports.answerability(req.question, view.values)
-            if verdict is not None:
-                self._answerability = verdict
-                st.note(answerability={k: verdict.get(k) for k in ("probability", "threshold", "answerable",
-                        "kind", "version") if k in verdict}, reason=verdict.get("reason", ""),
-                        top_tables=verdict.get("per_table", [])[:3])  # fmt: skip
-                if not verdict.get("answerable", True):
-                    st.finish("stopped")
-                    category = verdict.get("category") or "not_in_schema"
-                    reason = verdict.get("reason") or GATE_FALLBACK_REASON
-                    return Outcome("declined", category, reason, gate_category=category, gate_reason=reason)
-            if view.best_doc_score < cfg.similarity_floor:
-                st.note(decision="no_data", best_doc_score=view.best_doc_score, floor=cfg.similarity_floor)
-                st.finish("stopped")
-                reason = "I don't have the data to answer that: no table in this database is about what the question asks."
-                return Outcome("declined", "no_data", reason, gate_category="no_data", gate_reason=reason)
-            if self.ports.chat is None:
-                st.note(decision="not checked", reason="no LLM configured")
-                st.finish("skipped")
-            else:
-                category, reason = self._gate(req, table_names)
-                st.note(category=category, reason=reason)
-                if category != "answerable":
-                    st.finish("stopped")
-                    return Outcome("declined", category, reason, gate_category=category, gate_reason=reason)
-                gate = (category, reason)
+        gate = self._gate_stage(req, view, table_names, seen)
+        if isinstance(gate, Outcome):
+            return gate
         if self.ports.chat is None:
             with self._stage("generate") as st:
                 st.note(reason="no LLM configured")
@@ -340,7 +308,45 @@ class Pipeline:
                 st.note(truncated_reason=result.truncated_reason)
         return self._answered(req, sql, result, gate)
 
-    def _library_answerable(self, req: PipelineRequest, view: RetrievalView, st: StageHandle) -> bool:
+    def _gate_stage(
+        self, req: PipelineRequest, view: RetrievalView, table_names: list[str], seen: _Seen
+    ) -> GateVerdict | Outcome:
+        """The answerability gate, before any LLM call: its rules and (when trained) its model
+        decline a question with a reason in plain words, and an unanswerable question costs no
+        tokens. With an LLM, the LLM's category check still follows. A decline is an Outcome."""
+        cfg = self.config
+        with self._stage("gate") as st:
+            verdict = self.ports.answerability(req.question, view.values)
+            if verdict is not None:
+                seen.answerability = verdict
+                st.note(answerability=verdict.noted("probability", "threshold", "answerable", "kind", "version"),
+                        reason=verdict.detail.get("reason", ""),
+                        top_tables=verdict.detail.get("per_table", [])[:3])  # fmt: skip
+                if not verdict.answerable:
+                    st.finish("stopped")
+                    decline = GateVerdict(
+                        verdict.category or "not_in_schema", verdict.reason or GATE_FALLBACK_REASON
+                    )
+                    return Outcome("declined", decline.category, decline.reason, gate=decline)
+            if view.best_doc_score < cfg.similarity_floor:
+                st.note(decision="no_data", best_doc_score=view.best_doc_score, floor=cfg.similarity_floor)
+                st.finish("stopped")
+                reason = "I don't have the data to answer that: no table in this database is about what the question asks."
+                return Outcome("declined", "no_data", reason, gate=GateVerdict("no_data", reason))
+            if self.ports.chat is None:
+                st.note(decision="not checked", reason="no LLM configured")
+                st.finish("skipped")
+                return NO_GATE
+            gate = self._gate(req, table_names)
+            st.note(category=gate.category, reason=gate.reason)
+            if gate.category != "answerable":
+                st.finish("stopped")
+                return Outcome("declined", gate.category, gate.reason, gate=gate)
+            return gate
+
+    def _library_answerable(
+        self, req: PipelineRequest, view: RetrievalView, st: StageHandle, seen: _Seen
+    ) -> bool:
         """The answerability gate before a library answer: a close template is no proof that the
         database holds what the question asks (an unanswerable question can read like one)."""
         if view.best_doc_score < self.config.similarity_floor:
@@ -349,9 +355,9 @@ class Pipeline:
         verdict = self.ports.answerability(req.question, view.values)
         if verdict is None:
             return True
-        self._answerability = verdict
-        st.note(gate={k: verdict.get(k) for k in ("probability", "threshold", "answerable")})
-        return bool(verdict.get("answerable", True))
+        seen.answerability = verdict
+        st.note(gate={k: verdict.detail.get(k) for k in ("probability", "threshold", "answerable")})
+        return verdict.answerable
 
     def _library_match(self, req: PipelineRequest, vector: list[float], st: StageHandle):
         """Answer from a verified example when a template matches with enough confidence.
@@ -364,13 +370,12 @@ class Pipeline:
         if not results:
             st.note(matched=False, reason="no verified example with a template is close to this question")
             st.finish("skipped")
-            return None, {}
+            return None, None
         top = results[0]
-        info = {**_match_json(top), "threshold": threshold, "reasons": list(top.reasons),
-                "reason_codes": list(top.reason_codes), "answered": False}  # fmt: skip
+        info = match_info(top, threshold)
         best, competitors = offline.decide(results, threshold)
-        st.note(example=top.example_id, confidence=info["confidence"], threshold=threshold,
-                reasons=info["reasons"][:3], reason_codes=info["reason_codes"][:3], competitors=len(competitors))  # fmt: skip
+        st.note(example=top.example_id, confidence=round(info.confidence, 4), threshold=threshold,
+                reasons=list(info.reasons[:3]), reason_codes=list(info.reason_codes[:3]), competitors=len(competitors))  # fmt: skip
         if best is None:
             return None, info
         try:
@@ -378,58 +383,56 @@ class Pipeline:
             for other in competitors:  # two confident readings must agree, or neither is trusted
                 if not results_match(result.rows, self._execute(other.sql, req).rows):
                     st.note(disagreement=f"example {other.example_id} gives a different result")
-                    return None, info | _with_reason(
-                        info, R.DISAGREE, "Two verified questions fit this one and give different results."
+                    return None, info.with_reason(
+                        R.DISAGREE, "Two verified questions fit this one and give different results."
                     )
         except privacy.PrivacyRefusal as exc:
             st.note(privacy=exc.code, reason=exc.message)
             st.finish("stopped")
-            return exc, info | _match_json(best)
+            return exc, _about(info, best)
         except ExecutionFailure as exc:
             st.note(error=exc.message)
-            return None, info | _with_reason(
-                info,
+            return None, info.with_reason(
                 R.SQL_FAILED,
                 f"The verified question's SQL with this question's values failed: {exc.message}",
             )
         st.note(answered=True, rows=result.row_count, now_as_of=req.as_of or "the database clock")
         self.rec.attempt(number=1, sql=best.sql, origin="example", valid=True)
-        info.update(_match_json(best), answered=True)
-        return (best.sql, result, best), info
+        return (best.sql, result, best), replace(_about(info, best), answered=True)
 
-    def _answered(self, req: PipelineRequest, sql: str, result, gate: tuple[str, str], **extra) -> Outcome:
+    def _answered(self, req: PipelineRequest, sql: str, result, gate: GateVerdict, **extra) -> Outcome:
         cfg = self.config
-        outcome = Outcome("succeeded", "answered" if result.row_count else "no_rows", sql=sql, result=result,
-                          gate_category=gate[0], gate_reason=gate[1], privacy=getattr(result, "privacy", {}),
-                          **extra)  # fmt: skip
-        if not result.row_count:
-            outcome.message = "The query ran and returned no rows: nothing in the data matches."
+        message = (
+            "" if result.row_count else "The query ran and returned no rows: nothing in the data matches."
+        )
+        outcome = Outcome("succeeded", "answered" if result.row_count else "no_rows", message, sql=sql,
+                          result=result, gate=gate, privacy=getattr(result, "privacy", {}), **extra)  # fmt: skip
         with self._stage("summarize") as st:
             if not cfg.summarize or self.ports.chat is None:
                 st.finish("skipped")
                 return outcome
             try:
-                outcome.summary = self._summarize(req, sql, result)
+                outcome = replace(outcome, summary=self._summarize(req, sql, result))
             except LLMError as exc:
                 st.note(error=exc.message)
                 st.finish("failed")  # the answer stands without a summary
         return outcome
 
-    def _invalid(self, error: str, sql: str | None, gate: tuple[str, str], **extra) -> Outcome:
+    def _invalid(self, error: str, sql: str | None, gate: GateVerdict, **extra) -> Outcome:
         return Outcome(
             "failed", "sql_invalid",
             f"askdb could not write valid SQL for this question after {self.config.max_repairs + 1} attempts. "
-            f"Last error: {error}", sql=sql or "", gate_category=gate[0], gate_reason=gate[1], **extra,
+            f"Last error: {error}", sql=sql or "", gate=gate, **extra,
         )  # fmt: skip
 
     @staticmethod
-    def _execution_failed(exc: ExecutionFailure, sql: str, gate: tuple[str, str], **extra) -> Outcome:
+    def _execution_failed(exc: ExecutionFailure, sql: str, gate: GateVerdict, **extra) -> Outcome:
         outcome = "timeout" if exc.code == "timeout" else "execution_error"
         return Outcome("failed", outcome, f"The query failed: {exc.message}", sql=sql,
-                       gate_category=gate[0], gate_reason=gate[1], **extra)  # fmt: skip
+                       gate=gate, **extra)  # fmt: skip
 
     # -- several candidates: confidence from disagreement -----------------------------------
-    def _answer_sampled(self, req: PipelineRequest, messages: list[dict], gate: tuple[str, str]) -> Outcome:
+    def _answer_sampled(self, req: PipelineRequest, messages: list[dict], gate: GateVerdict) -> Outcome:
         """Sample K SQL candidates, validate and execute each, and group them by result.
 
         The share of the largest group is the confidence. Below the threshold (or on a tie) no
@@ -545,8 +548,7 @@ class Pipeline:
                     f"{report.k} candidate queries agree, so no single answer is shown as fact. Pick the "
                     "candidate that matches what you meant, or rephrase the question; a reviewer will check it."
                 )
-                return Outcome("succeeded", "ambiguous", message, gate_category=gate[0], gate_reason=gate[1],
-                               **extra)  # fmt: skip
+                return Outcome("succeeded", "ambiguous", message, gate=gate, **extra)
             group = report.groups[chosen]
             sql, result = group.sql, results[group.representative.index]
         return self._answered(req, sql, result, gate, **extra)
@@ -586,7 +588,7 @@ class Pipeline:
         return texts + [""] * (k - len(texts))  # a missing choice is a failed candidate
 
     # -- stages with logic ---------------------------------------------------------------
-    def _gate(self, req: PipelineRequest, table_names: list[str]) -> tuple[str, str]:
+    def _gate(self, req: PipelineRequest, table_names: list[str]) -> GateVerdict:
         contexts = self.ports.table_context(table_names)
         reply = self._chat(
             "gate", prompts.gate_messages(question=req.question, tables=contexts, as_of=req.as_of)
@@ -600,8 +602,8 @@ class Pipeline:
         if category not in prompts.GATE_CATEGORIES:
             # An unreadable verdict must not block a question: validation and read-only
             # execution still stand between it and the data.
-            return "answerable", "the screening reply was unreadable; answering anyway"
-        return category, reason or prompts.GATE_CATEGORIES[0]
+            return GateVerdict("answerable", "the screening reply was unreadable; answering anyway")
+        return GateVerdict(category, reason or prompts.GATE_CATEGORIES[0])
 
     @staticmethod
     def _extract(text: str) -> tuple[str | None, str]:

@@ -3,19 +3,27 @@ after catalog changes."""
 
 from __future__ import annotations
 
-import logging
 import re
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
-from askdb.models import Example, Review
-from askdb.pipeline.templates import Template, build_template, template_is_current
+from askdb.adapters.library_cache import (
+    LIBRARY,
+    example_template,
+    library_build,
+    library_version,
+)
+from askdb.models import Example, LibraryGeneration, Review
+from askdb.pipeline.templates import template_is_current
 from askdb.services.sql import ReviewError, sql_check
 from infra.adapters import catalog_search
 from infra.audit.services import audit_record
 from infra.providers.embeddings import get_embedder
+from metadata_admin.selectors import catalog_snapshot
+from metadata_admin.services import source_executor
 
 
 def _normalized(text: str) -> str:
@@ -156,23 +164,6 @@ def example_embed(*, example_id: int):
         return merged
 
 
-def example_template(example) -> dict:
-    """The offline-answering template of an answerable example ({} when there is none yet)."""
-    if example.kind != "answerable" or not example.sql:
-        return {}
-    template = template_of(example.question, example.sql, dialect=example.source.dialect, label=example.pk)
-    return template.to_dict() if template is not None else {}
-
-
-def template_of(question: str, sql: str, *, dialect: str, label: object = None) -> Template | None:
-    """The template of a question and its SQL; None when building it failed unexpectedly."""
-    try:
-        return build_template(question, sql, dialect=dialect)
-    except Exception:  # a template is an optimisation: an example without one is still an example
-        logging.getLogger(__name__).warning("no template for example %s", label, exc_info=True)
-        return None
-
-
 def example_set_status(*, example, actor, status: str, note: str = ""):
     """Retire an example (never used again) or bring it back (after checking it still works)."""
     with transaction.atomic():
@@ -239,3 +230,45 @@ def examples_revalidate_later(source) -> None:
             examples_revalidate(source=source)
 
     transaction.on_commit(enqueue)
+
+
+def library_generation_bump(*, source_id: int, examples: bool = False, data: bool = False) -> None:
+    """Number a change of the library (`examples`) or of the source's docs or data (`data`): every
+    worker process compares the row with what it cached before its next question
+    (askdb.adapters.library_cache), so the change needs no restart to be seen."""
+    bumped = {"examples": F("examples") + int(examples), "data": F("data") + int(data)}
+    if not LibraryGeneration.objects.filter(source_id=source_id).update(**bumped):
+        try:
+            with transaction.atomic():
+                LibraryGeneration.objects.create(source_id=source_id, examples=int(examples), data=int(data))
+        except IntegrityError:  # created meanwhile by another process: bump that row
+            LibraryGeneration.objects.filter(source_id=source_id).update(**bumped)
+
+
+def library_refresh(*, source, embedder=None) -> int:
+    """Store what a library build had to complete in memory (templates of an older TEMPLATE_VERSION,
+    template keys, masked-question vectors), so the next build in every process is one query.
+    Called by the worker's warm-up and after calibration, never while a question is answered.
+    Returns how many examples were updated."""
+    executor = source_executor(source)
+    values = LIBRARY.values(source, executor)
+    _, changed = library_build(source, values, embedder or get_embedder())
+    if changed:
+        Example.objects.bulk_update(changed, ["template", "template_key", "masked_embedding"], batch_size=500)
+    return len(changed)
+
+
+def library_warm_up(source, embedder) -> None:
+    """Load what the first question on `source` would otherwise load in its stages: the linkable
+    values (one query per column), the library index and the library's question vectors; seconds
+    for a library of thousands, paid when a worker starts instead of by a researcher. Stale stored
+    templates are refreshed first. Raises ExecutionError when the source cannot be reached."""
+    snapshot = catalog_snapshot(source)
+    executor = source_executor(source, schemas=snapshot.schemas)
+    # Unreachable now: loading its values would wait on every column and keep none (the first
+    # question loads them), so say so once instead.
+    executor.execute("SELECT 1", timeout_s=5, row_cap=1)
+    library_refresh(source=source, embedder=embedder)
+    version = library_version(source)
+    LIBRARY.index(source, executor, embedder, version=version)
+    LIBRARY.nearest(source, [1.0] * embedder.dims, embedder.model, 1, version=version)

@@ -13,14 +13,15 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from askdb.adapters.library_cache import LIBRARY, template_of
 from askdb.models import Example
 from askdb.pipeline import library, offline
 from askdb.pipeline.templates import Template
 from askdb.pipeline.validation import SqlValidationError, validate_sql
-from askdb.services.examples import _merge_fields, _normalized, template_of
-from askdb.services.sql import sql_audit_event
+from askdb.services.examples import _merge_fields, _normalized
 from infra.adapters.clinical import ExecutionError
 from infra.audit.services import audit_event, audit_record, audit_record_many
+from infra.audit.sql import sql_audit_event
 from infra.providers.embeddings import get_embedder
 from metadata_admin.services import source_catalog_schema, source_executor
 
@@ -91,12 +92,10 @@ def examples_import(
     and their audit events are written IMPORT_CHUNK to a transaction, ready for the matcher
     (template key and masked vector included). `progress(n)` is told how many pairs are done.
     """
-    from askdb.runner import source_values  # local: the runner imports this app's services
-
     report = ImportReport()
     pairs = [_pair(n, item) for n, item in enumerate(items, start=1)]
     catalog, executor = source_catalog_schema(source), source_executor(source)
-    values = source_values(source, executor)
+    values = LIBRARY.values(source, executor)
     for pair in pairs:
         pair.masked = offline.mask_question(pair.question, values) if pair.question else ""
     embedder = get_embedder()

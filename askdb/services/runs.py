@@ -12,10 +12,11 @@ from django.db import transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
+from askdb.adapters.ports import DjangoPorts
+from askdb.adapters.recorder import DjangoRecorder
 from askdb.models import Question, Run
 from askdb.pipeline import prompts
 from askdb.pipeline.engine import Pipeline, PipelineConfig, PipelineRequest
-from askdb.runner import DjangoPorts, DjangoRecorder
 from askdb.services.privacy import privacy_policy, result_protect
 from askdb.services.reviews import review_required
 from askdb.services.sql import ReviewError, sql_check
@@ -208,12 +209,13 @@ def run_execute(*, run_id: int, worker: str = ""):
         "gate_reason": outcome.gate_reason,
         "model": chat.model if chat is not None else "",
         "confidence": outcome.confidence,
-        "candidates": outcome.candidates,
+        # The run's JSON is shaped here, from the core's frozen values.
+        "candidates": dict(outcome.candidates),
         "answered_by": outcome.answered_by,
         "example_id": outcome.example_id,
-        "library_match": outcome.library_match,
-        "answerability": outcome.answerability,
-        "privacy": outcome.privacy,
+        "library_match": outcome.library_match.to_json() if outcome.library_match else {},
+        "answerability": outcome.answerability.to_json() if outcome.answerability else {},
+        "privacy": dict(outcome.privacy),
         "catalog_version": ports.snapshot.version,  # the catalog this run saw
     }
     if outcome.result is not None:
@@ -288,7 +290,7 @@ def runs_requeue(*, unsent_after_s: float = 5, give_up_after_s: int | None = Non
 
 
 def runs_reap() -> dict[str, int]:
-    """Both reapers, as the worker's timer and a run's page call them."""
+    """Both reapers, as the worker's timer (config.celery.RunReaper) calls them; never a read."""
     return {"lost": runs_reap_stale(), **runs_requeue()}
 
 

@@ -1,12 +1,12 @@
 """calibrate_library says how far it got, question by question, and remembering results, value
-lookups and probes across folds does not change what it fits (askdb.runner.library_cross_validate)."""
+lookups and probes across folds does not change what it fits (askdb.services.calibration.library_cross_validate)."""
 
 from __future__ import annotations
 
 import psycopg
 import pytest
 
-from askdb.runner import library_cross_validate
+from askdb.services.calibration import library_cross_validate
 from askdb.services.examples import example_upsert
 from config import embedded
 

@@ -10,11 +10,11 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import CommandError, call_command
 
-from askdb import runner
+from askdb.adapters.library_cache import LIBRARY
 from askdb.library_io import MAX_UPLOAD_BYTES, parse_examples
 from askdb.models import Example, Question, Run
 from askdb.roles import ADMIN, RESEARCHER, REVIEWER
-from askdb.runner import library_index, library_warm_up
+from askdb.services.examples import library_refresh, library_warm_up
 from askdb.services.exports import examples_import
 from infra.adapters import catalog_search
 from infra.providers.embeddings import get_embedder
@@ -251,7 +251,7 @@ def test_the_list_says_which_questions_share_a_template(client, source):
         {"question": "how many patients are older than 65?", "sql": sql.format(65)},
         {"question": "count the patients over 80.", "sql": sql.format(80)},
         {"question": "How many patients are there?", "sql": COUNT_SQL}])  # fmt: skip
-    library_index(source, source_executor(source), get_embedder())  # as the first question does
+    library_refresh(source=source)  # as the worker's warm-up does
     keys = dict(Example.objects.values_list("question", "template_key"))
     assert keys["how many patients are older than 65?"] == keys["count the patients over 80."] != ""
     page = client.get("/library/").content.decode()
@@ -264,13 +264,12 @@ def test_a_worker_warm_up_loads_what_the_first_question_would(source):
         {"question": "how many patients are older than 65?", "sql": sql.format(65)},
         {"question": "count the patients over 80.", "sql": sql.format(80)}])  # fmt: skip
     embedder = get_embedder()
-    for cache in (runner._VALUES, runner._LIBRARIES, runner._QUESTION_VECTORS):
-        cache.clear()
+    LIBRARY.clear()
     library_warm_up(source, embedder)
-    index = runner._LIBRARIES[source.pk][1]
-    assert source.pk in runner._VALUES
-    assert library_index(source, source_executor(source), embedder)[0] is index  # not rebuilt
-    assert len(index.entries) == 2 and len(runner._QUESTION_VECTORS[(source.pk, embedder.model)][1]) == 2
+    index = LIBRARY._indexes[source.pk][1]
+    assert source.pk in LIBRARY._values
+    assert LIBRARY.index(source, source_executor(source), embedder)[0] is index  # not rebuilt
+    assert len(index.entries) == 2 and len(LIBRARY._vectors[(source.pk, embedder.model)][1]) == 2
 
 
 # --------------------------------------------------------------------------- permissions

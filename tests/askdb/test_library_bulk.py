@@ -11,10 +11,10 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
+from askdb.adapters.library_cache import LIBRARY
 from askdb.models import Example
 from askdb.pipeline import library, offline
 from askdb.pipeline.templates import Template, template_is_current
-from askdb.runner import source_values
 from askdb.services.examples import example_upsert
 from askdb.services.exports import examples_import
 from askdb.services.sql import ReviewError, sql_check
@@ -98,7 +98,7 @@ def test_the_bulk_import_gives_what_one_at_a_time_gave(source):
     assert len(report.created) == 4 and len(report.merged) == 4 and len(report.failed) == 3
 
     # The matcher's index needs nothing more: template keys and masked vectors are stored.
-    values = source_values(source, source_executor(source))
+    values = LIBRARY.values(source, source_executor(source))
     for example in Example.objects.filter(source=source):
         template = Template.from_dict(example.template) if example.template else None
         entry = library.entry_for(example.pk, example.question, example.sql, template)
@@ -149,7 +149,6 @@ def test_progress_lines_say_count_rate_and_time_left():
 
 
 def test_the_few_shot_search_in_memory_finds_what_the_database_search_finds(source):
-    from askdb.runner import examples_nearest_cached
     from askdb.services.examples import example_set_status
     from infra.adapters import catalog_search
 
@@ -159,7 +158,7 @@ def test_the_few_shot_search_in_memory_finds_what_the_database_search_finds(sour
 
     def both():
         found = catalog_search.examples_nearest(source_id=source.pk, vector=vector, model=embedder.model, k=3)
-        cached = examples_nearest_cached(source, vector, embedder.model, 3)
+        cached = LIBRARY.nearest(source, vector, embedder.model, 3)
         assert [i for i, _ in cached] == [i for i, _ in found]
         assert [s for _, s in cached] == pytest.approx([s for _, s in found], abs=1e-4)
         return found
@@ -171,17 +170,22 @@ def test_the_few_shot_search_in_memory_finds_what_the_database_search_finds(sour
 
 def test_a_stale_template_is_rebuilt_with_its_masked_vector(source):
     """Templates and masking change together (TEMPLATE_VERSION): a template built by an older
-    version is rebuilt when the library is loaded, and its masked vector is embedded again."""
-    from askdb.runner import library_index
+    version is rebuilt in memory when the library is loaded (a question reads, never writes), and
+    stored with its masked vector embedded again by the library refresh (the worker's warm-up)."""
+    from askdb.services.examples import library_refresh
 
     examples_import(source=source, items=ITEMS[:2])
     example = Example.objects.get(question="How many female patients are there?")
     Example.objects.filter(pk=example.pk).update(
         template={**example.template, "version": 0}, masked_embedding=[0.0] * len(example.masked_embedding)
     )
-    library_index(source, source_executor(source), get_embedder())
+    index, _ = LIBRARY.index(source, source_executor(source), get_embedder())
+    assert any(e.template is not None and e.example_id == example.pk for e in index.entries)
+    example.refresh_from_db()
+    assert not template_is_current(example.template)  # loading the library wrote nothing
+    assert library_refresh(source=source) == 1
     example.refresh_from_db()
     assert template_is_current(example.template)
-    values = source_values(source, source_executor(source))
+    values = LIBRARY.values(source, source_executor(source))
     masked = get_embedder().embed([offline.mask_question(example.question, values)])[0]
     assert list(example.masked_embedding) == pytest.approx(masked, abs=1e-6)

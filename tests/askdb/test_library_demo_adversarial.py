@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from askdb.adapters.ports import DjangoPorts
 from askdb.pipeline import offline
-from askdb.runner import DjangoPorts, library_cross_validate
+from askdb.services.calibration import library_cross_validate
 from askdb.services.exports import examples_import
 
 pytestmark = pytest.mark.django_db

@@ -12,9 +12,9 @@ import pytest
 from openpyxl import load_workbook
 from rest_framework.test import APIClient
 
+from askdb.adapters.ports import DjangoPorts
 from askdb.models import Run
 from askdb.roles import AGGREGATE_RESEARCHER, RESEARCHER, REVIEWER
-from askdb.runner import DjangoPorts
 from askdb.selectors import run_result_page
 from askdb.services.examples import example_upsert
 from askdb.services.reviews import review_correct

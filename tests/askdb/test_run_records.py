@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from askdb.adapters.ports import DjangoPorts
+from askdb.adapters.recorder import MAX_STORED_SQL, DjangoRecorder, capped_text
 from askdb.models import Question, Run
-from askdb.runner import MAX_STORED_SQL, DjangoPorts, DjangoRecorder, capped_text
 from infra.audit.models import AuditEvent
 from tests.factories import make_user
 

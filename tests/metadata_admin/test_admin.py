@@ -12,10 +12,10 @@ from django.urls import reverse
 
 from askdb.roles import ADMIN, RESEARCHER, REVIEWER
 from infra.audit.models import AuditEvent
+from metadata_admin.docs import table_doc_embedding_text
 from metadata_admin.drafting import NO_LLM_MESSAGE
 from metadata_admin.models import ColumnDoc, DocRevision, TableDoc, content_hash
 from metadata_admin.selectors import current_embedding_model, table_doc_embedding_status
-from metadata_admin.services import table_doc_embedding_text
 from tests.factories import make_user
 from tests.support.scripted_llm import Malformed, Reply
 

@@ -166,12 +166,12 @@ def ehrsql():
         if os.environ.get("CI") == "true":
             pytest.fail(f"EHRSQL data missing at {DATA}")
         pytest.skip("EHRSQL data not available")
+    from askdb.adapters.ports import column_values_like
     from askdb.pipeline import library as L
     from askdb.pipeline.asof import AsOfExecutor
     from askdb.pipeline.compare import results_match
     from askdb.pipeline.offline import mask_question
     from askdb.pipeline.templates import build_template
-    from askdb.runner import column_values_like
     from infra.adapters.clinical import SqliteExecutor
     from infra.providers.embeddings import LocalEmbedder
 

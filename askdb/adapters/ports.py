@@ -1,0 +1,279 @@
+"""The pipeline's Ports over Django, for one source: retrieval over the catalog, the verified
+library (through the library cache), the answerability gate, and the read-only executor, every
+statement audited. An adapter: it imports models, the catalog and infra, never a service."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import sqlglot
+from django.conf import settings
+from rapidfuzz import fuzz
+from sqlglot import exp
+
+from askdb.adapters.library_cache import LIBRARY, VECTOR_FIELDS, LibraryVersion, library_version
+from askdb.adapters.recorder import relaxed_commit
+from askdb.answerability.scorer import gate_verdict
+from askdb.models import Example, Run
+from askdb.pipeline import library, offline
+from askdb.pipeline.engine import ExecutionFailure, RetrievalView
+from askdb.pipeline.outcome import AnswerabilityVerdict
+from askdb.pipeline.types import CatalogSchema, ExampleContext, TableContext
+from infra.adapters.clinical import ExecutionError
+from infra.audit.sql import audit_sql_executed
+from infra.providers.embeddings import get_embedder
+from metadata_admin.models import ClinicalSource, ColumnDoc
+from metadata_admin.selectors import catalog_snapshot, retrieve
+from metadata_admin.services import source_executor
+
+LIBRARY_CANDIDATES = 8  # closest verified examples whose templates the matcher tries
+
+
+class DjangoPorts:
+    """What the pipeline needs from the world, for one source."""
+
+    def __init__(
+        self, source: ClinicalSource, *, chat, timeout_s: float, row_cap: int, run: Run | None = None
+    ):
+        self.source = source
+        self.run = run  # for the audit of the SQL it executes
+        self.chat = chat
+        self.embedder = get_embedder()
+        # The catalog as of this run, loaded once per catalog change (not per question).
+        self.snapshot = catalog_snapshot(source)
+        # "now" is the source's as-of time (shown in provenance)
+        self.executor = source_executor(source, schemas=self.snapshot.schemas)
+        self._catalog = self.snapshot.schema
+        self.timeout_s = timeout_s
+        self.row_cap = row_cap
+        self._nearest_for: list[float] | None = None
+        self._nearest_list: list[tuple[int, float]] = []
+        self._sensitive_columns: frozenset[str] | None = None
+        self._version: LibraryVersion | None = None
+
+    def embed(self, question: str) -> list[float]:
+        return self.embedder.embed([question])[0]
+
+    def _library_version(self) -> LibraryVersion:
+        """The library's version, read once per run (the few-shot search and the match share it):
+        a change made in another process since the last question is seen here."""
+        if self._version is None:
+            self._version = library_version(self.source)
+        return self._version
+
+    def retrieve(
+        self, question: str, vector: list[float], k: int, examples: list[ExampleContext]
+    ) -> RetrievalView:
+        example_tables: dict[str, float] = {}
+        for e in examples:  # a table read by a close verified example is likely needed again
+            for table in e.tables:
+                example_tables[table] = max(example_tables.get(table, 0.0), e.score)
+        r = retrieve(
+            source=self.source, question=question, k=k, question_vector=vector, example_tables=example_tables,
+            snapshot=self.snapshot,
+        )  # fmt: skip
+        return RetrievalView(
+            tables=r.tables, values=r.values, best_doc_score=r.best_doc_score, timings_ms=r.timings_ms
+        )
+
+    def _nearest(self, vector: list[float]) -> list[tuple[int, float]]:
+        """The closest active answerable examples, searched once per question: the few-shot
+        examples and the template candidates are both taken from this one list."""
+        if self._nearest_for is not vector:
+            k = max(settings.ASKDB_EXAMPLES_K, LIBRARY_CANDIDATES)
+            self._nearest_list = LIBRARY.nearest(
+                self.source, vector, self.embedder.model, k, version=self._library_version()
+            )
+            self._nearest_for = vector
+        return self._nearest_list
+
+    def examples(self, question: str, vector: list[float]) -> list[ExampleContext]:
+        """The closest reviewer-verified pairs, as few-shot examples. Never unverified ones: those
+        measurably hurt accuracy, so only active library examples are eligible."""
+        nearest = [
+            (i, s) for i, s in self._nearest(vector)[: settings.ASKDB_EXAMPLES_K]
+            if s >= settings.ASKDB_EXAMPLE_MIN_SIMILARITY
+        ]  # fmt: skip
+        found = Example.objects.defer(*VECTOR_FIELDS).in_bulk([i for i, _ in nearest])
+        return [
+            ExampleContext(
+                question=found[i].question,
+                sql=found[i].sql,
+                score=s,
+                example_id=i,
+                tables=tuple(found[i].tables),
+            )
+            for i, s in nearest
+            if i in found
+        ]
+
+    def library_match(self, question: str, vector: list[float]) -> tuple[list, float]:
+        """Verified templates scored for this question (best first) and the answering threshold.
+
+        Templates, not single examples: the nearest masked paraphrases vote (askdb.pipeline.library),
+        the meaning guard checks the question against all paraphrases of a template, and each
+        result's confidence is the calibrated P(correct). The threshold is c / (c + 1) for
+        ASKDB_WRONG_ANSWER_COST = c.
+        """
+        risk = library_risk(self.source)
+        index, values = LIBRARY.index(
+            self.source, self.executor, self.embedder, version=self._library_version()
+        )
+        if not index.entries:
+            return [], risk.threshold
+        masked = offline.mask_question(question, values)
+        masked_vector = self.embedder.embed([masked])[0]
+        found = library.match_library(
+            question, masked_vector, index, lookup=self.lookup_value, values=values, catalog=self._catalog,
+            risk=risk, masked_question=masked, probe=self.probe,
+        )  # fmt: skip
+        return found.results, risk.threshold
+
+    def answerability(self, question: str, values: list) -> AnswerabilityVerdict | None:
+        """The answerability gate's verdict: the trained model with its rules, or the rules alone
+        when no model is trained for the source (they need no training)."""
+        return AnswerabilityVerdict.from_json(gate_verdict(self.source, question))
+
+    def probe(self, sql: str) -> bool:
+        """Does this small check query return a row (a bound value under the template's conditions)?"""
+        return source_probe(self.executor, sql)
+
+    def lookup_value(self, table_column: str, text: str) -> list[tuple[str, float]]:
+        """Real values of one column like `text`, from the clinical database itself (read-only):
+        exact (case-insensitive) matches score 1.0, values containing the text by fuzzy ratio.
+        A column the catalog marks sensitive is never searched: its values are not linked."""
+        table, _, column = table_column.rpartition(".")
+        if f"{table.rpartition('.')[2]}.{column}".lower() in self._sensitive():
+            return []
+        return column_values_like(self.executor, table_column, text, dialect=self.source.dialect)
+
+    def _sensitive(self) -> frozenset[str]:
+        if self._sensitive_columns is None:
+            pairs = ColumnDoc.objects.filter(table__source=self.source, sensitive=True).values_list(
+                "table__name", "name"
+            )
+            self._sensitive_columns = frozenset(f"{t}.{c}".lower() for t, c in pairs)
+        return self._sensitive_columns
+
+    def table_context(self, tables: list[str]) -> list[TableContext]:
+        return self.snapshot.table_contexts(tables)
+
+    def catalog(self) -> CatalogSchema:
+        return self._catalog
+
+    def explain(self, sql: str) -> None:
+        # EXPLAIN plans (and folds constants) on clinical data, so each one is audited like a query.
+        actor = self.run.question.user if self.run is not None else None
+        start = time.perf_counter()
+        try:
+            self.executor.explain(sql, timeout_s=min(self.timeout_s, 10))
+        except ExecutionError as exc:
+            with relaxed_commit():
+                audit_sql_executed(actor=actor, source=self.source, sql=sql, purpose="explain", rows=None,
+                                   duration_ms=(time.perf_counter() - start) * 1000, outcome=exc.code,
+                                   run=self.run, error=exc.message, action="sql.explained")  # fmt: skip
+            raise ExecutionFailure(exc.message, exc.code) from exc
+        with relaxed_commit():
+            audit_sql_executed(actor=actor, source=self.source, sql=sql, purpose="explain", rows=None,
+                               duration_ms=(time.perf_counter() - start) * 1000, outcome="ok", run=self.run,
+                               action="sql.explained")  # fmt: skip
+
+    def execute(self, sql: str):
+        outcome = self._run_sql(sql)
+        self._audit_executed(sql, outcome)
+        if isinstance(outcome, ExecutionError):
+            raise ExecutionFailure(outcome.message, outcome.code) from outcome
+        return outcome
+
+    def execute_many(self, sqls: list[str]) -> list:
+        """Several statements side by side, each on its own read-only connection (the sampled
+        candidates: the clinical database, not this process, is what they wait on). Results in
+        order, an ExecutionFailure for a statement that failed; audited here, in the caller's thread."""
+        if len(sqls) <= 1:
+            outcomes = [self._run_sql(sql) for sql in sqls]
+        else:
+            workers = min(len(sqls), settings.ASKDB_CANDIDATE_CONNECTIONS)
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="askdb-candidate") as pool:
+                outcomes = list(pool.map(self._run_sql, sqls))
+        out = []
+        for sql, outcome in zip(sqls, outcomes, strict=True):
+            self._audit_executed(sql, outcome)
+            failed = isinstance(outcome, ExecutionError)
+            out.append(ExecutionFailure(outcome.message, outcome.code) if failed else outcome)
+        return out
+
+    def _run_sql(self, sql: str):
+        """The result, or the ExecutionError; touches no Django connection (runs in any thread)."""
+        try:
+            return self.executor.execute(
+                sql, timeout_s=self.timeout_s, row_cap=self.row_cap, max_bytes=settings.ASKDB_RESULT_MAX_BYTES
+            )
+        except ExecutionError as exc:
+            return exc
+
+    def _audit_executed(self, sql: str, outcome) -> None:
+        failed = isinstance(outcome, ExecutionError)
+        with relaxed_commit():
+            audit_sql_executed(
+                actor=self.run.question.user if self.run is not None else None,
+                source=self.source,
+                sql=sql,
+                purpose="question",
+                rows=None if failed else outcome.row_count,
+                duration_ms=None if failed else outcome.elapsed_ms,
+                outcome=outcome.code if failed else "ok",
+                run=self.run,
+                error=outcome.message if failed else "",
+            )
+
+
+def library_risk(source):
+    """The source's calibrated P(correct) model with the threshold of the configured wrong-answer cost."""
+    threshold = library.answer_threshold(settings.ASKDB_WRONG_ANSWER_COST)
+    data = (source.library_calibration or {}).get("risk")
+    if not data:
+        base = library.DEFAULT_RISK
+        return offline.Calibration(dict(base.weights), base.intercept, threshold)
+    risk = offline.Calibration.from_dict(data)
+    return offline.Calibration(risk.weights, risk.intercept, threshold, risk.samples)
+
+
+def column_values_like(executor, table_column: str, text: str, *, dialect: str, limit: int = 5):
+    """(value, score) of one column's values equal to or containing `text`, most frequent first."""
+    table, _, column = table_column.rpartition(".")
+    text = text.strip()
+    if not table or not column or not text:
+        return []
+    col = exp.cast(exp.column(column, quoted=True), "text")
+    pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    query = (
+        sqlglot.select(col.as_("v"), exp.Count(this=exp.Star()).as_("n"))
+        .from_(exp.to_table(table))
+        .where(exp.ILike(this=col.copy(), expression=exp.Literal.string(pattern)))
+        .group_by(col.copy())
+        .order_by("n DESC")
+        .limit(200)
+    )
+    try:
+        result = executor.execute(query.sql(dialect=dialect), timeout_s=5, row_cap=200)
+    except ExecutionError:
+        return []
+    wanted = text.lower()
+    scored = []
+    for value, _ in result.rows:
+        if value is None:
+            continue
+        value = str(value)
+        score = 1.0 if value.lower() == wanted else round(fuzz.ratio(wanted, value.lower()) / 100 * 0.95, 4)
+        scored.append((value, score))
+    scored.sort(key=lambda p: -p[1])
+    return scored[:limit]
+
+
+def source_probe(executor, sql: str) -> bool:
+    """True when `sql` returns a row; a failing probe counts as no row (the value is not confirmed)."""
+    try:
+        return executor.execute(sql, timeout_s=5, row_cap=1).row_count > 0
+    except ExecutionError:
+        return False
