@@ -18,7 +18,7 @@ from askdb.models import Example
 from askdb.pipeline import library, offline
 from askdb.pipeline.templates import Template
 from askdb.pipeline.validation import SqlValidationError, validate_sql
-from askdb.services.examples import _merge_fields, _normalized
+from askdb.services.examples import _merge_fields, _normalized, library_generation_bump
 from infra.adapters.clinical import ExecutionError
 from infra.audit.services import audit_event, audit_record, audit_record_many
 from infra.audit.sql import sql_audit_event
@@ -276,6 +276,7 @@ def _store(pairs: list[_Pair], *, source, approved_by, origin: str, model: str, 
                 audit_record_many(audits)
             else:
                 Example.objects.bulk_create(created[(chunk - 1) * IMPORT_CHUNK : chunk * IMPORT_CHUNK])
+                library_generation_bump(source_id=source.pk, examples=True)  # bulk_create sends no signal
             audit_record_many([
                 audit_event(action=action, actor=approved_by, target=example, message=message, detail=detail)
                 for action, example, message, detail in events

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import transaction
 
 from askdb.models import Example, Review, Run
-from askdb.services.examples import example_upsert
+from askdb.services.examples import example_upsert, library_generation_bump
 from askdb.services.privacy import result_protect
 from askdb.services.sql import ReviewError, sql_check
 from infra.audit.services import audit_record
@@ -154,7 +154,8 @@ def _example_needs_review(run, reviewer, category: str, comment: str) -> None:
     updated = Example.objects.filter(pk=run.example_id, status=Example.Status.ACTIVE).update(
         status=Example.Status.NEEDS_REVIEW, note=note
     )
-    if updated:
+    if updated:  # a queryset update sends no signal: number the change here, for every worker
+        library_generation_bump(source_id=run.question.source_id, examples=True)
         audit_record(action="example.needs_review", actor=reviewer, target=run.example, message=note[:500])
 
 
