@@ -197,11 +197,22 @@ def test_two_confident_matches_that_disagree_answer_nothing():
 
 def test_the_answerability_verdict_stops_a_library_answer_and_declines():
     verdict = AnswerabilityVerdict.from_json(
-        {"answerable": False, "category": "out_of_scope", "reason": "Not in this database.", "probability": 0.1}
+        {
+            "answerable": False,
+            "category": "out_of_scope",
+            "reason": "Not in this database.",
+            "probability": 0.1,
+        }
     )
-    ports = FakePorts(results={OLDER_SQL: Rows(("n",), [(12,)])}, matches=[match(OLDER_SQL, 0.9)], verdict=verdict)
+    ports = FakePorts(
+        results={OLDER_SQL: Rows(("n",), [(12,)])}, matches=[match(OLDER_SQL, 0.9)], verdict=verdict
+    )
     outcome, rec = ask(ports)
-    assert (outcome.status, outcome.outcome, outcome.message) == ("declined", "out_of_scope", "Not in this database.")
+    assert (outcome.status, outcome.outcome, outcome.message) == (
+        "declined",
+        "out_of_scope",
+        "Not in this database.",
+    )
     assert outcome.gate == GateVerdict("out_of_scope", "Not in this database.")
     assert outcome.answerability is verdict and outcome.answerability.to_json()["probability"] == 0.1
     assert outcome.library_match.reason_codes[-1] == R.GATE_DECLINED and not outcome.library_match.answered
@@ -210,7 +221,10 @@ def test_the_answerability_verdict_stops_a_library_answer_and_declines():
 
 def test_no_table_about_the_question_is_no_data():
     outcome, _ = ask(FakePorts(doc_score=0.01))
-    assert (outcome.outcome, outcome.gate.category) == ("no_data", "no_data") and outcome.library_match is None
+    assert (outcome.outcome, outcome.gate.category) == (
+        "no_data",
+        "no_data",
+    ) and outcome.library_match is None
 
 
 def test_the_llm_writes_sql_that_is_checked_and_run():
@@ -224,7 +238,11 @@ def test_the_llm_writes_sql_that_is_checked_and_run():
 def test_the_llm_gate_declines_in_its_own_words():
     chat = FakeChat('{"category": "non_medical", "reason": "About the weather."}')
     outcome, _ = ask(FakePorts(chat=chat))
-    assert (outcome.status, outcome.outcome, outcome.gate_reason) == ("declined", "non_medical", "About the weather.")
+    assert (outcome.status, outcome.outcome, outcome.gate_reason) == (
+        "declined",
+        "non_medical",
+        "About the weather.",
+    )
 
 
 def test_sql_that_fails_is_an_execution_error_with_its_gate():
