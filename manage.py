@@ -37,7 +37,7 @@ def main() -> None:
     settings.ASKDB_HOME  # noqa: B018 - importing settings fixes ASKDB_HOME for the runtime below
     command = sys.argv[1] if len(sys.argv) > 1 else "help"
     if command not in NO_SERVICES:
-        from config import embedded
+        from infra import embedded
 
         try:
             started = embedded.ensure_started()

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.core import checks
 
 from askdb import health
-from config import embedded
+from infra import embedded
 from infra.audit.database_roles import audit_rewrite_risks
 
 

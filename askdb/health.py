@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
+from celery import current_app
 from django.conf import settings
 from django.db import connection
 
@@ -102,9 +103,8 @@ def clinical_role_read_only() -> Probe:
 
 def broker() -> Probe:
     def probe():
-        from config.celery import app
-
-        with app.connection_for_write() as conn:
+        # current_app: the project's Celery app, which config (the wiring) created and made current
+        with current_app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, timeout=CONNECT_TIMEOUT_S)
         return True, "reachable"
 
@@ -116,9 +116,7 @@ def worker(timeout: float = 1.0) -> Probe:
     answers while every pool process dies at start (it happened) can take no question."""
 
     def probe():
-        from config.celery import app
-
-        replies = app.control.broadcast("askdb_pool", reply=True, timeout=timeout) or []
+        replies = current_app.control.broadcast("askdb_pool", reply=True, timeout=timeout) or []
         pools = {name: info for reply in replies for name, info in reply.items() if isinstance(info, dict)}
         if not pools:
             return False, "no worker answered"

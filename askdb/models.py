@@ -6,6 +6,8 @@ from django.conf import settings
 from django.db import models
 from pgvector.django import VectorField
 
+from askdb.pipeline.prompts import CATEGORY_LABELS
+
 
 class Access(models.Model):
     """Holds the global permissions the roles are made of; it has no table of its own."""
@@ -136,15 +138,11 @@ class Run(models.Model):
     @property
     def gate_label(self) -> str:
         """The gate's decision in words (never the raw category code)."""
-        from askdb.answerability.rules import CATEGORY_LABELS
-
         return CATEGORY_LABELS.get(self.gate_category, self.gate_category.replace("_", " "))
 
     @property
     def outcome_label(self) -> str:
         """The outcome in words: a gate category by its label, anything else without underscores."""
-        from askdb.answerability.rules import CATEGORY_LABELS
-
         if self.outcome == self.gate_category and self.outcome in CATEGORY_LABELS:
             return CATEGORY_LABELS[self.outcome]
         return self.outcome.replace("_", " ")

@@ -16,7 +16,7 @@ def setup() -> None:
     from django.conf import settings
 
     settings.ASKDB_HOME  # noqa: B018
-    from config import embedded
+    from infra import embedded
 
     embedded.ensure_started()
     django.setup()

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         bench_env(args.home)
         print(json.dumps(one_approval()))
         return 0
-    from config import embedded
+    from infra import embedded
 
     started = prepare(args.home)
     try:

@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                 row.append(load)
             targets.save(home, "library_scale", {**previous, **values}, load_at_start=load_at_start)
     finally:
-        from config import embedded
+        from infra import embedded
 
         embedded.stop(started)
     print(f"load average at start: {load_at_start}\n")

@@ -190,7 +190,7 @@ def prepare(home: Path = DEFAULT_HOME, *, log: Callable[[str], None] | None = No
     bench_env(home)
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from config import embedded
+    from infra import embedded
 
     started = embedded.ensure_started()
     try:
@@ -726,7 +726,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for child in reversed(children):
             child.stop()
-        from config import embedded
+        from infra import embedded
 
         stopped = embedded.stop(started)
         if stopped:

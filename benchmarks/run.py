@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         failed.append("interrupted")
     finally:
-        from config import embedded
+        from infra import embedded
 
         embedded.stop(started)
     print("\n# targets\n")

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         values = measure(args.repeat)
     finally:
-        from config import embedded
+        from infra import embedded
 
         embedded.stop(started)
     rows = [

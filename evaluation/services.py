@@ -33,6 +33,7 @@ from infra.adapters.clinical import ExecutionError
 from infra.audit.services import audit_record
 from infra.formats import BenchmarkItem, load_items
 from infra.providers import embeddings
+from infra.queue import task_send
 from metadata_admin.services import source_executor
 
 log = logging.getLogger(__name__)
@@ -416,9 +417,7 @@ def evaluation_start_from_files(
     )
 
     def enqueue() -> None:
-        from evaluation.tasks import run_evaluation  # local: evaluation.tasks imports this module
-
-        run_evaluation.delay(evaluation.pk)
+        task_send("evaluation.run_evaluation", evaluation.pk)  # evaluation.tasks.run_evaluation
 
     transaction.on_commit(enqueue)
     return evaluation

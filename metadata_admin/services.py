@@ -24,6 +24,7 @@ from askdb.pipeline.types import CatalogSchema
 from infra.adapters.clinical import ExecutionError, LiveTable, SqlExecutor, executor_for
 from infra.audit.services import audit_record
 from infra.providers.embeddings import EmbeddingError, get_embedder
+from infra.queue import task_send
 from metadata_admin.clinical import loader, synthetic
 from metadata_admin.docs import (
     BUNDLED_DOCS,
@@ -386,10 +387,7 @@ def table_doc_schedule_embedding(doc: TableDoc) -> None:
     """Re-embed in the worker after commit, and only when the embedded text changed."""
     if doc.content_hash == content_hash(table_doc_embedding_text(doc)) and not doc.embedding_error:
         return
-    # local: metadata_admin.tasks imports this module (its task calls table_docs_reembed)
-    from metadata_admin.tasks import embed_table_doc as embed_table_doc_task
-
-    transaction.on_commit(lambda: embed_table_doc_task.delay(doc.pk))
+    transaction.on_commit(lambda: task_send("metadata_admin.embed_table_doc", doc.pk))
 
 
 # --------------------------------------------------------------------------- introspection

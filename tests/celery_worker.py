@@ -37,7 +37,7 @@ def database_url_for_tests(user: str | None = None) -> str:
     """The test database on the embedded server, as `user` (default: the owner)."""
     from django.db import connection
 
-    from config import embedded
+    from infra import embedded
 
     kwargs = {"user": user} if user else {}
     return embedded.pg_dsn(connection.settings_dict["NAME"], **kwargs)

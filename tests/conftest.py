@@ -19,7 +19,7 @@ def pytest_configure(config):
     from django.conf import settings
 
     settings.DATABASES  # noqa: B018 - loads config.settings.test, which fixes ASKDB_HOME
-    from config import embedded
+    from infra import embedded
 
     try:
         config._askdb_started = embedded.ensure_started()
@@ -30,7 +30,7 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     started = getattr(config, "_askdb_started", None)
     if started:
-        from config import embedded
+        from infra import embedded
 
         embedded.stop(started)
 
@@ -38,7 +38,7 @@ def pytest_unconfigure(config):
 @pytest.fixture
 def scratch_database():
     """A new, empty database on the embedded server: yields its superuser DSN, then drops it."""
-    from config import embedded
+    from infra import embedded
 
     name = f"scratch_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(embedded.pg_dsn("postgres"), autocommit=True) as conn:

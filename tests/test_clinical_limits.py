@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from askdb.pipeline.validation import SqlValidationError, validate_sql
-from config import embedded
+from infra import embedded
 from infra.adapters.clinical import DEFAULT_RESULT_MAX_BYTES, ExecutionError, PostgresExecutor
 from metadata_admin.clinical import loader
 from tests.askdb.pipeline.test_validation import CATALOG

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from config import embedded
+from infra import embedded
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,7 +13,7 @@ import psutil
 import psycopg
 import pytest
 
-from config import embedded
+from infra import embedded
 
 pytestmark = pytest.mark.slow
 

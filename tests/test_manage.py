@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from config import embedded
+from infra import embedded
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent

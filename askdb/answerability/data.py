@@ -318,36 +318,9 @@ def score_items(model: AnswerabilityModel, items: Sequence[dict], progress: Prog
     return metrics
 
 
-def answerability_evaluate(
-    *,
-    source,
-    path: str | Path,
-    labels: str | Path | None = None,
-    version: str | None = None,
-    progress: Progress = None,
-) -> dict:
-    """Measure a stored model on a labelled file it was not trained on (an outside benchmark,
-    so no split is involved): precision/recall/F1/AUC, answerable blocked, reasons per kind."""
-    from askdb.answerability.scorer import load_scorer
-
-    scorer = load_scorer(source, version=version)
-    if scorer is None:
-        raise TrainingError(f"no answerability model for {source.name}; run train_answerability first")
-    items = read_labelled_file(path, labels)
-    if not items:
-        raise TrainingError(f"{path} holds no questions")
-    known = set(scorer.model.table_names)
-    absent = [i for i in items if i["answerable"] and i["tables"] and not set(i["tables"]) <= known]
-    metrics = score_items(scorer.model, items, progress)
-    metrics["version"] = scorer.version
-    metrics["needs_absent_tables"] = len(absent)
-    return metrics
-
-
 __all__ = [
     "AnswerabilityModel",
     "TrainReport",
-    "answerability_evaluate",
     "answerability_train",
     "column_texts",
     "docs_catalog",

@@ -24,6 +24,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from askdb.pipeline.prompts import CATEGORY_LABELS  # noqa: F401  (the rules' name for them)
+
 KINDS = ("not_in_schema", "future", "advice", "private", "out_of_scope")
 PRIORITY = ("private", "out_of_scope", "not_in_schema", "advice", "future")
 
@@ -53,17 +55,8 @@ KIND_REASONS = {
     "out_of_scope": "it is not about the patient records this database holds",
 }
 
-# What a researcher reads for each category, whoever declined (this gate or the LLM's check).
-CATEGORY_LABELS = {
-    "answerable": "answerable",
-    "no_data": "no table holds this",
-    "not_in_schema": "information the database does not hold",
-    "future_data": "about the future",
-    "advice": "asks for advice or an opinion",
-    "private_data": "would identify or contact a person",
-    "out_of_scope": "outside this database's scope",
-    "non_medical": "not about the patient data",
-}
+# What a researcher reads for each category, whoever declined (this gate or the LLM's check), is
+# CATEGORY_LABELS, kept with the gate's categories in askdb/pipeline/prompts.py (below the models).
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from askdb.answerability import store
-from askdb.answerability.data import as_of_year, column_texts, library_items, table_texts
+from askdb.answerability.data import (
+    Progress,
+    TrainingError,
+    as_of_year,
+    column_texts,
+    library_items,
+    read_labelled_file,
+    score_items,
+    table_texts,
+)
 from askdb.answerability.model import AnswerabilityModel, AnswerabilityScore, Encoder, LocalEncoder
 
 __all__ = ["AnswerabilityScore", "Scorer", "clear_cache", "get_scorer", "load_scorer"]
@@ -194,3 +204,27 @@ def gate_verdict(source, question: str) -> dict:
         "version": "",
         "rules_only": True,
     }
+
+
+def answerability_evaluate(
+    *,
+    source,
+    path: str | Path,
+    labels: str | Path | None = None,
+    version: str | None = None,
+    progress: Progress = None,
+) -> dict:
+    """Measure a stored model on a labelled file it was not trained on (an outside benchmark,
+    so no split is involved): precision/recall/F1/AUC, answerable blocked, reasons per kind."""
+    scorer = load_scorer(source, version=version)
+    if scorer is None:
+        raise TrainingError(f"no answerability model for {source.name}; run train_answerability first")
+    items = read_labelled_file(path, labels)
+    if not items:
+        raise TrainingError(f"{path} holds no questions")
+    known = set(scorer.model.table_names)
+    absent = [i for i in items if i["answerable"] and i["tables"] and not set(i["tables"]) <= known]
+    metrics = score_items(scorer.model, items, progress)
+    metrics["version"] = scorer.version
+    metrics["needs_absent_tables"] = len(absent)
+    return metrics

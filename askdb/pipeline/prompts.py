@@ -9,6 +9,17 @@ from askdb.pipeline.types import ExampleContext, TableContext
 PROMPT_VERSION = "2026-11-21.1"
 
 GATE_CATEGORIES = ("answerable", "out_of_scope", "non_medical", "future_data", "private_data")
+# Every decline category (the gate's, the answerability rules' and no_data) in words, for pages.
+CATEGORY_LABELS = {
+    "answerable": "answerable",
+    "no_data": "no table holds this",
+    "not_in_schema": "information the database does not hold",
+    "future_data": "about the future",
+    "advice": "asks for advice or an opinion",
+    "private_data": "would identify or contact a person",
+    "out_of_scope": "outside this database's scope",
+    "non_medical": "not about the patient data",
+}
 
 DIALECT_NAMES = {"postgres": "PostgreSQL", "sqlite": "SQLite", "duckdb": "DuckDB"}
 

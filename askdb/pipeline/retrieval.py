@@ -14,6 +14,8 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 
+from core.types import LinkedValue
+
 STOPWORDS = frozenset(
     """a about above after again all also am an and any are as at be been before being below between both but by
     can could did do does doing down during each ever few for from further had has have having he her here hers
@@ -59,17 +61,6 @@ class TableProfile:
     qualified: str
     synonyms: tuple[str, ...] = ()
     is_dictionary: bool = False  # a code table: d_icd_diagnoses, d_labitems, d_items, …
-
-
-@dataclass(frozen=True)
-class LinkedValue:
-    table: str  # qualified
-    column: str
-    value: str
-    code: str
-    score: float  # 0..1
-    term: str  # the words of the question it matched
-    method: str  # "fuzzy" | "semantic"
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from askdb.services.sql import ReviewError, sql_check
 from infra.adapters import catalog_search
 from infra.audit.services import audit_record
 from infra.providers.embeddings import get_embedder
+from infra.queue import task_send
 from metadata_admin.selectors import catalog_snapshot
 from metadata_admin.services import source_executor
 
@@ -133,10 +134,8 @@ def _merge_fields(
 
 
 def _embed_later(example_id: int) -> None:
-    from askdb.tasks import embed_example  # local: askdb.tasks imports this module for its task
-
     try:
-        embed_example.delay(example_id)
+        task_send("askdb.embed_example", example_id)  # askdb.tasks.embed_example
     except Exception:  # no broker (a management command on a stopped demo): embed inline
         example_embed(example_id=example_id)
 
@@ -222,10 +221,8 @@ def examples_revalidate_later(source) -> None:
     """Queue a re-validation after the current transaction commits (catalog and schema changes)."""
 
     def enqueue():
-        from askdb.tasks import revalidate_examples  # local: askdb.tasks imports this module for its task
-
         try:
-            revalidate_examples.delay(source.pk)
+            task_send("askdb.revalidate_examples", source.pk)  # askdb.tasks.revalidate_examples
         except Exception:  # no broker (a management command on a stopped demo): check inline
             examples_revalidate(source=source)
 

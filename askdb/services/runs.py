@@ -22,6 +22,7 @@ from askdb.services.reviews import review_required
 from askdb.services.sql import ReviewError, sql_check
 from infra.audit.services import audit_record
 from infra.providers.llm import get_chat_model
+from infra.queue import task_send
 from metadata_admin.selectors import catalog_snapshot
 from metadata_admin.services import source_get
 
@@ -86,13 +87,11 @@ def _enqueue(run_id: int) -> bool:
     """Send a queued run's job, once: the task id is claimed before sending, so the submit and
     the reapers never send the same run twice (a second delivery would fail a running run).
     False when someone else sent it or the run ended; QueueUnavailable when the broker is down."""
-    from askdb.tasks import run_question as run_question_task  # local: askdb.tasks imports this module
-
     task_id = str(uuid.uuid4())
     if not Run.objects.filter(pk=run_id, status=Run.Status.QUEUED, task_id="").update(task_id=task_id):
         return False
     try:
-        run_question_task.apply_async((run_id,), task_id=task_id)
+        task_send("askdb.run_question", run_id, task_id=task_id)  # askdb.tasks.run_question
     except (BrokerError, OSError) as exc:
         Run.objects.filter(pk=run_id, task_id=task_id).update(task_id="")  # the reaper sends it later
         logger.warning("run %s kept queued: the broker is unreachable (%s)", run_id, exc)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from config import embedded
+from infra import embedded
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -100,7 +100,7 @@ TEMPLATES = [
 ]
 
 # --- Databases ----------------------------------------------------------------------------
-# DATABASE_URL unset: the embedded PostgreSQL (config/embedded.py) over its Unix socket.
+# DATABASE_URL unset: the embedded PostgreSQL (infra/embedded.py) over its Unix socket.
 # The app connects as a runtime role that owns nothing; migrations run as DATABASE_OWNER
 # (DATABASE_OWNER_URL, or the embedded superuser), and the runtime role gets only the grants
 # it needs, the audit table's being SELECT and INSERT (infra/audit/database_roles.py).

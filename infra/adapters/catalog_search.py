@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.db import connection
 
-from askdb.pipeline.retrieval import LinkedValue
+from core.types import LinkedValue
 
 
 def _vec(vector: list[float]) -> str:

@@ -13,7 +13,7 @@ from decimal import Decimal
 
 from django.conf import settings
 
-from askdb.pipeline.types import ChatResult, LLMError
+from core.types import ChatResult, LLMError
 
 
 @dataclass(frozen=True)

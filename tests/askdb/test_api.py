@@ -22,7 +22,7 @@ from rest_framework.throttling import UserRateThrottle
 
 from askdb.models import Question, Run, SqlAttempt, StageEvent
 from askdb.roles import ADMIN, RESEARCHER, REVIEWER
-from config import embedded
+from infra import embedded
 from infra.audit.models import AuditEvent
 from tests.celery_worker import running_worker
 from tests.factories import PASSWORD, make_user

@@ -18,7 +18,7 @@ from django.db.models import ProtectedError
 
 from askdb.checks import check_audit_role
 from askdb.roles import ADMIN, RESEARCHER
-from config import embedded
+from infra import embedded
 from infra.audit.models import AuditEvent
 from infra.audit.services import audit_record
 from tests.factories import make_user

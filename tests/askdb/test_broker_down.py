@@ -7,7 +7,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from askdb.models import Run
-from config import embedded
+from infra import embedded
 from tests.celery_worker import running_worker, wait_for
 from tests.factories import make_user
 from tests.support.scripted_llm import Reply

@@ -8,7 +8,7 @@ import pytest
 
 from askdb.services.calibration import library_cross_validate
 from askdb.services.examples import example_upsert
-from config import embedded
+from infra import embedded
 
 pytestmark = pytest.mark.django_db
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from config import embedded
+from infra import embedded
 
 
 @pytest.fixture(scope="module")

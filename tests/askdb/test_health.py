@@ -11,7 +11,7 @@ from django.core.management.base import SystemCheckError
 
 from askdb import checks
 from askdb.roles import ADMIN, RESEARCHER
-from config import embedded
+from infra import embedded
 from tests.factories import make_user
 
 pytestmark = pytest.mark.django_db

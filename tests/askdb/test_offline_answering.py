@@ -10,7 +10,7 @@ from askdb.models import Run
 from askdb.services.calibration import library_calibrate
 from askdb.services.examples import example_upsert
 from askdb.services.runs import question_submit_sync
-from config import embedded
+from infra import embedded
 from tests.factories import make_user
 from tests.support.scripted_llm import Reply
 

@@ -8,7 +8,7 @@ import pytest
 
 from askdb.models import LlmCall, Run
 from askdb.services.runs import QuestionError, question_submit_sync
-from config import embedded
+from infra import embedded
 from tests.factories import make_user
 from tests.support.scripted_llm import Delay, Malformed, Reply
 

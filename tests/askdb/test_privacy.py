@@ -20,7 +20,7 @@ from askdb.services.examples import example_upsert
 from askdb.services.reviews import review_correct
 from askdb.services.runs import question_submit_sync
 from askdb.services.sql import ReviewError
-from config import embedded
+from infra import embedded
 from infra.audit.models import AuditEvent
 from metadata_admin.models import ColumnDoc, ValueEntry
 from metadata_admin.selectors import link_values

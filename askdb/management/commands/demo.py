@@ -23,7 +23,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from config import embedded
+from infra import embedded
 
 
 def _port_free(host: str, port: int) -> bool:

@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from config import embedded
+from infra import embedded
 
 
 class Command(BaseCommand):

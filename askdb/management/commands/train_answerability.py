@@ -10,8 +10,9 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from askdb.answerability import store
-from askdb.answerability.data import answerability_evaluate, answerability_train
+from askdb.answerability.data import answerability_train
 from askdb.answerability.model import TrainConfig, TrainingError
+from askdb.answerability.scorer import answerability_evaluate
 from metadata_admin.services import source_get
 
 

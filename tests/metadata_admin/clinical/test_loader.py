@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from config import embedded
+from infra import embedded
 from metadata_admin.clinical import schema
 from metadata_admin.clinical.loader import LoadError, LoadReport, grant_read, load_release, loaded_tables
 

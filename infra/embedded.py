@@ -241,7 +241,9 @@ def _run(cmd: list, what: str, log: Path | None = None, **kwargs) -> None:
 
 def bootstrap_databases(home: Path | None = None) -> None:
     """Create the app and clinical databases and the read-only role, idempotently."""
-    import psycopg
+    import psycopg  # local, as below: the settings import this module, and need no driver
+
+    from infra.clinical_roles import restrict_functions
 
     with psycopg.connect(pg_dsn("postgres", home=home), autocommit=True) as conn:
         existing = {r[0] for r in conn.execute("SELECT datname FROM pg_database")}
@@ -253,8 +255,6 @@ def bootstrap_databases(home: Path | None = None) -> None:
     with psycopg.connect(pg_dsn(CLINICAL_DB, home=home), autocommit=True) as conn:
         # Signalling, settings and SQL-from-a-string functions: revoked per database, here too, so
         # an existing install is covered before its next data load.
-        from metadata_admin.clinical.loader import restrict_functions
-
         restrict_functions(conn, READER_ROLE)
     with psycopg.connect(pg_dsn(APP_DB, home=home), autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
