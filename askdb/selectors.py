@@ -186,6 +186,51 @@ def run_result_csv_lines(*, run):
 _TIME_COLUMNS = ("year", "month", "day", "hour", "week")
 
 
+def _is_number(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _is_time(v) -> bool:
+    if not isinstance(v, str) or len(v) < 4:
+        return False
+    try:
+        dt.datetime.fromisoformat(v if len(v) > 4 else f"{v}-01-01")
+        return True
+    except ValueError:
+        return False
+
+
+def _suppressed(v) -> bool:  # a small count hidden by privacy: no bar, said so
+    return isinstance(v, str) and bool(SUPPRESSED.fullmatch(v))
+
+
+def _numeric(rows: list, i: int) -> bool:
+    cells = [r[i] for r in rows]
+    return all(_is_number(v) or v is None or _suppressed(v) for v in cells) and any(
+        _is_number(v) for v in cells
+    )
+
+
+def _chart_axes(columns: list[str], rows: list) -> tuple[int, int, bool] | None:
+    """(x column, y column, whether x is an integer time step), or None when no chart fits."""
+    stepped = [i for i, c in enumerate(columns) if c.lower() in _TIME_COLUMNS and _numeric(rows, i)]
+    labels = [i for i in range(len(columns)) if not _numeric(rows, i)]
+    xi = stepped[0] if stepped else (labels[0] if labels else 0)
+    yi = next((i for i in range(len(columns)) if i != xi and _numeric(rows, i)), None)
+    if yi is None or (len(columns) > 2 and len(labels) > 1):
+        return None  # two label columns: a table says it better than one chart
+    return xi, yi, xi in stepped
+
+
+def _stepped_line(xs: list, ys: list) -> tuple[list, list]:
+    """A line over integer steps (years): the missing steps kept as gaps when the range is small."""
+    pairs = dict(sorted((int(x), y) for x, y in zip(xs, ys, strict=True) if x is not None))
+    if pairs and max(pairs) - min(pairs) <= 500:
+        steps = list(range(min(pairs), max(pairs) + 1))
+        return steps, [pairs.get(x) for x in steps]  # a missing year is a gap, not a jump
+    return list(pairs), list(pairs.values())
+
+
 def run_chart_spec(*, run) -> dict | None:
     """A chart when the shape suits: a category and a number → bars, a time and a number → a line.
 
@@ -194,52 +239,23 @@ def run_chart_spec(*, run) -> dict | None:
     columns, rows = list(run.result_columns or []), list(run.result_rows or [])
     if len(columns) < 2 or not 2 <= len(rows) <= 500:
         return None
-
-    def is_number(v) -> bool:
-        return isinstance(v, int | float) and not isinstance(v, bool)
-
-    def is_time(v) -> bool:
-        if not isinstance(v, str) or len(v) < 4:
-            return False
-        try:
-            dt.datetime.fromisoformat(v if len(v) > 4 else f"{v}-01-01")
-            return True
-        except ValueError:
-            return False
-
-    def suppressed(v) -> bool:  # a small count hidden by privacy: no bar, said so
-        return isinstance(v, str) and bool(SUPPRESSED.fullmatch(v))
-
-    def numeric(i: int) -> bool:
-        cells = [r[i] for r in rows]
-        return all(is_number(v) or v is None or suppressed(v) for v in cells) and any(
-            is_number(v) for v in cells
-        )
-
-    stepped = [i for i, c in enumerate(columns) if c.lower() in _TIME_COLUMNS and numeric(i)]
-    labels = [i for i in range(len(columns)) if not numeric(i)]
-    xi = stepped[0] if stepped else (labels[0] if labels else 0)
-    yi = next((i for i in range(len(columns)) if i != xi and numeric(i)), None)
-    if yi is None or (len(columns) > 2 and len(labels) > 1):
-        return None  # two label columns: a table says it better than one chart
+    axes = _chart_axes(columns, rows)
+    if axes is None:
+        return None
+    xi, yi, stepped = axes
     xs, ys = [r[xi] for r in rows], [r[yi] for r in rows]
-    hidden = [x for x, y in zip(xs, ys, strict=True) if suppressed(y)]
-    ys = [None if suppressed(y) else y for y in ys]
-    if all(is_time(x) for x in xs if x is not None):
+    hidden = [x for x, y in zip(xs, ys, strict=True) if _suppressed(y)]
+    ys = [None if _suppressed(y) else y for y in ys]
+    if all(_is_time(x) for x in xs if x is not None):
         kind = "line"
         pairs = sorted((x, y) for x, y in zip(xs, ys, strict=True) if x is not None)
         xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
-    elif xi in stepped:
+    elif stepped:
         kind = "line"
-        pairs = dict(sorted((int(x), y) for x, y in zip(xs, ys, strict=True) if x is not None))
-        if pairs and max(pairs) - min(pairs) <= 500:
-            xs = list(range(min(pairs), max(pairs) + 1))
-            ys = [pairs.get(x) for x in xs]  # a missing year is a gap, not a jump
-        else:
-            xs, ys = list(pairs), list(pairs.values())
+        xs, ys = _stepped_line(xs, ys)
+    elif len(rows) > 50:
+        return None
     else:
-        if len(rows) > 50:
-            return None
         kind = "bar"
     return {"type": kind, "labels": ["NULL" if x is None else str(x) for x in xs], "values": ys,
             "x": columns[xi], "y": columns[yi], "suppressed": len(hidden)}  # fmt: skip

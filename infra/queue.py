@@ -12,5 +12,8 @@ from celery import current_app
 
 def task_send(name: str, *args, task_id: str | None = None) -> None:
     """Send task `name` with `args` to the broker (as `.apply_async`); raises what the broker
-    client raises when the broker is unreachable."""
-    current_app.send_task(name, args=args, task_id=task_id)
+    client raises when the broker is unreachable.
+
+    No result is kept or waited for (`ignore_result`): what a task did is in the app database,
+    and subscribing to a result would touch the result store even when only the broker is asked."""
+    current_app.send_task(name, args=args, task_id=task_id, ignore_result=True)

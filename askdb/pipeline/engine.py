@@ -444,114 +444,136 @@ class Pipeline:
             texts = self._sample(messages, cfg.candidates)
             st.note(candidates=len(texts), temperature=cfg.temperature)
 
-        catalog = self.ports.catalog()
         with self._stage("validate") as st:
-            sqls: list[str | None] = []
-            errors: list[tuple[str, str]] = []
-            checked: dict[str, tuple[str, str]] = {}  # sampled candidates often repeat one another
-            for number, text in enumerate(texts, start=1):
-                sql, error = self._extract(text)
-                code = "no_sql" if sql is None else ""
-                if sql is not None and _sql_key(sql) in checked:
-                    error, code = checked[_sql_key(sql)]
-                elif sql is not None:
-                    try:
-                        validate_sql(sql, catalog)
-                        self.ports.explain(sql)
-                    except SqlValidationError as exc:
-                        error, code = exc.message, exc.code
-                    except ExecutionFailure as exc:
-                        error, code = exc.message, f"explain_{exc.code}"
-                    checked[_sql_key(sql)] = (error, code)
-                self.rec.attempt(number=number, sql=sql or "", origin="candidate", valid=not error,
-                                 error_code=code, error=error)  # fmt: skip
-                sqls.append(sql)
-                errors.append((error, code))
-            valid = sum(1 for e, _ in errors if not e)
-            if not valid:
-                # Nothing usable: give the first candidate the repair loop a single answer gets.
-                sql, error = self._validate_and_repair(
-                    messages, sqls[0], errors[0][0], st, first_number=len(texts) + 1
-                )
-                if error:
-                    st.finish("failed")
-                    return self._invalid(error, sql, gate)
-                sqls[0], errors[0] = sql, ("", "")
-            st.note(valid=max(valid, 1), invalid=len(texts) - max(valid, 1))
+            sqls, errors, unrepaired = self._validate_candidates(texts, messages, st)
+            if unrepaired is not None:
+                st.finish("failed")
+                return self._invalid(unrepaired[1], unrepaired[0], gate)
 
         with self._stage("execute") as st:
-            candidates: list[Candidate] = []
-            results: dict[int, Any] = {}
-            # The same SQL twice is run once; the distinct ones the user may see side by side, each on
-            # its own connection, then protected as _execute protects every answer.
-            seen: dict[str, tuple[Any, ExecutionFailure | privacy.PrivacyRefusal | None]] = {}
-            cleared: dict[str, tuple[str, privacy.OutputAnalysis]] = {}
-            for sql, (error, _) in zip(sqls, errors, strict=True):
-                key = _sql_key(sql) if sql and not error else ""
-                if key and key not in seen and key not in cleared:
-                    try:
-                        cleared[key] = (sql, self._access(sql, req))
-                    except privacy.PrivacyRefusal as exc:
-                        seen[key] = (None, exc)
-            outcomes = self.ports.execute_many([sql for sql, _ in cleared.values()])
-            for (key, (_, analysis)), out in zip(cleared.items(), outcomes, strict=True):
-                failed = isinstance(out, ExecutionFailure)
-                seen[key] = (
-                    (None, out) if failed else (privacy.protect(out, analysis, self.config.privacy), None)
-                )
-            for index, (sql, (error, code)) in enumerate(zip(sqls, errors, strict=True)):
-                if sql is None or error:
-                    candidates.append(Candidate(index=index, sql=sql, error=error, error_code=code))
-                    continue
-                result, failure = seen[_sql_key(sql)]
-                if failure is not None:
-                    code = (
-                        f"privacy_{failure.code}"
-                        if isinstance(failure, privacy.PrivacyRefusal)
-                        else failure.code
-                    )
-                    candidates.append(Candidate(index=index, sql=sql, error=failure.message, error_code=code))
-                    continue
-                results[index] = result
-                candidates.append(Candidate(
-                    index=index, sql=sql, columns=tuple(result.columns), rows=result.rows,
-                    row_count=result.row_count, duration_ms=result.elapsed_ms,
-                ))  # fmt: skip
-            report = group_candidates(
-                candidates, req.dialect, threshold=cfg.confidence_threshold, catalog=catalog
-            )
-            chosen, ambiguous = choose_candidate(report)
-            payload = report.to_json()
-            st.note(executed=len(seen), groups=len(report.groups), confidence=round(report.confidence, 4),
-                    disagreement=payload["disagreement"]["phrase"] if payload["disagreement"] else "")  # fmt: skip
-            extra = {"confidence": report.confidence, "candidates": payload}
-            refusals = [f for _, f in seen.values() if isinstance(f, privacy.PrivacyRefusal)]
-            if not report.groups and refusals:  # every runnable candidate outputs what this user may not see
-                st.finish("stopped")
-                first = next(c for c in candidates if c.error_code.startswith("privacy_"))
-                return self._refused(refusals[0], first.sql or "", gate, **extra)
-            if not report.groups:
-                st.finish("failed")
-                first = next(c for c in candidates if c.sql)
-                return self._execution_failed(
-                    ExecutionFailure(first.error, first.code), first.sql or "", gate, **extra
-                )
-            if ambiguous:
-                st.finish("stopped")
-                phrase = (
-                    payload["disagreement"]["phrase"]
-                    if payload["disagreement"]
-                    else "the candidates disagree"
-                )
-                message = (
-                    f"askdb is not sure what this question means: {phrase}. Only {report.groups[0].size} of "
-                    f"{report.k} candidate queries agree, so no single answer is shown as fact. Pick the "
-                    "candidate that matches what you meant, or rephrase the question; a reviewer will check it."
-                )
-                return Outcome("succeeded", "ambiguous", message, gate=gate, **extra)
-            group = report.groups[chosen]
-            sql, result = group.sql, results[group.representative.index]
+            candidates, results, seen = self._execute_candidates(sqls, errors, req)
+            chosen = self._choose(req, gate, st, candidates, results, seen)
+            if isinstance(chosen, Outcome):
+                return chosen
+        sql, result, extra = chosen
         return self._answered(req, sql, result, gate, **extra)
+
+    def _validate_candidates(self, texts: list[str], messages: list[dict], st: StageHandle):
+        """Each sampled text's SQL, checked (validation, EXPLAIN) and recorded: (sqls, errors, None).
+        When none is valid the first goes through the repair loop; if that fails too, the third
+        item is its (sql, error)."""
+        catalog = self.ports.catalog()
+        sqls: list[str | None] = []
+        errors: list[tuple[str, str]] = []
+        checked: dict[str, tuple[str, str]] = {}  # sampled candidates often repeat one another
+        for number, text in enumerate(texts, start=1):
+            sql, error = self._extract(text)
+            code = "no_sql" if sql is None else ""
+            if sql is not None and _sql_key(sql) in checked:
+                error, code = checked[_sql_key(sql)]
+            elif sql is not None:
+                error, code = self._check_sql(sql, catalog)
+                checked[_sql_key(sql)] = (error, code)
+            self.rec.attempt(number=number, sql=sql or "", origin="candidate", valid=not error,
+                             error_code=code, error=error)  # fmt: skip
+            sqls.append(sql)
+            errors.append((error, code))
+        valid = sum(1 for e, _ in errors if not e)
+        if not valid:
+            # Nothing usable: give the first candidate the repair loop a single answer gets.
+            sql, error = self._validate_and_repair(
+                messages, sqls[0], errors[0][0], st, first_number=len(texts) + 1
+            )
+            if error:
+                return sqls, errors, (sql, error)
+            sqls[0], errors[0] = sql, ("", "")
+        st.note(valid=max(valid, 1), invalid=len(texts) - max(valid, 1))
+        return sqls, errors, None
+
+    def _check_sql(self, sql: str, catalog: CatalogSchema) -> tuple[str, str]:
+        """(error, code) of one SQL: validated on the tree, then EXPLAINed; ("", "") when it passes."""
+        try:
+            validate_sql(sql, catalog)
+            self.ports.explain(sql)
+        except SqlValidationError as exc:
+            return exc.message, exc.code
+        except ExecutionFailure as exc:
+            return exc.message, f"explain_{exc.code}"
+        return "", ""
+
+    def _execute_candidates(
+        self, sqls: list[str | None], errors: list[tuple[str, str]], req: PipelineRequest
+    ):
+        """Run the distinct valid candidates the user may see side by side (each on its own
+        connection), protected as _execute protects every answer: (candidates, results, seen)."""
+        candidates: list[Candidate] = []
+        results: dict[int, Any] = {}
+        seen: dict[str, tuple[Any, ExecutionFailure | privacy.PrivacyRefusal | None]] = {}
+        cleared: dict[str, tuple[str, privacy.OutputAnalysis]] = {}
+        for sql, (error, _) in zip(sqls, errors, strict=True):
+            key = _sql_key(sql) if sql and not error else ""
+            if key and key not in seen and key not in cleared:
+                try:
+                    cleared[key] = (sql, self._access(sql, req))
+                except privacy.PrivacyRefusal as exc:
+                    seen[key] = (None, exc)
+        outcomes = self.ports.execute_many([sql for sql, _ in cleared.values()])
+        for (key, (_, analysis)), out in zip(cleared.items(), outcomes, strict=True):
+            failed = isinstance(out, ExecutionFailure)
+            seen[key] = (None, out) if failed else (privacy.protect(out, analysis, self.config.privacy), None)
+        for index, (sql, (error, code)) in enumerate(zip(sqls, errors, strict=True)):
+            if sql is None or error:
+                candidates.append(Candidate(index=index, sql=sql, error=error, error_code=code))
+                continue
+            result, failure = seen[_sql_key(sql)]
+            if failure is not None:
+                refused = isinstance(failure, privacy.PrivacyRefusal)
+                code = f"privacy_{failure.code}" if refused else failure.code
+                candidates.append(Candidate(index=index, sql=sql, error=failure.message, error_code=code))
+                continue
+            results[index] = result
+            candidates.append(Candidate(
+                index=index, sql=sql, columns=tuple(result.columns), rows=result.rows,
+                row_count=result.row_count, duration_ms=result.elapsed_ms,
+            ))  # fmt: skip
+        return candidates, results, seen
+
+    def _choose(self, req: PipelineRequest, gate: GateVerdict, st: StageHandle, candidates: list[Candidate],
+                results: dict[int, Any], seen: dict) -> Outcome | tuple[str, Any, dict]:  # fmt: skip
+        """The answer the candidates agree on as (sql, result, what the outcome keeps of the
+        candidates), or the Outcome saying why there is none (refused, failed, ambiguous)."""
+        cfg = self.config
+        report = group_candidates(candidates, req.dialect, threshold=cfg.confidence_threshold,
+                                  catalog=self.ports.catalog())  # fmt: skip
+        chosen, ambiguous = choose_candidate(report)
+        payload = report.to_json()
+        st.note(executed=len(seen), groups=len(report.groups), confidence=round(report.confidence, 4),
+                disagreement=payload["disagreement"]["phrase"] if payload["disagreement"] else "")  # fmt: skip
+        extra = {"confidence": report.confidence, "candidates": payload}
+        refusals = [f for _, f in seen.values() if isinstance(f, privacy.PrivacyRefusal)]
+        if not report.groups and refusals:  # every runnable candidate outputs what this user may not see
+            st.finish("stopped")
+            first = next(c for c in candidates if c.error_code.startswith("privacy_"))
+            return self._refused(refusals[0], first.sql or "", gate, **extra)
+        if not report.groups:
+            st.finish("failed")
+            first = next(c for c in candidates if c.sql)
+            return self._execution_failed(
+                ExecutionFailure(first.error, first.code), first.sql or "", gate, **extra
+            )
+        if ambiguous:
+            st.finish("stopped")
+            phrase = (
+                payload["disagreement"]["phrase"] if payload["disagreement"] else "the candidates disagree"
+            )
+            message = (
+                f"askdb is not sure what this question means: {phrase}. Only {report.groups[0].size} of "
+                f"{report.k} candidate queries agree, so no single answer is shown as fact. Pick the "
+                "candidate that matches what you meant, or rephrase the question; a reviewer will check it."
+            )
+            return Outcome("succeeded", "ambiguous", message, gate=gate, **extra)
+        group = report.groups[chosen]
+        return group.sql, results[group.representative.index], extra
 
     def _sample(self, messages: list[dict], k: int) -> list[str]:
         """K completions: one request with `n` where the endpoint supports it, else parallel requests."""

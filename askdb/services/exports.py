@@ -200,6 +200,46 @@ def _check(pair: _Pair, catalog, dialect: str) -> None:
 def _store(pairs: list[_Pair], *, source, approved_by, origin: str, model: str, report: ImportReport,
            audits: list) -> None:  # fmt: skip
     """Create or merge each checked pair in order, as example_upsert would one at a time, then write."""
+    by_question, near = _library_now(source, model)
+    now = timezone.now()
+    created: list[Example] = []
+    merged: dict[int, Example] = {}  # id(example) -> a library example changed by a merge
+    outcomes: list[tuple[str, Example]] = []  # ("created" | "merged", example), in file order
+    events: list[tuple[str, Example, str, dict | None]] = []
+    for pair in pairs:
+        if pair.error:
+            report.failed.append({"id": pair.ident, "question": pair.question[:300], "error": pair.error})
+            continue
+        duplicate = by_question.get((pair.kind, pair.question.upper()))
+        if duplicate is None:
+            duplicate = near[pair.kind].duplicate(pair.vector, _normalized(pair.sql))
+        if duplicate is not None:
+            example = _merge_pair(duplicate, pair, approved_by=approved_by, model=model, near=near)
+            merged[id(example)] = example
+            events.append(("example.merged", example, pair.question[:500], None))
+            outcomes.append(("merged", example))
+        else:
+            example = _new_example(
+                pair, source=source, model=model, origin=origin, approved_by=approved_by, now=now
+            )
+            created.append(example)
+            by_question[(pair.kind, pair.question.upper())] = example
+            near[pair.kind].add(example, pair.vector)
+            events.append(("example.created", example, pair.question[:500],
+                           {"kind": pair.kind, "origin": origin, "tables": pair.tables}))  # fmt: skip
+            outcomes.append(("created", example))
+        extra = [p for p in pair.paraphrases if p not in example.paraphrases]
+        if extra:  # an export carries them; an import must not lose them
+            example.paraphrases = [*example.paraphrases, *extra]
+    _write(source, approved_by, created=created, merged=merged, events=events, audits=audits)
+    seen: set[int] = set()
+    for kind, example in outcomes:
+        (report.merged if kind == "merged" or example.pk in seen else report.created).append(example.pk)
+        seen.add(example.pk)
+
+
+def _library_now(source, model: str) -> tuple[dict[tuple[str, str], Example], dict[str, _Nearest]]:
+    """The library's examples by (kind, question) and, per kind, the active ones' vectors."""
     live = list(Example.objects.filter(source=source).exclude(status=Example.Status.RETIRED))
     # The exact duplicate example_upsert finds first: the most recently approved (the default order).
     live.sort(key=lambda e: (e.approved_at is not None, e.approved_at or 0, e.pk), reverse=True)
@@ -214,58 +254,45 @@ def _store(pairs: list[_Pair], *, source, approved_by, origin: str, model: str, 
             and example.embedding is not None
         ):
             near[example.kind].add(example, example.embedding)
-    now = timezone.now()
-    created: list[Example] = []
-    merged: dict[int, Example] = {}  # id(example) -> a library example changed by a merge
-    outcomes: list[tuple[str, Example]] = []  # ("created" | "merged", example), in file order
-    events: list[tuple[str, Example, str, dict | None]] = []
-    for pair in pairs:
-        if pair.error:
-            report.failed.append({"id": pair.ident, "question": pair.question[:300], "error": pair.error})
-            continue
-        duplicate = by_question.get((pair.kind, pair.question.upper()))
-        if duplicate is None:
-            duplicate = near[pair.kind].duplicate(pair.vector, _normalized(pair.sql))
-        if duplicate is not None:
-            was_active = duplicate.status == Example.Status.ACTIVE
-            _merge_fields(duplicate, question=pair.question, sql=pair.sql, tables=pair.tables,
-                          columns=pair.columns, approved_by=approved_by, note=pair.note)  # fmt: skip
-            if duplicate.template_key:  # the merged SQL may be another template
-                template = Template.from_dict(duplicate.template) if duplicate.template else None
-                entry = library.entry_for(None, duplicate.question, duplicate.sql, template)
-                duplicate.template_key = library.key_hash(entry.key) if entry is not None else ""
-                if entry is not None and duplicate.template:
-                    duplicate.template["key"] = entry.key
-            if not was_active and duplicate.embedding_model == model and duplicate.embedding is not None:
-                near[pair.kind].add(duplicate, duplicate.embedding)
-            example = duplicate
-            merged[id(example)] = example
-            events.append(("example.merged", example, pair.question[:500], None))
-            outcomes.append(("merged", example))
-        else:
-            example = Example(
-                source=source, question=pair.question, sql=pair.sql, kind=pair.kind, tables=pair.tables,
-                columns=pair.columns, embedding=pair.vector, embedding_model=model, origin=origin,
-                approved_by=approved_by, approved_at=now, note=pair.note, validated_at=now,
-                template=pair.template.to_dict() if pair.template is not None else {},
-            )  # fmt: skip
-            key = pair.key if pair.sql else library.UNANSWERABLE
-            if key:  # what the matcher's index needs, so its first use computes nothing
-                example.template_key = library.key_hash(key)
-                example.masked_embedding = pair.masked_vector
-                if example.template:
-                    example.template["key"] = key  # kept with the template, as library_index does
-            created.append(example)
-            by_question[(pair.kind, pair.question.upper())] = example
-            near[pair.kind].add(example, pair.vector)
-            events.append(("example.created", example, pair.question[:500],
-                           {"kind": pair.kind, "origin": origin, "tables": pair.tables}))  # fmt: skip
-            outcomes.append(("created", example))
-        extra = [p for p in pair.paraphrases if p not in example.paraphrases]
-        if extra:  # an export carries them; an import must not lose them
-            example.paraphrases = [*example.paraphrases, *extra]
-    # Written IMPORT_CHUNK new examples to a transaction, each with its audit events; the merges
-    # into examples the library held before, and the audit of the SQL that was run, go first.
+    return by_question, near
+
+
+def _merge_pair(duplicate: Example, pair: _Pair, *, approved_by, model: str, near: dict) -> Example:
+    """The pair merged into its duplicate (unsaved), as example_upsert merges one."""
+    was_active = duplicate.status == Example.Status.ACTIVE
+    _merge_fields(duplicate, question=pair.question, sql=pair.sql, tables=pair.tables,
+                  columns=pair.columns, approved_by=approved_by, note=pair.note)  # fmt: skip
+    if duplicate.template_key:  # the merged SQL may be another template
+        template = Template.from_dict(duplicate.template) if duplicate.template else None
+        entry = library.entry_for(None, duplicate.question, duplicate.sql, template)
+        duplicate.template_key = library.key_hash(entry.key) if entry is not None else ""
+        if entry is not None and duplicate.template:
+            duplicate.template["key"] = entry.key
+    if not was_active and duplicate.embedding_model == model and duplicate.embedding is not None:
+        near[pair.kind].add(duplicate, duplicate.embedding)
+    return duplicate
+
+
+def _new_example(pair: _Pair, *, source, model: str, origin: str, approved_by, now) -> Example:
+    """A new (unsaved) example of the pair, with what the matcher's index needs."""
+    example = Example(
+        source=source, question=pair.question, sql=pair.sql, kind=pair.kind, tables=pair.tables,
+        columns=pair.columns, embedding=pair.vector, embedding_model=model, origin=origin,
+        approved_by=approved_by, approved_at=now, note=pair.note, validated_at=now,
+        template=pair.template.to_dict() if pair.template is not None else {},
+    )  # fmt: skip
+    key = pair.key if pair.sql else library.UNANSWERABLE
+    if key:  # what the matcher's index needs, so its first use computes nothing
+        example.template_key = library.key_hash(key)
+        example.masked_embedding = pair.masked_vector
+        if example.template:
+            example.template["key"] = key  # kept with the template, as the library build does
+    return example
+
+
+def _write(source, approved_by, *, created: list, merged: dict, events: list, audits: list) -> None:
+    """Written IMPORT_CHUNK new examples to a transaction, each with its audit events; the merges
+    into examples the library held before, and the audit of the SQL that was run, go first."""
     earlier = [e for e in merged.values() if e.pk is not None]
     chunk_of = {id(e): i // IMPORT_CHUNK + 1 for i, e in enumerate(created)}
     for chunk in range(len(created) // IMPORT_CHUNK + 2):
@@ -282,10 +309,6 @@ def _store(pairs: list[_Pair], *, source, approved_by, origin: str, model: str, 
                 for action, example, message, detail in events
                 if chunk_of.get(id(example), 0) == chunk
             ])  # fmt: skip
-    seen: set[int] = set()
-    for kind, example in outcomes:
-        (report.merged if kind == "merged" or example.pk in seen else report.created).append(example.pk)
-        seen.add(example.pk)
 
 
 class _Nearest:
