@@ -117,74 +117,71 @@ def parse_docs(text: str, where: str = "<docs>") -> list[DocTable]:
     tables = []
     seen = set()
     for i, raw in enumerate(data["tables"]):
-        at = f"{where} tables[{i}]"
         if not isinstance(raw, dict) or not raw.get("name"):
-            raise DocsError(at, "each table needs a 'name'")
-        name = _text(raw["name"], at, "name")
-        at = f"{where} table {name}"
+            raise DocsError(f"{where} tables[{i}]", "each table needs a 'name'")
+        name = _text(raw["name"], f"{where} tables[{i}]", "name")
         if name in seen:
-            raise DocsError(at, "documented twice")
+            raise DocsError(f"{where} table {name}", "documented twice")
         seen.add(name)
-        columns = []
-        for j, col in enumerate(raw.get("columns") or []):
-            if not isinstance(col, dict) or not col.get("name"):
-                raise DocsError(f"{at} columns[{j}]", "each column needs a 'name'")
-            key = _text(col.get("key"), at, "key")
-            if not set(key.replace(",", " ").split()) <= {"primary", "foreign"}:
-                raise DocsError(f"{at} column {col['name']}", f"key must be primary or foreign, not {key!r}")
-            columns.append(
-                DocColumn(
-                    name=_text(col["name"], at, "column name").lower(),
-                    type=_text(col.get("type"), at, "type"),
-                    meaning=_text(col.get("meaning"), at, "meaning"),
-                    example_values=_text(col.get("example_values"), at, "example_values"),
-                    key=key,
-                    sensitive=bool(col.get("sensitive", False)),
-                    value_index=bool(col.get("value_index", False))
-                    or col["name"].lower() == VALUE_COLUMNS.get(name, ("",))[0],
-                )
-            )
-        relationships = []
-        for j, rel in enumerate(raw.get("relationships") or []):
-            # PyYAML reads a bare `on:` key as the boolean True; accept both spellings.
-            on = rel.get("on", rel.get(True)) if isinstance(rel, dict) else None
-            if not isinstance(rel, dict) or not rel.get("to") or not on:
-                raise DocsError(f"{at} relationships[{j}]", "each relationship needs 'to' and 'on'")
-            pairs = [list(p) for p in on if isinstance(p, list | tuple) and len(p) == 2]
-            if len(pairs) != len(on):
-                raise DocsError(
-                    f"{at} relationships[{j}]", "'on' must be a list of [this_column, that_column]"
-                )
-            kind = _text(rel.get("kind", "foreign_key"), at, "kind")
-            if kind not in ("foreign_key", "common_join"):
-                raise DocsError(
-                    f"{at} relationships[{j}]", f"kind must be foreign_key or common_join, not {kind!r}"
-                )
-            to = _text(rel["to"], at, "to")
-            if "." not in to and schema:
-                to = f"{schema}.{to}"
-            relationships.append(
-                DocRelationship(to=to, on=pairs, kind=kind, note=_text(rel.get("note"), at, "note"))
-            )
-        reference = raw.get("reference")
-        if reference is not None and not isinstance(reference, bool):
-            raise DocsError(at, f"reference must be true or false, not {reference!r}")
-        tables.append(
-            DocTable(
-                schema=_text(raw.get("schema", schema), at, "schema"),
-                name=name,
-                description=_text(raw.get("description"), at, "description"),
-                purpose=_text(raw.get("purpose"), at, "purpose"),
-                grain=_text(raw.get("grain"), at, "grain"),
-                considerations=_texts(raw.get("considerations"), at, "considerations"),
-                synonyms=_texts(raw.get("synonyms"), at, "synonyms"),
-                example_questions=_texts(raw.get("example_questions"), at, "example_questions"),
-                columns=columns,
-                relationships=relationships,
-                reference=reference,
-            )
-        )
+        tables.append(_parse_table(raw, name, schema, where))
     return tables
+
+
+def _parse_table(raw: dict, name: str, schema: str, where: str) -> DocTable:
+    at = f"{where} table {name}"
+    reference = raw.get("reference")
+    if reference is not None and not isinstance(reference, bool):
+        raise DocsError(at, f"reference must be true or false, not {reference!r}")
+    return DocTable(
+        schema=_text(raw.get("schema", schema), at, "schema"),
+        name=name,
+        description=_text(raw.get("description"), at, "description"),
+        purpose=_text(raw.get("purpose"), at, "purpose"),
+        grain=_text(raw.get("grain"), at, "grain"),
+        considerations=_texts(raw.get("considerations"), at, "considerations"),
+        synonyms=_texts(raw.get("synonyms"), at, "synonyms"),
+        example_questions=_texts(raw.get("example_questions"), at, "example_questions"),
+        columns=[_parse_column(col, j, name, at) for j, col in enumerate(raw.get("columns") or [])],
+        relationships=[
+            _parse_relationship(rel, j, schema, at) for j, rel in enumerate(raw.get("relationships") or [])
+        ],
+        reference=reference,
+    )
+
+
+def _parse_column(col, j: int, table: str, at: str) -> DocColumn:
+    if not isinstance(col, dict) or not col.get("name"):
+        raise DocsError(f"{at} columns[{j}]", "each column needs a 'name'")
+    key = _text(col.get("key"), at, "key")
+    if not set(key.replace(",", " ").split()) <= {"primary", "foreign"}:
+        raise DocsError(f"{at} column {col['name']}", f"key must be primary or foreign, not {key!r}")
+    return DocColumn(
+        name=_text(col["name"], at, "column name").lower(),
+        type=_text(col.get("type"), at, "type"),
+        meaning=_text(col.get("meaning"), at, "meaning"),
+        example_values=_text(col.get("example_values"), at, "example_values"),
+        key=key,
+        sensitive=bool(col.get("sensitive", False)),
+        value_index=bool(col.get("value_index", False))
+        or col["name"].lower() == VALUE_COLUMNS.get(table, ("",))[0],
+    )
+
+
+def _parse_relationship(rel, j: int, schema: str, at: str) -> DocRelationship:
+    # PyYAML reads a bare `on:` key as the boolean True; accept both spellings.
+    on = rel.get("on", rel.get(True)) if isinstance(rel, dict) else None
+    if not isinstance(rel, dict) or not rel.get("to") or not on:
+        raise DocsError(f"{at} relationships[{j}]", "each relationship needs 'to' and 'on'")
+    pairs = [list(p) for p in on if isinstance(p, list | tuple) and len(p) == 2]
+    if len(pairs) != len(on):
+        raise DocsError(f"{at} relationships[{j}]", "'on' must be a list of [this_column, that_column]")
+    kind = _text(rel.get("kind", "foreign_key"), at, "kind")
+    if kind not in ("foreign_key", "common_join"):
+        raise DocsError(f"{at} relationships[{j}]", f"kind must be foreign_key or common_join, not {kind!r}")
+    to = _text(rel["to"], at, "to")
+    if "." not in to and schema:
+        to = f"{schema}.{to}"
+    return DocRelationship(to=to, on=pairs, kind=kind, note=_text(rel.get("note"), at, "note"))
 
 
 def read_docs(paths: list[Path]) -> list[DocTable]:

@@ -434,17 +434,8 @@ def source_introspect(
             if exact_counts or t.row_estimate in (None, 0)
             else t.row_estimate
         )
-        if not sample_values:
-            continue
-        for col in t.columns:
-            if not any(k in col.data_type for k in ("char", "text")) or col.name in t.primary_key:
-                continue
-            try:
-                values = executor.distinct_values(t.schema, t.name, col.name, limit=LOW_CARDINALITY + 1)
-            except ExecutionError:
-                continue
-            if 0 < len(values) <= LOW_CARDINALITY:
-                samples[(t.qualified, col.name)] = ", ".join(str(v)[:60] for v, _ in values[:12])
+        if sample_values:
+            samples.update(_low_cardinality_samples(executor, t))
     with transaction.atomic():
         seen = set()
         for t in live:
@@ -456,40 +447,67 @@ def source_introspect(
             doc.row_count = counts.get(t.qualified)
             doc.save()
             seen.add(doc.pk)
-            existing = {c.name: c for c in doc.columns.all()}
-            fk_cols = {c for cols, _, _ in t.foreign_keys for c in cols}
-            for position, col in enumerate(t.columns):
-                cd = existing.get(col.name)
-                if cd is None:
-                    cd = ColumnDoc(table=doc, name=col.name)
-                    report.columns_new += 1
-                cd.position, cd.data_type = position, col.data_type
-                cd.is_primary_key = cd.is_primary_key or col.name in t.primary_key
-                cd.is_foreign_key = cd.is_foreign_key or col.name in fk_cols
-                sample = samples.get((t.qualified, col.name))
-                if sample:
-                    cd.value_index = True
-                    if not cd.example_values:
-                        cd.example_values = sample
-                cd.save()
-            for cols, ref, ref_cols in t.foreign_keys:
-                r_schema, _, r_name = ref.rpartition(".")
-                target = TableDoc.objects.filter(source=source, schema_name=r_schema, name=r_name).first()
-                pairs = [list(p) for p in zip(cols, ref_cols, strict=False)]
-                if target and not doc.relationships.filter(to_table=target, column_pairs=pairs).exists():
-                    Relationship.objects.create(
-                        from_table=doc,
-                        to_table=target,
-                        column_pairs=pairs,
-                        kind=Relationship.Kind.FOREIGN_KEY,
-                        note="foreign key in the database",
-                    )
+            report.columns_new += _columns_introspected(doc, t, samples)
+            _foreign_keys_introspected(source, doc, t)
         gone = TableDoc.objects.filter(source=source, exists_in_source=True).exclude(pk__in=seen)
         report.tables_gone = [d.qualified_name for d in gone]
         gone.update(exists_in_source=False)
         audit_record(action="source.introspected", actor=actor, target=source, message=report.summary())
         catalog_changed.send(sender=ClinicalSource, source=source)
     return report
+
+
+def _low_cardinality_samples(executor, t: LiveTable) -> dict[tuple[str, str], str]:
+    """Example values of the table's text columns that hold few distinct values."""
+    samples = {}
+    for col in t.columns:
+        if not any(k in col.data_type for k in ("char", "text")) or col.name in t.primary_key:
+            continue
+        try:
+            values = executor.distinct_values(t.schema, t.name, col.name, limit=LOW_CARDINALITY + 1)
+        except ExecutionError:
+            continue
+        if 0 < len(values) <= LOW_CARDINALITY:
+            samples[(t.qualified, col.name)] = ", ".join(str(v)[:60] for v, _ in values[:12])
+    return samples
+
+
+def _columns_introspected(doc: TableDoc, t: LiveTable, samples: dict[tuple[str, str], str]) -> int:
+    """The live table's columns onto the doc's (curated text kept); returns how many are new."""
+    existing = {c.name: c for c in doc.columns.all()}
+    fk_cols = {c for cols, _, _ in t.foreign_keys for c in cols}
+    new = 0
+    for position, col in enumerate(t.columns):
+        cd = existing.get(col.name)
+        if cd is None:
+            cd = ColumnDoc(table=doc, name=col.name)
+            new += 1
+        cd.position, cd.data_type = position, col.data_type
+        cd.is_primary_key = cd.is_primary_key or col.name in t.primary_key
+        cd.is_foreign_key = cd.is_foreign_key or col.name in fk_cols
+        sample = samples.get((t.qualified, col.name))
+        if sample:
+            cd.value_index = True
+            if not cd.example_values:
+                cd.example_values = sample
+        cd.save()
+    return new
+
+
+def _foreign_keys_introspected(source: ClinicalSource, doc: TableDoc, t: LiveTable) -> None:
+    """The database's foreign keys as relationships of the doc (those not documented yet)."""
+    for cols, ref, ref_cols in t.foreign_keys:
+        r_schema, _, r_name = ref.rpartition(".")
+        target = TableDoc.objects.filter(source=source, schema_name=r_schema, name=r_name).first()
+        pairs = [list(p) for p in zip(cols, ref_cols, strict=False)]
+        if target and not doc.relationships.filter(to_table=target, column_pairs=pairs).exists():
+            Relationship.objects.create(
+                from_table=doc,
+                to_table=target,
+                column_pairs=pairs,
+                kind=Relationship.Kind.FOREIGN_KEY,
+                note="foreign key in the database",
+            )
 
 
 # --------------------------------------------------------------------------- embeddings

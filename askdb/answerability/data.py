@@ -263,8 +263,6 @@ def answerability_train(
             "seed": config.seed,
             "l2": result.l2,
             "member_l2": result.member_l2,
-            "word_dims": config.word_dims,
-            "hidden_units": config.hidden_units,
             "standardize": result.standardize,
             "max_blocked": config.max_blocked,
         },

@@ -16,11 +16,9 @@ paraphrase of a scored question, and no flagged question of its kind, is in the 
 
 from __future__ import annotations
 
-import itertools
 import random
 import re
 import time
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -37,8 +35,6 @@ CLUSTER_SIMILARITY = 0.7  # unanswerable questions this close (cosine) belong to
 # Unanswerable families whose questions are this close on average (cosine, average link) are one
 # kind ("the outpatient schedule of dr. X", "reimbursement standards"): folds hold out whole kinds.
 KIND_SIMILARITY = 0.5
-HIDDEN_EPOCHS = 60  # the hidden-layer member's passes over the data (all of them, always)
-WORD_DIMS = 512  # hashed words and word pairs the wording member of the combiner reads
 
 SIGNAL_NAMES = (
     "nearest_answerable",
@@ -356,31 +352,13 @@ def catalog_signals(
     return np.stack([t.max(axis=1), ranked[:, 0], ranked[:, :3].mean(axis=1)], axis=1), c
 
 
-def word_features(texts: Sequence[str], dims: int = WORD_DIMS) -> np.ndarray:
-    """Each question's words and adjacent word pairs (numbers dropped), hashed into `dims` 0/1
-    columns. Why: a mean-pooled sentence embedding blurs the one word that makes a question
-    unanswerable ("blood type", "ward id", "regularly"); the wording member reads it directly."""
-    out = np.zeros((len(texts), dims), dtype=np.float32)
-    if not dims:
-        return out
-    for i, text in enumerate(texts):
-        words = re.findall(r"[a-z]+", re.sub(r"\d+", " ", str(text).lower()))
-        for token in {*words, *(f"{a} {b}" for a, b in itertools.pairwise(words))}:
-            out[i, zlib.crc32(token.encode()) % dims] = 1.0
-    return out
+def design_matrix(signals: np.ndarray, catalog: np.ndarray, embeddings: np.ndarray) -> np.ndarray:
+    """The combiner's input: the readable signals, then the question's embedding."""
+    return np.hstack([signals, catalog, embeddings]).astype(np.float64)
 
 
-def design_matrix(
-    signals: np.ndarray, catalog: np.ndarray, embeddings: np.ndarray, words: np.ndarray | None = None
-) -> np.ndarray:
-    """The combiner's input: the readable signals, the question's embedding, then (when given)
-    its hashed words. A member that reads fewer columns reads the leading ones."""
-    parts = [signals, catalog, embeddings] + ([words] if words is not None and words.size else [])
-    return np.hstack(parts).astype(np.float64)
-
-
-def feature_names(dims: int, word_dims: int = 0) -> tuple[str, ...]:
-    return (*SIGNAL_NAMES, *(f"embedding_{i}" for i in range(dims)), *(f"word_{i}" for i in range(word_dims)))
+def feature_names(dims: int) -> tuple[str, ...]:
+    return (*SIGNAL_NAMES, *(f"embedding_{i}" for i in range(dims)))
 
 
 @dataclass
@@ -435,10 +413,6 @@ class Combiner:
     def predict(self, X: np.ndarray) -> np.ndarray:
         return _sigmoid(self.logit(X))
 
-    @property
-    def word_dims(self) -> int:
-        return sum(1 for n in self.feature_names if n.startswith("word_"))
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "feature_names": list(self.feature_names),
@@ -459,121 +433,11 @@ class Combiner:
         )
 
 
-@dataclass
-class HiddenLayerCombiner:
-    """One hidden layer of ReLU units over the standardised signals and embedding: it can weigh
-    a signal differently in different regions of the embedding, which a logistic model cannot.
-    Trained with torch (already installed for the encoder), scored with numpy."""
-
-    w1: np.ndarray  # [features, hidden]
-    b1: np.ndarray
-    w2: np.ndarray  # [hidden]
-    b2: float
-    mean: np.ndarray
-    std: np.ndarray
-    feature_names: tuple[str, ...] = ()
-
-    @classmethod
-    def fit(
-        cls,
-        X: np.ndarray,
-        y: np.ndarray,
-        *,
-        hidden: int = 64,
-        weight_decay: float = 0.1,
-        epochs: int = HIDDEN_EPOCHS,
-        dropout: float = 0.3,
-        seed: int = 0,
-        feature_names: tuple[str, ...] = (),
-    ) -> HiddenLayerCombiner:
-        import torch
-
-        X = np.asarray(X, dtype=np.float64)
-        mean, std = X.mean(axis=0), X.std(axis=0)
-        std[std < 1e-9] = 1.0
-        Xt = torch.tensor((X - mean) / std, dtype=torch.float32)
-        yt = torch.tensor(np.asarray(y, dtype=np.float32))
-        generator = torch.Generator().manual_seed(seed)
-        torch.manual_seed(seed)
-        first, last = torch.nn.Linear(X.shape[1], hidden), torch.nn.Linear(hidden, 1)
-        net = torch.nn.Sequential(
-            torch.nn.Dropout(dropout), first, torch.nn.ReLU(), torch.nn.Dropout(dropout), last
-        )
-        optimiser = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=weight_decay)
-        for _ in range(epochs):
-            order = torch.randperm(len(yt), generator=generator)
-            for start in range(0, len(yt), 128):
-                batch = order[start : start + 128]
-                optimiser.zero_grad()
-                loss = torch.nn.functional.binary_cross_entropy_with_logits(
-                    net(Xt[batch]).squeeze(1), yt[batch]
-                )
-                loss.backward()
-                optimiser.step()
-        return cls(
-            w1=first.weight.detach().numpy().T.astype(np.float64), b1=first.bias.detach().numpy().astype(np.float64),
-            w2=last.weight.detach().numpy()[0].astype(np.float64), b2=float(last.bias.detach().numpy()[0]),
-            mean=mean, std=std, feature_names=feature_names,
-        )  # fmt: skip
-
-    def logit(self, X: np.ndarray) -> np.ndarray:
-        X = np.atleast_2d(np.asarray(X, dtype=np.float64))[:, : self.w1.shape[0]]
-        return np.maximum(((X - self.mean) / self.std) @ self.w1 + self.b1, 0.0) @ self.w2 + self.b2
-
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        return _sigmoid(self.logit(X))
-
-    @property
-    def word_dims(self) -> int:
-        return sum(1 for n in self.feature_names if n.startswith("word_"))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": "hidden_layer", "feature_names": list(self.feature_names), "w1": self.w1.tolist(),
-                "b1": self.b1.tolist(), "w2": self.w2.tolist(), "b2": self.b2, "mean": self.mean.tolist(),
-                "std": self.std.tolist()}  # fmt: skip
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HiddenLayerCombiner:
-        arr = {k: np.array(data[k], dtype=np.float64) for k in ("w1", "b1", "w2", "mean", "std")}
-        return cls(**arr, b2=float(data["b2"]), feature_names=tuple(data["feature_names"]))
-
-
-def _member_from_dict(data: dict[str, Any]) -> Combiner | HiddenLayerCombiner:
-    return (
-        HiddenLayerCombiner.from_dict(data)
-        if data.get("kind") == "hidden_layer"
-        else Combiner.from_dict(data)
-    )
-
-
-@dataclass
-class Ensemble:
-    """Members averaged in log-odds (see TrainConfig for when they helped and when not)."""
-
-    members: list[Combiner | HiddenLayerCombiner]
-
-    def logit(self, X: np.ndarray) -> np.ndarray:
-        return np.mean([m.logit(X) for m in self.members], axis=0)
-
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        return _sigmoid(self.logit(X))
-
-    @property
-    def feature_names(self) -> tuple[str, ...]:
-        return max((m.feature_names for m in self.members), key=len)
-
-    @property
-    def word_dims(self) -> int:
-        return max(m.word_dims for m in self.members)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"members": [m.to_dict() for m in self.members]}
-
-
-def load_combiner(data: dict[str, Any]) -> Combiner | Ensemble:
-    """A stored combiner: one logistic model (older versions) or an ensemble of them."""
+def load_combiner(data: dict[str, Any]) -> Combiner:
+    """A stored combiner: one logistic model. (Ensembles with a wording or hidden-layer member
+    were an opt-in never turned on; a model stored with one must be trained again.)"""
     if "members" in data:
-        return Ensemble([_member_from_dict(m) for m in data["members"]])
+        raise TrainingError("this answerability model has members askdb no longer reads; train it again")
     return Combiner.from_dict(data)
 
 
@@ -669,14 +533,6 @@ class TrainConfig:
     # (F1 0.78-0.79 vs 0.82-0.83) and cost twice the time: off by default, still selectable.
     standardize_grid: tuple[bool, ...] = (True,)
     max_blocked: float = 0.02  # the threshold blocks at most this share of answerable questions
-    # Optional members beside the embedding one: a logistic model that also reads the question's
-    # hashed words (`word_dims`, e.g. WORD_DIMS) and one hidden layer of `hidden_units` ReLU units
-    # (e.g. 64). Off by default: on EHRSQL train's grouped CV they raised F1 (0.844 -> 0.858 ->
-    # 0.865) but on valid's new kinds of unanswerable question the gate fell (0.855 -> 0.831):
-    # they learn the wording of train's kinds, which new kinds do not share. Holding out whole kinds
-    # still rewards the wording member (model F1 0.838 -> 0.854), so valid's new kinds differ more.
-    word_dims: int = 0
-    hidden_units: int = 0
     min_questions: int = 20
     min_unanswerable: int = 4
     as_of_year: int | None = None
@@ -684,7 +540,7 @@ class TrainConfig:
 
 @dataclass
 class TrainResult:
-    combiner: Combiner | HiddenLayerCombiner | Ensemble
+    combiner: Combiner
     threshold: float
     metrics: dict[str, Any]  # the whole gate (model + rules), out of family, at the threshold
     model_metrics: dict[str, Any]  # the learned model alone, out of family
@@ -738,9 +594,7 @@ def _per_question(metrics: dict[str, Any], y: np.ndarray, dealings: int) -> dict
     return {**metrics, "n": int(y.size), "n_unanswerable": int((~y).sum()), "dealings": dealings}
 
 
-def _setting(member: str, l2: float, standardize: bool) -> str:
-    if member == "hidden layer":
-        return f"{HIDDEN_EPOCHS} epochs, weight decay {l2}"
+def _setting(l2: float, standardize: bool) -> str:
     return f"l2 {l2}, {'standardised' if standardize else 'centred'}"
 
 
@@ -759,14 +613,12 @@ def train(
     2. Group paraphrases into families and unanswerable families into kinds (`kind_groups`); deal
        whole kinds into `folds` folds, so every held-out number is on kinds of question the fit
        never saw.
-    3. For every member (the embedding one; the wording one when `word_dims`), (l2, standardize)
-       and fold: fit on the other folds (their nearest-example signals computed with each
-       unanswerable question's own family hidden, see `garr`), score the fold against the other
-       folds' library. The combination of member settings whose averaged log-odds give the best
-       out-of-kind F1
-       (at most `max_blocked` answerable blocked) wins; its out-of-kind scores choose the
-       threshold and are the reported numbers.
-    4. Fit the final members on everything with those settings.
+    3. For every (l2, standardize) and fold: fit on the other folds (their nearest-example
+       signals computed with each unanswerable question's own family hidden, see `garr`), score
+       the fold against the other folds' library. The setting with the best out-of-kind F1 (at
+       most `max_blocked` answerable blocked) wins; its out-of-kind scores choose the threshold
+       and are the reported numbers.
+    4. Fit the final combiner on everything with that setting.
     The threshold is chosen on the learned model's own scores: the rules were written from the
     kinds of question reviewers flag, so counting them in the choice would overstate them.
     """
@@ -821,94 +673,25 @@ def train(
          for g, q in zip(groups, questions, strict=True)], dtype=object,
     )  # fmt: skip
 
-    words = word_features(texts, config.word_dims)
-    base_columns = len(SIGNAL_NAMES) + vectors.shape[1]
-    # The members: the embedding one reads the signals and the embedding; the wording one, when
-    # configured, the hashed words as well (the design matrix's trailing columns).
-    members = {
-        "embedding": base_columns,
-        **({"wording": base_columns + words.shape[1]} if config.word_dims else {}),
-        **({"hidden layer": base_columns} if config.hidden_units else {}),
-    }
-
-    def fit_member(member: str, X: np.ndarray, y: np.ndarray, l2: float, standardize: bool, names=()):
-        if member == "hidden layer":
-            return HiddenLayerCombiner.fit(X[:, : members[member]], y, hidden=config.hidden_units,
-                                           seed=config.seed, feature_names=names)  # fmt: skip
-        return Combiner.fit(X[:, : members[member]], y, l2=l2, standardize=standardize, feature_names=names)
-
     # Every question is held out once per dealing: the held-out scores of all dealings together
     # choose the threshold (one dealing's F1 curve is flat and noisy; its chosen threshold moved
     # between 0.80 and 0.97 with the seed on EHRSQL train).
     y_all = np.tile(y, len(dealings))
     t0 = time.monotonic()
-    selection = []
-    member_oof: dict[str, list[tuple[float, bool, np.ndarray]]] = {m: [] for m in members}
-    # The hidden layer has one setting (weight decay 0.1, dropout 0.3, 60 epochs: the best of three
-    # tried on EHRSQL train's grouped CV); the logistic members try every (l2, standardize).
-    settings = [(m, l2, st) for m in members for st in config.standardize_grid for l2 in config.l2_grid
-                if m != "hidden layer"] + ([("hidden layer", 0.1, True)] if "hidden layer" in members else [])  # fmt: skip
-    logits = np.zeros((len(settings), len(dealings), len(questions)))
-    for r, folds in enumerate(dealings):
-        # One dealing's design matrices at a time (they depend on the fold, not on the setting):
-        # all dealings' together would hold three times the memory.
-        for j, held in enumerate(folds, start=1):
-            inside = np.ones(len(questions), dtype=bool)
-            inside[held] = False
-            fit_i, held = np.nonzero(inside)[0], np.asarray(held)
-            if len(set(y[fit_i].tolist())) < 2:
-                raise TrainingError("a fold has only one class; flag more questions as unanswerable")
-            fit_sig, _ = neighbour_signals(vectors[fit_i], vectors[fit_i], y[fit_i],
-                                           query_groups=garr[fit_i], library_groups=garr[fit_i])  # fmt: skip
-            held_sig, _ = neighbour_signals(vectors[held], vectors[fit_i], y[fit_i])
-            X_fit = design_matrix(fit_sig, catalog[fit_i], vectors[fit_i], words[fit_i])
-            X_held = design_matrix(held_sig, catalog[held], vectors[held], words[held])
-            for n, (member, l2, standardize) in enumerate(settings):
-                logits[n, r, held] = fit_member(member, X_fit, y[fit_i], l2, standardize).logit(X_held)
-                if member == "hidden layer":
-                    say(f"  {member} member: fold {j}/{k} of dealing {r + 1}/{len(dealings)} trained, "
-                        f"{HIDDEN_EPOCHS} epochs ({time.monotonic() - t0:.0f}s)")  # fmt: skip
-        say(f"dealing {r + 1}/{len(dealings)}: {len(settings)} settings × {len(folds)} folds fitted "
-            f"({time.monotonic() - t0:.0f}s)")  # fmt: skip
-    for n, (member, l2, standardize) in enumerate(settings, start=1):
-        member_oof[member].append((l2, standardize, logits[n - 1].ravel()))
-        oof = _sigmoid(logits[n - 1].ravel())
-        threshold, _ = choose_threshold(oof, y_all, max_blocked=config.max_blocked)
-        m = classification_metrics(oof, y_all, threshold)
-        row = {"member": member, "l2": l2, "standardize": standardize, "f1": m["unanswerable"]["f1"],
-               "auc": m["auc"], "threshold": round(threshold, 4)}  # fmt: skip
-        selection.append(row)
-        say(f"setting {n}/{len(settings)} ({member} member, {_setting(member, l2, standardize)}): "
-            f"out-of-kind F1 {row['f1']:.3f}, AUC {row['auc'] or 0:.3f}")  # fmt: skip
-    # Every combination of the members' settings, averaged in log-odds, scored out of kind;
-    # the best F1 (then AUC) wins and its out-of-kind scores choose the threshold.
-    best: tuple[float, float, dict] | None = None
-    for combo in itertools.product(*member_oof.values()):
-        oof = _sigmoid(np.mean([logits for _, _, logits in combo], axis=0))
-        threshold, _ = choose_threshold(oof, y_all, max_blocked=config.max_blocked)
-        m = classification_metrics(oof, y_all, threshold)
-        key = (m["unanswerable"]["f1"], m["auc"] or 0.0)
-        if best is None or key > best[:2]:
-            best = (*key, {"settings": [(l2, st) for l2, st, _ in combo], "oof": oof, "threshold": threshold})
+    settings = [(l2, st) for st in config.standardize_grid for l2 in config.l2_grid]
+    logits = _held_out_logits(vectors, catalog, y, garr, dealings, settings, say)
+    selection, (l2, standardize), oof, threshold = _best_setting(logits, y_all, settings, config, say)
     stages["cross_validation"] = round(time.monotonic() - t0, 1)
-    assert best is not None
-    chosen = best[2]
-    oof, threshold = chosen["oof"], chosen["threshold"]
-    if len(members) > 1:
-        say(f"members together: out-of-kind F1 {best[0]:.3f}, AUC {best[1]:.3f}")
 
     t0 = time.monotonic()
     signals, _ = neighbour_signals(vectors, vectors, y, query_groups=garr, library_groups=garr)
-    X = design_matrix(signals, catalog, vectors, words)
-    fitted = []
-    for (member, width), (l2, standardize) in zip(members.items(), chosen["settings"], strict=True):
-        names = feature_names(vectors.shape[1], width - base_columns)
-        fitted.append(fit_member(member, X, y, l2, standardize, names))
-        say(f"final {member} member: {_setting(member, l2, standardize)}")
-    combiner: Combiner | HiddenLayerCombiner | Ensemble = fitted[0] if len(fitted) == 1 else Ensemble(fitted)
+    X = design_matrix(signals, catalog, vectors)
+    combiner = Combiner.fit(
+        X, y, l2=l2, standardize=standardize, feature_names=feature_names(vectors.shape[1])
+    )
+    say(f"final embedding member: {_setting(l2, standardize)}")
     stages["final_fit"] = round(time.monotonic() - t0, 1)
     say(f"threshold {threshold:.3f}")
-    (l2, standardize) = chosen["settings"][0]
     return TrainResult(
         combiner=combiner,
         threshold=float(threshold),
@@ -929,8 +712,58 @@ def train(
         stages=stages,
         library_vectors=vectors,
         absent=absent,
-        member_l2={m: st[0] for m, st in zip(members, chosen["settings"], strict=True)},
+        member_l2={"embedding": l2},
     )
+
+
+def _held_out_logits(vectors, catalog, y, garr, dealings, settings, say) -> np.ndarray:
+    """Each setting's log-odds for every question, from fits that never saw its fold:
+    [setting, dealing, question]."""
+    t0 = time.monotonic()
+    logits = np.zeros((len(settings), len(dealings), len(y)))
+    for r, folds in enumerate(dealings):
+        # One dealing's design matrices at a time (they depend on the fold, not on the setting):
+        # all dealings' together would hold three times the memory.
+        for held in folds:
+            inside = np.ones(len(y), dtype=bool)
+            inside[held] = False
+            fit_i, held = np.nonzero(inside)[0], np.asarray(held)
+            if len(set(y[fit_i].tolist())) < 2:
+                raise TrainingError("a fold has only one class; flag more questions as unanswerable")
+            fit_sig, _ = neighbour_signals(vectors[fit_i], vectors[fit_i], y[fit_i],
+                                           query_groups=garr[fit_i], library_groups=garr[fit_i])  # fmt: skip
+            held_sig, _ = neighbour_signals(vectors[held], vectors[fit_i], y[fit_i])
+            X_fit = design_matrix(fit_sig, catalog[fit_i], vectors[fit_i])
+            X_held = design_matrix(held_sig, catalog[held], vectors[held])
+            for n, (l2, standardize) in enumerate(settings):
+                logits[n, r, held] = Combiner.fit(X_fit, y[fit_i], l2=l2, standardize=standardize).logit(
+                    X_held
+                )
+        say(f"dealing {r + 1}/{len(dealings)}: {len(settings)} settings × {len(folds)} folds fitted "
+            f"({time.monotonic() - t0:.0f}s)")  # fmt: skip
+    return logits
+
+
+def _best_setting(logits: np.ndarray, y_all: np.ndarray, settings: list, config: TrainConfig, say):
+    """The setting whose out-of-kind scores give the best F1 (then AUC), with every setting's row
+    for the report: (selection, (l2, standardize), its out-of-kind scores, its threshold)."""
+    selection = []
+    best: tuple[float, float, tuple] | None = None
+    for n, (l2, standardize) in enumerate(settings, start=1):
+        oof = _sigmoid(logits[n - 1].ravel())
+        threshold, _ = choose_threshold(oof, y_all, max_blocked=config.max_blocked)
+        m = classification_metrics(oof, y_all, threshold)
+        row = {"member": "embedding", "l2": l2, "standardize": standardize, "f1": m["unanswerable"]["f1"],
+               "auc": m["auc"], "threshold": round(threshold, 4)}  # fmt: skip
+        selection.append(row)
+        say(f"setting {n}/{len(settings)} (embedding member, {_setting(l2, standardize)}): "
+            f"out-of-kind F1 {row['f1']:.3f}, AUC {row['auc'] or 0:.3f}")  # fmt: skip
+        key = (m["unanswerable"]["f1"], m["auc"] or 0.0)
+        if best is None or key > best[:2]:
+            best = (*key, ((l2, standardize), oof, threshold))
+    assert best is not None
+    chosen, oof, threshold = best[2]
+    return selection, chosen, oof, threshold
 
 
 # -- the trained model and its scoring -------------------------------------------------------------
@@ -1017,7 +850,7 @@ class AnswerabilityModel:
     def __init__(
         self,
         encoder: Encoder,
-        combiner: Combiner | Ensemble,
+        combiner: Combiner,
         threshold: float,
         tables: Sequence[TableText],
         columns: Sequence[ColumnText],
@@ -1052,8 +885,7 @@ class AnswerabilityModel:
         vec = self.encoder.encode_questions([question])[0][None, :]
         signals, _ = neighbour_signals(vec, self.library.vectors, self.library.answerable)
         catalog, col_sims = catalog_signals(vec, self.table_vectors, self.column_vectors)
-        words = word_features([question], self.combiner.word_dims) if self.combiner.word_dims else None
-        probability = float(self.combiner.predict(design_matrix(signals, catalog, vec, words))[0])
+        probability = float(self.combiner.predict(design_matrix(signals, catalog, vec))[0])
         found = rules.findings(question, absent=self.absent, as_of_year=self.as_of_year)
         decisive = [f for f in found if f.decisive]
         table_sims = (vec @ self.table_vectors.T)[0] if self.table_vectors.size else np.zeros(0)

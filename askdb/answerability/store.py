@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from askdb.answerability.model import Combiner, Ensemble, load_combiner
+from askdb.answerability.model import Combiner, load_combiner
 
 CURRENT = "current"
 
@@ -52,7 +52,7 @@ def save_version(
     source_name: str,
     version: str,
     *,
-    combiner: Combiner | Ensemble,
+    combiner: Combiner,
     threshold: float,
     manifest: dict[str, Any],
     library: tuple[list[str], np.ndarray] | None = None,
@@ -133,7 +133,7 @@ def list_versions(source_name: str, *, home: Path | None = None) -> list[dict[st
 
 def load_version(
     source_name: str, version: str, *, home: Path | None = None
-) -> tuple[Combiner | Ensemble, float, dict[str, Any], dict[str, np.ndarray]]:
+) -> tuple[Combiner, float, dict[str, Any], dict[str, np.ndarray]]:
     """(combiner, threshold, manifest, {question text: vector}) of one stored version."""
     path = source_dir(source_name, home=home) / version
     manifest = read_manifest(source_name, version, home=home)

@@ -17,8 +17,6 @@ from askdb.answerability.model import (
     AnswerabilityModel,
     ColumnText,
     Combiner,
-    Ensemble,
-    HiddenLayerCombiner,
     TableText,
     TrainConfig,
     TrainingError,
@@ -33,7 +31,6 @@ from askdb.answerability.model import (
     roc_auc,
     sql_template,
     train,
-    word_features,
 )
 
 
@@ -230,34 +227,9 @@ def test_combiner_learns_the_informative_feature_and_is_calibrated_on_average():
     assert np.allclose(again.predict(X), p)
 
 
-def test_word_features_hash_words_and_pairs_and_ignore_numbers():
-    a, b, c = word_features(["Blood type of patient 12?", "blood TYPE of patient 977", "type blood"], dims=64)
-    assert np.array_equal(a, b) and a.sum() >= 4  # numbers and case do not matter
-    assert not np.array_equal(a[: c.size], c) and set(np.unique(a)) <= {0.0, 1.0}
-    assert word_features(["x"], dims=0).shape == (1, 0)
-
-
-def test_an_ensemble_averages_its_members_in_log_odds_and_round_trips():
-    rng = np.random.default_rng(1)
-    X = rng.normal(size=(120, 5))
-    y = (X[:, 0] + X[:, 4] > 0).astype(float)
-    short = Combiner.fit(X[:, :3], y, l2=1.0, feature_names=("a", "b", "c"))
-    full = Combiner.fit(X, y, l2=1.0, feature_names=("a", "b", "c", "word_0", "word_1"))
-    ensemble = Ensemble([short, full])
-    assert ensemble.word_dims == 2 and len(ensemble.feature_names) == 5
-    expected = 1 / (1 + np.exp(-(short.logit(X) + full.logit(X)) / 2))
-    assert np.allclose(ensemble.predict(X), expected)  # the short member reads the leading columns
-    assert np.allclose(short.predict(X), short.predict(X[:, :3]))
-
-
-def test_the_hidden_layer_member_learns_a_non_linear_boundary_and_round_trips():
-    rng = np.random.default_rng(2)
-    X = rng.normal(size=(400, 3))
-    y = (np.abs(X[:, 0]) > 0.8).astype(float)  # no straight line separates it
-    member = HiddenLayerCombiner.fit(X, y, hidden=16, weight_decay=0.01, epochs=80, dropout=0.0, seed=1)
-    assert roc_auc(member.predict(X), y.astype(bool)) > 0.9
-    again = load_combiner({"members": [json.loads(json.dumps(member.to_dict()))]})
-    assert np.allclose(again.predict(X), member.predict(X))
+def test_a_stored_ensemble_from_the_removed_opt_in_asks_to_be_trained_again():
+    with pytest.raises(TrainingError, match="train it again"):
+        load_combiner({"members": [{"kind": "hidden_layer"}]})
 
 
 def test_combiner_refuses_a_single_class():
@@ -272,13 +244,12 @@ def test_training_measures_out_of_family_and_separates_off_topic():
     questions = _dataset()
     encoder = BagOfWordsEncoder()
     lines: list[str] = []
-    config = TrainConfig(folds=3, seed=5, word_dims=64, hidden_units=8)  # every kind of member
+    config = TrainConfig(folds=3, seed=5)
     result = train(questions, TABLES, COLUMNS, encoder=encoder, config=config, progress=lines.append)
     assert len(ANSWERABLE) < result.families <= len(ANSWERABLE) + len(OFF_TOPIC)
     assert result.metrics["n"] == len(questions) and result.metrics["auc"] >= 0.9
-    assert len(result.selection) == 7 and any("setting 7/7" in line for line in lines)
-    assert isinstance(result.combiner, Ensemble) and len(result.combiner.members) == 3
-    assert any("hidden layer member: fold 3/3" in line for line in lines)
+    assert len(result.selection) == 3 and any("setting 3/3" in line for line in lines)
+    assert isinstance(result.combiner, Combiner) and result.member_l2 == {"embedding": result.l2}
     assert result.library_vectors.shape == (len(questions), BagOfWordsEncoder.DIMS)
     assert "phone" in result.absent and "address" in result.absent  # no column documents them
 
@@ -333,15 +304,6 @@ def test_store_round_trip_versions_and_current_pointer(tmp_path):
     assert threshold == 0.42 and manifest == {"version": v1, "source": "mimic"}
     assert set(vectors) == {"q one", "q two"} and np.allclose(vectors["q two"], [0, 1])
     assert np.allclose(loaded.predict(np.array([[0.5]])), combiner.predict(np.array([[0.5]])))
-    ensemble = Ensemble(
-        [combiner, Combiner.fit(np.array([[0.0, 1], [1, 0], [0.2, 1], [0.9, 0]]), np.array([0, 1, 0, 1.0]))]
-    )
-    store.save_version(
-        "mimic", "v3", combiner=ensemble, threshold=0.5, manifest={}, home=tmp_path, activate=False
-    )
-    again, _, _, _ = store.load_version("mimic", "v3", home=tmp_path)
-    X = np.array([[0.5, 1.0], [0.1, 0.0]])
-    assert isinstance(again, Ensemble) and np.allclose(again.predict(X), ensemble.predict(X))
     with pytest.raises(store.StoreError, match="no answerability model version 'nope'"):
         store.set_current("mimic", "nope", home=tmp_path)
     with pytest.raises(store.StoreError, match="already exists"):
