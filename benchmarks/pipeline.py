@@ -523,66 +523,75 @@ BATCH_HEADERS = [
 def report(sync: list[SyncResult], batches: list[BatchResult], facts: list[list[Any]]) -> str:
     out = ["## Machine", "", table(["fact", "value"], facts), ""]
     if sync:
-        n = len(sync[0].runs)
-        out += [f"## Part 1: in-process, sequential ({n} questions per latency; milliseconds)", ""]
-        headers = ["stage"]
-        for s in sync:
-            headers += [f"p50 @{s.latency:g}s", f"p95 @{s.latency:g}s"]
-        names = list(sync[0].series())
-        rows = []
-        for name in names:
-            row: list[Any] = [name]
-            for s in sync:
-                values = s.series()[name]
-                row += [f"{percentile(values, 50):.1f}", f"{percentile(values, 95):.1f}"]
-            rows.append(row)
-        out += [table(headers, rows), ""]
-        for s in sync:
-            p50 = percentile(s.series()["non-LLM overhead (stages)"], 50)
-            failed = sum(1 for r in s.runs if r.status != "succeeded")
-            verdict = "met" if p50 <= OVERHEAD_TARGET_MS else "NOT met"
-            out.append(
-                f"- LLM latency {s.latency:g} s: non-LLM overhead p50 {p50:.1f} ms, target ≤ "
-                f"{OVERHEAD_TARGET_MS:g} ms: {verdict}"
-                + (f" ({failed} of {len(s.runs)} runs did not succeed)" if failed else "")
-            )
-        out.append("")
+        out += _report_sync(sync)
     if batches:
-        out += ["## Part 2: through Celery (submitted at once; seconds unless noted)", ""]
-        rows = []
-        for res in batches:
-            b = res.batch
-            ok = [r for r in b.runs if r.status == "succeeded"]
-            e2e = [r.e2e_s for r in ok if r.e2e_s is not None]
-            wait = [r.wait_s for r in ok if r.wait_s is not None]
-            rows.append(
-                [
-                    f"{res.latency:g}",
-                    f"{res.pool} x{res.worker_concurrency}",
-                    res.concurrent,
-                    f"{b.wall_s:.2f}",
-                    f"{len(ok) / b.wall_s:.2f}" if b.wall_s else "-",
-                    f"{percentile(e2e, 50):.2f}",
-                    f"{percentile(e2e, 95):.2f}",
-                    f"{percentile(wait, 50):.2f}",
-                    f"{percentile([r.overhead for r in ok], 50):.1f}",
-                    b.errors,
-                ]
-            )
-        out += [table(BATCH_HEADERS, rows), ""]
-        for res in batches:
-            b = res.batch
-            if b.errors:
-                out.append(
-                    f"- errors at {res.concurrent} concurrent ({res.pool}, LLM {res.latency:g} s): {b.error_detail()}"
-                )
-                first = next((r.message for r in b.runs if r.status != "succeeded" and r.message), "")
-                for message in ([first[:300]] if first else []) + b.samples[:1]:
-                    out.append(f"  e.g. {message}")
-        top = [b for b in batches if b.concurrent == max(x.concurrent for x in batches)]
-        verdict = "met" if all(b.batch.errors == 0 for b in top) else "NOT met"
-        out.append(f"- zero errors at {top[0].concurrent} concurrent: {verdict}")
+        out += _report_batches(batches)
     return "\n".join(out)
+
+
+def _report_sync(sync: list[SyncResult]) -> list[str]:
+    """Part 1: per-stage latency percentiles in process, and the overhead target's verdict."""
+    n = len(sync[0].runs)
+    out = [f"## Part 1: in-process, sequential ({n} questions per latency; milliseconds)", ""]
+    headers = ["stage"]
+    for s in sync:
+        headers += [f"p50 @{s.latency:g}s", f"p95 @{s.latency:g}s"]
+    rows = []
+    for name in list(sync[0].series()):
+        row: list[Any] = [name]
+        for s in sync:
+            values = s.series()[name]
+            row += [f"{percentile(values, 50):.1f}", f"{percentile(values, 95):.1f}"]
+        rows.append(row)
+    out += [table(headers, rows), ""]
+    for s in sync:
+        p50 = percentile(s.series()["non-LLM overhead (stages)"], 50)
+        failed = sum(1 for r in s.runs if r.status != "succeeded")
+        verdict = "met" if p50 <= OVERHEAD_TARGET_MS else "NOT met"
+        out.append(
+            f"- LLM latency {s.latency:g} s: non-LLM overhead p50 {p50:.1f} ms, target ≤ "
+            f"{OVERHEAD_TARGET_MS:g} ms: {verdict}"
+            + (f" ({failed} of {len(s.runs)} runs did not succeed)" if failed else "")
+        )
+    return [*out, ""]
+
+
+def _batch_row(res: BatchResult) -> list[Any]:
+    b = res.batch
+    ok = [r for r in b.runs if r.status == "succeeded"]
+    e2e = [r.e2e_s for r in ok if r.e2e_s is not None]
+    wait = [r.wait_s for r in ok if r.wait_s is not None]
+    return [
+        f"{res.latency:g}",
+        f"{res.pool} x{res.worker_concurrency}",
+        res.concurrent,
+        f"{b.wall_s:.2f}",
+        f"{len(ok) / b.wall_s:.2f}" if b.wall_s else "-",
+        f"{percentile(e2e, 50):.2f}",
+        f"{percentile(e2e, 95):.2f}",
+        f"{percentile(wait, 50):.2f}",
+        f"{percentile([r.overhead for r in ok], 50):.1f}",
+        b.errors,
+    ]
+
+
+def _report_batches(batches: list[BatchResult]) -> list[str]:
+    """Part 2: throughput and latency through Celery, the errors, and the zero-error verdict."""
+    out = ["## Part 2: through Celery (submitted at once; seconds unless noted)", ""]
+    out += [table(BATCH_HEADERS, [_batch_row(res) for res in batches]), ""]
+    for res in batches:
+        b = res.batch
+        if b.errors:
+            out.append(
+                f"- errors at {res.concurrent} concurrent ({res.pool}, LLM {res.latency:g} s): {b.error_detail()}"
+            )
+            first = next((r.message for r in b.runs if r.status != "succeeded" and r.message), "")
+            for message in ([first[:300]] if first else []) + b.samples[:1]:
+                out.append(f"  e.g. {message}")
+    top = [b for b in batches if b.concurrent == max(x.concurrent for x in batches)]
+    verdict = "met" if all(b.batch.errors == 0 for b in top) else "NOT met"
+    out.append(f"- zero errors at {top[0].concurrent} concurrent: {verdict}")
+    return out
 
 
 def target_values(sync: list[SyncResult], batches: list[BatchResult]) -> dict[str, float]:

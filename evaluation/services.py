@@ -243,13 +243,7 @@ def _score(item: EvaluationItem, run) -> None:
 
     predicted_rows, predicted_error, correct = None, "", None
     if not abstained:
-        if run.outcome in metrics.ANSWER_OUTCOMES:
-            predicted_error = run.message
-        else:
-            try:
-                predicted_rows = _execute(executor, run.sql).rows
-            except ExecutionError as exc:
-                predicted_error = exc.message or exc.code
+        predicted_rows, predicted_error = _predicted(executor, run)
         if not gold_error:
             correct = (
                 bool(item.gold_sql)
@@ -259,18 +253,7 @@ def _score(item: EvaluationItem, run) -> None:
 
     library = run.library_match or {}
     library_confidence = library.get("confidence")
-    library_correct = None
-    if library.get("sql") and not gold_error:
-        if library["sql"] == run.sql and predicted_rows is not None:
-            library_rows = predicted_rows
-        else:
-            try:
-                library_rows = _execute(executor, library["sql"]).rows
-            except ExecutionError:
-                library_rows = None
-        library_correct = (
-            bool(item.gold_sql) and library_rows is not None and results_match(library_rows, gold_rows)
-        )
+    library_correct = None if gold_error else _library_correct(executor, item, run, predicted_rows, gold_rows)
 
     answerability = run.answerability or {}
     probability = answerability.get("probability")
@@ -301,6 +284,31 @@ def _score(item: EvaluationItem, run) -> None:
     item.why = _why(item, run)
     item.done, item.done_at = True, timezone.now()
     item.save()
+
+
+def _predicted(executor, run) -> tuple[list | None, str]:
+    """The rows of the run's SQL run again (as the gold was), or why there are none."""
+    if run.outcome in metrics.ANSWER_OUTCOMES:
+        return None, run.message
+    try:
+        return _execute(executor, run.sql).rows, ""
+    except ExecutionError as exc:
+        return None, exc.message or exc.code
+
+
+def _library_correct(executor, item: EvaluationItem, run, predicted_rows, gold_rows) -> bool | None:
+    """Whether the library's best match (answered or not) gives the gold result; None without one."""
+    sql = (run.library_match or {}).get("sql")
+    if not sql:
+        return None
+    if sql == run.sql and predicted_rows is not None:
+        library_rows = predicted_rows
+    else:
+        try:
+            library_rows = _execute(executor, sql).rows
+        except ExecutionError:
+            library_rows = None
+    return bool(item.gold_sql) and library_rows is not None and results_match(library_rows, gold_rows)
 
 
 def _why(item: EvaluationItem, run) -> str:

@@ -105,62 +105,64 @@ def _seed_patients_present(source, items: list[dict]) -> tuple[list[dict], int]:
     named = sorted({int(m) for item in items for m in _PATIENT_ID.findall(item["sql"])})
     if not named:
         return items, 0
-
-    def rows(sql: str) -> int:
-        try:
-            _, result = sql_check(source=source, sql=sql, row_cap=1, purpose="demo library seeding")
-        except ReviewError:
-            return 0
-        return result.row_count
-
-    def query(sql: str) -> list[int]:
-        try:
-            _, result = sql_check(source=source, sql=sql, purpose="demo library seeding")
-        except ReviewError:
-            return []
-        return [int(row[0]) for row in result.rows]
-
     ids = ", ".join(str(i) for i in named)
-    present = set(query(f"SELECT p.subject_id FROM mimiciv_hosp.patients AS p WHERE p.subject_id IN ({ids})"))
+    query = f"SELECT p.subject_id FROM mimiciv_hosp.patients AS p WHERE p.subject_id IN ({ids})"
+    present = set(_seed_ids(source, query))
     missing = [i for i in named if i not in present]
     # The patients with the most admissions first: the likeliest to have the labs, drugs, stays asked for.
-    candidates = [
-        i
-        for i in query(
-            "SELECT a.subject_id FROM mimiciv_hosp.admissions AS a GROUP BY a.subject_id "
-            "ORDER BY COUNT(*) DESC, a.subject_id"
-        )
-        if i not in present
-    ]
+    richest = ("SELECT a.subject_id FROM mimiciv_hosp.admissions AS a GROUP BY a.subject_id "
+               "ORDER BY COUNT(*) DESC, a.subject_id")  # fmt: skip
+    candidates = [i for i in _seed_ids(source, richest) if i not in present]
     if not missing or not candidates:
         return items, 0
-
-    def moved(item: dict, old: int, new: int) -> dict:
-        pattern = re.compile(rf"\b{old}\b")
-        return {
-            **item,
-            "question": pattern.sub(str(new), item["question"]),
-            "sql": pattern.sub(str(new), item["sql"]),
-        }
-
     mapping: dict[int, int] = {}
     for old in missing:
         naming = [i for i in items if re.search(rf"\b{old}\b", i["question"] + " " + i["sql"])]
         free = [c for c in candidates if c not in mapping.values()] or candidates
-        best, best_hits = free[0], -1
-        for new in free[:_CANDIDATES_TRIED]:
-            hits = sum(rows(moved(i, old, new)["sql"]) > 0 for i in naming if i["sql"])
-            if hits > best_hits:
-                best, best_hits = new, hits
-            if hits == sum(1 for i in naming if i["sql"]):
-                break
-        mapping[old] = best
+        mapping[old] = _seed_best_patient(source, naming, old, free)
     out = []
     for item in items:
         for old, new in mapping.items():
-            item = moved(item, old, new)
+            item = _seed_moved(item, old, new)
         out.append(item)
     return out, len(mapping)
+
+
+def _seed_rows(source, sql: str) -> int:
+    try:
+        _, result = sql_check(source=source, sql=sql, row_cap=1, purpose="demo library seeding")
+    except ReviewError:
+        return 0
+    return result.row_count
+
+
+def _seed_ids(source, sql: str) -> list[int]:
+    try:
+        _, result = sql_check(source=source, sql=sql, purpose="demo library seeding")
+    except ReviewError:
+        return []
+    return [int(row[0]) for row in result.rows]
+
+
+def _seed_moved(item: dict, old: int, new: int) -> dict:
+    pattern = re.compile(rf"\b{old}\b")
+    return {
+        **item,
+        "question": pattern.sub(str(new), item["question"]),
+        "sql": pattern.sub(str(new), item["sql"]),
+    }
+
+
+def _seed_best_patient(source, naming: list[dict], old: int, free: list[int]) -> int:
+    """The present patient for which most examples naming `old` return rows (the first tried wins ties)."""
+    best, best_hits = free[0], -1
+    for new in free[:_CANDIDATES_TRIED]:
+        hits = sum(_seed_rows(source, _seed_moved(i, old, new)["sql"]) > 0 for i in naming if i["sql"])
+        if hits > best_hits:
+            best, best_hits = new, hits
+        if hits == sum(1 for i in naming if i["sql"]):
+            break
+    return best
 
 
 CV_FOLDS = library.CV_FOLDS
