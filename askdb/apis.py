@@ -13,8 +13,9 @@ Who may do what:
   asker's work and LLM budget). Retrying also needs askdb.ask_questions, since it asks again;
 - the review queue and reviewing are for reviewers (askdb.review_runs); approving or correcting
   your own question is 403, as it is on the pages;
-- the example library is readable by reviewers and admins (askdb.review_runs or
-  askdb.curate_catalog); retiring, restoring and importing are for reviewers (askdb.review_runs).
+- the example library is readable by everyone who may ask, as on its pages
+  (askdb.roles.LIBRARY_BROWSE_PERMS); retiring, restoring and importing are for reviewers
+  (askdb.review_runs).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from rest_framework.views import APIView, exception_handler
 
 from askdb import library_io, selectors
 from askdb.models import Example, Run
+from askdb.roles import LIBRARY_BROWSE_PERMS
 from askdb.serializers import (
     ErrorSerializer,
     ExampleDetailSerializer,
@@ -137,10 +139,12 @@ class CanReview(BasePermission):
 
 
 class CanBrowseLibrary(BasePermission):
-    message = "The example library is for reviewers and administrators."
+    """The same rule as the library pages (askdb.roles.LIBRARY_BROWSE_PERMS)."""
+
+    message = "Your account has no role that may read the example library; ask an administrator for one."
 
     def has_permission(self, request: Request, view: APIView) -> bool:
-        return request.user.has_perm("askdb.review_runs") or request.user.has_perm("askdb.curate_catalog")
+        return any(request.user.has_perm(p) for p in LIBRARY_BROWSE_PERMS)
 
 
 class PostAnonymously(BasePermission):

@@ -12,6 +12,10 @@ REVIEWER = "reviewer"
 ADMIN = "admin"
 ROLES = (AGGREGATE_RESEARCHER, RESEARCHER, REVIEWER, ADMIN)
 
+# Who may browse the example library (read-only), on the pages and in the API alike: everyone who
+# asks, since without an LLM the library is what askdb can answer. Changing it is for reviewers.
+LIBRARY_BROWSE_PERMS = ("askdb.ask_questions", "askdb.review_runs", "askdb.curate_catalog")
+
 # "app_label.codename"; a codename ending in "*" means every permission of that app.
 # Row-level results (view_row_level) are for researchers and up: an aggregate-only researcher gets
 # counts and statistics over groups only. Sensitive columns (view_sensitive) are for reviewers and

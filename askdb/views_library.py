@@ -25,6 +25,7 @@ from askdb import library_io
 from askdb.answerability import store as answerability_store
 from askdb.answerability.tasks import answerability_train_task
 from askdb.models import Example, Review
+from askdb.roles import LIBRARY_BROWSE_PERMS
 from askdb.selectors import paraphrases_of, template_shares
 from askdb.services.examples import example_set_status, examples_revalidate
 from askdb.services.exports import ImportReport, examples_export, examples_import
@@ -34,8 +35,7 @@ from infra.providers.embeddings import EmbeddingError
 from metadata_admin.models import ClinicalSource, TableDoc
 from metadata_admin.services import source_get
 
-# Everyone who asks may browse (read-only): without an LLM the library is what askdb can answer.
-BROWSE_PERMS = ("askdb.ask_questions", "askdb.review_runs", "askdb.curate_catalog")
+BROWSE_PERMS = LIBRARY_BROWSE_PERMS  # everyone who asks may browse (askdb/roles.py says why)
 EDIT_PERM = "askdb.review_runs"  # import, export, retire, restore
 REVALIDATE_PERM = "askdb.curate_catalog"  # admins: it re-checks the whole library
 PER_PAGE = 25

@@ -42,10 +42,6 @@ EVALUATOR_USERNAME = "askdb-evaluator"
 WORKER_NAME = "evaluate"
 
 
-class EvaluationError(RuntimeError):
-    """An evaluation that cannot start or continue, with a sentence saying why."""
-
-
 def evaluator_user():
     """The inactive user evaluation questions are asked as: it cannot log in, and its questions
     (channel "evaluation") stay out of every real user's history and the review queue."""

@@ -39,11 +39,6 @@ class Retrieval:
         return max((t.doc_score for t in self.tables), default=0.0)
 
 
-def catalog_profiles(source: ClinicalSource) -> tuple[dict[str, TableProfile], list[Edge]]:
-    snapshot = catalog_snapshot(source)
-    return snapshot.profiles, snapshot.edges
-
-
 # --------------------------------------------------------------------------- catalog snapshot
 
 
@@ -113,11 +108,6 @@ def catalog_snapshot(source: ClinicalSource) -> CatalogSnapshot:
             _snapshots.clear()
         _snapshots[key] = snapshot
     return snapshot
-
-
-def catalog_snapshots_clear() -> None:
-    with _snapshots_lock:
-        _snapshots.clear()
 
 
 def _snapshot_load(source: ClinicalSource, stamp: str) -> CatalogSnapshot:

@@ -111,15 +111,6 @@ def _pairs(text: str, doc: TableDoc, to: TableDoc) -> list[list[str]]:
     return pairs
 
 
-def _column_form(post, column) -> dict:
-    name = column.name
-    return {
-        "meaning": post.get(f"col-{name}-meaning", column.meaning).strip(),
-        "example_values": post.get(f"col-{name}-example_values", column.example_values).strip(),
-        "sensitive": bool(post.get(f"col-{name}-sensitive")),
-    }
-
-
 @require_http_methods(["GET", "POST"])
 @permission_required("askdb.curate_catalog", raise_exception=True)
 def table_doc_edit(request: HttpRequest, doc_id: int) -> HttpResponse:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import template
 
-from askdb.outcomes import outcome_label, run_outcome
+from askdb.outcomes import run_outcome
 from askdb.pipeline.answer import format_cell
 
 register = template.Library()
@@ -20,8 +20,3 @@ def cell(value) -> str:
 def outcome(run):
     """The run's outcome as askdb/outcomes.py words it (label, sentence, next step, tone)."""
     return run_outcome(run)
-
-
-@register.filter
-def outcome_code_label(code: str) -> str:
-    return outcome_label(code)
