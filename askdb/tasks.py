@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, connections
 
 from askdb.answerability.tasks import answerability_train_task  # noqa: F401  (registered with the worker)
-from askdb.services.examples import example_embed, examples_revalidate, library_warm_up
+from askdb.services.examples import example_embed, examples_revalidate, library_refresh, library_warm_up
 from askdb.services.runs import run_execute
 from infra.providers.embeddings import get_embedder
 from metadata_admin.models import ClinicalSource
@@ -127,4 +127,6 @@ def revalidate_examples(source_id: int, execute: bool = False) -> dict:
 def embed_example(example_id: int) -> dict:
     """A reviewer's new library example gets its vector here, not in their request."""
     example = example_embed(example_id=example_id)
+    if example is not None:  # its template key and masked vector stored now, not rebuilt by every question
+        library_refresh(source=example.source)
     return {"example": example_id, "now": example.pk if example is not None else None}

@@ -74,6 +74,14 @@ def library_build(source, values, embedder) -> tuple[library.LibraryIndex, list]
     Masked-question vectors are stored on the examples, so a build costs one query, and an example
     the refresh service has not stored yet one embedding.
     """
+    entries, vectors, changed = library_entries(source, values, embedder)
+    return library.LibraryIndex(entries, [list(v) for v in vectors]), changed
+
+
+def library_entries(source, values, embedder) -> tuple[list, list, list]:
+    """The active examples as matcher entries with their masked vectors, and the examples whose
+    stored template, key or masked vector had to be completed (in memory): what a build indexes,
+    without the index (the refresh service needs only the last)."""
     # Not the question vectors (the nearest search holds those): parsing them is a third of a build.
     active = Example.objects.filter(source=source, status=Example.Status.ACTIVE).defer("embedding")
     entries, vectors, missing, changed = [], [], [], []
@@ -104,8 +112,7 @@ def library_build(source, values, embedder) -> tuple[library.LibraryIndex, list]
         for (i, example), vector in zip(missing, embedder.embed(masked), strict=True):
             vectors[i] = example.masked_embedding = vector
             changed.append(example)
-    index = library.LibraryIndex(entries, [list(v) for v in vectors])
-    return index, list({e.pk: e for e in changed}.values())
+    return entries, vectors, list({e.pk: e for e in changed}.values())
 
 
 def values_load(source, executor) -> library.ValueIndex:

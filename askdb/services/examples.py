@@ -13,7 +13,7 @@ from django.utils import timezone
 from askdb.adapters.library_cache import (
     LIBRARY,
     example_template,
-    library_build,
+    library_entries,
     library_version,
 )
 from askdb.models import Example, LibraryGeneration, Review
@@ -249,7 +249,7 @@ def library_refresh(*, source, embedder=None) -> int:
     Returns how many examples were updated."""
     executor = source_executor(source)
     values = LIBRARY.values(source, executor)
-    _, changed = library_build(source, values, embedder or get_embedder())
+    _, _, changed = library_entries(source, values, embedder or get_embedder())
     if changed:
         Example.objects.bulk_update(changed, ["template", "template_key", "masked_embedding"], batch_size=500)
     return len(changed)
