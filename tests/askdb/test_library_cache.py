@@ -137,3 +137,18 @@ def test_threads_asking_at_once_build_the_index_once(source, drug_library, monke
     for t in threads:
         t.join()
     assert len(builds) == 1 and len({id(i) for i in found}) == 1
+
+
+def test_the_embed_task_stores_what_the_library_index_needs(source, drug_library):
+    """A reviewer's example is embedded in the worker, which then stores its template key and
+    masked vector (library_refresh): no question has to compute them."""
+    from askdb.tasks import embed_example
+
+    reviewer = _user("cache-rev", "reviewer")
+    example = example_upsert(source=source, question="how many prescriptions of Docusate Sodium were written?",
+                             sql=COUNT_SQL.format(drug="Docusate Sodium"), approved_by=reviewer,
+                             defer_embedding=True)  # fmt: skip
+    Example.objects.filter(pk=example.pk).update(template_key="", masked_embedding=None)
+    embed_example(example.pk)  # what the worker runs
+    example.refresh_from_db()
+    assert example.embedding_model and example.template_key and example.masked_embedding is not None
