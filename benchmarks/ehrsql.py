@@ -333,7 +333,21 @@ def cross_validated(*, cost: float = 10.0, progress: bool = True, dump: Path | N
     return result
 
 
-def run(*, cost: float = 10.0, limit: int | None = None, progress: bool = True) -> dict:
+def _decision(found, p: float | None = None) -> dict:
+    """One question's decision for --decisions: the best result's SQL or refusal codes, P(correct)."""
+    best = found.best
+    if best is None:
+        return {"sql": None, "codes": [], "p": 0.0}
+    return {
+        "sql": best.sql if best.hard_ok else None,
+        "codes": list(best.reason_codes),
+        "p": round(p if p is not None else best.confidence, 4),
+    }
+
+
+def run(
+    *, cost: float = 10.0, limit: int | None = None, progress: bool = True, decisions: Path | None = None
+) -> dict:
     from evaluation import metrics
 
     _setup_django()
@@ -343,7 +357,11 @@ def run(*, cost: float = 10.0, limit: int | None = None, progress: bool = True) 
         valid = valid[:limit]
     lib = build(train, progress=progress)
     runner = Runner(lib.executor)
-    risk, cv, lookup = calibrate(lib, runner, cost=cost, progress=progress)
+    observed: list = []
+    risk, cv, lookup = calibrate(
+        lib, runner, cost=cost, progress=progress,
+        observe=(lambda e, f, _idx: observed.append((e, f))) if decisions else None,
+    )  # fmt: skip
     if progress:
         print(
             f"calibration: { {k: v for k, v in cv.items() if k not in ('wrong_answers', 'fold_risks')} }",
@@ -364,6 +382,27 @@ def run(*, cost: float = 10.0, limit: int | None = None, progress: bool = True) 
         if not s.abstained and not (s.answerable and s.correct)
     ]
     rs = metrics.reliability_scores(scores)
+    if decisions:  # ids and decisions only: never the valid questions' text
+        from askdb.pipeline import library as L
+
+        fold_of = {
+            lib.index.entries[i].example_id: f
+            for f, held in enumerate(L.grouped_folds(lib.index.entries))
+            for i in held
+        }
+        cv_decisions = {}
+        for entry, found in observed:
+            fold_risk = cv["fold_risks"].get(fold_of[entry.example_id], risk)
+            best = found.best
+            p = fold_risk.predict(best.features) if best is not None and best.hard_ok else 0.0
+            cv_decisions[str(entry.example_id)] = {**_decision(found, p), "answered": p >= risk.threshold}
+        valid_decisions = {
+            d["id"]: {**_decision(_Found(d["results"])), "answered": d["answered"]} for d in details
+        }
+        decisions.write_text(json.dumps(
+            {"threshold": risk.threshold, "risk": risk.to_dict(), "cv": cv_decisions, "valid": valid_decisions},
+            indent=0, sort_keys=True,
+        ))  # fmt: skip
     return {
         "questions": len(scores), "answerable": len(answerable), "answered": len(answered),
         "coverage": len(answered) / len(scores), "precision": correct / len(answered) if answered else None,
@@ -375,6 +414,15 @@ def run(*, cost: float = 10.0, limit: int | None = None, progress: bool = True) 
         "library": {"examples": len(lib.index.entries), "templates": len(lib.index.families),
                     "not_templated": lib.entries_skipped, "build_s": round(lib.build_s, 1)},
     }  # fmt: skip
+
+
+@dataclass
+class _Found:
+    results: list
+
+    @property
+    def best(self):
+        return self.results[0] if self.results else None
 
 
 def table(result: dict) -> str:
@@ -414,6 +462,10 @@ def main(argv: list[str] | None = None) -> int:
         "--template-holdout", type=float, default=None,
         help="share of templates the CV holds out whole (default askdb.pipeline.library.TEMPLATE_HOLDOUT)",
     )  # fmt: skip
+    parser.add_argument(
+        "--decisions", type=Path, default=None,
+        help="write every question's decision (train CV by example index, valid by id: SQL or refusal codes, P)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.template_holdout is not None:
         from askdb.pipeline import library as L
@@ -425,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cv:
         print(json.dumps(cross_validated(cost=args.cost, dump=args.json), indent=1))
         return 0
-    result = run(cost=args.cost, limit=args.limit)
+    result = run(cost=args.cost, limit=args.limit, decisions=args.decisions)
     print(table(result))
     for w in result["wrong"][:20]:
         print(
