@@ -21,11 +21,10 @@ from sqlglot import exp
 
 from askdb.answerability.scorer import gate_verdict
 from askdb.models import Example, LlmCall, Run, SqlAttempt, StageEvent
-from askdb.pipeline import library, offline, prompts
+from askdb.pipeline import match, prompts
 from askdb.pipeline.compare import results_match
 from askdb.pipeline.engine import ExecutionFailure, RetrievalView
-from askdb.pipeline.offline import TemplateCandidate
-from askdb.pipeline.templates import Template, template_is_current
+from askdb.pipeline.match import Template, TemplateCandidate, template_is_current
 from askdb.pipeline.types import CatalogSchema, ChatResult, ExampleContext, TableContext
 from askdb.services.examples import example_template
 from askdb.services.sql import audit_sql_executed
@@ -117,7 +116,7 @@ class DjangoPorts:
     def library_match(self, question: str, vector: list[float]) -> tuple[list, float]:
         """Verified templates scored for this question (best first) and the answering threshold.
 
-        Templates, not single examples: the nearest masked paraphrases vote (askdb.pipeline.library),
+        Templates, not single examples: the nearest masked paraphrases vote (askdb.pipeline.match.library),
         the meaning guard checks the question against all paraphrases of a template, and each
         result's confidence is the calibrated P(correct). The threshold is c / (c + 1) for
         ASKDB_WRONG_ANSWER_COST = c.
@@ -128,9 +127,9 @@ class DjangoPorts:
         )
         if not index.entries:
             return [], risk.threshold
-        masked = offline.mask_question(question, values)
+        masked = match.mask_question(question, values)
         masked_vector = self.embedder.embed([masked])[0]
-        found = library.match_library(
+        found = match.match_library(
             question, masked_vector, index, lookup=self.lookup_value, values=values, catalog=self._catalog,
             risk=risk, masked_question=masked, probe=self.probe,
         )  # fmt: skip
@@ -464,13 +463,13 @@ VECTOR_FIELDS = ("embedding", "masked_embedding")
 
 def library_risk(source):
     """The source's calibrated P(correct) model with the threshold of the configured wrong-answer cost."""
-    threshold = library.answer_threshold(settings.ASKDB_WRONG_ANSWER_COST)
+    threshold = match.answer_threshold(settings.ASKDB_WRONG_ANSWER_COST)
     data = (source.library_calibration or {}).get("risk")
     if not data:
-        base = library.DEFAULT_RISK
-        return offline.Calibration(dict(base.weights), base.intercept, threshold)
-    risk = offline.Calibration.from_dict(data)
-    return offline.Calibration(risk.weights, risk.intercept, threshold, risk.samples)
+        base = match.DEFAULT_RISK
+        return match.Calibration(dict(base.weights), base.intercept, threshold)
+    risk = match.Calibration.from_dict(data)
+    return match.Calibration(risk.weights, risk.intercept, threshold, risk.samples)
 
 
 _LIBRARIES: dict[int, tuple[tuple, object]] = {}  # source id -> (library version, LibraryIndex)
@@ -481,7 +480,7 @@ def source_values(source, executor):
     """Every value of the source's linkable columns (one DISTINCT query per column, once per process)."""
     if source.pk not in _VALUES:
         docs = TableDoc.objects.filter(source=source, exists_in_source=True).defer("embedding")
-        _VALUES[source.pk] = library.load_values(
+        _VALUES[source.pk] = match.load_values(
             executor, {d.name.lower(): d.qualified_name for d in docs}, source.dialect
         )
     return _VALUES[source.pk]
@@ -508,10 +507,10 @@ def library_index(source, executor, embedder, version: tuple | None = None):
             changed.append(example)
         template = Template.from_dict(example.template) if example.template else None
         stored = example.template.get("key") if example.template else None
-        entry = library.entry_for(example.pk, example.question, example.sql, template, key=stored)
+        entry = match.entry_for(example.pk, example.question, example.sql, template, key=stored)
         if entry is None:
             continue
-        key = library.key_hash(entry.key)
+        key = match.key_hash(entry.key)
         if example.template_key != key or (template is not None and stored != entry.key):
             # The key is kept with the template (it goes with TEMPLATE_VERSION): computing it parses
             # the SQL, which for thousands of examples is most of a rebuild.
@@ -524,7 +523,7 @@ def library_index(source, executor, embedder, version: tuple | None = None):
         entries.append(entry)
         vectors.append(example.masked_embedding)
     if missing:
-        masked = [offline.mask_question(e.question, values) for _, e in missing]
+        masked = [match.mask_question(e.question, values) for _, e in missing]
         for (i, example), vector in zip(missing, embedder.embed(masked), strict=True):
             vectors[i] = example.masked_embedding = vector
             changed.append(example)
@@ -534,7 +533,7 @@ def library_index(source, executor, embedder, version: tuple | None = None):
             ["template", "template_key", "masked_embedding"],
             batch_size=500,
         )
-    index = library.LibraryIndex(entries, [list(v) for v in vectors])
+    index = match.LibraryIndex(entries, [list(v) for v in vectors])
     _LIBRARIES[source.pk] = (version, index)
     return index, values
 
@@ -651,9 +650,6 @@ def source_probe(executor, sql: str) -> bool:
         return False
 
 
-CV_FOLDS = library.CV_FOLDS
-
-
 def library_cross_validate(*, source, items: list[dict] | None = None, progress=None) -> dict:
     """P(correct) for library answers, fitted by cross-validation over the library itself.
 
@@ -662,7 +658,7 @@ def library_cross_validate(*, source, items: list[dict] | None = None, progress=
     correct when its bound SQL is the example's SQL or returns the same result ("now" as of the
     source). Labelled `items` (questions not in the library) add held-out samples. The report gives
     the threshold c / (c + 1) and the coverage and precision expected at it. The sibling pass
-    (library.cross_validate) adds the wrong answers of sibling templates to what the risk learns from,
+    (match.cross_validate) adds the wrong answers of sibling templates to what the risk learns from,
     not to the expected coverage and precision.
 
     Nothing is asked of the database twice: the library's vectors and templates are the stored ones,
@@ -674,13 +670,7 @@ def library_cross_validate(*, source, items: list[dict] | None = None, progress=
     catalog, embedder = source_catalog_schema(source), get_embedder()
     index, values = library_index(source, executor, embedder)
     labelled = [(str(i["question"]), str(i.get("sql") or "")) for i in (items or [])]
-    masked = embedder.embed([offline.mask_question(q, values) for q, _ in labelled]) if labelled else []
-    # The ordinary folds, the sibling pass (library.cross_validate: risk training only), the file.
-    tasks: list[tuple[str, int]] = (
-        [("fold", f) for f in range(CV_FOLDS)]
-        + [("siblings", f) for f in range(CV_FOLDS)]
-        + ([("items", 0)] if labelled else [])
-    )
+    masked = embedder.embed([match.mask_question(q, values) for q, _ in labelled]) if labelled else []
     count = [0]
 
     def one_more(_: int) -> None:
@@ -688,29 +678,18 @@ def library_cross_validate(*, source, items: list[dict] | None = None, progress=
         if progress:
             progress(count[0])
 
-    state = dict(index=index, values=values, catalog=catalog, executor=executor, dialect=source.dialect,
-                 labelled=labelled, masked=masked, done=one_more, results={}, lookups={}, probes={})  # fmt: skip
-    samples, siblings, sample_folds, sibling_folds = [], [], [], []
-    for kind, fold in tasks:
-        found = _cv_task((kind, fold), state)
-        # The file's questions are in no fold of the library: spread them over the folds.
-        folds = [fold if kind != "items" else n % CV_FOLDS for n in range(len(found))]
-        if kind == "siblings":
-            siblings, sibling_folds = siblings + found, sibling_folds + folds
-        else:
-            samples, sample_folds = samples + found, sample_folds + folds
-    cost = settings.ASKDB_WRONG_ANSWER_COST
-    risk = library.fit_risk(samples + siblings, wrong_answer_cost=cost)
-    # The expected coverage and precision from answers each scored by a risk model that never saw
-    # their fold (library.out_of_fold says why), as the benchmark reports them.
-    risks = library.fold_risks(samples + siblings, sample_folds + sibling_folds, wrong_answer_cost=cost)
-    scored = [(risks[f].predict(x), ok) for (x, ok), f in zip(samples, sample_folds, strict=True)]
-    asked = len(index.entries) + len(labelled)
-    at = library.expected(scored, risk.threshold, asked)
+    lookup, probe, same = _cv_callbacks(executor, source.dialect)
+    found = match.calibrate_library(
+        index, lambda held: index.matrix[held], is_correct=lambda entry, best: same(best.sql, entry.template.sql),
+        lookup=lookup, values=values, catalog=catalog, probe=probe, progress=one_more,
+        labelled=[(q, gold, v) for (q, gold), v in zip(labelled, masked, strict=True)], same=same,
+        wrong_answer_cost=settings.ASKDB_WRONG_ANSWER_COST,
+    )  # fmt: skip
+    samples, siblings, risk, at = found.samples, found.siblings, found.risk, found.expected
     return {
         "risk": risk.to_dict(), "threshold": round(risk.threshold, 4),
         "wrong_answer_cost": settings.ASKDB_WRONG_ANSWER_COST,
-        "held_out": asked, "matched": len(samples), "correct_matches": sum(ok for _, ok in samples),
+        "held_out": found.asked, "matched": len(samples), "correct_matches": sum(ok for _, ok in samples),
         "sibling_matches": len(siblings), "sibling_correct": sum(ok for _, ok in siblings),
         "answered": at["answered"], "expected_coverage": at["coverage"], "precision": at["precision"],
         "templates": len(index.families), "examples": len(index.entries),
@@ -718,13 +697,12 @@ def library_cross_validate(*, source, items: list[dict] | None = None, progress=
     }  # fmt: skip
 
 
-def _cv_task(task: tuple[str, int], state: dict[str, Any]) -> list:
-    """The held-out samples of one fold, or of the labelled questions; results, value lookups and
-    probes are remembered in `state` across the tasks of one calibration."""
-    executor, index, values, dialect = state["executor"], state["index"], state["values"], state["dialect"]
-    results: dict[str, Any] = state["results"]
-    lookups: dict[tuple[str, str], list] = state["lookups"]
-    probes: dict[str, bool] = state["probes"]
+def _cv_callbacks(executor, dialect: str):
+    """Value lookups, probes and result comparisons for one calibration, each asked of the database
+    once (results, lookups and probes are remembered across its questions)."""
+    results: dict[str, Any] = {}
+    lookups: dict[tuple[str, str], list] = {}
+    probes: dict[str, bool] = {}
 
     def rows(sql: str):
         if sql not in results:
@@ -751,21 +729,4 @@ def _cv_task(task: tuple[str, int], state: dict[str, Any]) -> list:
             probes[sql] = source_probe(executor, sql)
         return probes[sql]
 
-    done = state["done"]  # called once per question asked
-    kind, fold = task
-    if kind in ("fold", "siblings"):
-        return library.cross_validate(
-            index, lambda held: index.matrix[held], is_correct=lambda entry, best: same(best.sql, entry.template.sql),
-            lookup=lookup, values=values, catalog=state["catalog"], folds=CV_FOLDS, only=[fold], probe=probe,
-            progress=done if kind == "fold" else None, siblings=kind == "siblings",
-        )  # fmt: skip
-    samples = []
-    for (question, gold), vector in zip(state["labelled"], state["masked"], strict=True):
-        best = library.match_library(
-            question, vector, index, lookup=lookup, values=values, catalog=state["catalog"], probe=probe
-        ).best
-        if best is not None and best.hard_ok and best.sql:
-            samples.append((best.features, bool(gold) and same(best.sql, gold)))
-        if done:
-            done(0)
-    return samples
+    return lookup, probe, same

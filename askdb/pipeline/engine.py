@@ -14,8 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from askdb.pipeline import match_reasons as R
-from askdb.pipeline import offline, privacy, prompts
+from askdb.pipeline import privacy, prompts
 from askdb.pipeline.candidates import Candidate, choose_candidate, group_candidates
 from askdb.pipeline.compare import results_match
 from askdb.pipeline.extraction import (
@@ -24,7 +23,8 @@ from askdb.pipeline.extraction import (
     extract_json_object,
     extract_sql,
 )
-from askdb.pipeline.offline import MatchResult
+from askdb.pipeline.match import MatchResult, decide
+from askdb.pipeline.match import reasons as R
 from askdb.pipeline.results import is_aggregate_query, result_preview
 from askdb.pipeline.retrieval import LinkedValue, RankedTable
 from askdb.pipeline.types import CatalogSchema, ChatModel, ChatResult, ExampleContext, LLMError, TableContext
@@ -368,7 +368,7 @@ class Pipeline:
         top = results[0]
         info = {**_match_json(top), "threshold": threshold, "reasons": list(top.reasons),
                 "reason_codes": list(top.reason_codes), "answered": False}  # fmt: skip
-        best, competitors = offline.decide(results, threshold)
+        best, competitors = decide(results, threshold)
         st.note(example=top.example_id, confidence=info["confidence"], threshold=threshold,
                 reasons=info["reasons"][:3], reason_codes=info["reason_codes"][:3], competitors=len(competitors))  # fmt: skip
         if best is None:

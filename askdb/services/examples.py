@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from askdb.models import Example, Review
-from askdb.pipeline.templates import Template, build_template, template_is_current
+from askdb.pipeline.match import Template, build_template, template_is_current
 from askdb.services.sql import ReviewError, sql_check
 from infra.adapters import catalog_search
 from infra.audit.services import audit_record

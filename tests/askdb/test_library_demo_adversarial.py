@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from askdb.pipeline import offline
+from askdb.pipeline import match
 from askdb.runner import DjangoPorts, library_cross_validate
 from askdb.services.exports import examples_import
 
@@ -56,7 +56,7 @@ def test_one_condition_more_than_a_demo_example_abstains(ports):
     answered = {}
     for question in MUST_ABSTAIN:
         results, threshold = ports.library_match(question, ports.embed(question))
-        best, _ = offline.decide(results, threshold)
+        best, _ = match.decide(results, threshold)
         if best is not None:
             answered[question] = (best.example_question, best.sql)
     assert not answered, answered
