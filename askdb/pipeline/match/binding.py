@@ -301,63 +301,69 @@ def assign_contained(
     for slot in (s for s in template.slots if s.type == VALUE):
         by_column.setdefault(bare_column(slot.column), []).append(slot)
     for slots in (v for v in by_column.values() if len(v) > 1):
-        # Several values of one column ("X … after Y"): the longest named values, placed as the
-        # example places them (by the word before each); unclear placement refuses.
-        chosen: list[tuple[int, int, str]] = []
-        for a, b, v in sorted(values.contained(question, slots[0].column), key=lambda f: f[0] - f[1]):
-            if not overlaps(a, b, taken + [(x, y) for x, y, _ in chosen]):
-                chosen.append((a, b, v))
-        if len(chosen) != len(slots):
-            continue  # left to the one-by-one linking below, which reports what is missing
-        spans = [Span(TEXT, question[a:b], a, b, v) for a, b, v in sorted(chosen)]
-        order = _ordering(template, question, slots, spans)
-        if order is None:
-            order = list(spans)
-            work.unordered.append(
-                (
-                    tuple(s.name for s in slots),
-                    f"askdb cannot tell which {column_words(slots[0].column)} of this question goes where in the verified question.",
-                )
-            )
-        for slot, span in zip(slots, order, strict=True):
-            bound = span.value
-            if slot.uses and all(u.like for u in slot.uses):
-                bound = apply_case(span.text.strip(), slot.uses[0].case)
-            work.bindings[slot.name] = Binding(
-                slot.name, VALUE, slot.text, span.text, bound, 1.0, False, slot.column
-            )
-            work.placed[slot.name] = span
-            taken.append((span.start, span.end))
+        _contained_together(template, question, slots, values, work, taken)
     for slot in (s for s in template.slots if s.type == VALUE and s.name not in work.bindings):
-        found = [
-            (a, b, v) for a, b, v in values.contained(question, slot.column) if not overlaps(a, b, taken)
-        ]
-        own = slot.text.strip()
-        if own:
-            pattern = r"(?<![A-Za-z0-9])" + re.escape(own).replace(r"\ ", r"\s+") + r"(?![A-Za-z0-9])"
-            for m in re.finditer(pattern, question, flags=re.I):
-                if not overlaps(m.start(), m.end(), taken):
-                    found.append((m.start(), m.end(), slot.value))
-        if not found:
-            continue
-        # The longest value, unless a shorter one leaves the words around it as the example has them
-        # around its value: "total tf residual output" is 'tf residual' where the example says
-        # "total {value} output", though 'tf residual output' is a label too.
-        start, end, value = max(
-            found,
-            key=lambda f: (
-                _context_agrees(question, f[0], f[1], template, slot),
-                f[1] - f[0],
-                f[2] == slot.value,
-            ),
-        )
-        text = question[start:end]
-        bound = value
-        if slot.uses and all(u.like for u in slot.uses):
-            bound = apply_case(text.strip(), slot.uses[0].case)
-        work.bindings[slot.name] = Binding(slot.name, VALUE, slot.text, text, bound, 1.0, False, slot.column)
-        work.placed[slot.name] = Span(TEXT, text, start, end, text)
-        taken.append((start, end))
+        _contained_one(template, question, slot, values, work, taken)
+
+
+def _contained_together(
+    template: Template, question: str, slots: list[Slot], values: ValueFinder, work: Bound, taken: list
+) -> None:
+    """Several values of one column ("X … after Y"): the longest named values, placed as the
+    example places them (by the word before each); unclear placement refuses."""
+    chosen: list[tuple[int, int, str]] = []
+    for a, b, v in sorted(values.contained(question, slots[0].column), key=lambda f: f[0] - f[1]):
+        if not overlaps(a, b, taken + [(x, y) for x, y, _ in chosen]):
+            chosen.append((a, b, v))
+    if len(chosen) != len(slots):
+        return  # left to the one-by-one linking, which reports what is missing
+    spans = [Span(TEXT, question[a:b], a, b, v) for a, b, v in sorted(chosen)]
+    order = _ordering(template, question, slots, spans)
+    if order is None:
+        order = list(spans)
+        where = f"askdb cannot tell which {column_words(slots[0].column)} of this question goes where in the verified question."
+        work.unordered.append((tuple(s.name for s in slots), where))
+    for slot, span in zip(slots, order, strict=True):
+        _bind_named(slot, span.text, span.value, span, work)
+        taken.append((span.start, span.end))
+
+
+def _contained_one(
+    template: Template, question: str, slot: Slot, values: ValueFinder, work: Bound, taken: list
+) -> None:
+    found = [(a, b, v) for a, b, v in values.contained(question, slot.column) if not overlaps(a, b, taken)]
+    own = slot.text.strip()
+    if own:
+        pattern = r"(?<![A-Za-z0-9])" + re.escape(own).replace(r"\ ", r"\s+") + r"(?![A-Za-z0-9])"
+        for m in re.finditer(pattern, question, flags=re.I):
+            if not overlaps(m.start(), m.end(), taken):
+                found.append((m.start(), m.end(), slot.value))
+    if not found:
+        return
+    # The longest value, unless a shorter one leaves the words around it as the example has them
+    # around its value: "total tf residual output" is 'tf residual' where the example says
+    # "total {value} output", though 'tf residual output' is a label too.
+    start, end, value = max(
+        found,
+        key=lambda f: (
+            _context_agrees(question, f[0], f[1], template, slot),
+            f[1] - f[0],
+            f[2] == slot.value,
+        ),
+    )
+    text = question[start:end]
+    _bind_named(slot, text, value, Span(TEXT, text, start, end, text), work)
+    taken.append((start, end))
+
+
+def _bind_named(slot: Slot, text: str, value: str, span: Span, work: Bound) -> None:
+    """A named value contained in the question, bound as it stands (a LIKE pattern written from the
+    question's own words, in the example's case)."""
+    bound = value
+    if slot.uses and all(u.like for u in slot.uses):
+        bound = apply_case(text.strip(), slot.uses[0].case)
+    work.bindings[slot.name] = Binding(slot.name, VALUE, slot.text, text, bound, 1.0, False, slot.column)
+    work.placed[slot.name] = span
 
 
 def _context_agrees(question: str, start: int, end: int, template: Template, slot: Slot) -> int:

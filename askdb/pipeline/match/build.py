@@ -35,7 +35,7 @@ from askdb.pipeline.match.template import (
     parse_sql,
     parsed_sql,
 )
-from askdb.pipeline.match.words import FUNCTION_WORDS, overlaps, tokenize
+from askdb.pipeline.match.words import FUNCTION_WORDS, Token, overlaps, tokenize
 
 # --- building ------------------------------------------------------------------------------------
 
@@ -216,81 +216,126 @@ def _claim_literal(
     is_value_column: Callable[[str, str], bool],
     claims: dict,
 ) -> tuple | None:
-    """Which question span a literal expresses: ("slot", span, use), ("anchor", words) or None."""
-    text = literal.this
-    is_string = literal.is_string
-    col_name = column.rsplit(".", 1)[-1]
+    """Which question span a literal expresses: ("slot", span, use), ("anchor", words) or None.
+
+    Tried in order, the first kind of literal that fits decides: a calendar piece, a period back
+    from now, a number, a year or date inside a date string, a gender code, a name."""
+    text, is_string = literal.this, literal.is_string
     if is_string:
-        # Calendar pieces by their SQL form: '2100-12', '05', '11-23', '2100-06-07 05:00:00'.
-        core = text.strip("%")
-        hits = [s for s in spans if s.type in CALENDAR_TYPES and s.value == core]
-        if hits:
-            free = [s for s in hits if (s.start, s.end) not in claims] or hits
-            prefix, _, suffix = text.partition(core)
-            return "slot", free[0], LiteralUse(index, text, True, prefix, suffix)
+        claim = _claim_calendar(spans, index, text, claims)
+        if claim is not None:
+            return claim
     # A period back from now: '-1 year' next to 'start of year' in one datetime() call is "last year".
     period = re.fullmatch(r"-(\d+) (year|month)", text) if is_string else None
     if period and any(
         isinstance(x, exp.Literal) and x.this == f"start of {period.group(2)}"
         for x in getattr(literal.parent, "expressions", ())
     ):
-        hits = [s for s in spans if s.type == PERIOD_TYPES[period.group(2)] and s.value == period.group(1)]
-        if len({(s.start, s.end) for s in hits}) == 1:
-            return "slot", hits[0], LiteralUse(index, text, True, "-", f" {period.group(2)}")
-        return None
+        return _claim_period(spans, index, text, period)
     # Numbers (ids, counts, years) by value, also inside strings: '6 months', '-6 month', '2150'.
     number = re.fullmatch(r"([+-]?)(\d+(?:\.\d+)?)(\s*[A-Za-z][A-Za-z ]*)?", text)
-    if number and not is_string and isinstance(literal.parent, (exp.Mul, exp.Div)):
-        return None  # a constant of arithmetic (`365 / 4` for "3-month"), not a value the question names
     if number:
-        value = canonical_number(number.group(2))
-        hits = [
-            s
-            for s in spans
-            if s.type in (*ID_TYPES, NUMBER, YEAR)
-            and s.value == value
-            and not any(overlaps(s.start, s.end, [k]) for k in claims if k != (s.start, s.end))
-        ]
-        if len(hits) == 1:
-            span = hits[0]
-            if col_name in ID_COLUMNS and span.type != ID_COLUMNS[col_name]:
-                span = Span(ID_COLUMNS[col_name], span.text, span.start, span.end, span.value)
-            prefix = number.group(1) if is_string else ""
-            suffix = (number.group(3) or "") if is_string else ""
-            return "slot", span, LiteralUse(index, text, is_string, prefix, suffix)
-        return None
+        if not is_string and isinstance(literal.parent, (exp.Mul, exp.Div)):
+            return None  # a constant of arithmetic (`365 / 4` for "3-month"), not a value the question names
+        return _claim_number(spans, index, literal, number, column, claims)
     if not is_string:
         return None
     # Years and dates inside date strings, including the next year's / day's bound of a range.
     date_like = re.fullmatch(r"(%?)(\d{4})((?:-\d{2}(?:-\d{2})?)?(?:[ T]\d{2}:\d{2}(?::\d{2})?)?%?)", text)
     if date_like:
-        prefix, year, rest = date_like.groups()
-        for span in spans:
-            if span.type == DATE and text.startswith(span.value, len(prefix)):
-                return "slot", span, LiteralUse(index, text, True, prefix, text[len(prefix) + 10 :])
-            if span.type == DATE and re.match(r"\d{4}-\d{2}-\d{2}", text[len(prefix) :]):
-                day = dt.date.fromisoformat(text[len(prefix) : len(prefix) + 10])
-                if day - dt.date.fromisoformat(span.value) == dt.timedelta(days=1) and _is_midnight(
-                    text[len(prefix) + 10 :]
-                ):
-                    return "slot", span, LiteralUse(index, text, True, prefix, text[len(prefix) + 10 :], 1)
-        years = [s for s in spans if s.type == YEAR]
-        for span in years:
-            if int(year) == int(span.value):
-                return "slot", span, LiteralUse(index, text, True, prefix, rest)
-        for span in years:
-            if int(year) == int(span.value) + 1 and re.fullmatch(r"-01-01(?: 00:00(?::00)?)?", rest):
-                return "slot", span, LiteralUse(index, text, True, prefix, rest, 1)
-        return None
-    # A gender code.
+        return _claim_date(spans, index, text, date_like)
     genders = [s for s in spans if s.type == GENDER]
-    if genders and (col_name == "gender" or text.strip().lower() in ("f", "m", "female", "male")):
-        code = text.strip().upper()[:1]
-        hits = [s for s in genders if s.value == code]
-        if len(hits) == 1:
-            return "slot", hits[0], LiteralUse(index, text, True, case=_case_of(text))
+    if genders and (
+        column.rsplit(".", 1)[-1] == "gender" or text.strip().lower() in ("f", "m", "female", "male")
+    ):
+        return _claim_gender(genders, index, text)
+    return _claim_name(question, spans, index, literal, column, is_value_column, claims)
+
+
+def _claim_calendar(spans: list[Span], index: int, text: str, claims: dict) -> tuple | None:
+    """Calendar pieces by their SQL form: '2100-12', '05', '11-23', '2100-06-07 05:00:00'."""
+    core = text.strip("%")
+    hits = [s for s in spans if s.type in CALENDAR_TYPES and s.value == core]
+    if not hits:
         return None
-    # A name: an exact or fuzzy span of the question.
+    free = [s for s in hits if (s.start, s.end) not in claims] or hits
+    prefix, _, suffix = text.partition(core)
+    return "slot", free[0], LiteralUse(index, text, True, prefix, suffix)
+
+
+def _claim_period(spans: list[Span], index: int, text: str, period: re.Match) -> tuple | None:
+    hits = [s for s in spans if s.type == PERIOD_TYPES[period.group(2)] and s.value == period.group(1)]
+    if len({(s.start, s.end) for s in hits}) == 1:
+        return "slot", hits[0], LiteralUse(index, text, True, "-", f" {period.group(2)}")
+    return None
+
+
+def _claim_number(
+    spans: list[Span], index: int, literal: exp.Literal, number: re.Match, column: str, claims: dict
+) -> tuple | None:
+    """A number the question names once (an id typed by its column: `subject_id = …` is a patient)."""
+    text, is_string = literal.this, literal.is_string
+    value = canonical_number(number.group(2))
+    hits = [
+        s
+        for s in spans
+        if s.type in (*ID_TYPES, NUMBER, YEAR)
+        and s.value == value
+        and not any(overlaps(s.start, s.end, [k]) for k in claims if k != (s.start, s.end))
+    ]
+    if len(hits) != 1:
+        return None
+    span = hits[0]
+    col_name = column.rsplit(".", 1)[-1]
+    if col_name in ID_COLUMNS and span.type != ID_COLUMNS[col_name]:
+        span = Span(ID_COLUMNS[col_name], span.text, span.start, span.end, span.value)
+    prefix = number.group(1) if is_string else ""
+    suffix = (number.group(3) or "") if is_string else ""
+    return "slot", span, LiteralUse(index, text, is_string, prefix, suffix)
+
+
+def _claim_date(spans: list[Span], index: int, text: str, date_like: re.Match) -> tuple | None:
+    """A date or year the question names, in a date string (or the next day's or year's bound)."""
+    prefix, year, rest = date_like.groups()
+    for span in spans:
+        if span.type == DATE and text.startswith(span.value, len(prefix)):
+            return "slot", span, LiteralUse(index, text, True, prefix, text[len(prefix) + 10 :])
+        if span.type == DATE and re.match(r"\d{4}-\d{2}-\d{2}", text[len(prefix) :]):
+            day = dt.date.fromisoformat(text[len(prefix) : len(prefix) + 10])
+            if day - dt.date.fromisoformat(span.value) == dt.timedelta(days=1) and _is_midnight(
+                text[len(prefix) + 10 :]
+            ):
+                return "slot", span, LiteralUse(index, text, True, prefix, text[len(prefix) + 10 :], 1)
+    years = [s for s in spans if s.type == YEAR]
+    for span in years:
+        if int(year) == int(span.value):
+            return "slot", span, LiteralUse(index, text, True, prefix, rest)
+    for span in years:
+        if int(year) == int(span.value) + 1 and re.fullmatch(r"-01-01(?: 00:00(?::00)?)?", rest):
+            return "slot", span, LiteralUse(index, text, True, prefix, rest, 1)
+    return None
+
+
+def _claim_gender(genders: list[Span], index: int, text: str) -> tuple | None:
+    code = text.strip().upper()[:1]
+    hits = [s for s in genders if s.value == code]
+    if len(hits) == 1:
+        return "slot", hits[0], LiteralUse(index, text, True, case=_case_of(text))
+    return None
+
+
+def _claim_name(
+    question: str,
+    spans: list[Span],
+    index: int,
+    literal: exp.Literal,
+    column: str,
+    is_value_column: Callable[[str, str], bool],
+    claims: dict,
+) -> tuple | None:
+    """A name: an exact or fuzzy span of the question; a value slot when its column's values are
+    indexed, else an anchor (the words a new question must say)."""
+    text = literal.this
     like = isinstance(_climb(literal), (exp.Like, exp.ILike))
     prefix, core, suffix = _split_wildcards(text) if like else ("", text, "")
     if len(re.sub(r"[^A-Za-z]", "", core)) < 2:
@@ -303,6 +348,7 @@ def _claim_literal(
     if found is None:
         return None
     start, end = found
+    col_name = column.rsplit(".", 1)[-1]
     table = column.rsplit(".", 1)[0] if "." in column else ""
     if not table or not is_value_column(table, col_name):
         return "anchor", question[start:end]
@@ -348,10 +394,10 @@ def _find_name_span(question: str, core: str, spans: list[Span], claims: dict) -
         cut = [(a, b) for a, b in taken if not (m.start() <= a and b <= m.end())]
         if not overlaps(m.start(), m.end(), list(claims) + cut):
             return m.start(), m.end()
-    tokens = tokenize(question)
     core_words = [w.lower() for w in re.findall(r"[A-Za-z0-9.%]+", core) if w.lower() not in FUNCTION_WORDS]
     if not core_words:
         return None
+    tokens = tokenize(question)
     best: tuple[float, int, tuple[int, int]] | None = None
     for i in range(len(tokens)):
         for j in range(i + 1, min(len(tokens), i + len(core_words) + 2) + 1):
@@ -361,22 +407,30 @@ def _find_name_span(question: str, core: str, spans: list[Span], claims: dict) -
             start, end = window[0].start, window[-1].end
             if overlaps(start, end, taken):
                 continue
-            text = question[start:end].lower()
-            score = fuzz.ratio(text, core.lower()) / 100
-            if score < 0.88:
-                words = [t.lower for t in window if t.lower not in FUNCTION_WORDS]
-                matched = [w for w in words if max(fuzz.ratio(w, c) for c in core_words) >= 85]
-                covered = {c for c in core_words if any(fuzz.ratio(w, c) >= 85 for w in words)}
-                if len(matched) < len(words) or not words or sum(map(len, words)) < 4:
-                    continue
-                coverage = len(covered) / len(core_words)
-                if coverage < 0.5 and core_words[0] not in covered:
-                    continue
-                score = 0.6 + 0.25 * coverage
+            score = _window_score(question[start:end].lower(), window, core, core_words)
+            if score is None:
+                continue
             key = (score, j - i, (start, end))
             if best is None or key[:2] > best[:2]:
                 best = key
     return best[2] if best else None
+
+
+def _window_score(text: str, window: list[Token], core: str, core_words: list[str]) -> float | None:
+    """How well a window of question words names `core`: the fuzzy ratio of the whole, else (below
+    0.88) by its words when every one is a near spelling of a word of the name; None when it is not."""
+    score = fuzz.ratio(text, core.lower()) / 100
+    if score >= 0.88:
+        return score
+    words = [t.lower for t in window if t.lower not in FUNCTION_WORDS]
+    matched = [w for w in words if max(fuzz.ratio(w, c) for c in core_words) >= 85]
+    covered = {c for c in core_words if any(fuzz.ratio(w, c) >= 85 for w in words)}
+    if len(matched) < len(words) or not words or sum(map(len, words)) < 4:
+        return None
+    coverage = len(covered) / len(core_words)
+    if coverage < 0.5 and core_words[0] not in covered:
+        return None
+    return 0.6 + 0.25 * coverage
 
 
 def _slots(

@@ -187,98 +187,114 @@ class LibraryIndex:
         self.names = value_names(e.template for e in self.entries if e.template)
 
     def _families(self) -> dict[str, Family]:
-        words_of: dict[str, set[str]] = {}
-        ops_of: dict[str, dict[str, set]] = {}
-        signatures_of: dict[str, set[tuple]] = {}
-        signature_words_of: dict[str, dict[tuple, frozenset]] = {}
-        core_of: dict[str, frozenset[str]] = {}
         readings = {i: library_reading(e.template.masked_question, e.template.question,
-                                tuple((x.start, x.end) for x in e.template.slots if x.type == VALUE))
+                                       tuple((x.start, x.end) for x in e.template.slots if x.type == VALUE))
                     for i, e in enumerate(self.entries) if e.template}  # fmt: skip
         sequence_of = {i: r[0] for i, r in readings.items()}
         said_by = {i: set(r[1]) for i, r in readings.items()}
         ops_by = {i: r[2] for i, r in readings.items()}
-        for key, idx in self.members.items():
-            if key == UNANSWERABLE:
-                continue
-            words: set[str] = set()
-            ops: dict[str, set] = defaultdict(set)
-            signatures = set()
-            by_signature: dict[tuple, set[str]] = defaultdict(set)
-            for i in idx:
-                words.update(said_by[i])
-                signatures.add(operator_signature(ops_by[i]))
-                by_signature[operator_signature(ops_by[i])].update(said_by[i])
-                for name, value in ops_by[i].items():
-                    ops[name].add(value)
-            words_of[key], ops_of[key], signatures_of[key] = words, ops, signatures
-            signature_words_of[key] = {k: frozenset(v) for k, v in by_signature.items()}
-            core_of[key] = _core(words, [said_by[i] for i in idx])
+        groups = {key: idx for key, idx in self.members.items() if key != UNANSWERABLE}
+        summary = {key: _paraphrases_say(idx, said_by, ops_by) for key, idx in groups.items()}
         synonyms = mine_synonyms(
             [sequence_of[i] for i in idx if operator_signature(ops_by[i]) == sig]
-            for key, idx in self.members.items()
-            if key != UNANSWERABLE and len(idx) > 1
+            for idx in groups.values()
+            if len(idx) > 1
             for sig in {operator_signature(ops_by[i]) for i in idx}
         )
         self.synonyms = synonyms
-        neutral: set[str] = set()
-        # A word that some paraphrases of a template use and others leave out, in several templates,
-        # is wording ("documented", "exactly"), not a condition: a condition is in every paraphrase.
-        optional: Counter[str] = Counter()
-        present: Counter[str] = Counter()
-        for key, idx in self.members.items():
-            if key == UNANSWERABLE or len(idx) < 2:
-                continue
-            # A word counts as said where a synonym is ("diagnosis" where "diagnosed" is).
-            each = [said_by[i] | {x for w in said_by[i] for x in synonyms.get(w, ())} for i in idx]
-            optional.update(set.union(*each) - set.intersection(*each))
-            present.update(set.union(*each))
-        # …and left out in at least half the templates that use it ("input" is said wherever it matters).
-        neutral |= {w for w, n in optional.items() if n >= OPTIONAL_TEMPLATES and n >= 0.5 * present[w]}
-        # A word that goes with one operator in a template ("survival" with "lowest" where "mortality"
-        # goes with "highest") carries meaning, however often paraphrases leave it out.
-        polarity: set[str] = set()
-        for by_sig in signature_words_of.values():
-            for sig, words in by_sig.items():
-                against = [v for k, v in by_sig.items() if opposite(k, sig)]
-                if against:
-                    polarity |= words - frozenset().union(*against)
-        neutral = frozenset(neutral - NEVER_NEUTRAL - polarity)
-        # …but a word that is what some template is about ("age", "route", "discharged": said by
-        # nearly all its paraphrases) says that subject when a question says it: wording for the
-        # templates that leave it out, yet no question about it may be answered by a sibling that
-        # never says it ("what age was …" by the admission type's template).
-        subjects = frozenset(
-            w
-            for key, idx in self.members.items()
-            if key != UNANSWERABLE and len(idx) >= SUBJECT_MEMBERS
-            for w, n in Counter(w for i in idx for w in said_by[i]).items()
-            if w in neutral and n >= SUBJECT_SHARE * len(idx)
+        neutral = _library_wording(
+            groups, said_by, synonyms, [s["signature_words"] for s in summary.values()]
         )
+        subjects = _subjects(groups, said_by, neutral)
         return {
             key: Family(
                 key,
-                {k: frozenset(v) for k, v in ops_of[key].items()},
-                frozenset(words_of[key]),
+                {k: frozenset(v) for k, v in s["ops"].items()},
+                frozenset(s["words"]),
                 neutral,
                 len(self.members[key]),
-                frozenset(signatures_of[key]),
-                signature_words_of[key],
-                core_of[key] - neutral,  # wording is no subject
+                frozenset(s["signatures"]),
+                s["signature_words"],
+                s["core"] - neutral,  # wording is no subject
                 synonyms,
                 tuple(
-                    dict.fromkeys(
-                        (frozenset(said_by[i] - neutral), ops_key(ops_by[i])) for i in self.members[key]
-                    )
+                    dict.fromkeys((frozenset(said_by[i] - neutral), ops_key(ops_by[i])) for i in groups[key])
                 ),
                 subjects,
             )
-            for key in words_of
+            for key, s in summary.items()
         }
 
     def subset(self, keep: Sequence[int]) -> LibraryIndex:
         """The library with only these entries (cross-validation leaves whole groups out)."""
         return LibraryIndex([self.entries[i] for i in keep], self.matrix[list(keep)])
+
+
+def _paraphrases_say(idx: list[int], said_by: dict[int, set[str]], ops_by: dict[int, dict]) -> dict[str, Any]:
+    """What one template's paraphrases say together: their words, operator values, operator
+    signatures, the words said with each signature, and the words (nearly) all of them say."""
+    words: set[str] = set()
+    ops: dict[str, set] = defaultdict(set)
+    signatures = set()
+    by_signature: dict[tuple, set[str]] = defaultdict(set)
+    for i in idx:
+        words.update(said_by[i])
+        signatures.add(operator_signature(ops_by[i]))
+        by_signature[operator_signature(ops_by[i])].update(said_by[i])
+        for name, value in ops_by[i].items():
+            ops[name].add(value)
+    return {
+        "words": words, "ops": ops, "signatures": signatures,
+        "signature_words": {k: frozenset(v) for k, v in by_signature.items()},
+        "core": _core(words, [said_by[i] for i in idx]),
+    }  # fmt: skip
+
+
+def _library_wording(
+    groups: dict[str, list[int]],
+    said_by: dict[int, set[str]],
+    synonyms: dict[str, frozenset[str]],
+    signature_words: list[dict[tuple, frozenset]],
+) -> frozenset[str]:
+    """Words the library's paraphrases leave out across templates: wording, not conditions."""
+    # A word that some paraphrases of a template use and others leave out, in several templates,
+    # is wording ("documented", "exactly"), not a condition: a condition is in every paraphrase.
+    optional: Counter[str] = Counter()
+    present: Counter[str] = Counter()
+    for idx in groups.values():
+        if len(idx) < 2:
+            continue
+        # A word counts as said where a synonym is ("diagnosis" where "diagnosed" is).
+        each = [said_by[i] | {x for w in said_by[i] for x in synonyms.get(w, ())} for i in idx]
+        optional.update(set.union(*each) - set.intersection(*each))
+        present.update(set.union(*each))
+    # …and left out in at least half the templates that use it ("input" is said wherever it matters).
+    neutral = {w for w, n in optional.items() if n >= OPTIONAL_TEMPLATES and n >= 0.5 * present[w]}
+    # A word that goes with one operator in a template ("survival" with "lowest" where "mortality"
+    # goes with "highest") carries meaning, however often paraphrases leave it out.
+    polarity: set[str] = set()
+    for by_sig in signature_words:
+        for sig, words in by_sig.items():
+            against = [v for k, v in by_sig.items() if opposite(k, sig)]
+            if against:
+                polarity |= words - frozenset().union(*against)
+    return frozenset(neutral - NEVER_NEUTRAL - polarity)
+
+
+def _subjects(
+    groups: dict[str, list[int]], said_by: dict[int, set[str]], neutral: frozenset[str]
+) -> frozenset[str]:
+    """Library wording that is what some template is about ("age", "route", "discharged": said by
+    nearly all its paraphrases): it says that subject when a question says it, wording for the
+    templates that leave it out, yet no question about it may be answered by a sibling that never
+    says it ("what age was …" by the admission type's template)."""
+    return frozenset(
+        w
+        for idx in groups.values()
+        if len(idx) >= SUBJECT_MEMBERS
+        for w, n in Counter(w for i in idx for w in said_by[i]).items()
+        if w in neutral and n >= SUBJECT_SHARE * len(idx)
+    )
 
 
 def column_readings(index: LibraryIndex, values: ValueIndex) -> dict[frozenset[str], Counter[str]]:

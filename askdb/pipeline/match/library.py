@@ -7,13 +7,14 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from askdb.pipeline.match.candidate import MatchResult, TemplateCandidate
 from askdb.pipeline.match.index import UNANSWERABLE, LibraryIndex
 from askdb.pipeline.match.matcher import match_one
-from askdb.pipeline.match.reading import cached_lookup, read_question
+from askdb.pipeline.match.reading import Reading, cached_lookup, read_question
 from askdb.pipeline.match.risk import DEFAULT_RISK, Calibration
 from askdb.pipeline.match.rules.operators import operator_reasons
 from askdb.pipeline.match.rules.value_ambiguous import refuse_ambiguous_values, refuse_unlike_library
@@ -62,66 +63,22 @@ def match_library(
     if not index.entries:
         return LibraryMatch([], masked_question, [])
     values = values.with_names(index.names) if values is not None else None
-    v = np.asarray(vector, dtype=np.float32)
-    v = v / (np.linalg.norm(v) or 1.0)
-    sims = index.matrix @ v
-    k = min(NEIGHBOURS, len(sims))
-    top = np.argpartition(-sims, k - 1)[:k]
-    top = top[np.argsort(-sims[top])]
-    weights = np.exp((sims[top] - sims[top[0]]) / VOTE_TEMPERATURE)
-    votes: dict[str, float] = defaultdict(float)
-    for i, w in zip(top, weights, strict=True):
-        votes[index.entries[i].key] += float(w)
-    total = sum(votes.values())
-    ranked = sorted(((key, w / total) for key, w in votes.items()), key=lambda p: -p[1])
-    unanswerable_share = dict(ranked).get(UNANSWERABLE, 0.0)
-
+    vote = Vote.of(vector, index)
     reading = read_question(
         question,
         values,
         operator_text=blank(question, (values.spans(question) if values else []) + periods(question)),
     )
     lookup = cached_lookup(lookup)
-
     results: list[MatchResult] = []
-    voted = [
-        (rank, key, share) for rank, (key, share) in enumerate((k, s) for k, s in ranked if k != UNANSWERABLE)
-    ]
-    # Re-ranked by whether the question's operator words fit: "since 2100" and "in 2100" embed alike,
-    # so the template that fits may be voted below several that cannot apply.
-    fits = [
-        v
-        for v in voted
-        if not operator_reasons(
-            reading.ops, index.entries[index.members[v[1]][0]].template, index.families[v[1]]
+    for rank, key, share in _templates_to_try(reading, vote, index):
+        members = sorted(index.members[key], key=lambda i: -vote.sims[i])[:MEMBERS_TRIED]
+        result = _try_members(
+            reading, index, key, members, vote, lookup=lookup, catalog=catalog, values=values, probe=probe
         )
-    ]
-    answerable = (fits + [v for v in voted if v not in fits])[:TEMPLATES_TRIED]
-    for rank, key, share in answerable:
-        family = index.families[key]
-        members = sorted(index.members[key], key=lambda i: -sims[i])[:MEMBERS_TRIED]
-        tried: list[MatchResult] = []
-        for i in members:
-            entry = index.entries[i]
-            assert entry.template is not None
-            candidate = TemplateCandidate(
-                entry.example_id, entry.template, float(sims[i]), entry.question, family
-            )
-            result = match_one(reading, candidate, lookup=lookup, catalog=catalog, values=values, probe=probe)
-            tried.append(result)
-            if result.hard_ok:
-                break
-        result = next((r for r in tried if r.hard_ok), tried[0])
-        others = [s for k2, s in ranked if k2 != key]
         features = {
             **result.features,
-            "vote_share": round(share, 4),
-            "vote_margin": round(share - (others[0] if others else 0.0), 4),
-            "vote_rank": float(rank),
-            "top_similarity": round(float(sims[top[0]]), 4),
-            "member_similarity": round(float(sims[members[0]]), 4),
-            "unanswerable_share": round(unanswerable_share, 4),
-            "family_size": round(math.log1p(family.size), 4),
+            **vote.features(key, rank, share, members[0], index.families[key].size),
         }
         confidence = round(risk.predict(features), 4) if result.hard_ok else 0.0
         results.append(dataclasses.replace(result, features=features, confidence=confidence))
@@ -129,4 +86,78 @@ def match_library(
     if isinstance(values, ValueIndex):
         results = refuse_unlike_library(results, index, values)
     results.sort(key=lambda r: (-int(r.hard_ok), -r.confidence, r.features.get("vote_rank", 0)))
-    return LibraryMatch(results, masked_question, ranked[:5])
+    return LibraryMatch(results, masked_question, vote.ranked[:5])
+
+
+@dataclass(frozen=True)
+class Vote:
+    """The nearest masked paraphrases' vote for templates: each one's softmax weight over cosine
+    similarities goes to its template; `ranked` is (template key, share), best first."""
+
+    sims: np.ndarray  # cosine similarity of every entry to the question
+    top: np.ndarray  # the nearest entries, nearest first
+    ranked: list[tuple[str, float]]
+
+    @classmethod
+    def of(cls, vector: Sequence[float] | np.ndarray, index: LibraryIndex) -> Vote:
+        v = np.asarray(vector, dtype=np.float32)
+        v = v / (np.linalg.norm(v) or 1.0)
+        sims = index.matrix @ v
+        k = min(NEIGHBOURS, len(sims))
+        top = np.argpartition(-sims, k - 1)[:k]
+        top = top[np.argsort(-sims[top])]
+        weights = np.exp((sims[top] - sims[top[0]]) / VOTE_TEMPERATURE)
+        votes: dict[str, float] = defaultdict(float)
+        for i, w in zip(top, weights, strict=True):
+            votes[index.entries[i].key] += float(w)
+        total = sum(votes.values())
+        return cls(sims, top, sorted(((key, w / total) for key, w in votes.items()), key=lambda p: -p[1]))
+
+    def features(self, key: str, rank: int, share: float, nearest: int, family_size: int) -> dict[str, float]:
+        """What the risk model reads of the vote for one template."""
+        others = [s for k2, s in self.ranked if k2 != key]
+        return {
+            "vote_share": round(share, 4),
+            "vote_margin": round(share - (others[0] if others else 0.0), 4),
+            "vote_rank": float(rank),
+            "top_similarity": round(float(self.sims[self.top[0]]), 4),
+            "member_similarity": round(float(self.sims[nearest]), 4),
+            "unanswerable_share": round(dict(self.ranked).get(UNANSWERABLE, 0.0), 4),
+            "family_size": round(math.log1p(family_size), 4),
+        }
+
+
+def _templates_to_try(reading: Reading, vote: Vote, index: LibraryIndex) -> list[tuple[int, str, float]]:
+    """(vote rank, key, share) of the templates to try, those whose operator words fit first: "since
+    2100" and "in 2100" embed alike, so the template that fits may be voted below several that cannot
+    apply."""
+    voted = [
+        (rank, key, share)
+        for rank, (key, share) in enumerate((k, s) for k, s in vote.ranked if k != UNANSWERABLE)
+    ]
+    fits = [
+        v
+        for v in voted
+        if not operator_reasons(
+            reading.ops, index.entries[index.members[v[1]][0]].template, index.families[v[1]]
+        )
+    ]
+    return (fits + [v for v in voted if v not in fits])[:TEMPLATES_TRIED]
+
+
+def _try_members(
+    reading: Reading, index: LibraryIndex, key: str, members: list[int], vote: Vote, **kwargs: Any
+) -> MatchResult:
+    """The template tried with its nearest paraphrases' wording in turn: the first that no rule
+    refuses, else the nearest one's refusal."""
+    tried: list[MatchResult] = []
+    for i in members:
+        entry = index.entries[i]
+        assert entry.template is not None
+        candidate = TemplateCandidate(
+            entry.example_id, entry.template, float(vote.sims[i]), entry.question, index.families[key]
+        )
+        tried.append(match_one(reading, candidate, **kwargs))
+        if tried[-1].hard_ok:
+            break
+    return next((r for r in tried if r.hard_ok), tried[0])

@@ -77,48 +77,43 @@ def value_probes(template: Template, sql: str) -> list[str]:
     out: list[str] = []
     for slot in (s for s in template.slots if s.type == VALUE):
         for use in slot.uses:
-            if use.index >= len(literals):
-                continue
-            literal = literals[use.index]
-            select = literal.find_ancestor(exp.Select)
-            source = select.args.get("from_") or select.args.get("from") if select is not None else None
-            where = select.args.get("where") if select is not None else None
-            if (
-                source is None
-                or where is None
-                or select.args.get("joins")
-                or not isinstance(source.this, exp.Table)
-            ):
-                continue
-            table = source.this
-            names = {table.name.lower(), table.alias_or_name.lower(), ""}
-            conjuncts = list(where.this.flatten()) if isinstance(where.this, exp.And) else [where.this]
-            own = {id(c) for c in conjuncts if any(x is literal for x in c.find_all(exp.Literal))}
-            kept = [
-                c
-                for c in conjuncts
-                if id(c) in own
-                or (
-                    all(isinstance(n, _CATEGORICAL) for n in c.walk())
-                    and not any(id(x) in slot_literals for x in c.find_all(exp.Literal))
-                )
-            ]
-            kept = [
-                c
-                for c in kept
-                if not c.find(exp.Select)
-                and all(col.table.lower() in names for col in c.find_all(exp.Column))
-                and any(True for _ in c.find_all(exp.Column))
-            ]
-            if len(kept) < 2 or not any(id(c) in own for c in kept):
-                continue
-            probe = (
-                exp.select(exp.Literal.number(1))
-                .from_(table.copy())
-                .where(exp.and_(*[c.copy() for c in kept]))
-            )
-            out.append(probe.limit(1).sql(dialect=template.dialect))
+            if use.index < len(literals):
+                probe = _value_probe(literals[use.index], slot_literals, template.dialect)
+                if probe is not None:
+                    out.append(probe)
     return list(dict.fromkeys(out))
+
+
+def _value_probe(literal: exp.Literal, slot_literals: set[int], dialect: str) -> str | None:
+    """The probe of one named-value literal, or None when its SELECT has no other fixed condition."""
+    select = literal.find_ancestor(exp.Select)
+    source = select.args.get("from_") or select.args.get("from") if select is not None else None
+    where = select.args.get("where") if select is not None else None
+    if source is None or where is None or select.args.get("joins") or not isinstance(source.this, exp.Table):
+        return None
+    table = source.this
+    names = {table.name.lower(), table.alias_or_name.lower(), ""}
+    conjuncts = list(where.this.flatten()) if isinstance(where.this, exp.And) else [where.this]
+    own = {id(c) for c in conjuncts if any(x is literal for x in c.find_all(exp.Literal))}
+    kept = [c for c in conjuncts if id(c) in own or _fixed_condition(c, slot_literals)]
+    kept = [
+        c
+        for c in kept
+        if not c.find(exp.Select)
+        and all(col.table.lower() in names for col in c.find_all(exp.Column))
+        and any(True for _ in c.find_all(exp.Column))
+    ]
+    if len(kept) < 2 or not any(id(c) in own for c in kept):
+        return None
+    probe = exp.select(exp.Literal.number(1)).from_(table.copy()).where(exp.and_(*[c.copy() for c in kept]))
+    return probe.limit(1).sql(dialect=dialect)
+
+
+def _fixed_condition(condition: exp.Expr, slot_literals: set[int]) -> bool:
+    """A categorical condition that holds no slot's value (`linksto = 'inputevents'`)."""
+    return all(isinstance(n, _CATEGORICAL) for n in condition.walk()) and not any(
+        id(x) in slot_literals for x in condition.find_all(exp.Literal)
+    )
 
 
 # What a fixed categorical condition is made of (`linksto = 'inputevents'`, `x IN ('a', 'b')`): no
