@@ -15,7 +15,7 @@ class TemplateCandidate:
     template: Template
     similarity: float | None = None  # embedding cosine similarity of the questions, from the caller
     question: str = ""  # the example's question (defaults to the template's)
-    family: Family | None = None  # all paraphrases of its template (askdb.pipeline.library)
+    family: Family | None = None  # all paraphrases of its template (index.Family)
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class MatchResult:
     features: dict[str, float]
     confidence: float
     reasons: tuple[str, ...] = ()  # why the confidence was forced to 0 (hard rules), plain sentences
-    reason_codes: tuple[str, ...] = ()  # the same, as match_reasons codes (one per reason)
+    reason_codes: tuple[str, ...] = ()  # the same, as reasons codes (one per reason)
     masked_question: str = ""  # the new question with its bound spans masked
 
     @property

@@ -1,4 +1,22 @@
-"""The library search: nearest masked paraphrases vote for templates, the best few are tried."""
+"""The verified library as templates with many paraphrases: question -> template -> bound SQL -> risk.
+
+Why: one example's wording is a poor yardstick. "count the number of patients older than 65" does not
+say "died in the hospital", so a question that adds it must not reuse that SQL, however close its
+embedding; and "total" in one paraphrase and "maximum" in another may be the very same SQL. So:
+
+- Identity: examples whose SQL differs only in the values their questions name share a template key
+  (template.template_key); together they are one template, a `Family` of paraphrases.
+- Retrieval: questions are compared with their values masked by type (ids, numbers, calendar
+  pieces, database values), and the nearest masked paraphrases vote for templates, not examples.
+- Meaning guard: a template may answer only if every content word of the question is explained by
+  some paraphrase of it, a bound value, or a word paraphrases leave out across the library, and every
+  operator word (first/last, min/max/…) is one its paraphrases use (matcher.match_one with a family; the rules in rules.RULES).
+- Risk: P(correct) from a logistic model over match features, fitted by cross-validation over the
+  library that holds out whole paraphrase groups (`grouped_folds`); askdb answers only when
+  P(correct) ≥ c / (c + 1), c being the cost of a wrong answer relative to a right one.
+
+Pure: no Django, no database. The caller supplies embeddings, the value finder and the value lookup.
+"""
 
 from __future__ import annotations
 

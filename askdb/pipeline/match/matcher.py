@@ -4,6 +4,22 @@
 
 Any refusal forces confidence 0 (a wrong answer is far worse than an abstention); what passes gets a
 confidence from the calibration (library.match_library replaces it with the fitted P(correct)).
+
+Design, in three decisions:
+- Templates (template.py, build.py) turn an approved example into SQL with typed slots. A new
+  question that is the example with other values reuses reviewer-approved SQL: reproducible, free,
+  milliseconds. Named values are linked to real database values through a caller-supplied lookup
+  (the value index), so "fenofibrate" binds only if the prescriptions table has it.
+- Hard rules before any score. An embedding barely moves between "first" and "last", "in 2150" and
+  "since 2150", "average" and "count", yet the answer changes completely, and a wrong answer is far
+  worse than an abstention. So any of these forces confidence 0: an operator differs
+  (operators.question_operators), a slot cannot be bound, the question holds a value the template
+  cannot place, a named value has no database match good enough, an anchor word of the example is
+  missing, the bound SQL does not validate.
+- A calibrated confidence for what is left. A small logistic model over match features (embedding
+  similarity, masked-text similarity, word overlap, extra/missing content words, fuzziness of value
+  links) with hand-set default coefficients; the library replaces it with P(correct)
+  fitted by grouped cross-validation (calibrate.calibrate_library). Below the threshold: abstain.
 """
 
 from __future__ import annotations

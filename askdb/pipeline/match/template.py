@@ -1,4 +1,20 @@
-"""A template: one approved example's SQL with typed slots, its identity (key), and binding values into it."""
+"""Templates from reviewer-approved examples: which question words are values, and where they go in the SQL.
+
+Why templates: many questions are an approved question with other values ("patient 10004235" instead
+of "10006580", "fenofibrate" instead of "fentanyl"). Binding the new values into the approved SQL gives
+an answer that is reproducible, free and fast, with no LLM. A template records, for one example, the
+SQL literals that correspond to spans of its question (ids, numbers, years, dates, a gender, a named
+value of a table.column) as typed slots, the question with those spans masked, and the question's
+"meaning-flip" operators (first/last, min/max, count/avg, in/since, …) which decide whether another
+question may reuse the SQL at all.
+
+Binding replaces literal nodes of the parsed SQL (sqlglot), never pastes strings: a hostile value is
+always one quoted literal. `sql_template` is the sqlglot-normalised SQL; each slot use points at one
+literal of its parse by position and remembers the literal's text, so a stale position fails loudly
+instead of binding the wrong literal. Literals that the question does not mention (`LIMIT 1`,
+`icd_version = 10`) stay fixed; a quoted name whose column cannot be value-linked becomes an "anchor":
+the question words must reappear in a new question for the template to apply.
+"""
 
 from __future__ import annotations
 

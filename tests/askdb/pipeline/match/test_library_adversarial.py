@@ -2,7 +2,7 @@
 
 Each case takes a question of the EHRSQL-2024 train split (in the test library) and adds a
 condition, negates it, or swaps an operator. The library (a slice of train plus every paraphrase of
-the originals' SQL) answers through askdb.pipeline.library with a risk model cross-validated on
+the originals' SQL) answers through askdb.pipeline.match.match_library with a risk model cross-validated on
 that library, exactly as the app does. A case passes when the matcher abstains, or answers with SQL
 whose result equals the case's gold (given only for swaps whose meaning the library does hold).
 
