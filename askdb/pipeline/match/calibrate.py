@@ -218,12 +218,14 @@ def decide_answer(
     run: Callable[[str], Any],
     *,
     failure: type[Exception] | tuple[type[Exception], ...] = Exception,
+    rows_of: Callable[[Any], Any] = lambda result: result,
 ) -> Answer:
     """Answer with the best confident result when its SQL runs and every other confident result that
     binds to different SQL returns the same rows (compare.results_match); else no answer.
 
-    `run(sql)` executes read-only and returns the rows; `failure`: what it raises for SQL that fails
-    (anything else, such as a privacy refusal, goes to the caller).
+    `run(sql)` executes read-only and returns the rows (or a result whose rows `rows_of` gives: the
+    engine keeps the whole result); `failure`: what it raises for SQL that fails (anything else, such
+    as a privacy refusal, goes to the caller).
     """
     best, competitors = decide(results, threshold)
     if best is None:
@@ -231,7 +233,7 @@ def decide_answer(
     try:
         rows = run(best.sql)
         for other in competitors:  # two confident readings must agree, or neither is trusted
-            if not results_match(rows, run(other.sql)):
+            if not results_match(rows_of(rows), rows_of(run(other.sql))):
                 return Answer(None, refusal=R.DISAGREE, detail=str(other.example_id), competitors=competitors)
     except failure as exc:
         return Answer(
