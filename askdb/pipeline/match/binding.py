@@ -65,6 +65,10 @@ class Bound:
     # order with the text to refuse with: they answer only if every other order gives the same result.
     unordered: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
     runs: list[Span] = field(default_factory=list)  # runs of content words left for named values
+    # What the question says outside its values (stems), and that with what its bound values say by
+    # their column ("via po" says route): read by the meaning guard, set once values are bound.
+    words: list[str] = field(default_factory=list)
+    said: set[str] = field(default_factory=set)
     sql: str | None = None  # the bound, validated SQL
     probe: Callable[[str], bool] | None = None  # asks the source whether a query returns a row
 
@@ -516,6 +520,8 @@ def bind_values(
         s.name for s in template.slots if values is not None and s.type == VALUE and values.covers(s.column)
     }
     assign_values(template, list(reading.quoted) + bound.runs, lookup, min_value_score, bound, skip=covered)
+    bound.words = question_words(reading, bound)
+    bound.said = set(bound.words) | bound_column_words(bound)
 
 
 def extract_values(question: str, template: Template | None = None) -> list[Span]:

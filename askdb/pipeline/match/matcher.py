@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from askdb.pipeline.match import reasons as R
-from askdb.pipeline.match.binding import MIN_VALUE_SCORE, Bound, bind_and_check, bind_values, said_words
+from askdb.pipeline.match.binding import MIN_VALUE_SCORE, Bound, bind_and_check, bind_values
 from askdb.pipeline.match.candidate import MatchResult, TemplateCandidate
 from askdb.pipeline.match.features import masked_with, match_features, paraphrase_missing
 from askdb.pipeline.match.reading import Reading
@@ -79,8 +79,7 @@ def match_one(
     apply_rules(SQL, reading, candidate, bound)
     features = match_features(reading.question, candidate, template, bound, bound.runs, list(reading.quoted))
     if candidate.family is not None:
-        said = said_words(reading, bound)
-        features["paraphrase_missing"] = float(paraphrase_missing(said, candidate.family, reading.ops))
+        features["paraphrase_missing"] = float(paraphrase_missing(bound.said, candidate.family, reading.ops))
     confidence = 0.0 if bound.reasons else calibration.predict(features)
     return _result(candidate, example_question, bound, features, confidence, reading.question)
 

@@ -9,6 +9,7 @@ can only look at it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from askdb.pipeline.match.operators import asks_for_name, asks_for_time, question_operators
@@ -27,9 +28,23 @@ class Reading:
     ops: dict[str, Any] = field(hash=False)
     typed: tuple[Span, ...]  # ids, numbers, dates, genders…, less those inside a named database value
     quoted: tuple[Span, ...]  # 'quoted names' outside the typed values
-    masked: str  # typed values as {type}, database values as {value}: what retrieval embeds
-    asks_name: bool  # "what is the name of …": the answer must be a name
-    asks_time: bool  # "what was the last prescription time": the answer must be a time
+    values: ValueFinder | None = field(default=None, compare=False, repr=False)  # what it was read with
+
+    # Read when first asked (still once): most templates are refused before a rule asks.
+    @cached_property
+    def masked(self) -> str:
+        """Typed values as {type}, database values as {value}: what retrieval embeds."""
+        return mask_question(self.question, self.values)
+
+    @cached_property
+    def asks_name(self) -> bool:
+        """ "what is the name of …": the answer must be a name."""
+        return asks_for_name(self.question)
+
+    @cached_property
+    def asks_time(self) -> bool:
+        """ "what was the last prescription time": the answer must be a time."""
+        return asks_for_time(self.question)
 
 
 def read_question(
@@ -45,9 +60,7 @@ def read_question(
         ops=question_operators(question if operator_text is None else operator_text),
         typed=tuple(typed),
         quoted=tuple(quoted_spans(question, typed)),
-        masked=mask_question(question, values),
-        asks_name=asks_for_name(question),
-        asks_time=asks_for_time(question),
+        values=values,
     )
 
 

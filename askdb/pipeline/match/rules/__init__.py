@@ -65,12 +65,14 @@ RULES: tuple[Rule, ...] = (
     Rule("value_together", SQL, value_together.check),
 )
 
+_BY_STAGE = {stage: tuple(r for r in RULES if r.stage == stage) for stage in (QUESTION, TEMPLATE, BOUND, SQL)}
+
 
 def apply_rules(stage: str, reading: Reading, candidate: TemplateCandidate, bound: Bound) -> None:
     """Run the rules of one stage in order, recording their refusals on `bound` (an SQL-stage
     refusal also drops the bound SQL: it is not to be run)."""
-    for rule in RULES:
-        if rule.stage != stage or (rule.alone and (bound.reasons or (stage == SQL and bound.sql is None))):
+    for rule in _BY_STAGE[stage]:
+        if rule.alone and (bound.reasons or (stage == SQL and bound.sql is None)):
             continue
         for reason in rule.check(reading, candidate, bound):
             bound.refuse(reason.code, reason.text)

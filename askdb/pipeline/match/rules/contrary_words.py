@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from askdb.pipeline.match import reasons as R
-from askdb.pipeline.match.binding import Bound, question_words
+from askdb.pipeline.match.binding import Bound
 from askdb.pipeline.match.candidate import TemplateCandidate
 from askdb.pipeline.match.index import Family
 from askdb.pipeline.match.operators import operator_signature, opposite
@@ -17,7 +17,7 @@ def check(reading: Reading, candidate: TemplateCandidate, bound: Bound) -> list[
     family = candidate.family
     if family is None or len(family.signature_words) <= 1:
         return []
-    contrary = contrary_words(question_words(reading, bound), reading.ops, family)
+    contrary = contrary_words(bound.words, reading.ops, family)
     if not contrary:
         return []
     return [R.Reason(

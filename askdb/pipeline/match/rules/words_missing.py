@@ -5,7 +5,7 @@ values: "diagnostic" inside a procedure's name does not say "diagnoses"."""
 from __future__ import annotations
 
 from askdb.pipeline.match import reasons as R
-from askdb.pipeline.match.binding import Bound, said_words
+from askdb.pipeline.match.binding import Bound
 from askdb.pipeline.match.candidate import TemplateCandidate
 from askdb.pipeline.match.reading import Reading
 from askdb.pipeline.match.words import same_stem
@@ -15,7 +15,7 @@ def check(reading: Reading, candidate: TemplateCandidate, bound: Bound) -> list[
     family = candidate.family
     if family is None or not family.core:
         return []
-    said = said_words(reading, bound)
+    said = bound.said
     missing = sorted(
         w for w in family.core if not any(same_stem(w, x) or x in family.synonyms.get(w, ()) for x in said)
     )

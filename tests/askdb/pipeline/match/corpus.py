@@ -59,6 +59,29 @@ CONDITIONS = (" for female patients", " among patients who died in the hospital"
 SWAPS = (("first", "last"), ("last", "first"), ("maximum", "minimum"), ("minimum", "maximum"),
          ("highest", "lowest"), ("lowest", "highest"), ("average", "total"), ("since", "before"),
          ("how many", "what is the average number of"), ("most", "least"))  # fmt: skip
+# Each adds a condition, negates, or swaps an operator relative to one of the demo library's examples
+# ("count the number of patients older than 65" -> "… older than 70 who died in the hospital"):
+# never answered (tests/askdb/test_library_demo_adversarial.py asks them of the app too).
+MUST_ABSTAIN = [
+    "count the number of patients older than 70 who died in the hospital.",
+    "count the number of patients older than 70 with an ICU stay.",
+    "how many patients over 85 had sepsis and were admitted to the ICU?",
+    "count the number of female patients older than 65.",
+    "count the number of patients older than 65 who were never admitted.",
+    "how many patients died in the hospital after an ICU stay?",
+    "how many female patients died in 2155?",
+    "what is the average age of male patients who died?",
+    "what is the average age of male patients with diabetes?",
+    "how many times was patient 10014354 admitted to the hospital through the emergency room?",
+    "what was the maximum sodium value of patient 10014354 in the ICU in 2148?",
+    "how many patients were prescribed heparin and warfarin in 2150?",
+    "what was the first creatinine value of patient 10004235 in the ICU?",
+    "what are the top 5 most frequent diagnoses of female patients?",
+    "count the number of patients diagnosed with atrial fibrillation who died.",
+    "what was the minimum platelet count of patient 10020740 before 2150?",
+    "how many patients were not prescribed heparin in 2150?",
+    "what is the average age of male patients without insurance?",
+]
 OTHER_IDS = ("10002428", "10014354", "10019003", "10031404", "10037861")
 
 
@@ -103,8 +126,6 @@ def lookup_in(values: dict[str, list[str]]):
 
 def questions() -> list[tuple[str, str]]:
     """(kind, question) of every case, in a stable order."""
-    from tests.askdb.test_library_demo_adversarial import MUST_ABSTAIN
-
     items = library_items()
     out = [("library", i["question"]) for i in items]
     out += [("paraphrase", i["question"]) for i in json.loads((DEMO / "test.json").read_text())]
