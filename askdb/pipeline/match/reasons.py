@@ -1,4 +1,10 @@
-"""Refusal codes of the match stage, one per rule, and the plain sentences that go with them."""
+"""Why a verified question was not used for a new one: a stable code and a plain sentence.
+
+The code is for programs (the benchmark's miss causes, the API, audit); the sentence is for a
+researcher reading the run page, so it never shows Python values (`None`, `['first']`): it says what
+this question asks and what the verified question asks, in words. Each rule of `rules.RULES`
+refuses with one of these codes; a new rule adds its own here.
+"""
 
 from __future__ import annotations
 

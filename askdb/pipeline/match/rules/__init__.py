@@ -12,6 +12,8 @@ Each runs at one stage of matching one template:
 - SQL: after the bound SQL is built and validated (questions to the source, through `bound.probe`).
 `alone`: the rule runs only when no rule (and no binding step) has refused yet.
 
+Binding itself refuses what it cannot place (binding.py: extra_value, value_missing, value_not_found,
+and sql_invalid when the bound SQL does not validate); those are steps of binding, not rules.
 Refusals that compare the results of several templates for one question (one word read as values
 of two columns) are in `value_ambiguous` and run after every template was tried.
 
