@@ -24,7 +24,7 @@ from django.utils import timezone
 from askdb.models import Example, Review, Run
 from askdb.pipeline import privacy
 from askdb.pipeline.answer import answer_sentence
-from askdb.pipeline.templates import ADMISSION_ID, PATIENT_ID, STAY_ID
+from askdb.pipeline.match.spans import ADMISSION_ID, PATIENT_ID, STAY_ID
 from askdb.pipeline.validation import SqlValidationError, referenced_tables
 from askdb.roles import ADMIN, user_role
 from infra.audit.models import AuditEvent

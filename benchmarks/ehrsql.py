@@ -3,8 +3,8 @@
 Builds a library from ../shared/ehrsql-2024-dev/train (templates, masked-question vectors in one
 batch), calibrates P(correct) by grouped cross-validation over that library (whole paraphrase
 groups held out, unanswerable examples included), then asks every question of the valid split
-through the match stage the app uses (askdb.pipeline.library.match_library, offline.decide, the
-as-of rewrite, execution on the SQLite file) and scores it the benchmark's way
+through the match stage the app uses (askdb.pipeline.match: match_library, calibrate_library and
+decide_answer, as the app calls them; the as-of rewrite, execution on the SQLite file) and scores it the benchmark's way
 (askdb.pipeline.compare.results_match, evaluation.metrics). Prints one table.
 
 Tuning happens on train only (the cross-validation); valid is only measured. Importable: `run()`
@@ -59,7 +59,7 @@ def load_split(name: str) -> list[tuple[str, str, str]]:
 
 
 def value_index(executor) -> object:
-    from askdb.pipeline.library import load_values
+    from askdb.pipeline.match import load_values
 
     tables = {r[0].lower(): r[0] for r in executor.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table'", timeout_s=10, row_cap=1000).rows}  # fmt: skip
@@ -68,9 +68,7 @@ def value_index(executor) -> object:
 
 def build(train: list[tuple[str, str, str]], *, progress: bool = True) -> Library:
     """The library of `train`: templates, value index, masked-question vectors (one batch)."""
-    from askdb.pipeline.library import LibraryIndex, entry_for
-    from askdb.pipeline.offline import mask_question
-    from askdb.pipeline.templates import build_template
+    from askdb.pipeline.match import LibraryIndex, build_template, entry_for, mask_question
     from infra.adapters.clinical import SqliteExecutor
     from infra.providers.embeddings import get_embedder
 
@@ -96,6 +94,10 @@ def build(train: list[tuple[str, str, str]], *, progress: bool = True) -> Librar
     )
 
 
+class BenchmarkSqlError(Exception):
+    """SQL that failed on the benchmark database."""
+
+
 class Runner:
     """Executes SQL on the benchmark database with "now" as of 2100-12-31 23:59, results cached."""
 
@@ -115,6 +117,13 @@ class Runner:
                 self._cache[sql] = exc
         return self._cache[sql]
 
+    def run(self, sql: str):
+        """The rows, or BenchmarkSqlError (as the app's executor raises ExecutionFailure)."""
+        rows = self.rows(sql)
+        if isinstance(rows, Exception):
+            raise BenchmarkSqlError(str(rows))
+        return rows
+
     def probe(self, sql: str) -> bool:
         rows = self.rows(sql)
         return not isinstance(rows, Exception) and len(rows) > 0
@@ -131,9 +140,9 @@ class Runner:
 
 
 def calibrate(lib: Library, runner: Runner, *, cost: float, progress: bool = True, observe=None):
-    """Grouped cross-validation over the library -> the fitted risk model and held-out numbers."""
-    from askdb.pipeline import library as L
-    from askdb.pipeline.templates import bind_sql
+    """Grouped cross-validation over the library (askdb.pipeline.match.calibrate_library, as the app's
+    calibrate_library runs it) -> the fitted risk model and held-out numbers."""
+    from askdb.pipeline.match import bind_sql, calibrate_library
 
     def lookup(column: str, text: str):
         from askdb.adapters.ports import column_values_like
@@ -147,29 +156,27 @@ def calibrate(lib: Library, runner: Runner, *, cost: float, progress: bool = Tru
     start = time.perf_counter()
     step = max(1, len(lib.index.entries) // 10)
     details: list = []
-    folds: list[int] = []
-    samples = L.cross_validate(
+    asked = [0]
+
+    def one_more(_: int) -> None:
+        asked[0] += 1
+        if progress and asked[0] % step == 0:
+            print(f"  cv {asked[0]}", file=sys.stderr)
+
+    found = calibrate_library(
         lib.index, lambda idx: lib.index.matrix[idx], is_correct=is_correct, lookup=lookup, values=lib.values,
-        details=details, probe=runner.probe, observe=observe, folds_out=folds,
-        progress=(lambda n: print(f"  cv {n}", file=sys.stderr) if progress and n % step == 0 else None),
+        probe=runner.probe, wrong_answer_cost=cost, progress=one_more, observe=observe, details=details,
     )  # fmt: skip
-    sibling_folds: list[int] = []
-    siblings = L.cross_validate(
-        lib.index, lambda idx: lib.index.matrix[idx], is_correct=is_correct, lookup=lookup, values=lib.values,
-        probe=runner.probe, folds_out=sibling_folds, siblings=True,
-    )  # fmt: skip
-    risk = L.fit_risk(samples + siblings, wrong_answer_cost=cost)
-    # Each held-out answer scored by a risk model that never saw its fold (in either pass): honest
-    # coverage and precision, reported over the ordinary folds only.
-    every = [f % L.CV_FOLDS for f in folds + sibling_folds]
-    fold_risks = L.fold_risks(samples + siblings, every, wrong_answer_cost=cost)
-    scored = [(fold_risks[f].predict(s[0]), s[1]) for s, f in zip(samples, folds, strict=True)]
-    report = L.expected(scored, risk.threshold, len(lib.index.entries))
-    report["fold_risks"] = fold_risks
+    risk, samples, siblings = found.risk, found.samples, found.siblings
+    report = dict(found.expected)
+    report["fold_risks"] = found.fold_risks
     report.update(
         samples=len(samples), correct=sum(ok for _, ok in samples), seconds=round(time.perf_counter() - start),
         sibling_samples=len(siblings), sibling_correct=sum(ok for _, ok in siblings),
     )  # fmt: skip
+    scored = [
+        (found.fold_risks[f].predict(x), ok) for (x, ok), f in zip(samples, found.sample_folds, strict=True)
+    ]
     report["wrong_answers"] = [  # train only: what to tune on
         {"question": e.question, "answered_from": b.example_question, "p": round(p, 4),
          "gold": e.template.sql if e.template else "", "sql": b.sql}
@@ -180,28 +187,21 @@ def calibrate(lib: Library, runner: Runner, *, cost: float, progress: bool = Tru
 
 def evaluate(lib: Library, runner: Runner, risk, lookup, items, *, progress: bool = True):
     """Every question through the match stage; ItemScores and per-question details."""
-    from askdb.pipeline import library as L
-    from askdb.pipeline import offline
+    from askdb.pipeline.match import decide_answer, mask_question, match_library
     from evaluation import metrics
 
     scores, details, latency = [], [], []
     lib.embedder.embed(["warm up"])
     for n, (ident, question, gold) in enumerate(items, start=1):
         t0 = time.perf_counter()
-        masked = offline.mask_question(question, lib.values)
+        masked = mask_question(question, lib.values)
         vector = lib.embedder.embed([masked])[0]
-        found = L.match_library(question, vector, lib.index, lookup=lookup, values=lib.values, risk=risk,
+        found = match_library(question, vector, lib.index, lookup=lookup, values=lib.values, risk=risk,
                                 masked_question=masked, probe=runner.probe)  # fmt: skip
-        best, competitors = offline.decide(found.results, risk.threshold)
         latency.append((time.perf_counter() - t0) * 1000)
-        answered_sql = None
-        if best is not None:
-            rows = runner.rows(best.sql)
-            agree = not isinstance(rows, Exception) and all(
-                not isinstance(runner.rows(c.sql), Exception) and runner.same(c.sql, best.sql)
-                for c in competitors
-            )
-            answered_sql = best.sql if agree else None
+        # The engine's decision: the best confident result, if it runs and its competitors agree.
+        answer = decide_answer(found.results, risk.threshold, runner.run, failure=BenchmarkSqlError)
+        answered_sql = answer.best.sql if answer.best is not None else None
         correct = bool(answered_sql and gold and runner.same(answered_sql, gold))
         top = found.best
         top_correct = bool(top and top.sql and gold and runner.same(top.sql, gold))
@@ -222,8 +222,7 @@ def miss_cause(
     index, d: dict, threshold: float, runner: Runner, key_of: dict | None = None, score=None
 ) -> str:
     """Why an answerable question was not answered (correctly), judged by its gold SQL's template."""
-    from askdb.pipeline.library import entry_for
-    from askdb.pipeline.templates import build_template
+    from askdb.pipeline.match import build_template, entry_for
 
     gold = entry_for(
         None, d["question"], d["gold"], build_template(d["question"], d["gold"], dialect="sqlite")
@@ -242,7 +241,7 @@ def miss_cause(
             if (score(right) if score else right.confidence) < threshold
             else "another answer won"
         )
-    from askdb.pipeline import match_reasons as R
+    from askdb.pipeline.match import reasons as R
 
     labels = {R.WORDS_UNEXPLAINED: "a word no paraphrase says", R.WORDS_MISSING: "a word all paraphrases say is missing",
               R.CONTRARY_WORDS: "operator words combined otherwise", R.OPERATOR_COMBINATION: "operator words combined otherwise",
@@ -260,8 +259,7 @@ def cross_validated(*, cost: float = 10.0, progress: bool = True, dump: Path | N
     """Error analysis on the library itself (train): grouped CV, every held-out question's outcome and
     miss cause, each answer judged by a risk model fitted without its fold. The only place to tune
     the matcher on; valid is measured, never read."""
-    from askdb.pipeline import library as L
-    from askdb.pipeline.templates import bind_sql
+    from askdb.pipeline.match import bind_sql, grouped_folds
 
     _setup_django()
     started = time.perf_counter()
@@ -273,7 +271,7 @@ def cross_validated(*, cost: float = 10.0, progress: bool = True, dump: Path | N
     )
     fold_of = {
         lib.index.entries[i].example_id: f
-        for f, held in enumerate(L.grouped_folds(lib.index.entries))
+        for f, held in enumerate(grouped_folds(lib.index.entries))
         for i in held
     }
     keys: dict[int, dict] = {}
@@ -333,7 +331,21 @@ def cross_validated(*, cost: float = 10.0, progress: bool = True, dump: Path | N
     return result
 
 
-def run(*, cost: float = 10.0, limit: int | None = None, progress: bool = True) -> dict:
+def _decision(found, p: float | None = None) -> dict:
+    """One question's decision for --decisions: the best result's SQL or refusal codes, P(correct)."""
+    best = found.best
+    if best is None:
+        return {"sql": None, "codes": [], "p": 0.0}
+    return {
+        "sql": best.sql if best.hard_ok else None,
+        "codes": list(best.reason_codes),
+        "p": round(p if p is not None else best.confidence, 4),
+    }
+
+
+def run(
+    *, cost: float = 10.0, limit: int | None = None, progress: bool = True, decisions: Path | None = None
+) -> dict:
     from evaluation import metrics
 
     _setup_django()
@@ -343,7 +355,11 @@ def run(*, cost: float = 10.0, limit: int | None = None, progress: bool = True) 
         valid = valid[:limit]
     lib = build(train, progress=progress)
     runner = Runner(lib.executor)
-    risk, cv, lookup = calibrate(lib, runner, cost=cost, progress=progress)
+    observed: list = []
+    risk, cv, lookup = calibrate(
+        lib, runner, cost=cost, progress=progress,
+        observe=(lambda e, f, _idx: observed.append((e, f))) if decisions else None,
+    )  # fmt: skip
     if progress:
         print(
             f"calibration: { {k: v for k, v in cv.items() if k not in ('wrong_answers', 'fold_risks')} }",
@@ -364,6 +380,27 @@ def run(*, cost: float = 10.0, limit: int | None = None, progress: bool = True) 
         if not s.abstained and not (s.answerable and s.correct)
     ]
     rs = metrics.reliability_scores(scores)
+    if decisions:  # ids and decisions only: never the valid questions' text
+        from askdb.pipeline.match import grouped_folds
+
+        fold_of = {
+            lib.index.entries[i].example_id: f
+            for f, held in enumerate(grouped_folds(lib.index.entries))
+            for i in held
+        }
+        cv_decisions = {}
+        for entry, found in observed:
+            fold_risk = cv["fold_risks"].get(fold_of[entry.example_id], risk)
+            best = found.best
+            p = fold_risk.predict(best.features) if best is not None and best.hard_ok else 0.0
+            cv_decisions[str(entry.example_id)] = {**_decision(found, p), "answered": p >= risk.threshold}
+        valid_decisions = {
+            d["id"]: {**_decision(_Found(d["results"])), "answered": d["answered"]} for d in details
+        }
+        decisions.write_text(json.dumps(
+            {"threshold": risk.threshold, "risk": risk.to_dict(), "cv": cv_decisions, "valid": valid_decisions},
+            indent=0, sort_keys=True,
+        ))  # fmt: skip
     return {
         "questions": len(scores), "answerable": len(answerable), "answered": len(answered),
         "coverage": len(answered) / len(scores), "precision": correct / len(answered) if answered else None,
@@ -375,6 +412,15 @@ def run(*, cost: float = 10.0, limit: int | None = None, progress: bool = True) 
         "library": {"examples": len(lib.index.entries), "templates": len(lib.index.families),
                     "not_templated": lib.entries_skipped, "build_s": round(lib.build_s, 1)},
     }  # fmt: skip
+
+
+@dataclass
+class _Found:
+    results: list
+
+    @property
+    def best(self):
+        return self.results[0] if self.results else None
 
 
 def table(result: dict) -> str:
@@ -412,20 +458,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--template-holdout", type=float, default=None,
-        help="share of templates the CV holds out whole (default askdb.pipeline.library.TEMPLATE_HOLDOUT)",
+        help="share of templates the CV holds out whole (default askdb.pipeline.match.calibrate.TEMPLATE_HOLDOUT)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--decisions", type=Path, default=None,
+        help="write every question's decision (train CV by example index, valid by id: SQL or refusal codes, P)",
     )  # fmt: skip
     args = parser.parse_args(argv)
     if args.template_holdout is not None:
-        from askdb.pipeline import library as L
+        from askdb.pipeline.match import calibrate
 
-        L.TEMPLATE_HOLDOUT = args.template_holdout
+        calibrate.TEMPLATE_HOLDOUT = args.template_holdout
     if not (DATA / "train" / "label.json").is_file():
         print(f"EHRSQL data not found at {DATA}", file=sys.stderr)
         return 1
     if args.cv:
         print(json.dumps(cross_validated(cost=args.cost, dump=args.json), indent=1))
         return 0
-    result = run(cost=args.cost, limit=args.limit)
+    result = run(cost=args.cost, limit=args.limit, decisions=args.decisions)
     print(table(result))
     for w in result["wrong"][:20]:
         print(

@@ -10,15 +10,13 @@ from radon.complexity import cc_visit
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("askdb", "core", "infra", "metadata_admin", "evaluation", "config", "benchmarks")
 LIMIT = 25
+MATCH_STAGE = ROOT / "askdb" / "pipeline" / "match"
+MAX_MODULE_LINES = 600  # no module of the match stage longer: past that it is read as a tangle
 # Generated migrations and the synthetic-data generator (one long table of MIMIC's shapes).
 NOT_PRODUCT = ("/migrations/", "metadata_admin/clinical/synthetic.py")
 # Being rewritten on other branches this round (the match stage's package, the privacy analysis):
 # each entry goes when its branch is merged, and then the limit holds for it too.
 REWRITTEN_ELSEWHERE = (
-    "askdb/pipeline/offline.py",
-    "askdb/pipeline/library.py",
-    "askdb/pipeline/templates.py",
-    "askdb/pipeline/match_reasons.py",
     "askdb/pipeline/privacy.py",
     "benchmarks/ehrsql.py",
 )
@@ -32,7 +30,7 @@ def too_complex(root: Path, exempt: tuple[str, ...] = ()) -> list[str]:
             if any(part in f"/{name}" for part in NOT_PRODUCT) or name in exempt:
                 continue
             for block in cc_visit(path.read_text()):
-                for item in [block, *getattr(block, "methods", [])]:
+                for item in [block, *getattr(block, "methods", []), *getattr(block, "closures", [])]:
                     if item.complexity > LIMIT:
                         found.append(f"{name}:{item.lineno} {item.fullname} {item.complexity}")
     return found
@@ -40,6 +38,13 @@ def too_complex(root: Path, exempt: tuple[str, ...] = ()) -> list[str]:
 
 def test_no_function_of_the_product_is_too_complex():
     assert too_complex(ROOT, REWRITTEN_ELSEWHERE) == []
+
+
+def test_no_module_of_the_match_stage_is_too_long():
+    assert any(MATCH_STAGE.rglob("matcher.py"))
+    long = {p.relative_to(ROOT).as_posix(): n for p in MATCH_STAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}  # fmt: skip
+    assert not long
 
 
 def test_the_check_finds_a_tangle(tmp_path):

@@ -20,8 +20,8 @@ import numpy as np
 from django.db.models import Count, Max
 
 from askdb.models import Example, LibraryGeneration
-from askdb.pipeline import library, offline
-from askdb.pipeline.templates import Template, build_template, template_is_current
+from askdb.pipeline import match
+from askdb.pipeline.match import Template, build_template, template_is_current
 from metadata_admin.models import TableDoc
 
 # An example's vectors: not loaded where a run only reads its text (parsing one costs ~0.1 ms).
@@ -67,7 +67,7 @@ def example_template(example) -> dict:
     return template.to_dict() if template is not None else {}
 
 
-def library_build(source, values, embedder) -> tuple[library.LibraryIndex, list]:
+def library_build(source, values, embedder) -> tuple[match.LibraryIndex, list]:
     """The source's active library as templates with paraphrases, and the examples whose stored
     template, key or masked vector this build had to complete (changed in memory, not saved).
 
@@ -75,7 +75,7 @@ def library_build(source, values, embedder) -> tuple[library.LibraryIndex, list]
     the refresh service has not stored yet one embedding.
     """
     entries, vectors, changed = library_entries(source, values, embedder)
-    return library.LibraryIndex(entries, [list(v) for v in vectors]), changed
+    return match.LibraryIndex(entries, [list(v) for v in vectors]), changed
 
 
 def library_entries(source, values, embedder) -> tuple[list, list, list]:
@@ -92,10 +92,10 @@ def library_entries(source, values, embedder) -> tuple[list, list, list]:
             changed.append(example)
         template = Template.from_dict(example.template) if example.template else None
         stored = example.template.get("key") if example.template else None
-        entry = library.entry_for(example.pk, example.question, example.sql, template, key=stored)
+        entry = match.entry_for(example.pk, example.question, example.sql, template, key=stored)
         if entry is None:
             continue
-        key = library.key_hash(entry.key)
+        key = match.key_hash(entry.key)
         if example.template_key != key or (template is not None and stored != entry.key):
             # The key is kept with the template (it goes with TEMPLATE_VERSION): computing it parses
             # the SQL, which for thousands of examples is most of a build.
@@ -108,17 +108,17 @@ def library_entries(source, values, embedder) -> tuple[list, list, list]:
         entries.append(entry)
         vectors.append(example.masked_embedding)
     if missing:
-        masked = [offline.mask_question(e.question, values) for _, e in missing]
+        masked = [match.mask_question(e.question, values) for _, e in missing]
         for (i, example), vector in zip(missing, embedder.embed(masked), strict=True):
             vectors[i] = example.masked_embedding = vector
             changed.append(example)
     return entries, vectors, list({e.pk: e for e in changed}.values())
 
 
-def values_load(source, executor) -> library.ValueIndex:
+def values_load(source, executor) -> match.ValueIndex:
     """Every value of the source's linkable columns (one DISTINCT query per column)."""
     docs = TableDoc.objects.filter(source=source, exists_in_source=True).defer("embedding")
-    return library.load_values(executor, {d.name.lower(): d.qualified_name for d in docs}, source.dialect)
+    return match.load_values(executor, {d.name.lower(): d.qualified_name for d in docs}, source.dialect)
 
 
 class LibraryCache:
@@ -129,8 +129,8 @@ class LibraryCache:
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._values: dict[int, tuple[int, library.ValueIndex]] = {}
-        self._indexes: dict[int, tuple[LibraryVersion, library.LibraryIndex]] = {}
+        self._values: dict[int, tuple[int, match.ValueIndex]] = {}
+        self._indexes: dict[int, tuple[LibraryVersion, match.LibraryIndex]] = {}
         self._vectors: dict[tuple[int, str], tuple[LibraryVersion, list[int], np.ndarray]] = {}
 
     def clear(self) -> None:
@@ -139,7 +139,7 @@ class LibraryCache:
             self._indexes.clear()
             self._vectors.clear()
 
-    def values(self, source, executor, version: LibraryVersion | None = None) -> library.ValueIndex:
+    def values(self, source, executor, version: LibraryVersion | None = None) -> match.ValueIndex:
         """The source's linkable values, reloaded when its data generation moves."""
         key = (version or library_version(source)).values_key
         cached = self._values.get(source.pk)
@@ -153,7 +153,7 @@ class LibraryCache:
 
     def index(
         self, source, executor, embedder, version: LibraryVersion | None = None
-    ) -> tuple[library.LibraryIndex, library.ValueIndex]:
+    ) -> tuple[match.LibraryIndex, match.ValueIndex]:
         """The source's library index and values, rebuilt when either changed."""
         version = version or library_version(source)
         values = self.values(source, executor, version)

@@ -16,7 +16,7 @@ from askdb.adapters.library_cache import LIBRARY, VECTOR_FIELDS, LibraryVersion,
 from askdb.adapters.recorder import relaxed_commit
 from askdb.answerability.scorer import gate_verdict
 from askdb.models import Example, Run
-from askdb.pipeline import library, offline
+from askdb.pipeline import match
 from askdb.pipeline.engine import ExecutionFailure, RetrievalView
 from askdb.pipeline.outcome import AnswerabilityVerdict
 from askdb.pipeline.types import CatalogSchema, ExampleContext, TableContext
@@ -122,9 +122,9 @@ class DjangoPorts:
         )
         if not index.entries:
             return [], risk.threshold
-        masked = offline.mask_question(question, values)
+        masked = match.mask_question(question, values)
         masked_vector = self.embedder.embed([masked])[0]
-        found = library.match_library(
+        found = match.match_library(
             question, masked_vector, index, lookup=self.lookup_value, values=values, catalog=self._catalog,
             risk=risk, masked_question=masked, probe=self.probe,
         )  # fmt: skip
@@ -230,13 +230,13 @@ class DjangoPorts:
 
 def library_risk(source):
     """The source's calibrated P(correct) model with the threshold of the configured wrong-answer cost."""
-    threshold = library.answer_threshold(settings.ASKDB_WRONG_ANSWER_COST)
+    threshold = match.answer_threshold(settings.ASKDB_WRONG_ANSWER_COST)
     data = (source.library_calibration or {}).get("risk")
     if not data:
-        base = library.DEFAULT_RISK
-        return offline.Calibration(dict(base.weights), base.intercept, threshold)
-    risk = offline.Calibration.from_dict(data)
-    return offline.Calibration(risk.weights, risk.intercept, threshold, risk.samples)
+        base = match.DEFAULT_RISK
+        return match.Calibration(dict(base.weights), base.intercept, threshold)
+    risk = match.Calibration.from_dict(data)
+    return match.Calibration(risk.weights, risk.intercept, threshold, risk.samples)
 
 
 def column_values_like(executor, table_column: str, text: str, *, dialect: str, limit: int = 5):

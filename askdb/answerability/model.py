@@ -274,7 +274,7 @@ def kind_groups(
     return out
 
 
-def grouped_folds(
+def family_folds(
     groups: Sequence[str], k: int, *, seed: int, labels: Sequence[bool] | None = None
 ) -> list[list[int]]:
     """k folds of range(len(groups)), whole families per fold. With labels, each class's
@@ -656,7 +656,7 @@ def train(
         kinds, flagged_kinds = groups, flagged_families
     k = max(2, min(config.folds, flagged_kinds))
     dealings = [
-        grouped_folds(kinds, k, seed=config.seed + r, labels=y.tolist()) for r in range(config.repeats)
+        family_folds(kinds, k, seed=config.seed + r, labels=y.tolist()) for r in range(config.repeats)
     ]
     say(f"{len(questions)} questions in {families} paraphrase families ({flagged_families} of them unanswerable, "
         f"in {flagged_kinds} kinds), {k} folds holding out whole kinds, dealt {config.repeats} ways")  # fmt: skip
@@ -816,7 +816,7 @@ class AnswerabilityScore:
 
 
 @dataclass
-class LibraryIndex:
+class NeighbourIndex:
     """Approved and flagged library questions under the encoder, for the nearest signals."""
 
     ids: list[Any]
@@ -831,7 +831,7 @@ class LibraryIndex:
         items: Sequence[tuple[Any, str, bool]],
         *,
         cache: dict[str, np.ndarray] | None = None,
-    ) -> LibraryIndex:
+    ) -> NeighbourIndex:
         """Encode the items' questions; with `cache` (text -> vector) only new texts are encoded."""
         cache = {} if cache is None else cache
         missing = list(dict.fromkeys(t for _, t, _ in items if t not in cache))
@@ -879,7 +879,7 @@ class AnswerabilityModel:
 
     def set_library(self, library: Sequence[tuple[Any, str, bool]]) -> None:
         """Index the library's questions; questions seen before are not encoded again."""
-        self.library = LibraryIndex.build(self.encoder, library, cache=self._question_cache)
+        self.library = NeighbourIndex.build(self.encoder, library, cache=self._question_cache)
 
     def score(self, question: str) -> AnswerabilityScore:
         vec = self.encoder.encode_questions([question])[0][None, :]

@@ -14,8 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from askdb.pipeline import match_reasons as R
-from askdb.pipeline import offline, privacy, prompts
+from askdb.pipeline import privacy, prompts
 from askdb.pipeline.candidates import Candidate, choose_candidate, group_candidates
 from askdb.pipeline.compare import results_match
 from askdb.pipeline.extraction import (
@@ -24,7 +23,8 @@ from askdb.pipeline.extraction import (
     extract_json_object,
     extract_sql,
 )
-from askdb.pipeline.offline import MatchResult
+from askdb.pipeline.match import MatchResult, decide
+from askdb.pipeline.match import reasons as R
 from askdb.pipeline.outcome import (
     NO_GATE,
     AnswerabilityVerdict,
@@ -373,7 +373,7 @@ class Pipeline:
             return None, None
         top = results[0]
         info = match_info(top, threshold)
-        best, competitors = offline.decide(results, threshold)
+        best, competitors = decide(results, threshold)
         st.note(example=top.example_id, confidence=round(info.confidence, 4), threshold=threshold,
                 reasons=list(info.reasons[:3]), reason_codes=list(info.reason_codes[:3]), competitors=len(competitors))  # fmt: skip
         if best is None:

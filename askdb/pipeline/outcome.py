@@ -83,7 +83,7 @@ class MatchInfo:
     bindings: tuple[MatchBinding, ...]
     threshold: float
     reasons: tuple[str, ...] = ()  # plain sentences
-    reason_codes: tuple[str, ...] = ()  # the same, as match_reasons codes
+    reason_codes: tuple[str, ...] = ()  # the same, as askdb.pipeline.match.reasons codes
     answered: bool = False
 
     def with_reason(self, code: str, text: str) -> MatchInfo:

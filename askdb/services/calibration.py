@@ -13,7 +13,7 @@ from django.utils import timezone
 from askdb.adapters.library_cache import LIBRARY
 from askdb.adapters.ports import column_values_like, source_probe
 from askdb.models import Example
-from askdb.pipeline import library, offline
+from askdb.pipeline import match
 from askdb.pipeline.compare import results_match
 from askdb.services.exports import examples_import
 from askdb.services.sql import ReviewError, sql_check
@@ -165,7 +165,7 @@ def _seed_best_patient(source, naming: list[dict], old: int, free: list[int]) ->
     return best
 
 
-CV_FOLDS = library.CV_FOLDS
+CV_FOLDS = match.CV_FOLDS
 
 
 def library_cross_validate(*, source, items: list[dict] | None = None, progress=None) -> dict:
@@ -176,7 +176,7 @@ def library_cross_validate(*, source, items: list[dict] | None = None, progress=
     correct when its bound SQL is the example's SQL or returns the same result ("now" as of the
     source). Labelled `items` (questions not in the library) add held-out samples. The report gives
     the threshold c / (c + 1) and the coverage and precision expected at it. The sibling pass
-    (library.cross_validate) adds the wrong answers of sibling templates to what the risk learns from,
+    (match.cross_validate) adds the wrong answers of sibling templates to what the risk learns from,
     not to the expected coverage and precision.
 
     Nothing is asked of the database twice: the library's vectors and templates are the stored ones,
@@ -188,13 +188,7 @@ def library_cross_validate(*, source, items: list[dict] | None = None, progress=
     catalog, embedder = source_catalog_schema(source), get_embedder()
     index, values = LIBRARY.index(source, executor, embedder)
     labelled = [(str(i["question"]), str(i.get("sql") or "")) for i in (items or [])]
-    masked = embedder.embed([offline.mask_question(q, values) for q, _ in labelled]) if labelled else []
-    # The ordinary folds, the sibling pass (library.cross_validate: risk training only), the file.
-    tasks: list[tuple[str, int]] = (
-        [("fold", f) for f in range(CV_FOLDS)]
-        + [("siblings", f) for f in range(CV_FOLDS)]
-        + ([("items", 0)] if labelled else [])
-    )
+    masked = embedder.embed([match.mask_question(q, values) for q, _ in labelled]) if labelled else []
     count = [0]
 
     def one_more(_: int) -> None:
@@ -202,29 +196,18 @@ def library_cross_validate(*, source, items: list[dict] | None = None, progress=
         if progress:
             progress(count[0])
 
-    state = dict(index=index, values=values, catalog=catalog, executor=executor, dialect=source.dialect,
-                 labelled=labelled, masked=masked, done=one_more, results={}, lookups={}, probes={})  # fmt: skip
-    samples, siblings, sample_folds, sibling_folds = [], [], [], []
-    for kind, fold in tasks:
-        found = _cv_task((kind, fold), state)
-        # The file's questions are in no fold of the library: spread them over the folds.
-        folds = [fold if kind != "items" else n % CV_FOLDS for n in range(len(found))]
-        if kind == "siblings":
-            siblings, sibling_folds = siblings + found, sibling_folds + folds
-        else:
-            samples, sample_folds = samples + found, sample_folds + folds
-    cost = settings.ASKDB_WRONG_ANSWER_COST
-    risk = library.fit_risk(samples + siblings, wrong_answer_cost=cost)
-    # The expected coverage and precision from answers each scored by a risk model that never saw
-    # their fold (library.out_of_fold says why), as the benchmark reports them.
-    risks = library.fold_risks(samples + siblings, sample_folds + sibling_folds, wrong_answer_cost=cost)
-    scored = [(risks[f].predict(x), ok) for (x, ok), f in zip(samples, sample_folds, strict=True)]
-    asked = len(index.entries) + len(labelled)
-    at = library.expected(scored, risk.threshold, asked)
+    lookup, probe, same = _cv_callbacks(executor, source.dialect)
+    found = match.calibrate_library(
+        index, lambda held: index.matrix[held], is_correct=lambda entry, best: same(best.sql, entry.template.sql),
+        lookup=lookup, values=values, catalog=catalog, probe=probe, progress=one_more,
+        labelled=[(q, gold, v) for (q, gold), v in zip(labelled, masked, strict=True)], same=same,
+        wrong_answer_cost=settings.ASKDB_WRONG_ANSWER_COST,
+    )  # fmt: skip
+    samples, siblings, risk, at = found.samples, found.siblings, found.risk, found.expected
     return {
         "risk": risk.to_dict(), "threshold": round(risk.threshold, 4),
         "wrong_answer_cost": settings.ASKDB_WRONG_ANSWER_COST,
-        "held_out": asked, "matched": len(samples), "correct_matches": sum(ok for _, ok in samples),
+        "held_out": found.asked, "matched": len(samples), "correct_matches": sum(ok for _, ok in samples),
         "sibling_matches": len(siblings), "sibling_correct": sum(ok for _, ok in siblings),
         "answered": at["answered"], "expected_coverage": at["coverage"], "precision": at["precision"],
         "templates": len(index.families), "examples": len(index.entries),
@@ -232,13 +215,12 @@ def library_cross_validate(*, source, items: list[dict] | None = None, progress=
     }  # fmt: skip
 
 
-def _cv_task(task: tuple[str, int], state: dict[str, Any]) -> list:
-    """The held-out samples of one fold, or of the labelled questions; results, value lookups and
-    probes are remembered in `state` across the tasks of one calibration."""
-    executor, index, values, dialect = state["executor"], state["index"], state["values"], state["dialect"]
-    results: dict[str, Any] = state["results"]
-    lookups: dict[tuple[str, str], list] = state["lookups"]
-    probes: dict[str, bool] = state["probes"]
+def _cv_callbacks(executor, dialect: str):
+    """Value lookups, probes and result comparisons for one calibration, each asked of the database
+    once (results, lookups and probes are remembered across its questions)."""
+    results: dict[str, Any] = {}
+    lookups: dict[tuple[str, str], list] = {}
+    probes: dict[str, bool] = {}
 
     def rows(sql: str):
         if sql not in results:
@@ -265,21 +247,4 @@ def _cv_task(task: tuple[str, int], state: dict[str, Any]) -> list:
             probes[sql] = source_probe(executor, sql)
         return probes[sql]
 
-    done = state["done"]  # called once per question asked
-    kind, fold = task
-    if kind in ("fold", "siblings"):
-        return library.cross_validate(
-            index, lambda held: index.matrix[held], is_correct=lambda entry, best: same(best.sql, entry.template.sql),
-            lookup=lookup, values=values, catalog=state["catalog"], folds=CV_FOLDS, only=[fold], probe=probe,
-            progress=done if kind == "fold" else None, siblings=kind == "siblings",
-        )  # fmt: skip
-    samples = []
-    for (question, gold), vector in zip(state["labelled"], state["masked"], strict=True):
-        best = library.match_library(
-            question, vector, index, lookup=lookup, values=values, catalog=state["catalog"], probe=probe
-        ).best
-        if best is not None and best.hard_ok and best.sql:
-            samples.append((best.features, bool(gold) and same(best.sql, gold)))
-        if done:
-            done(0)
-    return samples
+    return lookup, probe, same

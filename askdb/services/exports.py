@@ -15,8 +15,8 @@ from django.utils import timezone
 
 from askdb.adapters.library_cache import LIBRARY, template_of
 from askdb.models import Example
-from askdb.pipeline import library, offline
-from askdb.pipeline.templates import Template
+from askdb.pipeline import match
+from askdb.pipeline.match import Template
 from askdb.pipeline.validation import SqlValidationError, validate_sql
 from askdb.services.examples import _merge_fields, _normalized, library_generation_bump
 from infra.adapters.clinical import ExecutionError
@@ -97,7 +97,7 @@ def examples_import(
     catalog, executor = source_catalog_schema(source), source_executor(source)
     values = LIBRARY.values(source, executor)
     for pair in pairs:
-        pair.masked = offline.mask_question(pair.question, values) if pair.question else ""
+        pair.masked = match.mask_question(pair.question, values) if pair.question else ""
     embedder = get_embedder()
     checked, embedded = [0], [0]
     audits: list = []
@@ -193,7 +193,7 @@ def _check(pair: _Pair, catalog, dialect: str) -> None:
         return
     pair.sql, pair.tables, pair.columns = validated.sql, list(validated.tables), list(validated.columns)
     pair.template = template_of(pair.question, pair.sql, dialect=dialect)
-    entry = library.entry_for(None, pair.question, pair.sql, pair.template)  # parses: done here, in parallel
+    entry = match.entry_for(None, pair.question, pair.sql, pair.template)  # parses: done here, in parallel
     pair.key = entry.key if entry is not None else ""
 
 
@@ -264,8 +264,8 @@ def _merge_pair(duplicate: Example, pair: _Pair, *, approved_by, model: str, nea
                   columns=pair.columns, approved_by=approved_by, note=pair.note)  # fmt: skip
     if duplicate.template_key:  # the merged SQL may be another template
         template = Template.from_dict(duplicate.template) if duplicate.template else None
-        entry = library.entry_for(None, duplicate.question, duplicate.sql, template)
-        duplicate.template_key = library.key_hash(entry.key) if entry is not None else ""
+        entry = match.entry_for(None, duplicate.question, duplicate.sql, template)
+        duplicate.template_key = match.key_hash(entry.key) if entry is not None else ""
         if entry is not None and duplicate.template:
             duplicate.template["key"] = entry.key
     if not was_active and duplicate.embedding_model == model and duplicate.embedding is not None:
@@ -281,9 +281,9 @@ def _new_example(pair: _Pair, *, source, model: str, origin: str, approved_by, n
         approved_by=approved_by, approved_at=now, note=pair.note, validated_at=now,
         template=pair.template.to_dict() if pair.template is not None else {},
     )  # fmt: skip
-    key = pair.key if pair.sql else library.UNANSWERABLE
+    key = pair.key if pair.sql else match.UNANSWERABLE
     if key:  # what the matcher's index needs, so its first use computes nothing
-        example.template_key = library.key_hash(key)
+        example.template_key = match.key_hash(key)
         example.masked_embedding = pair.masked_vector
         if example.template:
             example.template["key"] = key  # kept with the template, as the library build does

@@ -13,8 +13,8 @@ from django.core.management import call_command
 
 from askdb.adapters.library_cache import LIBRARY
 from askdb.models import Example
-from askdb.pipeline import library, offline
-from askdb.pipeline.templates import Template, template_is_current
+from askdb.pipeline import match
+from askdb.pipeline.match import Template, template_is_current
 from askdb.services.examples import example_upsert
 from askdb.services.exports import examples_import
 from askdb.services.sql import ReviewError, sql_check
@@ -101,10 +101,10 @@ def test_the_bulk_import_gives_what_one_at_a_time_gave(source):
     values = LIBRARY.values(source, source_executor(source))
     for example in Example.objects.filter(source=source):
         template = Template.from_dict(example.template) if example.template else None
-        entry = library.entry_for(example.pk, example.question, example.sql, template)
-        assert example.template_key == library.key_hash(entry.key)
+        entry = match.entry_for(example.pk, example.question, example.sql, template)
+        assert example.template_key == match.key_hash(entry.key)
         assert example.kind == "unanswerable" or example.template["key"] == entry.key
-        masked = get_embedder().embed([offline.mask_question(example.question, values)])[0]
+        masked = get_embedder().embed([match.mask_question(example.question, values)])[0]
         assert list(example.masked_embedding) == pytest.approx(masked, abs=1e-6)
     # Every pair and every SQL run is audited, as before.
     assert AuditEvent.objects.filter(action="example.created").count() >= 4
@@ -187,5 +187,5 @@ def test_a_stale_template_is_rebuilt_with_its_masked_vector(source):
     example.refresh_from_db()
     assert template_is_current(example.template)
     values = LIBRARY.values(source, source_executor(source))
-    masked = get_embedder().embed([offline.mask_question(example.question, values)])[0]
+    masked = get_embedder().embed([match.mask_question(example.question, values)])[0]
     assert list(example.masked_embedding) == pytest.approx(masked, abs=1e-6)

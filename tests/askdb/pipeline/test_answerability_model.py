@@ -23,7 +23,7 @@ from askdb.answerability.model import (
     TrainQuestion,
     choose_threshold,
     classification_metrics,
-    grouped_folds,
+    family_folds,
     kind_groups,
     load_combiner,
     neighbour_signals,
@@ -171,7 +171,7 @@ def test_families_group_paraphrases_and_folds_never_split_a_family():
     by_id = dict(zip((q.id for q in questions), groups, strict=True))
     assert by_id["a0-0"] == by_id["a0-1"] == by_id["a0-2"] != by_id["a1-0"]
     assert len({g for q, g in zip(questions, groups, strict=True) if q.answerable}) == len(ANSWERABLE)
-    folds = grouped_folds(groups, 4, seed=1)
+    folds = family_folds(groups, 4, seed=1)
     assert sorted(i for f in folds for i in f) == list(range(len(questions)))
     fold_of = {i: k for k, f in enumerate(folds) for i in f}
     for i, gi in enumerate(groups):

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from askdb.pipeline import match_reasons as R
 from askdb.pipeline.engine import (
     NO_LLM_MESSAGE,
     ExecutionFailure,
@@ -19,7 +18,9 @@ from askdb.pipeline.engine import (
     PipelineRequest,
     RetrievalView,
 )
-from askdb.pipeline.offline import Binding, MatchResult
+from askdb.pipeline.match import reasons as R
+from askdb.pipeline.match.binding import Binding
+from askdb.pipeline.match.candidate import MatchResult
 from askdb.pipeline.outcome import AnswerabilityVerdict, GateVerdict, MatchInfo, Outcome
 from askdb.pipeline.retrieval import RankedTable
 from askdb.pipeline.types import CatalogSchema, ChatResult, TableContext, TableSchema

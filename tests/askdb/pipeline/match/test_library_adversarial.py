@@ -2,7 +2,7 @@
 
 Each case takes a question of the EHRSQL-2024 train split (in the test library) and adds a
 condition, negates it, or swaps an operator. The library (a slice of train plus every paraphrase of
-the originals' SQL) answers through askdb.pipeline.library with a risk model cross-validated on
+the originals' SQL) answers through askdb.pipeline.match.match_library with a risk model cross-validated on
 that library, exactly as the app does. A case passes when the matcher abstains, or answers with SQL
 whose result equals the case's gold (given only for swaps whose meaning the library does hold).
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-DATA = Path(__file__).resolve().parents[3].parent / "shared" / "ehrsql-2024-dev"
+DATA = Path(__file__).resolve().parents[4].parent / "shared" / "ehrsql-2024-dev"
 AS_OF = "2100-12-31 23:59:00"
 
 # (original question in train, adversarial question, gold SQL transform or None = must abstain)
@@ -167,11 +167,10 @@ def ehrsql():
             pytest.fail(f"EHRSQL data missing at {DATA}")
         pytest.skip("EHRSQL data not available")
     from askdb.adapters.ports import column_values_like
-    from askdb.pipeline import library as L
+    from askdb.pipeline import match as L
     from askdb.pipeline.asof import AsOfExecutor
     from askdb.pipeline.compare import results_match
-    from askdb.pipeline.offline import mask_question
-    from askdb.pipeline.templates import build_template
+    from askdb.pipeline.match import build_template, mask_question
     from infra.adapters.clinical import SqliteExecutor
     from infra.providers.embeddings import LocalEmbedder
 
@@ -220,15 +219,14 @@ def ehrsql():
 
 
 def _answer(lib, question: str):
-    from askdb.pipeline import library as L
-    from askdb.pipeline import offline
+    from askdb.pipeline import match as L
 
-    masked = offline.mask_question(question, lib["values"])
+    masked = L.mask_question(question, lib["values"])
     found = L.match_library(
         question, lib["embedder"].embed([masked])[0], lib["index"], lookup=lib["lookup"], values=lib["values"],
         risk=lib["risk"], probe=lib["probe"],
     )  # fmt: skip
-    best, _ = offline.decide(found.results, lib["risk"].threshold)
+    best, _ = L.decide(found.results, lib["risk"].threshold)
     return best
 
 

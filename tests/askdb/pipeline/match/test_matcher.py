@@ -10,21 +10,15 @@ import sqlglot
 from rapidfuzz import fuzz
 from sqlglot import exp
 
-from askdb.pipeline.offline import (
-    DEFAULT_CALIBRATION,
-    DEFAULT_THRESHOLD,
-    Calibration,
-    TemplateCandidate,
-    choose_threshold,
-    decide,
-    extract_values,
-    fit_calibration,
-    mask_question,
-    match,
-)
-from askdb.pipeline.templates import build_template
+from askdb.pipeline.match.binding import extract_values
+from askdb.pipeline.match.build import build_template
+from askdb.pipeline.match.calibrate import decide
+from askdb.pipeline.match.candidate import TemplateCandidate
+from askdb.pipeline.match.reading import mask_question
+from askdb.pipeline.match.risk import DEFAULT_CALIBRATION, DEFAULT_THRESHOLD, Calibration, fit_calibration
 from askdb.pipeline.types import CatalogSchema, TableSchema
-from tests.askdb.pipeline.test_templates import (
+from tests.askdb.pipeline.match.support import match
+from tests.askdb.pipeline.match.test_template import (
     ELECTIVE_Q,
     ELECTIVE_SQL,
     FEMALE_Q,
@@ -395,32 +389,8 @@ def test_a_fitted_calibration_is_used_by_match():
     assert r.hard_ok and r.confidence < 0.001
 
 
-def test_choose_threshold_honours_the_precision_target():
-    scored = [(0.99, True)] * 30 + [(0.9, True)] * 20 + [(0.9, False)] * 1 + [(0.7, True)] * 10
-    scored += [(0.7, False)] * 10 + [(0.4, False)] * 20
-    threshold = choose_threshold(scored, min_precision=0.95)
-    assert threshold == 0.9
-    answered_ = [ok for c, ok in scored if c >= threshold]
-    assert sum(answered_) / len(answered_) >= 0.95
-    # A looser target answers more.
-    assert choose_threshold(scored, min_precision=0.8) == 0.7
-
-
-def test_choose_threshold_never_trusts_a_lucky_low_threshold():
-    # Precision dips below target at 0.8 and recovers lower down; only thresholds above the dip count.
-    scored = [(0.95, True)] * 10 + [(0.8, False)] * 5 + [(0.6, True)] * 100
-    assert choose_threshold(scored, min_precision=0.95) == 0.95
-
-
-def test_choose_threshold_fallbacks():
-    assert choose_threshold([]) == DEFAULT_THRESHOLD
-    assert choose_threshold([(0.9, True)] * 3) == DEFAULT_THRESHOLD  # too little data
-    assert choose_threshold([(0.9, False)] * 10 + [(0.8, True)] * 10) == 1.0  # unreachable: never answer
-    assert choose_threshold([(0.3, True)] * 20 + [(0.1, False)] * 20) == 0.5  # never below the floor
-
-
 def test_calibrate_on_held_out_library_questions():
-    """The intended loop: score held-out paraphrases against the library, fit, pick a threshold."""
+    """The intended loop: score held-out paraphrases against the library, fit the calibration."""
     held_out = [
         ("what was the first measured sodium value of patient 10006580 in 2151?", 1),
         ("what was the first glucose value measured for patient 10004235 in 2152?", 1),
@@ -442,9 +412,6 @@ def test_calibrate_on_held_out_library_questions():
         correct = r.hard_ok and r.example_id == expected
         scored.append((r.confidence, correct))
         samples.append((r.features, correct))
-    threshold = choose_threshold(scored, min_precision=0.95)
-    assert threshold < 1.0
-    assert all(ok for c, ok in scored if c >= threshold)
     cal = fit_calibration(samples)
     refit = [(cal.predict(f), ok) for f, ok in samples if f["hard_ok"]]
     assert min(c for c, ok in refit if ok) > max(c for c, ok in refit if not ok)

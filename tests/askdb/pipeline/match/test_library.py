@@ -12,22 +12,18 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from askdb.pipeline import library as L
-from askdb.pipeline import match_reasons as R
-from askdb.pipeline import offline
+from askdb.pipeline import match as L
 from askdb.pipeline.asof import AsOfExecutor, apply_as_of
-from askdb.pipeline.offline import mask_question
-from askdb.pipeline.templates import (
-    answer_kind,
-    asks_for_name,
-    asks_for_time,
-    bind_sql,
-    build_template,
-    extract_typed_spans,
-    question_operators,
-    template_key,
-    tokenize,
-)
+from askdb.pipeline.match import bind_sql, build_template, library, mask_question, template_key
+from askdb.pipeline.match import reasons as R
+from askdb.pipeline.match.calibrate import whole_template
+from askdb.pipeline.match.features import paraphrase_missing
+from askdb.pipeline.match.index import column_readings, mine_synonyms
+from askdb.pipeline.match.operators import asks_for_name, asks_for_time, question_operators
+from askdb.pipeline.match.spans import extract_typed_spans
+from askdb.pipeline.match.template import answer_kind
+from askdb.pipeline.match.values import value_names
+from askdb.pipeline.match.words import tokenize
 
 NOW = "2100-12-31 23:59:00"
 
@@ -343,7 +339,7 @@ def test_synonyms_are_words_paraphrases_swap_in_the_same_place_in_several_templa
         [["what", "top", "event"], ["happen", "event"]],  # not in the same place
         [["what", "top", "event"], ["happen", "event"]],
     ]
-    synonyms = L.mine_synonyms(swaps)
+    synonyms = mine_synonyms(swaps)
     assert synonyms == {"sex": {"gender"}, "gender": {"sex"}}
 
 
@@ -489,10 +485,10 @@ def test_names_the_library_approves_for_a_value_bind_it_and_a_lone_or_disputed_n
         ("what was the maximum pulse of patient 10004?", sql.format(p=10004, v="heart rate")),
     ]
     templates = [build_template(q, s, dialect="sqlite") for q, s in pairs]
-    names = L.value_names(templates)
+    names = value_names(templates)
     assert names.contained("the systolic blood pressure", "d_items.label") == [(4, 27, abp)]
     assert names.contained("the pulse", "d_items.label") == []  # one question only
-    disputed = L.value_names([*templates, build_template(
+    disputed = value_names([*templates, build_template(
         "what was the maximum systolic blood pressure of patient 10005?", sql.format(p=10005, v="non invasive blood pressure systolic"),
         dialect="sqlite")])  # fmt: skip
     assert disputed.contained("the systolic blood pressure", "d_items.label") == []
@@ -567,7 +563,7 @@ def test_values_the_wording_does_not_place_bind_only_if_every_order_gives_the_sa
 
 
 def test_the_same_result_probe_returns_a_row_only_for_equal_results():
-    from askdb.pipeline.offline import same_result_probe
+    from askdb.pipeline.match.probes import same_result_probe
 
     db = sqlite3.connect(":memory:")
     db.executescript("CREATE TABLE t (x INT, y TEXT); INSERT INTO t VALUES (1, 'a'), (2, 'b'), (2, 'c');")
@@ -582,7 +578,7 @@ def test_the_same_result_probe_returns_a_row_only_for_equal_results():
 
 
 def test_value_probes_check_fixed_categories_not_the_patient_or_the_time():
-    from askdb.pipeline.offline import value_probes
+    from askdb.pipeline.match.probes import value_probes
 
     sql = (
         "SELECT COUNT(*) > 0 FROM admissions WHERE admissions.subject_id = 10026255 AND "
@@ -603,7 +599,9 @@ def test_value_probes_check_fixed_categories_not_the_patient_or_the_time():
 
 
 def test_templates_whose_operators_fit_are_tried_before_better_voted_ones(monkeypatch):
-    monkeypatch.setattr(L, "TEMPLATES_TRIED", 1)  # room for one template only: it must be the one that fits
+    monkeypatch.setattr(
+        library, "TEMPLATES_TRIED", 1
+    )  # room for one template only: it must be the one that fits
     sql = "SELECT COUNT(*) FROM admissions WHERE subject_id = {p} AND strftime('%Y', admittime) {op} '{y}'"
     pairs = [
         (f"how many times did patient {10000 + i} visit the hospital since {2100 + i}?", sql.format(p=10000 + i, op=">=", y=2100 + i))
@@ -664,7 +662,7 @@ def test_the_sibling_pass_asks_each_question_without_its_whole_template():
         index, lambda held: index.matrix[held], is_correct=lambda e, b: False, lookup=no_lookup, values=VALUES,
         folds=3, siblings=True, folds_out=fold_ids, observe=lambda entry, found, train: asked.append((entry, train)),
     )  # fmt: skip
-    expected = {e.question for e in index.entries if e.template and not L._whole_template(e.key)}
+    expected = {e.question for e in index.entries if e.template and not whole_template(e.key)}
     assert {
         e.question for e, _ in asked
     } == expected  # no unanswerable one, none the ordinary folds hold out whole
@@ -816,14 +814,14 @@ def test_paraphrase_distance_counts_the_nearest_paraphrases_words_the_question_l
         == 0
     )
     family = next(iter(index.families.values()))
-    assert offline.paraphrase_missing({"patient", "hospital", "visit"}, family) == 1  # "admitt" or "type"
+    assert paraphrase_missing({"patient", "hospital", "visit"}, family) == 1  # "admitt" or "type"
     # operator words count too: "how much is X?" is not "how is X taken?", though neither says more
     cost = build_index([("how much is aspirin?", COST_SQL.format(d="aspirin")),
                         ("what is the cost of docusate sodium?", COST_SQL.format(d="docusate sodium"))])  # fmt: skip
     family = next(iter(cost.families.values()))
     asked = question_operators("how is aspirin taken?")
-    assert offline.paraphrase_missing(set(), family, asked) == 1
-    assert offline.paraphrase_missing(set(), family, question_operators("how much is aspirin?")) == 0
+    assert paraphrase_missing(set(), family, asked) == 1
+    assert paraphrase_missing(set(), family, question_operators("how much is aspirin?")) == 0
 
 
 def test_held_out_risk_is_scored_by_a_model_that_never_saw_its_fold():
@@ -881,4 +879,4 @@ def test_a_value_of_two_columns_is_read_as_the_library_reads_it():
     # How the library reads such values is learnt once per library and database index, also when a
     # question's match reads the values together with the library's other names for them.
     names = L.ValueIndex({"d_labitems.label": ["anion gap"]})
-    assert L.column_readings(index, values.with_names(names)) is L.column_readings(index, values)
+    assert column_readings(index, values.with_names(names)) is column_readings(index, values)

@@ -7,11 +7,10 @@ import re
 
 import pytest
 
-from askdb.pipeline import library as L
-from askdb.pipeline import match_reasons as R
-from askdb.pipeline.offline import mask_question
-from askdb.pipeline.templates import build_template
-from tests.askdb.pipeline.test_library import AGES, VALUES, ask, embed, no_lookup
+from askdb.pipeline import match as L
+from askdb.pipeline.match import build_template, mask_question
+from askdb.pipeline.match import reasons as R
+from tests.askdb.pipeline.match.test_library import AGES, VALUES, ask, embed, no_lookup
 
 PYTHON_VALUES = re.compile(r"\bNone\b|\bTrue\b|\bFalse\b|\[|\]|\{|\}")
 
@@ -138,6 +137,6 @@ def test_a_bound_value_says_the_word_of_its_column():
     ],
 )
 def test_operator_words_found_on_train_cross_validation(question, key, value):
-    from askdb.pipeline.templates import question_operators
+    from askdb.pipeline.match.operators import question_operators
 
     assert question_operators(question)[key] == value

@@ -8,15 +8,15 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from askdb.pipeline.templates import (
+from askdb.pipeline.match.build import build_template
+from askdb.pipeline.match.operators import question_operators
+from askdb.pipeline.match.spans import extract_typed_spans
+from askdb.pipeline.match.template import (
     TEMPLATE_VERSION,
     BindError,
     Template,
-    _parsed,
     bind_sql,
-    build_template,
-    extract_typed_spans,
-    question_operators,
+    parsed_sql,
     template_is_current,
 )
 
@@ -220,12 +220,12 @@ def test_building_a_template_leaves_the_shared_parse_as_parsed():
     # The parse of a template's SQL is cached and shared (binding and keys copy it before changing
     # it); building reads it without a copy, so it must not change it.
     first = build_template(GLUCOSE_Q, GLUCOSE_SQL)
-    shared = _parsed(first.sql_template, first.dialect)
+    shared = parsed_sql(first.sql_template, first.dialect)
     before = shared.sql(dialect=first.dialect)
     bind_sql(first, {s.name: s.value for s in first.slots})
     again = build_template(GLUCOSE_Q, GLUCOSE_SQL)
     assert again == first and again.usable
-    assert _parsed(first.sql_template, first.dialect) is shared
+    assert parsed_sql(first.sql_template, first.dialect) is shared
     assert shared.sql(dialect=first.dialect) == before == first.sql_template
 
 

@@ -2,7 +2,8 @@
 
 The code is for programs (the benchmark's miss causes, the API, audit); the sentence is for a
 researcher reading the run page, so it never shows Python values (`None`, `['first']`): it says what
-this question asks and what the verified question asks, in words.
+this question asks and what the verified question asks, in words. Each rule of `rules.RULES`
+refuses with one of these codes; a new rule adds its own here.
 """
 
 from __future__ import annotations
