@@ -72,6 +72,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "config.middleware.DatabaseUnavailableMiddleware",  # before the first middleware that reads the user
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "infra.audit.middleware.AuditContextMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -111,6 +112,20 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+# A connection pool per process (psycopg_pool through Django's OPTIONS["pool"]): a burst of requests
+# shares DATABASE_POOL_MAX_SIZE connections instead of opening one each until PostgreSQL refuses
+# ("too many clients": HTTP 500s); a request that waits DATABASE_POOL_TIMEOUT seconds for one gets
+# a 503 "busy, try again" (config/middleware.py). Size web processes x threads and workers x slots
+# under max_connections with it. DATABASE_POOL=0 turns it off (persistent connections instead).
+DATABASE_POOL = env_bool("DATABASE_POOL", True) and "postgresql" in DATABASES["default"]["ENGINE"]
+if DATABASE_POOL:
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps connections; Django must not
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": env_int("DATABASE_POOL_MIN_SIZE", 1),
+        # a worker slot holds its connection for the whole run: at least ASKDB_WORKER_CONCURRENCY
+        "max_size": env_int("DATABASE_POOL_MAX_SIZE", max(40, env_int("ASKDB_WORKER_CONCURRENCY", 32) + 8)),
+        "timeout": env_float("DATABASE_POOL_TIMEOUT", 10.0),
+    }
 _owner_url = env("DATABASE_OWNER_URL") or ("" if env("DATABASE_URL") else embedded.pg_dsn(embedded.APP_DB))
 DATABASE_OWNER = dj_database_url.parse(_owner_url) if _owner_url else None
 # The role granted after every migrate; empty when one role does everything (askdb.W010 then).
