@@ -74,6 +74,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "config.middleware.DatabaseUnavailableMiddleware",  # before the first middleware that reads the user
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "config.middleware.NulByteMiddleware",  # a NUL byte in any field: 400 with a sentence
     "infra.audit.middleware.AuditContextMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
