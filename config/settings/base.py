@@ -250,6 +250,8 @@ ASKDB_REAP_INTERVAL_SECONDS = env_int("ASKDB_REAP_INTERVAL_SECONDS", 30)
 # Which answered runs wait for a reviewer: "all", "low_confidence" (sampled candidates disagree, or
 # the answerability score is low) or "first_of_kind" (no approved example is close to the question).
 ASKDB_REVIEW_POLICY = env("ASKDB_REVIEW_POLICY", "all")
+# An API import of more pairs than this runs in a worker (HTTP 202 and a job to poll), not in the request.
+ASKDB_IMPORT_SYNC_MAX = env_int("ASKDB_IMPORT_SYNC_MAX", 200)
 ASKDB_EXAMPLES_K = env_int("ASKDB_EXAMPLES_K", 3)  # approved examples shown to the LLM as few-shot
 ASKDB_EXAMPLE_MIN_SIMILARITY = env_float("ASKDB_EXAMPLE_MIN_SIMILARITY", 0.45)  # cosine, question to example
 ASKDB_EXAMPLE_MERGE_SIMILARITY = env_float("ASKDB_EXAMPLE_MERGE_SIMILARITY", 0.9)  # with the same SQL: merged
