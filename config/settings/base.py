@@ -193,6 +193,42 @@ CELERY_BROKER_URL = env("CELERY_BROKER_URL") or embedded.redis_url(db=0)
 CELERY_RESULT_BACKEND = env("CELERY_RESULT_BACKEND") or (
     CELERY_BROKER_URL if env("CELERY_BROKER_URL") else embedded.redis_url(db=1)
 )
+
+
+# --- Cache --------------------------------------------------------------------------------
+# One cache for every process on every host (the API throttle counts across them): CACHE_URL, or
+# by default the broker's Redis in its own database (2). A non-Redis broker and no CACHE_URL: each
+# process keeps its own cache, and the API throttle counts per process.
+def _cache_url() -> str:
+    if env("CACHE_URL"):
+        return env("CACHE_URL")
+    broker = env("CELERY_BROKER_URL")
+    if not broker:
+        return f"unix://{embedded.paths().redis_socket}?db=2"
+    if broker.startswith("redis+socket://"):
+        return "unix://" + broker.removeprefix("redis+socket://").partition("?")[0] + "?db=2"
+    if broker.startswith(("redis://", "rediss://")):
+        base, _, _ = broker.partition("?")
+        scheme, _, rest = base.partition("://")
+        host = rest.split("/", 1)[0]
+        return f"{scheme}://{host}/2"
+    return ""
+
+
+CACHE_URL = _cache_url()
+CACHES = {
+    "default": (
+        {
+            "BACKEND": "config.cache.SharedRedisCache",
+            "LOCATION": CACHE_URL,
+            "KEY_PREFIX": "askdb",
+            "OPTIONS": {"socket_timeout": 2},
+        }
+        if CACHE_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
+
 # A run spends nearly all its time waiting on the LLM (and the clinical database), so a worker is
 # one process with a pool of threads: a waiting run costs a thread, not a process with its own
 # copy of the models. CPU-bound parts stay bounded: torch runs ASKDB_TORCH_THREADS threads and one
