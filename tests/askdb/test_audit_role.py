@@ -129,6 +129,8 @@ def test_the_app_role_cannot_shadow_the_audit_table_with_a_temporary_one(app_con
         "CREATE TEMPORARY TABLE askdb_auditevent (LIKE public.askdb_auditevent)",
         "CREATE TEMP TABLE anything (id int)",
         "CREATE TABLE pg_temp.askdb_auditevent (id int)",
+        "CREATE TEMP VIEW askdb_auditevent AS SELECT 1 AS id",
+        "CREATE FUNCTION pg_temp.now() RETURNS timestamptz LANGUAGE sql AS $$ SELECT '2001-01-01'::timestamptz $$",
     ):
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             app_connection.execute(sql)
