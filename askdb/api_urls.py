@@ -16,6 +16,7 @@ urlpatterns = [
     path("reviews/", apis.ReviewQueueApi.as_view(), name="review_queue"),
     path("examples/", apis.ExampleListApi.as_view(), name="example_list"),
     path("examples/import/", apis.ExampleImportApi.as_view(), name="example_import"),
+    path("examples/imports/<int:job_id>/", apis.ExampleImportJobApi.as_view(), name="example_import_job"),
     path("examples/<int:example_id>/", apis.ExampleDetailApi.as_view(), name="example_detail"),
     path("examples/<int:example_id>/retire/", apis.ExampleRetireApi.as_view(), name="example_retire"),
     path("examples/<int:example_id>/restore/", apis.ExampleRestoreApi.as_view(), name="example_restore"),

@@ -39,7 +39,7 @@ from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView, exception_handler
 
 from askdb import library_io, selectors
-from askdb.models import Example, Run
+from askdb.models import Example, ImportJob, Run
 from askdb.roles import LIBRARY_BROWSE_PERMS
 from askdb.serializers import (
     ErrorSerializer,
@@ -48,6 +48,7 @@ from askdb.serializers import (
     ExampleListFilterSerializer,
     ExampleSerializer,
     ExampleStatusInputSerializer,
+    ImportJobSerializer,
     ImportReportSerializer,
     QuestionSubmitInputSerializer,
     ResultPageQuerySerializer,
@@ -63,6 +64,7 @@ from askdb.serializers import (
 )
 from askdb.services.examples import example_set_status
 from askdb.services.exports import examples_import
+from askdb.services.imports import ImportQueueUnavailable, import_is_large, import_job_submit
 from askdb.services.reviews import review_approve, review_correct, review_flag
 from askdb.services.runs import QuestionError, QueueUnavailable, question_submit, run_cancel, run_retry
 from askdb.services.sql import ReviewError
@@ -522,14 +524,18 @@ class ExampleImportApi(ApiErrorsMixin, APIView):
         description=(
             "Each pair is validated against the catalog and (unless execute is false) run once; pairs "
             "that fail are listed with their error in `failed`, the others are added or merged into "
-            f"near-duplicates. Bodies over {library_io.MAX_UPLOAD_BYTES // 1024 // 1024} MB are refused (413)."
+            "near-duplicates. More pairs than ASKDB_IMPORT_SYNC_MAX are imported by a worker: the answer is "
+            "202 with a job to poll (its `url`) for progress and, once done, the same report. "
+            f"Bodies over {library_io.MAX_UPLOAD_BYTES // 1024 // 1024} MB are refused (413)."
         ),
         request=ExampleImportInputSerializer,
         responses={
             200: ImportReportSerializer,
+            202: ImportJobSerializer,
             400: ErrorSerializer,
             403: ErrorSerializer,
             413: ErrorSerializer,
+            503: ErrorSerializer,
         },
     )
     def post(self, request: Request) -> Response:
@@ -545,6 +551,18 @@ class ExampleImportApi(ApiErrorsMixin, APIView):
         except library_io.LibraryFormatError as exc:
             return _error(str(exc), status.HTTP_400_BAD_REQUEST)
         source = _source_or_400(data.validated_data.get("source"))
+        if import_is_large(items):  # minutes of work: a worker does it, the caller polls the job
+            try:
+                job = import_job_submit(
+                    source=source,
+                    items=items,
+                    approved_by=request.user,
+                    execute=data.validated_data["execute"],
+                )
+            except ImportQueueUnavailable as exc:
+                return _error(str(exc), status.HTTP_503_SERVICE_UNAVAILABLE)
+            body = ImportJobSerializer(job).data
+            return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Location": body["url"]})
         try:
             report = examples_import(
                 source=source, items=items, approved_by=request.user, execute=data.validated_data["execute"]
@@ -555,6 +573,21 @@ class ExampleImportApi(ApiErrorsMixin, APIView):
                 status.HTTP_503_SERVICE_UNAVAILABLE,
             )
         return Response(ImportReportSerializer(report).data)
+
+
+class ExampleImportJobApi(ApiErrorsMixin, APIView):
+    permission_classes = [IsAuthenticated, CanReview]
+
+    @extend_schema(
+        operation_id="examples_import_job",
+        summary="Progress and report of a large import",
+        responses={200: ImportJobSerializer, 404: ErrorSerializer},
+    )
+    def get(self, request: Request, job_id: int) -> Response:
+        job = ImportJob.objects.filter(pk=job_id).first()
+        if job is None:
+            return _error(f"No import job {job_id}.", status.HTTP_404_NOT_FOUND)
+        return Response(ImportJobSerializer(job).data)
 
 
 # --------------------------------------------------------------------------- tokens

@@ -111,7 +111,7 @@ def broker() -> Probe:
     return _timed(probe)
 
 
-def worker(timeout: float = 1.0) -> Probe:
+def worker(timeout: float = 2.0) -> Probe:
     """Up when some worker has a pool process that is really up. A worker whose main process
     answers while every pool process dies at start (it happened) can take no question."""
 
@@ -148,7 +148,13 @@ def public_health(report: dict) -> dict:
         "ok": report["ok"],
         "status": "ok" if report["ok"] and all(p["ok"] for p in parts.values()) else "degraded",
         "components": {name: "ok" if part["ok"] else "down" for name, part in parts.items()},
+        "down": report["down"],
     }
+
+
+# Without any of these no question is answered: a load balancer must see 503, not 200. A broker
+# with no worker consuming it takes questions that then wait forever, so the worker counts too.
+ESSENTIAL = ("app_database", "clinical_database", "broker", "worker")
 
 
 def system_health() -> dict:
@@ -160,9 +166,10 @@ def system_health() -> dict:
         "worker": worker(),
         "llm": llm(),
     }
-    essential = ("app_database", "clinical_database", "broker")
+    down = [name for name in ESSENTIAL if not parts[name].ok]
     return {
-        "ok": all(parts[name].ok for name in essential),
+        "ok": not down,
+        "down": down,
         "llm_configured": llm_configured(),
         **{name: probe.as_dict() for name, probe in parts.items()},
     }

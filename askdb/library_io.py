@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from infra.text import find_nul, nul_message
+
 MAX_UPLOAD_BYTES = 5 * 1024 * 1024  # a library of thousands of pairs is well under this
 FORMATS = ("json", "yaml")
 _NULL_SQL = ("", "null", "none")  # EHRSQL writes "null" for an unanswerable question
@@ -83,6 +85,12 @@ def parse_examples(data: bytes, filename: str) -> list[dict]:
     return items_from_list(raw, filename, where)
 
 
+def _refuse_nul(document: Any, origin: str) -> None:
+    found = find_nul(document, origin)
+    if found:
+        raise LibraryFormatError(nul_message(found))
+
+
 def items_from_list(raw: Any, origin: str, where: str = "item") -> list[dict]:
     """Items from an already-decoded list (the API's JSON body, or a parsed file), checked the same
     way: `origin` names where they came from in messages ("lib.json", "request")."""
@@ -90,6 +98,7 @@ def items_from_list(raw: Any, origin: str, where: str = "item") -> list[dict]:
         raise LibraryFormatError(f"{origin}: expected a list of examples, found {_kind(raw)}.")
     if not raw:
         raise LibraryFormatError(f"{origin} holds no examples.")
+    _refuse_nul(raw, origin)
     items = [_item(entry, n, origin, where) for n, entry in enumerate(raw, start=1)]
     _refuse_duplicate_ids(items, origin)
     return items
@@ -104,6 +113,8 @@ def parse_ehrsql(data_json: bytes, label_json: bytes) -> list[dict]:
     """
     data = _load_json(_decode(data_json, "data.json"), "data.json")
     labels = _load_json(_decode(label_json, "label.json"), "label.json")
+    _refuse_nul(data, "data.json")
+    _refuse_nul(labels, "label.json")
     if isinstance(data, dict) and "data" in data:
         data = data["data"]
     if not isinstance(data, list):

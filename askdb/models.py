@@ -328,3 +328,35 @@ class LibraryGeneration(models.Model):
 
     def __str__(self) -> str:
         return f"library of source {self.source_id}: examples {self.examples}, data {self.data}"
+
+
+class ImportJob(models.Model):
+    """A large example import, done by a worker (askdb.tasks.import_examples), not by the web
+    process: 20,000 pairs took minutes in the request. The API answers 202 with this job's URL;
+    `done` of `total` says how far it got, `report` what came of it."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "queued"
+        RUNNING = "running", "running"
+        SUCCEEDED = "succeeded", "succeeded"
+        FAILED = "failed", "failed"
+
+    source = models.ForeignKey("metadata_admin.ClinicalSource", on_delete=models.CASCADE, related_name="+")
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    execute = models.BooleanField(default=True)
+    items = models.JSONField(default=list, blank=True)  # the pairs to import; emptied once imported
+    total = models.PositiveIntegerField(default=0)
+    done = models.PositiveIntegerField(default=0)
+    report = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"import {self.pk}: {self.done} of {self.total} ({self.status})"

@@ -124,6 +124,23 @@ class ErrorSerializer(serializers.Serializer):
     fields = serializers.DictField(required=False, help_text="Per-field messages, on validation errors only.")
 
 
+class ImportJobSerializer(serializers.Serializer):
+    """A large import done by a worker: how far it got and, once done, its report."""
+
+    job = serializers.IntegerField(source="pk")
+    status = serializers.CharField()
+    done = serializers.IntegerField(help_text="Pairs checked so far.")
+    total = serializers.IntegerField()
+    report = serializers.DictField(help_text="created, merged, failed and summary, once succeeded.")
+    error = serializers.CharField(help_text="Why it failed, if it did.")
+    url = serializers.SerializerMethodField()
+
+    def get_url(self, job) -> str:
+        from django.urls import reverse
+
+        return reverse("api:example_import_job", args=[job.pk])
+
+
 class RunQueuedSerializer(serializers.Serializer):
     run = serializers.IntegerField()
     status = serializers.CharField()

@@ -14,6 +14,7 @@ from django.db import DatabaseError, connection, connections
 
 from askdb.answerability.tasks import answerability_train_task  # noqa: F401  (registered with the worker)
 from askdb.services.examples import example_embed, examples_revalidate, library_refresh, library_warm_up
+from askdb.services.imports import import_job_run
 from askdb.services.runs import run_execute
 from infra.providers.embeddings import get_embedder
 from metadata_admin.models import ClinicalSource
@@ -130,3 +131,12 @@ def embed_example(example_id: int) -> dict:
     if example is not None:  # its template key and masked vector stored now, not rebuilt by every question
         library_refresh(source=example.source)
     return {"example": example_id, "now": example.pk if example is not None else None}
+
+
+@shared_task(name="askdb.import_examples", acks_late=True, soft_time_limit=3600, time_limit=3660)
+def import_examples(job_id: int) -> dict:
+    """A large library import (askdb.services.imports), off the web process."""
+    job = import_job_run(job_id=job_id)
+    if job is None:
+        return {"job": job_id, "status": "missing"}
+    return {"job": job.pk, "status": job.status, "done": job.done}

@@ -5,6 +5,9 @@ import os
 
 from celery import Celery, bootsteps
 
+from config import broker
+
+broker.install()  # a worker survives a restart of Redis (see config/broker.py)
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 
 app = Celery("askdb")

@@ -257,6 +257,10 @@ def bootstrap_databases(home: Path | None = None) -> None:
         # an existing install is covered before its next data load.
         restrict_functions(conn, READER_ROLE)
     with psycopg.connect(pg_dsn(APP_DB, home=home), autocommit=True) as conn:
+        # No temporary tables for the app role (one named askdb_auditevent would shadow the audit
+        # log for its session); infra/audit/database_roles.py repeats this after every migrate.
+        conn.execute(f'REVOKE TEMPORARY ON DATABASE "{APP_DB}" FROM PUBLIC')
+        conn.execute(f'REVOKE TEMPORARY ON DATABASE "{APP_DB}" FROM "{APP_ROLE}"')
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
 

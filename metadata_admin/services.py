@@ -62,8 +62,17 @@ def source_register(
     as_of: dt.datetime | None = None,
     description: str = "",
     actor=None,
+    replace: bool = True,
 ) -> ClinicalSource:
-    """Register (or update) a clinical source; the connection is tested before it is saved."""
+    """Register (or update) a clinical source; the connection is tested before it is saved.
+
+    replace=False refuses a name already registered (ValueError with the sentence to show): the
+    `add_source` command asks for --replace, so a typo cannot silently repoint a live source."""
+    if not replace and ClinicalSource.objects.filter(name=name).exists():
+        raise ValueError(
+            f"a clinical source named {name!r} already exists; pass --replace to point it at {url!r}"
+            " (its catalog, library and history stay with it)"
+        )
     engine = ClinicalSource.Engine.SQLITE if url.startswith("sqlite:") else ClinicalSource.Engine.POSTGRESQL
     probe = ClinicalSource(name=name, url=url, engine=engine)
     executor_for(probe.resolved_url(), engine=engine).ping()  # raises ExecutionError with a clear line

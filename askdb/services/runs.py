@@ -23,6 +23,7 @@ from askdb.services.sql import ReviewError, sql_check
 from infra.audit.services import audit_record
 from infra.providers.llm import get_chat_model
 from infra.queue import task_send
+from infra.text import nul_message
 from metadata_admin.selectors import catalog_snapshot
 from metadata_admin.services import source_get
 
@@ -56,6 +57,8 @@ class QueueUnavailable(RuntimeError):
 def _clean_question(text: str) -> str:
     if not isinstance(text, str):
         raise QuestionError("The question must be text.")
+    if "\x00" in text:  # refused, not silently dropped: the asker should know what was sent
+        raise QuestionError(nul_message("The question"))
     cleaned = " ".join("".join(ch for ch in text if ch.isprintable() or ch.isspace()).split())
     if len(cleaned) < 3:
         raise QuestionError("Please type a question (at least a few words).")

@@ -72,7 +72,9 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "config.middleware.DatabaseUnavailableMiddleware",  # before the first middleware that reads the user
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "config.middleware.NulByteMiddleware",  # a NUL byte in any field: 400 with a sentence
     "infra.audit.middleware.AuditContextMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -111,6 +113,20 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+# A connection pool per process (psycopg_pool through Django's OPTIONS["pool"]): a burst of requests
+# shares DATABASE_POOL_MAX_SIZE connections instead of opening one each until PostgreSQL refuses
+# ("too many clients": HTTP 500s); a request that waits DATABASE_POOL_TIMEOUT seconds for one gets
+# a 503 "busy, try again" (config/middleware.py). Size web processes x threads and workers x slots
+# under max_connections with it. DATABASE_POOL=0 turns it off (persistent connections instead).
+DATABASE_POOL = env_bool("DATABASE_POOL", True) and "postgresql" in DATABASES["default"]["ENGINE"]
+if DATABASE_POOL:
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps connections; Django must not
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": env_int("DATABASE_POOL_MIN_SIZE", 1),
+        # a worker slot holds its connection for the whole run: at least ASKDB_WORKER_CONCURRENCY
+        "max_size": env_int("DATABASE_POOL_MAX_SIZE", max(40, env_int("ASKDB_WORKER_CONCURRENCY", 32) + 8)),
+        "timeout": env_float("DATABASE_POOL_TIMEOUT", 10.0),
+    }
 _owner_url = env("DATABASE_OWNER_URL") or ("" if env("DATABASE_URL") else embedded.pg_dsn(embedded.APP_DB))
 DATABASE_OWNER = dj_database_url.parse(_owner_url) if _owner_url else None
 # The role granted after every migrate; empty when one role does everything (askdb.W010 then).
@@ -177,6 +193,42 @@ CELERY_BROKER_URL = env("CELERY_BROKER_URL") or embedded.redis_url(db=0)
 CELERY_RESULT_BACKEND = env("CELERY_RESULT_BACKEND") or (
     CELERY_BROKER_URL if env("CELERY_BROKER_URL") else embedded.redis_url(db=1)
 )
+
+
+# --- Cache --------------------------------------------------------------------------------
+# One cache for every process on every host (the API throttle counts across them): CACHE_URL, or
+# by default the broker's Redis in its own database (2). A non-Redis broker and no CACHE_URL: each
+# process keeps its own cache, and the API throttle counts per process.
+def _cache_url() -> str:
+    if env("CACHE_URL"):
+        return env("CACHE_URL")
+    broker = env("CELERY_BROKER_URL")
+    if not broker:
+        return f"unix://{embedded.paths().redis_socket}?db=2"
+    if broker.startswith("redis+socket://"):
+        return "unix://" + broker.removeprefix("redis+socket://").partition("?")[0] + "?db=2"
+    if broker.startswith(("redis://", "rediss://")):
+        base, _, _ = broker.partition("?")
+        scheme, _, rest = base.partition("://")
+        host = rest.split("/", 1)[0]
+        return f"{scheme}://{host}/2"
+    return ""
+
+
+CACHE_URL = _cache_url()
+CACHES = {
+    "default": (
+        {
+            "BACKEND": "config.cache.SharedRedisCache",
+            "LOCATION": CACHE_URL,
+            "KEY_PREFIX": "askdb",
+            "OPTIONS": {"socket_timeout": 2},
+        }
+        if CACHE_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
+
 # A run spends nearly all its time waiting on the LLM (and the clinical database), so a worker is
 # one process with a pool of threads: a waiting run costs a thread, not a process with its own
 # copy of the models. CPU-bound parts stay bounded: torch runs ASKDB_TORCH_THREADS threads and one
@@ -234,6 +286,8 @@ ASKDB_REAP_INTERVAL_SECONDS = env_int("ASKDB_REAP_INTERVAL_SECONDS", 30)
 # Which answered runs wait for a reviewer: "all", "low_confidence" (sampled candidates disagree, or
 # the answerability score is low) or "first_of_kind" (no approved example is close to the question).
 ASKDB_REVIEW_POLICY = env("ASKDB_REVIEW_POLICY", "all")
+# An API import of more pairs than this runs in a worker (HTTP 202 and a job to poll), not in the request.
+ASKDB_IMPORT_SYNC_MAX = env_int("ASKDB_IMPORT_SYNC_MAX", 200)
 ASKDB_EXAMPLES_K = env_int("ASKDB_EXAMPLES_K", 3)  # approved examples shown to the LLM as few-shot
 ASKDB_EXAMPLE_MIN_SIMILARITY = env_float("ASKDB_EXAMPLE_MIN_SIMILARITY", 0.45)  # cosine, question to example
 ASKDB_EXAMPLE_MERGE_SIMILARITY = env_float("ASKDB_EXAMPLE_MERGE_SIMILARITY", 0.9)  # with the same SQL: merged

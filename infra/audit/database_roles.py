@@ -2,8 +2,8 @@
 
 The owner role owns the tables and runs migrations; the runtime role (web, worker, commands)
 gets DML on the app's tables but only SELECT and INSERT on the audit table, no TRUNCATE, no
-ownership (so no ALTER TABLE … DISABLE TRIGGER) and no superuser (so no
-session_replication_role). The grants are re-applied after every migrate, so new tables are
+ownership (so no ALTER TABLE … DISABLE TRIGGER), no superuser (so no session_replication_role)
+and no temporary tables (so nothing shadows the audit table). The grants are re-applied after every migrate, so new tables are
 covered and the audit table's privileges cannot drift.
 """
 
@@ -48,6 +48,15 @@ def grant_runtime_role(using: str = DEFAULT_DB_ALIAS) -> bool:
             f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {app}",
             f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {schema} TO {app}",
             f"REVOKE UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON {AUDIT_TABLE} FROM {app}, PUBLIC",
+        ):
+            cur.execute(statement)
+        # No temporary tables: pg_temp comes first on the search path, so a temporary
+        # askdb_auditevent would shadow the real one for the session (and take its "audit rows").
+        cur.execute("SELECT current_database()")
+        database = _quote(conn, cur.fetchone()[0])
+        for statement in (
+            f"REVOKE TEMPORARY ON DATABASE {database} FROM PUBLIC",
+            f"REVOKE TEMPORARY ON DATABASE {database} FROM {app}",
         ):
             cur.execute(statement)
     return True

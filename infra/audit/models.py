@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import Now
 
 
 class AuditEventQuerySet(models.QuerySet):
@@ -21,7 +22,9 @@ class AuditEvent(models.Model):
     too, so not even a bug or a shell session can rewrite history.
     """
 
-    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # The database's clock, never the caller's: a default of now() and a trigger that sets it on
+    # every insert, whatever the INSERT says (migration 0003).
+    at = models.DateTimeField(db_default=Now(), db_index=True, editable=False)
     # A user with audit events cannot be deleted (the rows may not change): deactivate them.
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"

@@ -20,8 +20,13 @@ def audit_event(
     """One audit event, not yet saved: `audit_record_many` writes a bulk operation's events in
     one statement (an import of thousands of pairs records every one of them)."""
     request = current_request()
-    if actor is None and request is not None:  # changes made through a page (the admin) name who made them
-        actor = getattr(request, "user", None)
+    if request is not None:
+        # In a request the actor is whoever its session (or API token) signed in, whatever the
+        # caller says: a bug or a hostile caller cannot write an event in someone else's name.
+        # The caller's actor counts only outside requests (workers, commands) or before sign-in.
+        signed_in = getattr(request, "user", None)
+        if getattr(signed_in, "is_authenticated", False):
+            actor = signed_in
     if ip is None and request is not None:
         ip = request.META.get("REMOTE_ADDR")
     target_type = target_id = ""

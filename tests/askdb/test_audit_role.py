@@ -121,3 +121,60 @@ def test_migrate_reapplies_the_grants(app_connection):
         "SELECT has_table_privilege('askdb_auditevent', 'DELETE'), has_table_privilege('askdb_auditevent', 'TRUNCATE')"
     ).fetchone()
     assert can == (False, False)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_app_role_cannot_shadow_the_audit_table_with_a_temporary_one(app_connection):
+    for sql in (
+        "CREATE TEMPORARY TABLE askdb_auditevent (LIKE public.askdb_auditevent)",
+        "CREATE TEMP TABLE anything (id int)",
+        "CREATE TABLE pg_temp.askdb_auditevent (id int)",
+        "CREATE TEMP VIEW askdb_auditevent AS SELECT 1 AS id",
+        "CREATE FUNCTION pg_temp.now() RETURNS timestamptz LANGUAGE sql AS $$ SELECT '2001-01-01'::timestamptz $$",
+    ):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            app_connection.execute(sql)
+    assert not app_connection.execute(
+        "SELECT has_database_privilege(current_database(), 'TEMPORARY')"
+    ).fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_embedded_app_database_grants_no_temporary_tables():
+    with psycopg.connect(embedded.pg_dsn(embedded.APP_DB, user=embedded.APP_ROLE), autocommit=True) as conn:
+        assert not conn.execute("SELECT has_database_privilege(current_database(), 'TEMPORARY')").fetchone()[
+            0
+        ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_audit_rows_take_their_time_and_actor_name_from_the_database_not_the_insert(app_connection):
+    rita = make_user("rita", RESEARCHER)
+    app_connection.execute(
+        "INSERT INTO askdb_auditevent (at, actor_id, actor_name, action, target_type, target_id, message, detail)"
+        " VALUES ('2001-01-01T00:00:00Z', %s, 'root', 'test.forged', '', '', '', '{}')",
+        (rita.pk,),
+    )
+    db_now = app_connection.execute("SELECT now()").fetchone()[0]
+    event = AuditEvent.objects.get(action="test.forged")
+    assert event.actor_name == "rita"  # the user behind actor_id, not the name the INSERT gave
+    assert abs((event.at - db_now).total_seconds()) < 3600 and event.at.year != 2001
+    # Django's own writes too: `at` comes back from the database
+    saved = audit_record(action="test.saved", actor=rita)
+    assert saved.at is not None and saved.at == AuditEvent.objects.get(pk=saved.pk).at
+
+
+@pytest.mark.django_db
+def test_in_a_request_the_actor_is_the_signed_in_user_whatever_the_caller_names(rf):
+    from infra.audit.middleware import _request
+
+    rita, root = make_user("rita", RESEARCHER), make_user("root", ADMIN)
+    request = rf.get("/")
+    request.user = rita
+    token = _request.set(request)
+    try:
+        event = audit_record(action="test.named", actor=root)
+    finally:
+        _request.reset(token)
+    assert (event.actor, event.actor_name) == (rita, "rita")
+    assert audit_record(action="test.worker", actor=root).actor == root  # outside a request: as named
