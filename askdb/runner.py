@@ -41,7 +41,14 @@ class DjangoPorts:
     """What the pipeline needs from the world, for one source."""
 
     def __init__(
-        self, source: ClinicalSource, *, chat, timeout_s: float, row_cap: int, run: Run | None = None
+        self,
+        source: ClinicalSource,
+        *,
+        chat,
+        timeout_s: float,
+        row_cap: int,
+        run: Run | None = None,
+        sensitive: bool = False,
     ):
         self.source = source
         self.run = run  # for the audit of the SQL it executes
@@ -49,8 +56,16 @@ class DjangoPorts:
         self.embedder = get_embedder()
         # The catalog as of this run, loaded once per catalog change (not per question).
         self.snapshot = catalog_snapshot(source)
-        # "now" is the source's as-of time (shown in provenance)
+        # "now" is the source's as-of time (shown in provenance). askdb's own reads (the library's
+        # values, probes, value lookups) use the source's reader; the SQL written for the question
+        # is planned and run by the asker's tier (`sensitive`: they may read sensitive columns), so
+        # the database itself refuses a sensitive column to someone without view_sensitive.
         self.executor = source_executor(source, schemas=self.snapshot.schemas)
+        self.question_executor = (
+            self.executor
+            if sensitive
+            else source_executor(source, schemas=self.snapshot.schemas, sensitive=False)
+        )
         self._catalog = self.snapshot.schema
         self.timeout_s = timeout_s
         self.row_cap = row_cap
@@ -173,7 +188,7 @@ class DjangoPorts:
         actor = self.run.question.user if self.run is not None else None
         start = time.perf_counter()
         try:
-            self.executor.explain(sql, timeout_s=min(self.timeout_s, 10))
+            self.question_executor.explain(sql, timeout_s=min(self.timeout_s, 10))
         except ExecutionError as exc:
             with relaxed_commit():
                 audit_sql_executed(actor=actor, source=self.source, sql=sql, purpose="explain", rows=None,
@@ -212,7 +227,7 @@ class DjangoPorts:
     def _run_sql(self, sql: str):
         """The result, or the ExecutionError; touches no Django connection (runs in any thread)."""
         try:
-            return self.executor.execute(
+            return self.question_executor.execute(
                 sql, timeout_s=self.timeout_s, row_cap=self.row_cap, max_bytes=settings.ASKDB_RESULT_MAX_BYTES
             )
         except ExecutionError as exc:

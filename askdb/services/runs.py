@@ -169,7 +169,8 @@ def run_execute(*, run_id: int, worker: str = ""):
     recorder = DjangoRecorder(run)
     try:
         chat = get_chat_model()
-        ports = DjangoPorts(source, chat=chat, timeout_s=config.timeout_s, row_cap=config.row_cap, run=run)
+        ports = DjangoPorts(source, chat=chat, timeout_s=config.timeout_s, row_cap=config.row_cap, run=run,
+                            sensitive=config.privacy.sensitive_allowed)  # fmt: skip
         try:
             outcome = Pipeline(ports, recorder, config).run(
                 PipelineRequest(

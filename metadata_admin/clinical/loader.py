@@ -30,7 +30,7 @@ import sys
 import time
 import zipfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -597,13 +597,21 @@ def add_constraints(dsn: str) -> list[ConstraintResult]:
     return results
 
 
-def grant_read(dsn: str, role: str) -> None:
-    """Let `role` read every table of both schemas, now and after any reload; nothing more.
+def grant_read(dsn: str, role: str, *, hidden: Collection[str] = (), introspects: bool = True) -> None:
+    """Let `role` read every column of both schemas except `hidden` ("schema.table.column"); nothing more.
 
-    Default privileges cover tables this (loading) role creates later, e.g. a table rebuilt by a
-    reload. Write privileges are revoked explicitly in case someone granted them by hand.
+    Column privileges, never a table-wide SELECT: the database itself then refuses a hidden column
+    however a query names it (`SELECT dod`, `p::text`, `row_to_json(p)`, `(p).dod`, `SELECT *`),
+    and system columns (ctid, xmin, …) are refused to every tier, since only a table-wide SELECT
+    grants them. Re-running it replaces the role's grants with exactly these: its SELECT is revoked
+    (table and column privileges alike) and granted again in one transaction, so a column flagged
+    sensitive since the last run is taken away. A table created later is readable by nobody until
+    the next run (no default privileges: closed until the catalog says otherwise).
+
+    `introspects`: the role reads the few catalogs askdb's introspection needs (restrict_catalogs).
     """
     r = sql.Identifier(role)
+    hidden = {h.lower() for h in hidden}
     with _connect(dsn) as conn, conn.transaction():
         conn.execute(
             sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(sql.Identifier(conn.info.dbname), r)
@@ -614,16 +622,95 @@ def grant_read(dsn: str, role: str) -> None:
             conn.execute(sql.SQL("REVOKE CREATE ON SCHEMA {} FROM {}").format(s, r))
             conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(s, r))
             conn.execute(
-                sql.SQL(
-                    "REVOKE INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER "
-                    "ON ALL TABLES IN SCHEMA {} FROM {}"
-                ).format(s, r)
-            )
-            conn.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(s, r))
+                sql.SQL("REVOKE ALL ON ALL TABLES IN SCHEMA {} FROM {}").format(s, r)
+            )  # table-wide and column privileges alike
             conn.execute(
-                sql.SQL("ALTER DEFAULT PRIVILEGES IN SCHEMA {} GRANT SELECT ON TABLES TO {}").format(s, r)
+                sql.SQL("ALTER DEFAULT PRIVILEGES IN SCHEMA {} REVOKE SELECT ON TABLES FROM {}").format(s, r)
             )
+        for (schema_name, table_name), columns in _relations(conn).items():
+            visible = [c for c in columns if f"{schema_name}.{table_name}.{c}".lower() not in hidden]
+            if visible:
+                conn.execute(
+                    sql.SQL("GRANT SELECT ({}) ON {} TO {}").format(
+                        sql.SQL(", ").join(map(sql.Identifier, visible)),
+                        sql.Identifier(schema_name, table_name),
+                        r,
+                    )
+                )
+    with _connect(dsn) as conn:
         restrict_functions(conn, role)
+        restrict_catalogs(conn, role, introspects=introspects)
+
+
+def grant_tiers(dsn: str, tiers: Mapping[str, Collection[str]]) -> None:
+    """One reader role per access tier: `tiers` maps each role to the columns hidden from it
+    ("schema.table.column"), e.g. {"askdb_reader": (), "askdb_reader_restricted": sensitive}."""
+    for role, hidden in tiers.items():
+        grant_read(dsn, role, hidden=hidden)
+
+
+def _relations(conn: psycopg.Connection) -> dict[tuple[str, str], list[str]]:
+    """Every table, view and materialised view of the clinical schemas, with its columns in order."""
+    rows = conn.execute(
+        "SELECT n.nspname, c.relname, a.attname FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
+        "WHERE n.nspname = ANY(%s) AND c.relkind IN ('r', 'p', 'v', 'm', 'f') ORDER BY 1, 2, a.attnum",
+        (list(schema.SCHEMAS),),
+    ).fetchall()
+    out: dict[tuple[str, str], list[str]] = {}
+    for schema_name, table_name, column in rows:
+        out.setdefault((schema_name, table_name), []).append(column)
+    return out
+
+
+# The catalog columns askdb's own introspection reads as a reader (PostgresExecutor.tables, the
+# health probe): every other table and view of pg_catalog and information_schema is revoked from
+# PUBLIC in the clinical database, and these are granted back column by column, so that a query
+# that slips past validation cannot list roles (pg_roles, pg_user, pg_auth_members), grants
+# (information_schema.role_table_grants, table_privileges, pg_class.relacl, pg_attribute.attacl),
+# databases, settings or other sessions. What PostgreSQL cannot take away: functions that read the
+# catalogs without a privilege check (has_*_privilege, pg_get_*def, format_type, to_regclass,
+# current_user, version()), which validation refuses by allow-list; and the names of the schemas,
+# tables and columns (granted here: askdb's catalog shows them to its users anyway).
+INTROSPECTION_COLUMNS = {
+    "pg_class": ("oid", "relname", "relnamespace", "relkind", "reltuples"),
+    "pg_namespace": ("oid", "nspname"),
+    "pg_attribute": ("attrelid", "attnum", "attname", "atttypid", "atttypmod", "attnotnull", "attisdropped"),
+    "pg_constraint": ("conrelid", "conname", "contype", "conkey", "confrelid", "confkey"),
+}
+
+
+def restrict_catalogs(conn: psycopg.Connection, role: str, *, introspects: bool) -> bool:
+    """Revoke SELECT on pg_catalog's and information_schema's tables and views from PUBLIC (and
+    `role`) in this database; give INTROSPECTION_COLUMNS back to `role` when it `introspects`.
+
+    Needs a superuser (the catalogs' owner); without one it logs a warning, changes nothing and
+    returns False, and the README's production steps apply. Other non-superuser roles that connect
+    to the clinical database lose catalog access too: grant them what they need by name.
+    """
+    r = sql.Identifier(role)
+    try:
+        with conn.transaction():
+            for catalog_schema in ("pg_catalog", "information_schema"):
+                conn.execute(
+                    sql.SQL("REVOKE SELECT ON ALL TABLES IN SCHEMA {} FROM PUBLIC, {}").format(
+                        sql.Identifier(catalog_schema), r
+                    )
+                )
+            if introspects:
+                for catalog, columns in INTROSPECTION_COLUMNS.items():
+                    conn.execute(
+                        sql.SQL("GRANT SELECT ({}) ON {} TO {}").format(
+                            sql.SQL(", ").join(map(sql.Identifier, columns)),
+                            sql.Identifier("pg_catalog", catalog),
+                            r,
+                        )
+                    )
+    except psycopg.errors.InsufficientPrivilege as exc:
+        logger.warning("could not restrict the catalogs for %s: %s (see README, Database roles)", role, exc)
+        return False
+    return True
 
 
 # Functions and views no generated query needs that let one session reach another or the server:
