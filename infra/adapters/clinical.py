@@ -464,6 +464,10 @@ _SQLITE_LIMITS = (
 )
 
 
+# Operators SQLite runs as functions, so the authorizer is asked about them by these names.
+_SQLITE_OPERATOR_FUNCTIONS = frozenset({"like", "glob", "->", "->>"})
+
+
 class SqliteAuthorizer:
     """SQLite's authorizer callback (sqlite3.Connection.set_authorizer) for generated SQL.
 
@@ -492,8 +496,11 @@ class SqliteAuthorizer:
         if action == sqlite3.SQLITE_READ:
             table, column = (arg1 or "").lower(), (arg2 or "").lower()
             columns = self.readable.get(table)
-            # An empty column name: the table is read for its rows alone (count(*)).
-            if columns is not None and (column == "" or column in columns):
+            if columns is not None and column in columns:
+                return sqlite3.SQLITE_OK
+            # An empty column name: rows are counted, no value is read (count(*) over a table or a
+            # CTE, whose name is not a table's); never of SQLite's own tables.
+            if column == "" and not table.startswith("sqlite_"):
                 return sqlite3.SQLITE_OK
             return self._deny(f"reading {table}.{column}" if column else f"reading {table}")
         if action == sqlite3.SQLITE_FUNCTION:
@@ -562,7 +569,7 @@ class SqliteExecutor:
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max(int(max_bytes), 1024))
         for limit, value in _SQLITE_LIMITS:
             conn.setlimit(limit, value)
-        authorizer = SqliteAuthorizer(readable, allowed_functions("sqlite"))
+        authorizer = SqliteAuthorizer(readable, allowed_functions("sqlite") | _SQLITE_OPERATOR_FUNCTIONS)
         conn.set_authorizer(authorizer)
         return conn, authorizer
 
@@ -572,9 +579,8 @@ class SqliteExecutor:
             return ExecutionError(
                 "the query needed more memory than allowed; select less or aggregate", code="resource_limit"
             )
-        if "not authorized" in str(exc) or "prohibited" in str(exc):
-            what = authorizer.denied[-1] if authorizer.denied else str(exc)
-            return ExecutionError(f"not permitted: {what} ({exc})", code="permission")
+        if authorizer.denied:  # SQLite words it "not authorized", "… is prohibited", "authorization denied"
+            return ExecutionError(f"not permitted: {authorizer.denied[-1]} ({exc})", code="permission")
         if "too big" in str(exc) or "out of memory" in str(exc):
             return ExecutionError(
                 f"the query built a value larger than allowed ({exc}); select less or aggregate",
