@@ -41,7 +41,7 @@ DEFAULT_RESULT_MAX_BYTES = int(os.environ.get("ASKDB_RESULT_MAX_BYTES") or 20 * 
 # The server-side byte check: a running sum of pg_column_size over the result's rows, and a cast that
 # fails with this marker (and the sum) as soon as it passes the cap, before that row is sent.
 _TOO_LARGE = "askdb_result_too_large"
-_BYTES_COLUMN = "askdb_bytes_5f3c"
+_BYTES_COLUMN = "askdb_bytes"
 # Rows fetched per round trip at first; later batches are sized to the bytes still allowed.
 _FIRST_BATCH = 100
 
@@ -151,6 +151,7 @@ def _byte_capped(sql: str, max_bytes: int, *, limit: int | None = None) -> psql.
     `limit` stops the wrapped query after that many rows (the rows before a crossing, re-read).
     Newlines around `sql`: a trailing comment in it must not swallow the closing parenthesis."""
     body = sql.strip().rstrip(";").rstrip()
+    column = f"{_BYTES_COLUMN}_{uuid.uuid4().hex[:12]}"  # a name no query can already use
     return psql.SQL(
         "SELECT * FROM (SELECT askdb_q.*, sum(pg_column_size(askdb_q)) OVER askdb_run AS {col}, "
         "count(*) OVER askdb_run AS {n} FROM (\n{body}\n) AS askdb_q "
@@ -158,8 +159,8 @@ def _byte_capped(sql: str, max_bytes: int, *, limit: int | None = None) -> psql.
         "WHERE CASE WHEN askdb_w.{col} <= {cap} THEN true "
         "ELSE ({marker} || askdb_w.{n})::int IS NULL END{limit}"
     ).format(
-        col=psql.Identifier(_BYTES_COLUMN),
-        n=psql.Identifier(_BYTES_COLUMN + "_n"),
+        col=psql.Identifier(column),
+        n=psql.Identifier(column + "_n"),
         body=psql.SQL(body),
         cap=psql.Literal(int(max_bytes)),
         marker=psql.Literal(_TOO_LARGE + " "),
