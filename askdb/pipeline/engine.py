@@ -399,10 +399,19 @@ class Pipeline:
 
     def _answered(self, req: PipelineRequest, sql: str, result, gate: tuple[str, str], **extra) -> Outcome:
         cfg = self.config
-        outcome = Outcome("succeeded", "answered" if result.row_count else "no_rows", sql=sql, result=result,
+        # A result cut to no row (only the byte cap can: the row cap is at least 1) is not an empty
+        # answer, and says it was cut.
+        cut = not result.row_count and result.truncated
+        code = "answered" if result.row_count else "result_cut" if cut else "no_rows"
+        outcome = Outcome("succeeded", code, sql=sql, result=result,
                           gate_category=gate[0], gate_reason=gate[1], privacy=getattr(result, "privacy", {}),
                           **extra)  # fmt: skip
-        if not result.row_count:
+        if cut:
+            outcome.message = (
+                "The query ran, but its result was cut before the first row: that row alone is over the "
+                "limit on result size. Select fewer or narrower columns, or aggregate."
+            )
+        elif not result.row_count:
             outcome.message = "The query ran and returned no rows: nothing in the data matches."
         with self._stage("summarize") as st:
             if not cfg.summarize or self.ports.chat is None:

@@ -334,7 +334,8 @@ def run_pick_candidate(*, run, user, group: int):
         run.result_rows = [list(r) for r in result.rows]
         run.result_truncated = result.truncated
         run.row_count = result.row_count
-        run.outcome = "answered" if result.row_count else "no_rows"
+        cut = not result.row_count and result.truncated  # by the byte cap: the row cap is at least 1
+        run.outcome = "answered" if result.row_count else "result_cut" if cut else "no_rows"
         run.candidates = {**run.candidates, "picked": group}
         members = len(groups[group].get("members") or [])
         run.message = (
