@@ -57,9 +57,9 @@ class DjangoPorts:
         # The catalog as of this run, loaded once per catalog change (not per question).
         self.snapshot = catalog_snapshot(source)
         # "now" is the source's as-of time (shown in provenance). askdb's own reads (the library's
-        # values, probes, value lookups) use the source's reader; the SQL written for the question
-        # is planned and run by the asker's tier (`sensitive`: they may read sensitive columns), so
-        # the database itself refuses a sensitive column to someone without view_sensitive.
+        # values, probes, value lookups, planning) use the source's reader; the SQL written for the
+        # question runs as the asker's tier (`sensitive`: they may read sensitive columns), so the
+        # database itself refuses a sensitive column to someone without view_sensitive.
         self.executor = source_executor(source, schemas=self.snapshot.schemas)
         self.question_executor = (
             self.executor
@@ -188,7 +188,10 @@ class DjangoPorts:
         actor = self.run.question.user if self.run is not None else None
         start = time.perf_counter()
         try:
-            self.question_executor.explain(sql, timeout_s=min(self.timeout_s, 10))
+            # Planned as askdb's reader: planning returns nothing (no rows, no plan text), and a
+            # sensitive column then meets the privacy rules, which refuse it with a sentence; the
+            # asker's tier is what runs it (execute), where the database refuses it if they miss.
+            self.executor.explain(sql, timeout_s=min(self.timeout_s, 10))
         except ExecutionError as exc:
             with relaxed_commit():
                 audit_sql_executed(actor=actor, source=self.source, sql=sql, purpose="explain", rows=None,

@@ -508,19 +508,30 @@ class SqliteAuthorizer:
             if (arg2 or "").lower() in self.functions:
                 return sqlite3.SQLITE_OK
             return self._deny(f"the function {arg2}()")
-        return self._deny(_SQLITE_ACTIONS.get(action, f"action {action}"))
+        what = _SQLITE_ACTIONS.get(action, f"action {action}")
+        return self._deny(f"{what} {arg1}" if arg1 and action != sqlite3.SQLITE_PRAGMA else what)
 
     def _deny(self, what: str) -> int:
         self.denied.append(what)
         return sqlite3.SQLITE_DENY
 
 
+# What each authorizer action code means (sqlite3's error codes share its integers, so not from dir()).
 _SQLITE_ACTIONS = {
-    getattr(sqlite3, name): name.removeprefix("SQLITE_").replace("_", " ").lower()
-    for name in dir(sqlite3)
-    if name.startswith("SQLITE_")
-    and isinstance(getattr(sqlite3, name), int)
-    and not name.startswith(("SQLITE_LIMIT", "SQLITE_OK", "SQLITE_DENY", "SQLITE_IGNORE"))
+    code: name
+    for name, code in (
+        (n.removeprefix("SQLITE_").replace("_", " ").lower(), getattr(sqlite3, n, None))
+        for n in (
+            "SQLITE_CREATE_INDEX SQLITE_CREATE_TABLE SQLITE_CREATE_TEMP_INDEX SQLITE_CREATE_TEMP_TABLE "
+            "SQLITE_CREATE_TEMP_TRIGGER SQLITE_CREATE_TEMP_VIEW SQLITE_CREATE_TRIGGER SQLITE_CREATE_VIEW "
+            "SQLITE_DELETE SQLITE_DROP_INDEX SQLITE_DROP_TABLE SQLITE_DROP_TEMP_INDEX SQLITE_DROP_TEMP_TABLE "
+            "SQLITE_DROP_TEMP_TRIGGER SQLITE_DROP_TEMP_VIEW SQLITE_DROP_TRIGGER SQLITE_DROP_VIEW SQLITE_INSERT "
+            "SQLITE_PRAGMA SQLITE_READ SQLITE_SELECT SQLITE_TRANSACTION SQLITE_UPDATE SQLITE_ATTACH "
+            "SQLITE_DETACH SQLITE_ALTER_TABLE SQLITE_REINDEX SQLITE_ANALYZE SQLITE_CREATE_VTABLE "
+            "SQLITE_DROP_VTABLE SQLITE_FUNCTION SQLITE_SAVEPOINT SQLITE_RECURSIVE"
+        ).split()
+    )
+    if code is not None
 }
 
 
