@@ -5,7 +5,10 @@ says so. Real PostgreSQL, the real openai client against the scripted server."""
 
 from __future__ import annotations
 
+from io import StringIO
+
 import pytest
+from django.core.management import call_command
 
 from askdb.models import Run
 from askdb.pipeline.engine import ExecutionFailure
@@ -85,3 +88,13 @@ def test_a_result_cut_before_its_first_row_says_so(source, scripted_llm, setting
     assert run.status == Run.Status.SUCCEEDED, run.message
     assert (run.outcome, run.row_count, run.result_truncated) == ("result_cut", 0, True)
     assert "cut before the first row" in run.message and "nothing in the data matches" not in run.message
+
+
+def test_grant_readers_command_grants_both_tiers(source):
+    out = StringIO()
+    call_command("grant_readers", stdout=out)
+    flagged = ColumnDoc.objects.filter(table__source=source, sensitive=True).count()
+    assert out.getvalue().splitlines() == [
+        "askdb_reader: every column",
+        f"askdb_reader_restricted: every column but {flagged} sensitive",
+    ]
