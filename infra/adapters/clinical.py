@@ -455,7 +455,7 @@ class PostgresExecutor:
 
 
 # SQLite limits on the connections that run generated SQL. LENGTH caps any string, blob or row the
-# engine builds (printf('%.*c', 500000000, 'x') fails instead of taking 500 MB); no database may be
+# engine builds (printf('%.*c', 500000000, 'x') gives NULL instead of taking 500 MB); no database may be
 # attached; a statement's text is at most 1 MB. The heap limit is the whole process's SQLite heap
 # (sqlite3_hard_heap_limit64), a backstop for everything else: past it a query fails "out of memory".
 SQLITE_HEAP_LIMIT = int(os.environ.get("ASKDB_SQLITE_HEAP_LIMIT") or 512 * 1024 * 1024)
