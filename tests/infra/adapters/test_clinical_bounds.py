@@ -120,3 +120,15 @@ def test_the_wrapper_keeps_the_query_as_written(reader, sql, columns, rows):
 def test_column_types_come_from_the_query(reader):
     result = reader.execute("SELECT 1::int AS i, 'x'::text AS t, now()::date AS d", timeout_s=10, row_cap=1)
     assert result.column_types == ("int4", "text", "date")
+
+
+def test_the_900_mb_string_of_the_issue_is_stopped_without_reaching_the_worker(reader_dsn):
+    """The issue's probe (2.7 GB in the worker before): the server stops it, at the byte cap or,
+    while it is still building the string, at the statement timeout; the worker never holds it."""
+    grown, printed = _in_fresh_process(
+        reader_dsn,
+        "(lambda r: (r.row_count, r.truncated))("
+        "ex.execute(\"SELECT repeat('x', 900000000)\", timeout_s=5, row_cap=10))",
+    )
+    assert grown < 60, f"the worker grew by {grown} MB"
+    assert printed in ("(0, True)", "ExecutionError timeout")
