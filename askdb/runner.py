@@ -234,6 +234,14 @@ class DjangoPorts:
                 sql, timeout_s=self.timeout_s, row_cap=self.row_cap, max_bytes=settings.ASKDB_RESULT_MAX_BYTES
             )
         except ExecutionError as exc:
+            if exc.code == "permission" and self.question_executor is not self.executor:
+                # The restricted reader is refused only what the catalog marks sensitive (and
+                # system columns), which PostgreSQL words as "permission denied for table …".
+                return ExecutionError(
+                    f"{exc.message}; columns marked sensitive in the catalog need "
+                    "the view_sensitive permission, also to count or filter on them",
+                    code="permission",
+                )
             return exc
 
     def _audit_executed(self, sql: str, outcome) -> None:

@@ -41,6 +41,7 @@ def test_a_run_without_view_sensitive_is_refused_by_the_database(source, sql):
     with pytest.raises(ExecutionFailure) as info:
         _ports(source, sensitive=False).execute(sql)
     assert info.value.code == "permission"
+    assert "permission denied" in info.value.message and "view_sensitive" in info.value.message
     assert _ports(source, sensitive=True).execute(sql).columns
 
 
