@@ -5,6 +5,7 @@ Each probe answers quickly (short connect timeouts) and never raises: it returns
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import asdict, dataclass
 
@@ -69,10 +70,14 @@ def clinical_database() -> Probe:
     return _timed(probe)
 
 
-# True when the role behind CLINICAL_DATABASE_URL could change anything in the database.
+# True when the role behind CLINICAL_DATABASE_URL could change anything in the database. The reader
+# may not read pg_roles (the catalogs are revoked, metadata_admin.clinical.loader.restrict_catalogs):
+# only a superuser may read pg_authid, so that privilege tells a superuser; the role attributes
+# CREATEROLE / CREATEDB are read from pg_roles where it is still readable (CLINICAL_ROLE_ATTRIBUTES).
+CLINICAL_ROLE_ATTRIBUTES = "SELECT rolcreaterole OR rolcreatedb FROM pg_roles WHERE rolname = current_user"
 CLINICAL_WRITE_PROBE = """
 SELECT
-  (SELECT rolsuper OR rolcreaterole OR rolcreatedb FROM pg_roles WHERE rolname = current_user)
+  has_table_privilege('pg_catalog.pg_authid', 'SELECT')
   OR has_database_privilege(current_database(), 'CREATE')
   OR EXISTS (
     SELECT 1 FROM pg_namespace n
@@ -91,9 +96,14 @@ def clinical_role_read_only() -> Probe:
     def probe():
         if not settings.CLINICAL_DATABASE_URL.startswith(("postgres://", "postgresql://")):
             return True, "not a PostgreSQL source; opened read-only by the executor"
+        import psycopg
+
         with _clinical_connect() as conn:
             can_write = conn.execute(CLINICAL_WRITE_PROBE).fetchone()[0]
             user = conn.execute("SELECT current_user").fetchone()[0]
+            # pg_roles revoked: not a superuser (checked above), and the catalogs are locked down.
+            with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
+                can_write = can_write or bool(conn.execute(CLINICAL_ROLE_ATTRIBUTES).fetchone()[0])
         if can_write:
             return False, f"role {user!r} can write to the clinical database"
         return True, f"role {user!r} is read-only"

@@ -88,6 +88,13 @@ for _code, _kw in {
         next_step="Check the values in the question (an id, a name, a date): askdb used them as written.",
         tone="ok",
     ),
+    "result_cut": dict(
+        label="Answered: result too large to show",
+        sentence="The query ran, but its result was cut before any row could be shown: a single row was "
+        "larger than askdb sends. This does not mean nothing matches.",
+        next_step="Ask for fewer or narrower columns (not whole notes or long text), or for a count or summary.",
+        tone="warn",
+    ),
     "ambiguous": dict(
         label="Unclear question",
         sentence="askdb wrote several readings of this question and they give different answers, "

@@ -10,7 +10,7 @@ from askdb.models import Run
 from askdb.services.runs import question_submit
 
 # Outcomes that prove the pipeline ran as it should with the configuration at hand.
-GOOD_OUTCOMES = {"answered", "no_rows", "no_llm"}
+GOOD_OUTCOMES = {"answered", "no_rows", "result_cut", "no_llm"}
 
 
 def smoke_question(question: str, *, stdout, timeout_s: float = 120) -> bool:

@@ -61,8 +61,8 @@ def load_split(name: str) -> list[tuple[str, str, str]]:
 def value_index(executor) -> object:
     from askdb.pipeline.match import load_values
 
-    tables = {r[0].lower(): r[0] for r in executor.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table'", timeout_s=10, row_cap=1000).rows}  # fmt: skip
+    # The executor's authorizer refuses sqlite_master to generated SQL; tables() introspects.
+    tables = {t.name.lower(): t.name for t in executor.tables()}
     return load_values(executor, tables, "sqlite")
 
 

@@ -80,3 +80,52 @@ def restrict_functions(conn: psycopg.Connection, role: str) -> list[str]:
         logger.warning("could not restrict server functions for %s: %s (see README, Security)", role, exc)
         return []
     return signatures
+
+
+# The catalog columns askdb's own introspection reads as a reader (PostgresExecutor.tables, the
+# health probe): every other table and view of pg_catalog and information_schema is revoked from
+# PUBLIC in the clinical database, and these are granted back column by column, so that a query
+# that slips past validation cannot list roles (pg_roles, pg_user, pg_auth_members), grants
+# (information_schema.role_table_grants, table_privileges, pg_class.relacl, pg_attribute.attacl),
+# databases, settings or other sessions. What PostgreSQL cannot take away: functions that read the
+# catalogs without a privilege check (has_*_privilege, pg_get_*def, format_type, to_regclass,
+# current_user, version()), which validation refuses by allow-list; and the names of the schemas,
+# tables and columns (granted here: askdb's catalog shows them to its users anyway).
+INTROSPECTION_COLUMNS = {
+    "pg_class": ("oid", "relname", "relnamespace", "relkind", "reltuples"),
+    "pg_namespace": ("oid", "nspname"),
+    "pg_attribute": ("attrelid", "attnum", "attname", "atttypid", "atttypmod", "attnotnull", "attisdropped"),
+    "pg_constraint": ("conrelid", "conname", "contype", "conkey", "confrelid", "confkey"),
+}
+
+
+def restrict_catalogs(conn: psycopg.Connection, role: str, *, introspects: bool) -> bool:
+    """Revoke SELECT on pg_catalog's and information_schema's tables and views from PUBLIC (and
+    `role`) in this database; give INTROSPECTION_COLUMNS back to `role` when it `introspects`.
+
+    Needs a superuser (the catalogs' owner); without one it logs a warning, changes nothing and
+    returns False, and the README's production steps apply. Other non-superuser roles that connect
+    to the clinical database lose catalog access too: grant them what they need by name.
+    """
+    r = sql.Identifier(role)
+    try:
+        with conn.transaction():
+            for catalog_schema in ("pg_catalog", "information_schema"):
+                conn.execute(
+                    sql.SQL("REVOKE SELECT ON ALL TABLES IN SCHEMA {} FROM PUBLIC, {}").format(
+                        sql.Identifier(catalog_schema), r
+                    )
+                )
+            if introspects:
+                for catalog, columns in INTROSPECTION_COLUMNS.items():
+                    conn.execute(
+                        sql.SQL("GRANT SELECT ({}) ON {} TO {}").format(
+                            sql.SQL(", ").join(map(sql.Identifier, columns)),
+                            sql.Identifier("pg_catalog", catalog),
+                            r,
+                        )
+                    )
+    except psycopg.errors.InsufficientPrivilege as exc:
+        logger.warning("could not restrict the catalogs for %s: %s (see README, Database roles)", role, exc)
+        return False
+    return True

@@ -27,6 +27,8 @@ PG_PORT = 5432  # only names the socket file (.s.PGSQL.5432); nothing listens on
 APP_DB = "askdb"
 CLINICAL_DB = "askdb_clinical"
 READER_ROLE = "askdb_reader"
+# The reader of the tier without view_sensitive: the catalog's sensitive columns are not granted to it.
+RESTRICTED_READER_ROLE = "askdb_reader_restricted"
 APP_ROLE = "askdb_app"  # the app's runtime role: owns nothing, may not rewrite the audit log
 READER_TEMP_FILE_LIMIT = os.environ.get("ASKDB_READER_TEMP_FILE_LIMIT", "1GB")
 SUPERUSER = "postgres"
@@ -243,19 +245,22 @@ def bootstrap_databases(home: Path | None = None) -> None:
     """Create the app and clinical databases and the read-only role, idempotently."""
     import psycopg  # local, as below: the settings import this module, and need no driver
 
-    from infra.clinical_roles import restrict_functions
+    from infra.clinical_roles import restrict_catalogs, restrict_functions
 
     with psycopg.connect(pg_dsn("postgres", home=home), autocommit=True) as conn:
         existing = {r[0] for r in conn.execute("SELECT datname FROM pg_database")}
         for name in (APP_DB, CLINICAL_DB):
             if name not in existing:
                 conn.execute(f'CREATE DATABASE "{name}"')
-        ensure_reader_role(conn, READER_ROLE, CLINICAL_DB)
+        for role in (READER_ROLE, RESTRICTED_READER_ROLE):
+            ensure_reader_role(conn, role, CLINICAL_DB)
         ensure_app_role(conn, APP_ROLE)
     with psycopg.connect(pg_dsn(CLINICAL_DB, home=home), autocommit=True) as conn:
-        # Signalling, settings and SQL-from-a-string functions: revoked per database, here too, so
-        # an existing install is covered before its next data load.
-        restrict_functions(conn, READER_ROLE)
+        # Signalling, settings and SQL-from-a-string functions, and the catalogs: revoked per
+        # database, here too, so an existing install is covered before its next data load.
+        for role in (READER_ROLE, RESTRICTED_READER_ROLE):
+            restrict_functions(conn, role)
+            restrict_catalogs(conn, role, introspects=True)
     with psycopg.connect(pg_dsn(APP_DB, home=home), autocommit=True) as conn:
         # No temporary tables for the app role (one named askdb_auditevent would shadow the audit
         # log for its session); infra/audit/database_roles.py repeats this after every migrate.

@@ -241,6 +241,9 @@ class TableDocAdmin(admin.ModelAdmin):
         else:
             audit_record(action="docs.created", actor=request.user, target=doc, message=doc.qualified_name)
         table_doc_schedule_embedding(doc)
+        if _sensitive_columns(before) != _sensitive_columns(table_doc_snapshot(doc)):
+            # The restricted reader's column privileges follow the flags (metadata_admin.receivers).
+            catalog_changed.send(sender=ClinicalSource, source=doc.source)
 
     def delete_model(self, request: HttpRequest, obj: TableDoc) -> None:
         audit_record(action="docs.deleted", actor=request.user, target=obj, message=obj.qualified_name)
@@ -331,3 +334,7 @@ class ValueEntryAdmin(ReadOnlyAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).defer("embedding", "table__embedding")
+
+
+def _sensitive_columns(snapshot: dict | None) -> set[str]:
+    return {c["name"] for c in (snapshot or {}).get("columns", []) if c.get("sensitive")}

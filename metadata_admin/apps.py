@@ -7,4 +7,7 @@ class MetadataAdminConfig(AppConfig):
     verbose_name = "Schema catalog"
 
     def ready(self) -> None:
-        from metadata_admin import checks  # noqa: F401 - registers the catalog's system checks
+        from metadata_admin import (
+            checks,  # noqa: F401 - registers the catalog's system checks
+            receivers,  # noqa: F401 - re-grants the readers on catalog changes
+        )

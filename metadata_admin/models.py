@@ -66,6 +66,20 @@ class ClinicalSource(models.Model):
             return os.environ.get(name, "")
         return self.url
 
+    def restricted_url(self) -> str:
+        """The URL of the reader for users without view_sensitive, whose column privileges leave out
+        the sensitive columns; "" when none is configured (then resolved_url's reader serves them).
+
+        env:CLINICAL_DATABASE_URL pairs with CLINICAL_RESTRICTED_DATABASE_URL, env:NAME with
+        NAME_RESTRICTED. A URL written out in the source has no pair: keep secrets and tiers in the
+        environment. SQLite needs none (its authorizer hides the columns)."""
+        if not self.url.startswith("env:"):
+            return ""
+        name = self.url[4:]
+        if name == "CLINICAL_DATABASE_URL":
+            return settings.CLINICAL_RESTRICTED_DATABASE_URL
+        return os.environ.get(f"{name}_RESTRICTED", "")
+
 
 class TableDoc(models.Model):
     """What one table holds, in the words researchers use, plus its embedding."""

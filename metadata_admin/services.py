@@ -122,13 +122,68 @@ def source_schemas(source: ClinicalSource) -> tuple[str, ...]:
     return tuple(sorted({n for n in names if n}))
 
 
-def source_executor(source: ClinicalSource, *, schemas: tuple[str, ...] | None = None) -> SqlExecutor:
+def source_executor(
+    source: ClinicalSource, *, schemas: tuple[str, ...] | None = None, sensitive: bool = True
+) -> SqlExecutor:
     """The source's read-only executor. Every statement askdb runs on a source goes through it, so
     this is where "now" becomes the source's as-of time (askdb.pipeline.asof). `schemas` (its
-    search_path) when the caller knows them."""
+    search_path) when the caller knows them.
+
+    `sensitive`: the access tier. True is the reader that may read every column (askdb's own reads,
+    users with view_sensitive). False is the tier without view_sensitive, where the database itself
+    refuses the catalog's sensitive columns: on PostgreSQL the restricted reader's login (column
+    privileges, see source_reader_grants), on SQLite the authorizer."""
     search_path = source_schemas(source) if schemas is None else schemas
-    executor = executor_for(source.resolved_url(), engine=source.engine, search_path=search_path)
+    url, hidden = source.resolved_url(), ()
+    if not sensitive:
+        if source.engine == ClinicalSource.Engine.SQLITE:
+            hidden = tuple(f"{t}.{c}" for _, t, c in source_sensitive_columns(source))
+        else:
+            url = source.restricted_url() or url  # none configured: askdb.W011 says so
+    executor = executor_for(url, engine=source.engine, search_path=search_path, hidden_columns=hidden)
     return AsOfExecutor(executor, dialect=source.dialect, as_of=source.as_of)
+
+
+def source_sensitive_columns(source: ClinicalSource | None) -> list[tuple[str, str, str]]:
+    """(schema, table, column) the catalog marks sensitive; for no source yet (data loaded before
+    its docs), the bundled MIMIC-IV docs' flags, so the restricted tier is never granted them even
+    for a moment."""
+    if source is not None and ColumnDoc.objects.filter(table__source=source).exists():
+        rows = ColumnDoc.objects.filter(table__source=source, sensitive=True).values_list(
+            "table__schema_name", "table__name", "name"
+        )
+        return sorted((s, t, c) for s, t, c in rows)
+    return sorted(
+        (t.schema, t.name, c.name) for t in read_docs([BUNDLED_DOCS]) for c in t.columns if c.sensitive
+    )
+
+
+def source_reader_grants(source: ClinicalSource | None = None) -> dict[str, int]:
+    """Grant each access tier's reader exactly its columns of the default clinical database: the
+    reader of CLINICAL_DATABASE_URL every column, the one of CLINICAL_RESTRICTED_DATABASE_URL every
+    column but the catalog's sensitive ones. Run at every data load and whenever the catalog's
+    sensitive flags may have changed (the catalog_changed signal). Needs CLINICAL_ADMIN_DATABASE_URL
+    (without it, or for another source, the DBA runs the README's grants). Returns role -> number
+    of hidden columns; {} when there was nothing it could do."""
+    admin_url = settings.CLINICAL_ADMIN_DATABASE_URL
+    if source is not None and (
+        source.engine != ClinicalSource.Engine.POSTGRESQL or source.url != "env:CLINICAL_DATABASE_URL"
+    ):
+        return {}
+    full = urlparse(settings.CLINICAL_DATABASE_URL).username
+    restricted = (
+        urlparse(settings.CLINICAL_RESTRICTED_DATABASE_URL).username
+        if settings.CLINICAL_RESTRICTED_DATABASE_URL
+        else ""
+    )
+    if not admin_url or not full:
+        return {}
+    hidden = [f"{s}.{t}.{c}" for s, t, c in source_sensitive_columns(source)]
+    tiers: dict[str, list[str]] = {full: []}
+    if restricted and restricted != full:
+        tiers[restricted] = hidden
+    loader.grant_tiers(admin_url, tiers)
+    return {role: len(cols) for role, cols in tiers.items()}
 
 
 def source_catalog_schema(source: ClinicalSource) -> CatalogSchema:
@@ -766,6 +821,7 @@ def clinical_source_refresh(
     if force_values or not ValueEntry.objects.filter(source=source).exists():
         write("indexing values for value linking …")
         value_index_build(source=source)
+    source_reader_grants(source)  # the docs' sensitive flags are known now
     source_data_changed.send(sender=ClinicalSource, source=source)
     tables = TableDoc.objects.filter(source=source, exists_in_source=True).count()
     return f"source {source.name}: {tables} tables, as of {source.as_of:%Y-%m-%d}"
@@ -786,7 +842,9 @@ def clinical_release_load(
     Raises loader.LoadError when the release itself is unusable."""
     report = loader.load_release(path, dsn=dsn, replace=replace, progress=progress, tables=tables,
                                  out=out or (lambda s: None))  # fmt: skip
-    loader.grant_read(dsn, urlparse(settings.CLINICAL_DATABASE_URL).username or "askdb_reader")
+    source = ClinicalSource.objects.filter(url="env:CLINICAL_DATABASE_URL").first()
+    if dsn != settings.CLINICAL_ADMIN_DATABASE_URL or not source_reader_grants(source):
+        loader.grant_read(dsn, urlparse(settings.CLINICAL_DATABASE_URL).username or "askdb_reader")
     return report
 
 

@@ -34,7 +34,14 @@ class DjangoPorts:
     """What the pipeline needs from the world, for one source."""
 
     def __init__(
-        self, source: ClinicalSource, *, chat, timeout_s: float, row_cap: int, run: Run | None = None
+        self,
+        source: ClinicalSource,
+        *,
+        chat,
+        timeout_s: float,
+        row_cap: int,
+        run: Run | None = None,
+        sensitive: bool = False,
     ):
         self.source = source
         self.run = run  # for the audit of the SQL it executes
@@ -42,8 +49,16 @@ class DjangoPorts:
         self.embedder = get_embedder()
         # The catalog as of this run, loaded once per catalog change (not per question).
         self.snapshot = catalog_snapshot(source)
-        # "now" is the source's as-of time (shown in provenance)
+        # "now" is the source's as-of time (shown in provenance). askdb's own reads (the library's
+        # values, probes, value lookups, planning) use the source's reader; the SQL written for the
+        # question runs as the asker's tier (`sensitive`: they may read sensitive columns), so the
+        # database itself refuses a sensitive column to someone without view_sensitive.
         self.executor = source_executor(source, schemas=self.snapshot.schemas)
+        self.question_executor = (
+            self.executor
+            if sensitive
+            else source_executor(source, schemas=self.snapshot.schemas, sensitive=False)
+        )
         self._catalog = self.snapshot.schema
         self.timeout_s = timeout_s
         self.row_cap = row_cap
@@ -167,6 +182,9 @@ class DjangoPorts:
         actor = self.run.question.user if self.run is not None else None
         start = time.perf_counter()
         try:
+            # Planned as askdb's reader: planning returns nothing (no rows, no plan text), and a
+            # sensitive column then meets the privacy rules, which refuse it with a sentence; the
+            # asker's tier is what runs it (execute), where the database refuses it if they miss.
             self.executor.explain(sql, timeout_s=min(self.timeout_s, 10))
         except ExecutionError as exc:
             with relaxed_commit():
@@ -206,10 +224,18 @@ class DjangoPorts:
     def _run_sql(self, sql: str):
         """The result, or the ExecutionError; touches no Django connection (runs in any thread)."""
         try:
-            return self.executor.execute(
+            return self.question_executor.execute(
                 sql, timeout_s=self.timeout_s, row_cap=self.row_cap, max_bytes=settings.ASKDB_RESULT_MAX_BYTES
             )
         except ExecutionError as exc:
+            if exc.code == "permission" and self.question_executor is not self.executor:
+                # The restricted reader is refused only what the catalog marks sensitive (and
+                # system columns), which PostgreSQL words as "permission denied for table …".
+                return ExecutionError(
+                    f"{exc.message}; columns marked sensitive in the catalog need "
+                    "the view_sensitive permission, also to count or filter on them",
+                    code="permission",
+                )
             return exc
 
     def _audit_executed(self, sql: str, outcome) -> None:

@@ -402,10 +402,20 @@ class Pipeline:
 
     def _answered(self, req: PipelineRequest, sql: str, result, gate: GateVerdict, **extra) -> Outcome:
         cfg = self.config
-        message = (
-            "" if result.row_count else "The query ran and returned no rows: nothing in the data matches."
-        )
-        outcome = Outcome("succeeded", "answered" if result.row_count else "no_rows", message, sql=sql,
+        # A result cut to no row (only the byte cap can: the row cap is at least 1) is not an empty
+        # answer, and says it was cut.
+        cut = not result.row_count and result.truncated
+        code = "answered" if result.row_count else "result_cut" if cut else "no_rows"
+        if cut:
+            message = (
+                "The query ran, but its result was cut before the first row: that row alone is over the "
+                "limit on result size. Select fewer or narrower columns, or aggregate."
+            )
+        elif not result.row_count:
+            message = "The query ran and returned no rows: nothing in the data matches."
+        else:
+            message = ""
+        outcome = Outcome("succeeded", code, message, sql=sql,
                           result=result, gate=gate, privacy=getattr(result, "privacy", {}), **extra)  # fmt: skip
         with self._stage("summarize") as st:
             if not cfg.summarize or self.ports.chat is None:

@@ -172,7 +172,8 @@ def run_execute(*, run_id: int, worker: str = ""):
     recorder = DjangoRecorder(run)
     try:
         chat = get_chat_model()
-        ports = DjangoPorts(source, chat=chat, timeout_s=config.timeout_s, row_cap=config.row_cap, run=run)
+        ports = DjangoPorts(source, chat=chat, timeout_s=config.timeout_s, row_cap=config.row_cap, run=run,
+                            sensitive=config.privacy.sensitive_allowed)  # fmt: skip
         try:
             outcome = Pipeline(ports, recorder, config).run(
                 PipelineRequest(
@@ -337,7 +338,8 @@ def run_pick_candidate(*, run, user, group: int):
         run.result_rows = [list(r) for r in result.rows]
         run.result_truncated = result.truncated
         run.row_count = result.row_count
-        run.outcome = "answered" if result.row_count else "no_rows"
+        cut = not result.row_count and result.truncated  # by the byte cap: the row cap is at least 1
+        run.outcome = "answered" if result.row_count else "result_cut" if cut else "no_rows"
         run.candidates = {**run.candidates, "picked": group}
         members = len(groups[group].get("members") or [])
         run.message = (

@@ -18,8 +18,18 @@ class ReviewError(ValueError):
     here, below them all."""
 
 
-def _catalog_and_executor(source):
-    return source_catalog_schema(source), source_executor(source)
+def _catalog_and_executor(source, *, sensitive: bool = True):
+    return source_catalog_schema(source), source_executor(source, sensitive=sensitive)
+
+
+def _asker_may_read_sensitive(run) -> bool:
+    """SQL run for a run's result (a correction, a picked candidate) reads as the person who asked
+    would: the database refuses them sensitive columns unless they hold view_sensitive (an
+    evaluation run keeps its rights, as in askdb.services.privacy.privacy_policy)."""
+    question = run.question
+    return question.channel == "evaluation" or bool(
+        question.user and question.user.has_perm("askdb.view_sensitive")
+    )
 
 
 def sql_check(
@@ -31,7 +41,7 @@ def sql_check(
     Returns (ValidatedSql, QueryResult | None); raises ReviewError with the real error. The one
     path by which people's SQL (corrections, imports, re-validation) reaches the database.
     """
-    catalog, executor = _catalog_and_executor(source)
+    catalog, executor = _catalog_and_executor(source, sensitive=run is None or _asker_may_read_sensitive(run))
     try:
         validated = validate_sql(sql, catalog)
     except SqlValidationError as exc:

@@ -138,6 +138,15 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 CLINICAL_DATABASE_URL = env("CLINICAL_DATABASE_URL") or embedded.pg_dsn(
     embedded.CLINICAL_DB, user=embedded.READER_ROLE
 )
+# The reader of the access tier without view_sensitive: a login whose column privileges leave out
+# the catalog's sensitive columns (README, "Database roles"). Unset with CLINICAL_DATABASE_URL set:
+# that one reader serves every tier, sensitive columns are then kept out by validation alone, and
+# `manage.py check` warns (askdb.W011).
+CLINICAL_RESTRICTED_DATABASE_URL = env("CLINICAL_RESTRICTED_DATABASE_URL") or (
+    ""
+    if env("CLINICAL_DATABASE_URL")
+    else embedded.pg_dsn(embedded.CLINICAL_DB, user=embedded.RESTRICTED_READER_ROLE)
+)
 CLINICAL_ADMIN_DATABASE_URL = env("CLINICAL_ADMIN_DATABASE_URL") or (
     "" if env("CLINICAL_DATABASE_URL") else embedded.pg_dsn(embedded.CLINICAL_DB)
 )

@@ -5,7 +5,14 @@ cursor so that a row cap and a byte cap bound memory whatever the query returns.
 default; SQLite files are opened read-only. Both speak the same small interface.
 
 These limits hold whatever SQL reaches them: validation is one barrier, this is the next, and the
-reader role's privileges (see metadata_admin.clinical.loader.grant_read) the last.
+database itself the last. On PostgreSQL the executor connects as the access tier's reader role,
+whose column privileges leave out what the tier may not read (metadata_admin.clinical.loader.
+grant_read); on SQLite an authorizer callback does the same job inside the engine (SqliteAuthorizer).
+
+Memory: the worker never receives a row, or a result, larger than the byte cap. PostgreSQL sends a
+row whole, so the cap is checked by the server: the query runs wrapped in a running sum of its row
+sizes that stops it, with a marker error, before a row that would cross the cap is sent. SQLite runs
+in this process, so its string length limit, its heap limit and a progress handler bound it.
 """
 
 from __future__ import annotations
@@ -14,11 +21,12 @@ import contextlib
 import datetime as dt
 import decimal
 import os
+import re
 import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlparse
@@ -26,8 +34,14 @@ from urllib.parse import urlparse
 import psycopg
 from psycopg import sql as psql
 
+from askdb.pipeline.sql_functions import allowed_functions
+
 # Fetching stops once the rows held reach this many bytes (ASKDB_RESULT_MAX_BYTES; 20 MB).
 DEFAULT_RESULT_MAX_BYTES = int(os.environ.get("ASKDB_RESULT_MAX_BYTES") or 20 * 1024 * 1024)
+# The server-side byte check: a running sum of pg_column_size over the result's rows, and a cast that
+# fails with this marker (and the sum) as soon as it passes the cap, before that row is sent.
+_TOO_LARGE = "askdb_result_too_large"
+_BYTES_COLUMN = "askdb_bytes"
 # Rows fetched per round trip at first; later batches are sized to the bytes still allowed.
 _FIRST_BATCH = 100
 
@@ -116,10 +130,50 @@ def _cell_bytes(value: Any) -> int:
 
 
 def _bytes_cut_message(max_bytes: int, rows: int) -> str:
+    if rows == 0:
+        return (
+            f"the result was cut before its first row because that row alone is over the "
+            f"{max_bytes / 1_048_576:g} MB limit on result size; select fewer or narrower columns, "
+            "or aggregate"
+        )
     return (
         f"the result was cut after {rows} rows because it reached the {max_bytes / 1_048_576:g} MB "
         "limit on result size; select fewer or narrower columns, or aggregate"
     )
+
+
+def _byte_capped(sql: str, max_bytes: int, *, limit: int | None = None) -> psql.Composed:
+    """`sql` wrapped so that the server stops it before sending a row that takes the result past
+    max_bytes: rows stream through a running count and a running sum of their sizes (ROWS
+    UNBOUNDED PRECEDING needs no look-ahead, and with neither PARTITION nor ORDER BY the window
+    keeps the query's order), and the row that crosses the cap fails a cast whose message carries
+    _TOO_LARGE and its row number. The two running columns come back last; execute() drops them.
+    `limit` stops the wrapped query after that many rows (the rows before a crossing, re-read).
+    Newlines around `sql`: a trailing comment in it must not swallow the closing parenthesis."""
+    body = sql.strip().rstrip(";").rstrip()
+    column = f"{_BYTES_COLUMN}_{uuid.uuid4().hex[:12]}"  # a name no query can already use
+    return psql.SQL(
+        "SELECT * FROM (SELECT askdb_q.*, sum(pg_column_size(askdb_q)) OVER askdb_run AS {col}, "
+        "count(*) OVER askdb_run AS {n} FROM (\n{body}\n) AS askdb_q "
+        "WINDOW askdb_run AS (ROWS UNBOUNDED PRECEDING)) AS askdb_w "
+        "WHERE CASE WHEN askdb_w.{col} <= {cap} THEN true "
+        "ELSE ({marker} || askdb_w.{n})::int IS NULL END{limit}"
+    ).format(
+        col=psql.Identifier(column),
+        n=psql.Identifier(column + "_n"),
+        body=psql.SQL(body),
+        cap=psql.Literal(int(max_bytes)),
+        marker=psql.Literal(_TOO_LARGE + " "),
+        limit=psql.SQL(" LIMIT {}").format(psql.Literal(int(limit))) if limit is not None else psql.SQL(""),
+    )
+
+
+def _crossing_row(exc: BaseException) -> int | None:
+    """The number of the row that took the result past the byte cap, from the wrapper's error."""
+    if not isinstance(exc, psycopg.errors.InvalidTextRepresentation):
+        return None
+    found = re.search(_TOO_LARGE + r" (\d+)", str(exc))
+    return int(found.group(1)) if found else None
 
 
 def _one_line(exc: BaseException) -> str:
@@ -129,11 +183,16 @@ def _one_line(exc: BaseException) -> str:
     return f"{primary} (hint: {hint})" if hint else primary
 
 
-def _fetch_capped(fetchmany, row_cap: int, max_bytes: int) -> tuple[list[tuple], str]:
-    """Up to row_cap + 1 rows, stopping once they hold max_bytes; the rows and why they were cut."""
-    rows: list[tuple] = []
+def _fetch_capped(
+    fetchmany, row_cap: int, max_bytes: int, *, into: list | None = None, max_batch: int = 2000
+) -> tuple[list[tuple], str]:
+    """Up to row_cap + 1 rows, stopping once they hold max_bytes; the rows and why they were cut.
+
+    `into` receives the rows as they arrive, so a caller whose fetch fails half way keeps them.
+    """
+    rows: list[tuple] = into if into is not None else []
     used = 0
-    batch = min(_FIRST_BATCH, row_cap + 1)
+    batch = min(_FIRST_BATCH, row_cap + 1, max_batch)
     while len(rows) <= row_cap:
         chunk = fetchmany(max(1, min(batch, row_cap + 1 - len(rows))))
         if not chunk:
@@ -142,9 +201,10 @@ def _fetch_capped(fetchmany, row_cap: int, max_bytes: int) -> tuple[list[tuple],
             rows.append(row)
             used += sum(_cell_bytes(v) for v in row)
             if used > max_bytes:
-                return rows[:-1], _bytes_cut_message(max_bytes, len(rows) - 1)
+                rows.pop()
+                return rows, _bytes_cut_message(max_bytes, len(rows))
         average = max(used // len(rows), 1)
-        batch = max(1, min(2000, (max_bytes - used) // average))
+        batch = max(1, min(max_batch, (max_bytes - used) // average))
     return rows, ""
 
 
@@ -221,11 +281,14 @@ class PostgresExecutor:
             "(filter by patient, admission or time) or aggregate"
         )
         with self._read_only(timeout_s, too_long) as conn:
-            # A named (server-side) cursor: rows arrive in batches, so both caps bound memory.
-            with conn.cursor(name=f"askdb_{uuid.uuid4().hex[:12]}") as cur:
-                cur.execute(sql)
-                rows, cut = _fetch_capped(cur.fetchmany, row_cap, max_bytes)
-                description = cur.description or []
+            description, rows, cut, crossing = self._fetch(conn, sql, row_cap, max_bytes)
+            if crossing is not None and len(rows) < crossing - 1:
+                # The failed FETCH took the rows of its batch before the crossing with it: read
+                # the result again up to the row before it (LIMIT: the crossing row is never built).
+                conn.rollback()
+                self._begin(conn, timeout_s)
+                description, rows, again, _ = self._fetch(conn, sql, row_cap, max_bytes, limit=crossing - 1)
+                cut = again or _bytes_cut_message(max_bytes, len(rows))
             columns = tuple(d.name for d in description)
             types = tuple(self._type_name(conn, d.type_code) for d in description)
         return QueryResult(
@@ -236,6 +299,32 @@ class PostgresExecutor:
             column_types=types,
             truncated_reason=cut,
         )
+
+    @staticmethod
+    def _fetch(
+        conn: psycopg.Connection, sql: str, row_cap: int, max_bytes: int, *, limit: int | None = None
+    ) -> tuple[list, list[tuple], str, int | None]:
+        """(columns, rows, why cut, the row that crossed the byte cap) through a named (server-side)
+        cursor: rows arrive in batches, so both caps bound memory, and the server refuses to send
+        the row that would take the result past max_bytes (the transaction is then aborted)."""
+        with conn.cursor(name=f"askdb_{uuid.uuid4().hex[:12]}") as cur:
+            cur.execute(_byte_capped(sql, max_bytes, limit=limit))
+            description = (cur.description or [])[:-2]  # the running size and count go
+            fetched: list[tuple] = []
+            try:
+                rows, cut = _fetch_capped(cur.fetchmany, row_cap, max_bytes, into=fetched)
+            except psycopg.errors.InvalidTextRepresentation as exc:
+                crossing = _crossing_row(exc)
+                if crossing is None:
+                    raise
+                conn.rollback()  # the transaction is aborted; nothing more is read from it
+                return (
+                    description,
+                    [r[:-2] for r in fetched],
+                    _bytes_cut_message(max_bytes, len(fetched)),
+                    crossing,
+                )
+        return description, [r[:-2] for r in rows], cut, None
 
     _type_cache: dict[int, str] = {}
     _type_lock = threading.Lock()
@@ -251,23 +340,28 @@ class PostgresExecutor:
         return name
 
     def explain(self, sql: str, *, timeout_s: float) -> str:
-        """The plan, under its own statement_timeout; a watchdog cancels it if the server overruns."""
+        """Plan the statement, with the tier's privileges checked, without running it.
+
+        A cursor is declared and never fetched from: PostgreSQL parses, plans and checks privileges
+        exactly as for EXPLAIN, but no plan text comes back, because a plan can hold a folded
+        constant as large as the query makes it (WHERE x = repeat('x', 9e8) prints 900 MB).
+        Planning folds constants (repeat('x', 5e8) runs here), so it runs under its own
+        statement_timeout, with a client-side cancel a second later behind it. Returns "".
+        """
         with self._read_only(timeout_s, f"planning took longer than {timeout_s:g} s") as conn:
-            # Planning folds constants (repeat('x', 5e8) runs here), so the timeout is set for the
-            # EXPLAIN itself, and a client-side cancel backs it up a second later.
-            conn.execute(
-                psql.SQL("SET LOCAL statement_timeout = {}").format(
-                    psql.Literal(f"{int(timeout_s * 1000)}ms")
-                )
-            )
             watchdog = threading.Timer(timeout_s + 1, _cancel_quietly, args=(conn,))
             watchdog.daemon = True
             watchdog.start()
             try:
-                rows = conn.execute(f"EXPLAIN {sql}").fetchall()
+                conn.execute(
+                    psql.SQL("DECLARE {} NO SCROLL CURSOR FOR {}").format(
+                        psql.Identifier(f"askdb_plan_{uuid.uuid4().hex[:12]}"),
+                        psql.SQL(sql.strip().rstrip(";")),
+                    )
+                )
             finally:
                 watchdog.cancel()
-        return "\n".join(r[0] for r in rows)
+        return ""
 
     def ping(self) -> str:
         with self._connect() as conn:
@@ -276,7 +370,8 @@ class PostgresExecutor:
         return f"{db} as {user}"
 
     def tables(self) -> list[LiveTable]:
-        """Tables the connecting role can read, with columns, keys and row estimates."""
+        """Tables the connecting role can read, with the columns it may read (column privileges: a
+        tier's reader sees only its columns), keys and row estimates."""
         with self._connect() as conn:
             try:
                 cols = conn.execute(
@@ -289,7 +384,7 @@ class PostgresExecutor:
                     WHERE c.relkind IN ('r', 'p', 'v', 'm')
                       AND n.nspname NOT IN ('pg_catalog', 'information_schema')
                       AND n.nspname NOT LIKE 'pg\\_%'
-                      AND has_table_privilege(c.oid, 'SELECT')
+                      AND has_column_privilege(c.oid, a.attnum, 'SELECT')
                     ORDER BY n.nspname, c.relname, a.attnum
                     """
                 ).fetchall()
@@ -359,13 +454,102 @@ class PostgresExecutor:
             return int(conn.execute(psql.SQL("SELECT count(*) FROM {}").format(tbl)).fetchone()[0])
 
 
+# SQLite limits on the connections that run generated SQL. LENGTH caps any string, blob or row the
+# engine builds (printf('%.*c', 500000000, 'x') gives NULL instead of taking 500 MB); no database may be
+# attached; a statement's text is at most 1 MB. The heap limit is the whole process's SQLite heap
+# (sqlite3_hard_heap_limit64), a backstop for everything else: past it a query fails "out of memory".
+SQLITE_HEAP_LIMIT = int(os.environ.get("ASKDB_SQLITE_HEAP_LIMIT") or 512 * 1024 * 1024)
+_SQLITE_LIMITS = (
+    (sqlite3.SQLITE_LIMIT_ATTACHED, 0),
+    (sqlite3.SQLITE_LIMIT_SQL_LENGTH, 1_000_000),
+)
+
+
+# Operators SQLite runs as functions, so the authorizer is asked about them by these names.
+_SQLITE_OPERATOR_FUNCTIONS = frozenset({"like", "glob", "->", "->>"})
+
+
+class SqliteAuthorizer:
+    """SQLite's authorizer callback (sqlite3.Connection.set_authorizer) for generated SQL.
+
+    Asked by the engine while it compiles each statement, so it sees what the statement really
+    does, whatever its text looks like: it allows SELECT, reads of the given tables and columns,
+    the allow-listed functions and recursive CTEs, and denies everything else: ATTACH, DETACH,
+    PRAGMA (PRAGMA query_only = OFF too), VACUUM (VACUUM INTO writes a file), transactions and
+    every write or schema change.
+
+    A column the tier may not read is denied (SQLITE_DENY: the statement fails), not ignored:
+    SQLITE_IGNORE would read it as NULL, so COUNT(dod) would quietly answer 0 and WHERE dod IS NOT
+    NULL nothing, a wrong answer instead of a refusal. PostgreSQL's column privileges fail the
+    same way, so both engines refuse the same queries.
+    """
+
+    def __init__(self, readable: Mapping[str, frozenset[str]], functions: frozenset[str]):
+        self.readable = readable  # lower-case table -> its lower-case readable columns
+        self.functions = functions
+        self.denied: list[str] = []  # what was refused, for the error message
+
+    def __call__(
+        self, action: int, arg1: str | None, arg2: str | None, db: str | None, source: str | None
+    ) -> int:
+        if action == sqlite3.SQLITE_SELECT or action == sqlite3.SQLITE_RECURSIVE:
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_READ:
+            table, column = (arg1 or "").lower(), (arg2 or "").lower()
+            columns = self.readable.get(table)
+            if columns is not None and column in columns:
+                return sqlite3.SQLITE_OK
+            # An empty column name: rows are counted, no value is read (count(*) over a table or a
+            # CTE, whose name is not a table's); never of SQLite's own tables.
+            if column == "" and not table.startswith("sqlite_"):
+                return sqlite3.SQLITE_OK
+            return self._deny(f"reading {table}.{column}" if column else f"reading {table}")
+        if action == sqlite3.SQLITE_FUNCTION:
+            if (arg2 or "").lower() in self.functions:
+                return sqlite3.SQLITE_OK
+            return self._deny(f"the function {arg2}()")
+        what = _SQLITE_ACTIONS.get(action, f"action {action}")
+        return self._deny(f"{what} {arg1}" if arg1 and action != sqlite3.SQLITE_PRAGMA else what)
+
+    def _deny(self, what: str) -> int:
+        self.denied.append(what)
+        return sqlite3.SQLITE_DENY
+
+
+# What each authorizer action code means (sqlite3's error codes share its integers, so not from dir()).
+_SQLITE_ACTIONS = {
+    code: name
+    for name, code in (
+        (n.removeprefix("SQLITE_").replace("_", " ").lower(), getattr(sqlite3, n, None))
+        for n in (
+            "SQLITE_CREATE_INDEX SQLITE_CREATE_TABLE SQLITE_CREATE_TEMP_INDEX SQLITE_CREATE_TEMP_TABLE "
+            "SQLITE_CREATE_TEMP_TRIGGER SQLITE_CREATE_TEMP_VIEW SQLITE_CREATE_TRIGGER SQLITE_CREATE_VIEW "
+            "SQLITE_DELETE SQLITE_DROP_INDEX SQLITE_DROP_TABLE SQLITE_DROP_TEMP_INDEX SQLITE_DROP_TEMP_TABLE "
+            "SQLITE_DROP_TEMP_TRIGGER SQLITE_DROP_TEMP_VIEW SQLITE_DROP_TRIGGER SQLITE_DROP_VIEW SQLITE_INSERT "
+            "SQLITE_PRAGMA SQLITE_READ SQLITE_SELECT SQLITE_TRANSACTION SQLITE_UPDATE SQLITE_ATTACH "
+            "SQLITE_DETACH SQLITE_ALTER_TABLE SQLITE_REINDEX SQLITE_ANALYZE SQLITE_CREATE_VTABLE "
+            "SQLITE_DROP_VTABLE SQLITE_FUNCTION SQLITE_SAVEPOINT SQLITE_RECURSIVE"
+        ).split()
+    )
+    if code is not None
+}
+
+
 class SqliteExecutor:
-    """A SQLite file opened read-only (mode=ro, query_only); a progress handler enforces the timeout."""
+    """A SQLite file opened read-only (mode=ro, query_only); generated SQL runs under an authorizer
+    (SqliteAuthorizer) and limits, and a progress handler enforces the timeout.
+
+    `hidden_columns` ("table.column", any case) are columns this tier may not read, e.g. the
+    catalog's sensitive columns for a user without view_sensitive; every other column of every
+    table and view in the file is readable (sqlite_* internals never are).
+    """
 
     dialect = "sqlite"
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, *, hidden_columns: Collection[str] = ()):
         self.path = path
+        self.hidden_columns = frozenset(c.lower() for c in hidden_columns)
+        self._readable: dict[str, frozenset[str]] | None = None
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -375,25 +559,67 @@ class SqliteExecutor:
         conn.execute("PRAGMA query_only = ON")
         return conn
 
+    def readable(self) -> dict[str, frozenset[str]]:
+        """Lower-case table -> the columns generated SQL may read (the file's, minus hidden ones)."""
+        if self._readable is None:
+            readable = {}
+            for table in self.tables():
+                name = table.name.lower()
+                readable[name] = frozenset(
+                    c.name.lower()
+                    for c in table.columns
+                    if f"{name}.{c.name.lower()}" not in self.hidden_columns
+                )
+            self._readable = readable
+        return self._readable
+
+    def _guarded(self, max_bytes: int) -> tuple[sqlite3.Connection, SqliteAuthorizer]:
+        """A connection for generated SQL: limits first, then the authorizer (which denies PRAGMA)."""
+        readable = self.readable()
+        conn = self._connect()
+        conn.execute(f"PRAGMA hard_heap_limit = {int(SQLITE_HEAP_LIMIT)}")
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max(int(max_bytes), 1024))
+        for limit, value in _SQLITE_LIMITS:
+            conn.setlimit(limit, value)
+        authorizer = SqliteAuthorizer(readable, allowed_functions("sqlite") | _SQLITE_OPERATOR_FUNCTIONS)
+        conn.set_authorizer(authorizer)
+        return conn, authorizer
+
+    @staticmethod
+    def _error(exc: BaseException, authorizer: SqliteAuthorizer) -> ExecutionError:
+        if isinstance(exc, MemoryError):
+            return ExecutionError(
+                "the query needed more memory than allowed; select less or aggregate", code="resource_limit"
+            )
+        if authorizer.denied:  # SQLite words it "not authorized", "… is prohibited", "authorization denied"
+            return ExecutionError(f"not permitted: {authorizer.denied[-1]} ({exc})", code="permission")
+        if "too big" in str(exc) or "out of memory" in str(exc):
+            return ExecutionError(
+                f"the query built a value larger than allowed ({exc}); select less or aggregate",
+                code="resource_limit",
+            )
+        return ExecutionError(str(exc))
+
     def execute(
         self, sql: str, *, timeout_s: float, row_cap: int, max_bytes: int = DEFAULT_RESULT_MAX_BYTES
     ) -> QueryResult:
         start = time.perf_counter()
         deadline = time.monotonic() + timeout_s
-        conn = self._connect()
+        conn, authorizer = self._guarded(max_bytes)
         conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 10_000)
         try:
             cur = conn.execute(sql)
-            rows, cut = _fetch_capped(cur.fetchmany, row_cap, max_bytes)
+            # One row at a time: a few small rows must not size a batch that then holds huge ones.
+            rows, cut = _fetch_capped(cur.fetchmany, row_cap, max_bytes, max_batch=1)
             columns = tuple(d[0] for d in cur.description or [])
         except sqlite3.OperationalError as exc:
             if "interrupted" in str(exc):
                 raise ExecutionError(
                     f"the query ran longer than {timeout_s:g} s and was stopped", code="timeout"
                 ) from exc
-            raise ExecutionError(str(exc)) from exc
-        except sqlite3.Error as exc:
-            raise ExecutionError(str(exc)) from exc
+            raise self._error(exc, authorizer) from exc
+        except (sqlite3.Error, MemoryError) as exc:  # MemoryError: SQLite's heap limit (SQLITE_NOMEM)
+            raise self._error(exc, authorizer) from exc
         finally:
             conn.close()
         return QueryResult(
@@ -405,11 +631,13 @@ class SqliteExecutor:
         )
 
     def explain(self, sql: str, *, timeout_s: float) -> str:
-        conn = self._connect()
+        deadline = time.monotonic() + timeout_s
+        conn, authorizer = self._guarded(DEFAULT_RESULT_MAX_BYTES)
+        conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 10_000)
         try:
             rows = conn.execute(f"EXPLAIN QUERY PLAN {sql}").fetchall()
-        except sqlite3.Error as exc:
-            raise ExecutionError(str(exc)) from exc
+        except (sqlite3.Error, MemoryError) as exc:
+            raise self._error(exc, authorizer) from exc
         finally:
             conn.close()
         return "\n".join(str(r[-1]) for r in rows)
@@ -467,13 +695,19 @@ class SqliteExecutor:
             conn.close()
 
 
-def executor_for(url: str, *, engine: str = "", search_path: tuple[str, ...] = ()) -> SqlExecutor:
-    """The executor for a source URL: postgresql://… or sqlite:///path/to/file.sqlite."""
+def executor_for(
+    url: str, *, engine: str = "", search_path: tuple[str, ...] = (), hidden_columns: Collection[str] = ()
+) -> SqlExecutor:
+    """The executor for a source URL: postgresql://… or sqlite:///path/to/file.sqlite.
+
+    `hidden_columns` ("table.column") are refused by SQLite's authorizer; on PostgreSQL the URL's
+    role decides what it reads (the caller picks the tier's reader), so they are not needed there.
+    """
     scheme = urlparse(url).scheme
     if engine == "sqlite" or scheme == "sqlite":
         # sqlite:///relative/file.sqlite and sqlite:////absolute/file.sqlite, as SQLAlchemy spells them
         path = url.split("sqlite:///", 1)[1] if url.startswith("sqlite:///") else url
-        return SqliteExecutor(path)
+        return SqliteExecutor(path, hidden_columns=hidden_columns)
     if scheme in ("postgres", "postgresql") or engine == "postgresql":
         return PostgresExecutor(url, search_path=search_path)
     raise ExecutionError(

@@ -30,7 +30,7 @@ import sys
 import time
 import zipfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -41,7 +41,13 @@ import psycopg
 from psycopg import sql
 from tqdm import tqdm
 
-from infra.clinical_roles import RESTRICTED_FUNCTIONS, RESTRICTED_VIEWS, restrict_functions  # noqa: F401
+from infra.clinical_roles import (  # noqa: F401  (re-exported: the loader's callers name them here)
+    INTROSPECTION_COLUMNS,
+    RESTRICTED_FUNCTIONS,
+    RESTRICTED_VIEWS,
+    restrict_catalogs,
+    restrict_functions,
+)
 
 from . import schema
 from .schema import Table
@@ -599,13 +605,21 @@ def add_constraints(dsn: str) -> list[ConstraintResult]:
     return results
 
 
-def grant_read(dsn: str, role: str) -> None:
-    """Let `role` read every table of both schemas, now and after any reload; nothing more.
+def grant_read(dsn: str, role: str, *, hidden: Collection[str] = (), introspects: bool = True) -> None:
+    """Let `role` read every column of both schemas except `hidden` ("schema.table.column"); nothing more.
 
-    Default privileges cover tables this (loading) role creates later, e.g. a table rebuilt by a
-    reload. Write privileges are revoked explicitly in case someone granted them by hand.
+    Column privileges, never a table-wide SELECT: the database itself then refuses a hidden column
+    however a query names it (`SELECT dod`, `p::text`, `row_to_json(p)`, `(p).dod`, `SELECT *`),
+    and system columns (ctid, xmin, …) are refused to every tier, since only a table-wide SELECT
+    grants them. Re-running it replaces the role's grants with exactly these: its SELECT is revoked
+    (table and column privileges alike) and granted again in one transaction, so a column flagged
+    sensitive since the last run is taken away. A table created later is readable by nobody until
+    the next run (no default privileges: closed until the catalog says otherwise).
+
+    `introspects`: the role reads the few catalogs askdb's introspection needs (restrict_catalogs).
     """
     r = sql.Identifier(role)
+    hidden = {h.lower() for h in hidden}
     with _connect(dsn) as conn, conn.transaction():
         conn.execute(
             sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(sql.Identifier(conn.info.dbname), r)
@@ -616,16 +630,46 @@ def grant_read(dsn: str, role: str) -> None:
             conn.execute(sql.SQL("REVOKE CREATE ON SCHEMA {} FROM {}").format(s, r))
             conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(s, r))
             conn.execute(
-                sql.SQL(
-                    "REVOKE INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER "
-                    "ON ALL TABLES IN SCHEMA {} FROM {}"
-                ).format(s, r)
-            )
-            conn.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(s, r))
+                sql.SQL("REVOKE ALL ON ALL TABLES IN SCHEMA {} FROM {}").format(s, r)
+            )  # table-wide and column privileges alike
             conn.execute(
-                sql.SQL("ALTER DEFAULT PRIVILEGES IN SCHEMA {} GRANT SELECT ON TABLES TO {}").format(s, r)
+                sql.SQL("ALTER DEFAULT PRIVILEGES IN SCHEMA {} REVOKE SELECT ON TABLES FROM {}").format(s, r)
             )
+        for (schema_name, table_name), columns in _relations(conn).items():
+            visible = [c for c in columns if f"{schema_name}.{table_name}.{c}".lower() not in hidden]
+            if visible:
+                conn.execute(
+                    sql.SQL("GRANT SELECT ({}) ON {} TO {}").format(
+                        sql.SQL(", ").join(map(sql.Identifier, visible)),
+                        sql.Identifier(schema_name, table_name),
+                        r,
+                    )
+                )
+    with _connect(dsn) as conn:
         restrict_functions(conn, role)
+        restrict_catalogs(conn, role, introspects=introspects)
+
+
+def grant_tiers(dsn: str, tiers: Mapping[str, Collection[str]]) -> None:
+    """One reader role per access tier: `tiers` maps each role to the columns hidden from it
+    ("schema.table.column"), e.g. {"askdb_reader": (), "askdb_reader_restricted": sensitive}."""
+    for role, hidden in tiers.items():
+        grant_read(dsn, role, hidden=hidden)
+
+
+def _relations(conn: psycopg.Connection) -> dict[tuple[str, str], list[str]]:
+    """Every table, view and materialised view of the clinical schemas, with its columns in order."""
+    rows = conn.execute(
+        "SELECT n.nspname, c.relname, a.attname FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
+        "WHERE n.nspname = ANY(%s) AND c.relkind IN ('r', 'p', 'v', 'm', 'f') ORDER BY 1, 2, a.attnum",
+        (list(schema.SCHEMAS),),
+    ).fetchall()
+    out: dict[tuple[str, str], list[str]] = {}
+    for schema_name, table_name, column in rows:
+        out.setdefault((schema_name, table_name), []).append(column)
+    return out
 
 
 def _count_rows(conn: psycopg.Connection, schema_name: str, table_name: str) -> int:

@@ -58,6 +58,10 @@ def test_reader_cannot_write_even_in_a_read_write_transaction(clinical_table, st
 def test_reader_is_read_only_by_default(clinical_table):
     with _reader() as conn:
         assert conn.execute("SHOW default_transaction_read_only").fetchone()[0] == "on"
+        # Only a superuser may read pg_authid; pg_roles itself is revoked from the readers.
         assert (
-            conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0] is False
+            conn.execute("SELECT has_table_privilege('pg_catalog.pg_authid', 'SELECT')").fetchone()[0]
+            is False
         )
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")

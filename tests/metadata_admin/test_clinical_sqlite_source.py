@@ -37,5 +37,6 @@ def test_a_sqlite_source_is_registered_introspected_and_opened_read_only(sqlite_
         "SELECT ward, count(*) FROM visits GROUP BY ward ORDER BY ward", timeout_s=5, row_cap=10
     )
     assert result.rows == [("MICU", 2), ("SICU", 1)]
-    with pytest.raises(ExecutionError, match="readonly"):
+    with pytest.raises(ExecutionError, match="not permitted: delete visits") as info:
         executor.execute("DELETE FROM visits", timeout_s=5, row_cap=10)
+    assert info.value.code == "permission"  # the authorizer; the file is opened read-only too

@@ -196,14 +196,24 @@ def test_grant_read_gives_select_and_nothing_else(demo):
     with psycopg.connect(demo.dsn, autocommit=True) as admin:
         admin.execute(f'CREATE ROLE "{role}" LOGIN')
     try:
-        grant_read(demo.dsn, role)
-        # A table created after the grant (e.g. by a later reload) is readable too.
+        grant_read(demo.dsn, role, hidden=("mimiciv_hosp.patients.dod",))
+        # A table created after the grant (e.g. by a later reload) is closed until the next grant,
+        # which every load runs: nobody reads a column before the catalog has had its say.
         with psycopg.connect(demo.dsn, autocommit=True) as admin:
             admin.execute("CREATE TABLE mimiciv_hosp.later (x int)")
         with psycopg.connect(embedded.pg_dsn(demo.name, user=role), autocommit=True) as conn:
             assert conn.execute("SELECT count(*) FROM mimiciv_hosp.patients").fetchone()[0] == 100
             assert conn.execute("SELECT count(*) FROM mimiciv_icu.icustays").fetchone()[0] == 140
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute("SELECT count(*) FROM mimiciv_hosp.later")
+            for hidden in ("SELECT dod FROM mimiciv_hosp.patients", "SELECT p::text FROM mimiciv_hosp.patients p",
+                           "SELECT ctid FROM mimiciv_hosp.patients", "SELECT rolname FROM pg_roles"):  # fmt: skip
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    conn.execute(hidden)
+        grant_read(demo.dsn, role)
+        with psycopg.connect(embedded.pg_dsn(demo.name, user=role), autocommit=True) as conn:
             assert conn.execute("SELECT count(*) FROM mimiciv_hosp.later").fetchone()[0] == 0
+            assert conn.execute("SELECT count(dod) FROM mimiciv_hosp.patients").fetchone()[0] >= 0
             for statement in (
                 "INSERT INTO mimiciv_hosp.patients VALUES (1, 'F', 50, 2150, '2017 - 2019', NULL)",
                 "UPDATE mimiciv_hosp.patients SET anchor_age = 0",
