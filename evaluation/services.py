@@ -24,6 +24,7 @@ from django.utils import timezone
 from askdb.models import Example, Question, Run, StageEvent
 from askdb.pipeline import prompts
 from askdb.pipeline.compare import results_match
+from askdb.pipeline.validation import SqlValidationError, validate_sql
 from askdb.services.runs import run_execute
 from evaluation import metrics
 from evaluation.models import Evaluation, EvaluationItem
@@ -33,7 +34,7 @@ from infra.adapters.clinical import ExecutionError
 from infra.audit.services import audit_record
 from infra.formats import BenchmarkItem, load_items
 from infra.providers import embeddings
-from metadata_admin.services import source_executor
+from metadata_admin.services import source_catalog_schema, source_executor
 
 log = logging.getLogger(__name__)
 
@@ -219,14 +220,21 @@ def evaluation_item_execute(*, item_pk: int) -> EvaluationItem:
     return item
 
 
-def _execute(executor, sql: str):
+def _execute(executor, sql: str, catalog):
+    """Gold, predicted and library SQL run like any SQL askdb runs: validated, and the statement
+    sent generated from the validated tree (a gold file is input like any other)."""
+    try:
+        statement = validate_sql(sql, catalog).sql
+    except SqlValidationError as exc:
+        raise ExecutionError(f"the SQL was refused: {exc.message}", code="sql_invalid") from exc
     return executor.execute(
-        sql, timeout_s=settings.CLINICAL_STATEMENT_TIMEOUT_S, row_cap=settings.CLINICAL_ROW_CAP
+        statement, timeout_s=settings.CLINICAL_STATEMENT_TIMEOUT_S, row_cap=settings.CLINICAL_ROW_CAP
     )
 
 
 def _score(item: EvaluationItem, run) -> None:
     executor = source_executor(item.evaluation.source)
+    catalog = source_catalog_schema(item.evaluation.source)
     stages: dict[str, float] = {}
     for name, ms in StageEvent.objects.filter(run=run).values_list("name", "duration_ms"):
         if ms is not None:
@@ -236,7 +244,7 @@ def _score(item: EvaluationItem, run) -> None:
     gold_rows, gold_error = None, ""
     if item.gold_sql:
         try:
-            gold_rows = _execute(executor, item.gold_sql).rows
+            gold_rows = _execute(executor, item.gold_sql, catalog).rows
         except ExecutionError as exc:
             gold_error = exc.message or exc.code
 
@@ -246,7 +254,7 @@ def _score(item: EvaluationItem, run) -> None:
             predicted_error = run.message
         else:
             try:
-                predicted_rows = _execute(executor, run.sql).rows
+                predicted_rows = _execute(executor, run.sql, catalog).rows
             except ExecutionError as exc:
                 predicted_error = exc.message or exc.code
         if not gold_error:
@@ -264,7 +272,7 @@ def _score(item: EvaluationItem, run) -> None:
             library_rows = predicted_rows
         else:
             try:
-                library_rows = _execute(executor, library["sql"]).rows
+                library_rows = _execute(executor, library["sql"], catalog).rows
             except ExecutionError:
                 library_rows = None
         library_correct = (

@@ -1145,7 +1145,9 @@ def _bind_and_check(template: Template, work: _Work, catalog: CatalogSchema | No
         return None
     if catalog is not None:
         try:
-            sql = validate_sql(sql, catalog).sql
+            # Checked here so a bad binding is refused with a reason; what runs is generated from
+            # the tree again where every answer is executed (prepared.prepare_sql).
+            validate_sql(sql, catalog)
         except SqlValidationError as error:
             work.refuse(
                 R.SQL_INVALID,
