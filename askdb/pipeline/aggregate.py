@@ -180,8 +180,9 @@ def _is_aggregate(node: exp.Expr, ids: frozenset[str], position: int) -> bool:
     if isinstance(inner, exp.Round) or (isinstance(inner, exp.Anonymous) and inner.name.lower() == "round"):
         args = [inner.this, inner.args.get("decimals")] if isinstance(inner, exp.Round) else inner.expressions
         args = [a for a in args if a is not None]
-        if args and isinstance(args[0], _STATISTICS) and all(isinstance(a, exp.Literal) for a in args[1:]):
+        if args and isinstance(_numeric(args[0]), _STATISTICS) and all(isinstance(a, exp.Literal) for a in args[1:]):
             inner = args[0]
+    inner = _numeric(inner)
     if isinstance(inner, _COUNTS):
         arg = inner.this
         if isinstance(arg, exp.Star):
@@ -218,6 +219,18 @@ def _is_aggregate(node: exp.Expr, ids: frozenset[str], position: int) -> bool:
     raise _Outside(
         f"output {position} computes with an aggregate (`{node.sql()[:60]}`); output the aggregate itself."
     )
+
+
+def _numeric(node: exp.Expr) -> exp.Expr:
+    """A statistic under a cast to a number type (PostgreSQL's round(avg(x), 1) is generated as
+    ROUND(CAST(AVG(x) AS DECIMAL), 1)) is the statistic; a cast of anything else stays a cast."""
+    if (
+        isinstance(node, exp.Cast)
+        and isinstance(node.this, _STATISTICS)
+        and node.to.this in exp.DataType.NUMERIC_TYPES
+    ):
+        return node.this
+    return node
 
 
 def _check_key(node: exp.Expr, ids: frozenset[str], position: int | None) -> None:

@@ -76,6 +76,12 @@ def ask(llm, user, sql: str, source, text: str = "How many patients?") -> Run:
     return Run.objects.get(pk=question_submit_sync(user=user, text=text, source=source).pk)
 
 
+def content(response) -> str:
+    if getattr(response, "streaming", False):
+        return b"".join(response.streaming_content).decode()
+    return response.content.decode()
+
+
 def summaries(llm) -> list[str]:
     return ["\n".join(m["content"] for m in r) for r in llm.chat_requests() if SUMMARY in r[0]["content"]]
 
@@ -129,10 +135,12 @@ def test_every_attempt_is_refused_on_postgresql_and_sqlite(client, source, sqlit
             run = ask(scripted_llm, agatha, template.format(**names), src)
             assert run.status == Run.Status.DECLINED, (name, label, run.status, run.message, run.result_rows)
             assert run.outcome.startswith("privacy_"), (name, label, run.outcome, run.message)
-            assert run.message.startswith("Your role may see only aggregated results"), (name, label, run.message)
+            assert run.message.startswith(("Your role may see only aggregated results", "This query reads sensitive")), (
+                name, label, run.message,
+            )  # fmt: skip
             assert run.result_rows == [] and run.row_count in (None, 0)
             assert len(summaries(scripted_llm)) == before, (name, label, "the LLM was asked to summarise")
-            body = b"".join(client.get(f"/runs/{run.pk}/result.csv").streaming_content).decode()
+            body = content(client.get(f"/runs/{run.pk}/result.csv"))
             assert "10000032" not in body and len(body.strip().splitlines()) <= 1, (name, label, body)
             data = api.get(f"/api/questions/{run.pk}/").json()
             assert not (data.get("result") or {}).get("rows"), (name, label, data)
@@ -178,7 +186,7 @@ def test_small_groups_are_hidden_whole_on_every_channel(client, source, sqlite_s
         assert not leaks(prompt) and "askdb_people" not in prompt, (name, prompt)
         page = client.get(f"/runs/{run.pk}/").content.decode()
         assert "&lt;11" in page and "askdb_people" not in page and not [g for g in small if g in page]
-        body = b"".join(client.get(f"/runs/{run.pk}/result.csv").streaming_content).decode()
+        body = content(client.get(f"/runs/{run.pk}/result.csv"))
         assert not leaks(body) and "askdb_people" not in body
         rows = list(csv.reader(io.StringIO(body)))
         assert rows[0] == ["anchor_year_group", "mean_age"]
@@ -190,18 +198,23 @@ def test_small_groups_are_hidden_whole_on_every_channel(client, source, sqlite_s
         data = api.get(f"/api/questions/{run.pk}/").json()
         assert data["result"]["columns"] == ["anchor_year_group", "mean_age"]
         assert not [g for g in small if any(g == c for r in data["result"]["rows"] for c in r)]
-        api_csv = b"".join(api.get(f"/api/questions/{run.pk}/result.csv").streaming_content).decode()
+        api_csv = content(api.get(f"/api/questions/{run.pk}/result.csv"))
         assert not leaks(api_csv) and "askdb_people" not in api_csv
 
 
 def test_a_hidden_group_by_subject_id_row_count_is_a_count_of_people(source, sqlite_source, scripted_llm):
     agatha = make_user("agatha", AGGREGATE_RESEARCHER)
+    executor = source_executor(source)
+    cohort = "SELECT subject_id FROM {a} GROUP BY subject_id HAVING count(*) > %d"
+
+    def truth(n: int) -> int:
+        sql = f"SELECT count(*) FROM ({cohort % n}) s".format(a="mimiciv_hosp.admissions")
+        return executor.execute(sql, timeout_s=30, row_cap=1).rows[0][0]
+
+    # Patients with more than n admissions, for the smallest n that leaves fewer than 11 of them.
+    n = next(n for n in range(1, 30) if 0 < truth(n) < 11)
     for _name, (src, names) in _sources(source, sqlite_source).items():
-        # Patients with more than three admissions: fewer than 11 in the demo data.
-        sql = (
-            "SELECT count(*) AS n FROM (SELECT subject_id FROM {a} GROUP BY subject_id HAVING count(*) > 3) s"
-        ).format(**names)
-        run = ask(scripted_llm, agatha, sql, src)
+        run = ask(scripted_llm, agatha, f"SELECT count(*) AS n FROM ({cohort % n}) s".format(**names), src)
         assert run.status == Run.Status.SUCCEEDED, run.message
         assert run.result_rows == [["<11"]]
 
@@ -214,7 +227,7 @@ def test_accepted_aggregates_are_answered(source, sqlite_source, scripted_llm):
             "SELECT gender, count(DISTINCT subject_id) AS patients, round(avg(anchor_age), 1) AS age "
             "FROM {p} WHERE anchor_age > 18 GROUP BY gender ORDER BY patients DESC".format(**names), src,
         )  # fmt: skip
-        assert run.status == Run.Status.SUCCEEDED, (name, run.message)
+        assert run.status == Run.Status.SUCCEEDED, (name, run.message[150:300])
         assert len(run.result_rows) == 2 and all(isinstance(r[1], int) and r[1] >= 11 for r in run.result_rows)
 
 
