@@ -180,7 +180,11 @@ def _is_aggregate(node: exp.Expr, ids: frozenset[str], position: int) -> bool:
     if isinstance(inner, exp.Round) or (isinstance(inner, exp.Anonymous) and inner.name.lower() == "round"):
         args = [inner.this, inner.args.get("decimals")] if isinstance(inner, exp.Round) else inner.expressions
         args = [a for a in args if a is not None]
-        if args and isinstance(_numeric(args[0]), _STATISTICS) and all(isinstance(a, exp.Literal) for a in args[1:]):
+        if (
+            args
+            and isinstance(_numeric(args[0]), _STATISTICS)
+            and all(isinstance(a, exp.Literal) for a in args[1:])
+        ):
             inner = args[0]
     inner = _numeric(inner)
     if isinstance(inner, _COUNTS):

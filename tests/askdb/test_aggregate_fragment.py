@@ -55,7 +55,11 @@ REFUSED = [
     ("u& escape", 'SELECT max(U&"\\0073ubject_id") AS m FROM {p} GROUP BY U&"\\0073ubject_id"', "pg"),
     ("count plus 0", "SELECT anchor_year_group, count(*)+0 AS n FROM {p} GROUP BY anchor_year_group", ""),
     ("negated count", "SELECT anchor_year_group, -count(*) AS n FROM {p} GROUP BY anchor_year_group", ""),
-    ("count as text", "SELECT anchor_year_group, CAST(count(*) AS TEXT) AS n FROM {p} GROUP BY anchor_year_group", ""),
+    (
+        "count as text",
+        "SELECT anchor_year_group, CAST(count(*) AS TEXT) AS n FROM {p} GROUP BY anchor_year_group",
+        "",
+    ),
     ("count filter", "SELECT count(*) FILTER (WHERE anchor_year_group = '2008 - 2010') AS n FROM {p}", ""),
     ("hidden group by id", "SELECT count(*) AS n FROM {a} GROUP BY subject_id", ""),
     ("filter to an id", "SELECT max(anchor_age) AS age FROM {p} WHERE subject_id = 10000032", ""),
@@ -99,10 +103,15 @@ def sqlite_source(source, tmp_path, settings):
             ("patients", "subject_id, gender, anchor_age, anchor_year_group, dod"),
             ("admissions", "subject_id, hadm_id, admission_type, hospital_expire_flag"),
         ):
-            rows = executor.execute(f"SELECT {columns} FROM mimiciv_hosp.{table}", timeout_s=30, row_cap=100_000).rows
+            rows = executor.execute(
+                f"SELECT {columns} FROM mimiciv_hosp.{table}", timeout_s=30, row_cap=100_000
+            ).rows
             conn.execute(f"CREATE TABLE {table} ({columns})")
             marks = ", ".join("?" for _ in columns.split(","))
-            conn.executemany(f"INSERT INTO {table} VALUES ({marks})", [[str(v) if hasattr(v, "isoformat") else v for v in r] for r in rows])
+            conn.executemany(
+                f"INSERT INTO {table} VALUES ({marks})",
+                [[str(v) if hasattr(v, "isoformat") else v for v in r] for r in rows],
+            )
     lite = source_register(name="demo-lite", url=f"sqlite:///{path}")
     source_introspect(source=lite)
     table_docs_reembed(source=lite)
@@ -156,12 +165,16 @@ def test_small_groups_are_hidden_whole_on_every_channel(client, source, sqlite_s
     api = APIClient()
     api.force_login(agatha)
     client.force_login(agatha)
-    truth = source_executor(source).execute(
-        "SELECT anchor_year_group, count(DISTINCT subject_id), avg(anchor_age) FROM mimiciv_hosp.patients "
-        "GROUP BY anchor_year_group",
-        timeout_s=30,
-        row_cap=100,
-    ).rows
+    truth = (
+        source_executor(source)
+        .execute(
+            "SELECT anchor_year_group, count(DISTINCT subject_id), avg(anchor_age) FROM mimiciv_hosp.patients "
+            "GROUP BY anchor_year_group",
+            timeout_s=30,
+            row_cap=100,
+        )
+        .rows
+    )
     small = {g for g, n, _ in truth if n < 11}
     large = {g for g, n, _ in truth if n >= 11}
     assert small and large  # the demo data has both
@@ -190,9 +203,9 @@ def test_small_groups_are_hidden_whole_on_every_channel(client, source, sqlite_s
         assert not leaks(body) and "askdb_people" not in body
         rows = list(csv.reader(io.StringIO(body)))
         assert rows[0] == ["anchor_year_group", "mean_age"]
-        sheet = load_workbook(io.BytesIO(b"".join(client.get(f"/runs/{run.pk}/result.xlsx").streaming_content)))[
-            "result"
-        ]
+        sheet = load_workbook(
+            io.BytesIO(b"".join(client.get(f"/runs/{run.pk}/result.xlsx").streaming_content))
+        )["result"]
         xlsx = [list(r) for r in sheet.iter_rows(values_only=True)]
         assert ["<11", "<11"] in xlsx and not [g for g in small if any(g == c for r in xlsx for c in r)]
         data = api.get(f"/api/questions/{run.pk}/").json()
@@ -228,7 +241,9 @@ def test_accepted_aggregates_are_answered(source, sqlite_source, scripted_llm):
             "FROM {p} WHERE anchor_age > 18 GROUP BY gender ORDER BY patients DESC".format(**names), src,
         )  # fmt: skip
         assert run.status == Run.Status.SUCCEEDED, (name, run.message[150:300])
-        assert len(run.result_rows) == 2 and all(isinstance(r[1], int) and r[1] >= 11 for r in run.result_rows)
+        assert len(run.result_rows) == 2 and all(
+            isinstance(r[1], int) and r[1] >= 11 for r in run.result_rows
+        )
 
 
 def test_a_sensitive_column_is_refused_to_an_aggregate_researcher_even_in_an_aggregate(
@@ -237,13 +252,21 @@ def test_a_sensitive_column_is_refused_to_an_aggregate_researcher_even_in_an_agg
     agatha = make_user("agatha", AGGREGATE_RESEARCHER)
     for name, (src, names) in _sources(source, sqlite_source).items():
         run = ask(scripted_llm, agatha, "SELECT max(dod) AS last_death FROM {p}".format(**names), src)
-        assert run.status == Run.Status.DECLINED and run.outcome == "privacy_sensitive_column", (name, run.message)
+        assert run.status == Run.Status.DECLINED and run.outcome == "privacy_sensitive_column", (
+            name,
+            run.message,
+        )
         assert not summaries(scripted_llm) or "last_death" not in summaries(scripted_llm)[-1]
 
 
 def test_a_reviewer_correction_follows_the_fragment_for_the_person_who_asked(source, scripted_llm):
     agatha = make_user("agatha", AGGREGATE_RESEARCHER)
-    run = ask(scripted_llm, agatha, "SELECT gender, count(*) AS n FROM mimiciv_hosp.patients GROUP BY gender", source)
+    run = ask(
+        scripted_llm,
+        agatha,
+        "SELECT gender, count(*) AS n FROM mimiciv_hosp.patients GROUP BY gender",
+        source,
+    )
     assert run.status == Run.Status.SUCCEEDED, run.message
     reviewer = make_user("rev", REVIEWER)
     with pytest.raises(ReviewError, match="may see only aggregated results"):
@@ -257,5 +280,5 @@ def test_a_reviewer_correction_follows_the_fragment_for_the_person_who_asked(sou
     )  # fmt: skip
     run.refresh_from_db()
     assert run.result_columns == ["anchor_year_group", "n"]
-    assert all(isinstance(n, int) and n >= 11 or n == "<11" for _, n in run.result_rows)
+    assert all((isinstance(n, int) and n >= 11) or n == "<11" for _, n in run.result_rows)
     assert any(row == ["<11", "<11"] for row in run.result_rows)
