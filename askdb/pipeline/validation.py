@@ -240,7 +240,7 @@ def executable_sql(tree: exp.Expr, dialect: str) -> str:
     """The SQL to send to the database, generated from the validated tree: no comments and none of
     the writer's spelling (escapes, quoting, line ends), so no lexical trick in the text the LLM,
     a reviewer or an import wrote can reach the database; it reads exactly what the checks read."""
-    return tree.sql(dialect=dialect, comments=False, pretty=True)
+    return tree.sql(dialect=dialect, comments=False)
 
 
 def parse_query(sql: str, dialect: str) -> exp.Expr:
