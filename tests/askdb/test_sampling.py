@@ -73,7 +73,9 @@ def test_split_candidates_are_shown_not_presented_as_fact(client, source, llm):
     assert response.status_code == 302
     chosen = Run.objects.get(pk=run.pk)
     assert (
-        chosen.sql == PROC.replace("count(", "COUNT(") and chosen.outcome in ("answered", "no_rows") and chosen.candidates["picked"] == 1
+        chosen.sql == PROC.replace("count(", "COUNT(")
+        and chosen.outcome in ("answered", "no_rows")
+        and chosen.candidates["picked"] == 1
     )
     with pytest.raises(ReviewError):
         run_pick_candidate(run=run, user=make_user("other", "researcher"), group=0)
