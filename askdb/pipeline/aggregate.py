@@ -20,7 +20,7 @@ joins, with
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlglot import exp
@@ -123,6 +123,9 @@ def _rewrite(tree: exp.Expr, catalog: CatalogSchema, policy: privacy.PrivacyPoli
         )
     people = exp.Count(this=exp.Distinct(expressions=[exp.column(PERSON_COLUMN, table=person)]))
     tree.append("expressions", exp.alias_(people, PEOPLE_COLUMN))
+    if dropped:
+        note = "Its ordering by a value it does not show was dropped: results are ordered only by what they show."
+        analysis = replace(analysis, notes=(*analysis.notes, note))
     return Rewrite(sql=executable_sql(tree, catalog.dialect), analysis=analysis, dropped_order=dropped)
 
 
@@ -260,7 +263,7 @@ def _check_condition(node: exp.Expr, ids: frozenset[str], *, allow_aggregates: b
     for sub in node.walk():
         if isinstance(sub, exp.AggFunc):
             if not allow_aggregates or not (
-                isinstance(sub, _COUNTS | _STATISTICS)
+                isinstance(sub, (*_COUNTS, *_STATISTICS))
                 and isinstance(sub.this, exp.Column | exp.Star | exp.Distinct)
             ):
                 raise _Outside(f"its HAVING uses `{sub.sql()[:60]}`.")
