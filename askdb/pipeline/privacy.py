@@ -630,6 +630,16 @@ def suppression_sentence(report: dict) -> str:
     if k <= 0:
         return ""
     suppressed, extra, stats = (report.get(key) or 0 for key in ("suppressed", "complementary", "statistics"))
+    if report.get("people_counted"):  # the aggregate fragment: whole rows, by the patients behind each
+        if not suppressed:
+            return f"Rows behind fewer than {k} patients were hidden (none in this result)."
+        more = (
+            f"; {extra} more so that no total reveals {'it' if suppressed == 1 else 'them'}" if extra else ""
+        )
+        return (
+            f"Rows behind fewer than {k} patients were hidden whole ({suppressed} row{'s' if suppressed != 1 else ''}"
+            f" shown as <{k}{more})."
+        )
     if not suppressed:
         return f"Counts below {k} were suppressed (none in this result)."
     parts = [f"{suppressed} cell{'s' if suppressed != 1 else ''} shown as <{k}"]

@@ -8,7 +8,7 @@ import pytest
 
 from askdb.pipeline import aggregate
 from askdb.pipeline.prepared import prepare_sql, protect_prepared
-from askdb.pipeline.privacy import PrivacyPolicy, PrivacyRefusal
+from askdb.pipeline.privacy import PrivacyPolicy, PrivacyRefusal, suppression_sentence
 from tests.askdb.pipeline.test_validation import CATALOG, SQLITE
 
 AGGREGATE_ONLY = PrivacyPolicy(
@@ -115,6 +115,9 @@ def test_rows_behind_fewer_than_k_people_are_hidden_whole_with_one_more():
     assert shown.columns == ("anchor_year_group", "age")
     assert shown.rows == [["a", 50.0], ["<11", "<11"], ["<11", "<11"], ["d", 44.0]]
     assert shown.privacy["suppressed"] == 1 and shown.privacy["complementary"] == 1
+    assert suppression_sentence(shown.privacy) == (
+        "Rows behind fewer than 11 patients were hidden whole (1 row shown as <11; 1 more so that no total reveals it)."
+    )
 
 
 def test_the_sensitive_rule_comes_first_for_an_aggregate_user():
