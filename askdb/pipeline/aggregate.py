@@ -273,17 +273,36 @@ def _check_condition(node: exp.Expr, ids: frozenset[str], *, allow_aggregates: b
 
 
 def _check_filter(node: exp.Expr, ids: frozenset[str]) -> None:
-    """No condition may pick given identifier values: `subject_id = 10001`, `hadm_id IN (…)`,
-    `stay_id < 3000…`, anywhere (WHERE, ON, HAVING and the subqueries inside them)."""
+    """No condition may pick given identifier values, anywhere (WHERE, ON, HAVING and the
+    subqueries inside them): `subject_id = 10001`, `hadm_id IN (…)`, `stay_id < 3000…`, nor a
+    value computed to pick one person (`subject_id <> (SELECT min(subject_id) …)`, a subquery with
+    ORDER BY / LIMIT): "all but the patient with the lowest id" is that patient by difference."""
     for comparison in node.find_all(*_COMPARISONS):
-        sides = [v for k, v in comparison.args.items() if isinstance(v, exp.Expr) and k != "escape"]
+        sides = [
+            v for k, v in comparison.args.items() if isinstance(v, exp.Expr) and k not in ("escape", "query")
+        ]
         sides += [e for e in comparison.args.get("expressions") or [] if isinstance(e, exp.Expr)]
-        named = [s for s in sides if isinstance(s, exp.Expr) and _identifier(s, ids) is not None]
-        constant = [s for s in sides if isinstance(s, exp.Expr) and not s.find(exp.Column, exp.Subquery)]
-        if named and constant:
+        named = [s for s in sides if _identifier(s, ids) is not None]
+        # Besides the identifier, only another row's identifier (a join) may be compared with it.
+        other = [s for s in sides if s not in named]
+        picked = [s for s in other if not isinstance(s, exp.Column)] or (
+            len(named) == 1
+            and not other
+            and isinstance(comparison, exp.In)
+            and comparison.args.get("query") is None
+        )
+        if named and (picked or not isinstance(named[0], exp.Column)):
             column = _identifier(named[0], ids)
             raise _Outside(
                 f"it filters to given values of the identifier `{column.name}`, so it describes individuals."
+            )
+    for agg in node.find_all(exp.AggFunc):
+        if not isinstance(agg, exp.Count) and _identifier(agg, ids) is not None:
+            raise _Outside(f"it computes `{agg.sql()[:60]}` of an identifier, which picks an individual.")
+    for select in node.find_all(exp.Select):
+        if select is not node and any(select.args.get(k) for k in ("limit", "offset", "order")):
+            raise _Outside(
+                "a subquery in it uses ORDER BY, LIMIT or OFFSET, which can pick given individuals."
             )
 
 

@@ -63,6 +63,16 @@ REFUSED = [
         "given values",
     ),
     (f"SELECT (SELECT max(anchor_age) FROM {P}) AS m, count(*) FROM {P}", "subquery"),
+    # Differencing by a computed individual: "all women but the patient with the lowest id".
+    (
+        f"SELECT count(*) FROM {P} WHERE gender = 'F' AND subject_id <> (SELECT min(subject_id) FROM {P})",
+        "identifier",
+    ),
+    (
+        f"SELECT count(*) FROM {P} WHERE subject_id IN (SELECT subject_id FROM {A} ORDER BY admittime LIMIT 1)",
+        "LIMIT",
+    ),
+    (f"SELECT count(*) FROM {P} WHERE subject_id + 0 = 10000032", "given values"),
     (f"SELECT DISTINCT gender FROM {P}", "DISTINCT"),
 ]
 
