@@ -114,8 +114,8 @@ def _rewrite(tree: exp.Expr, catalog: CatalogSchema, policy: privacy.PrivacyPoli
         _check_condition(having.this, ids, allow_aggregates=True)
     # Conditions anywhere (WHERE, ON, HAVING, and inside subqueries and cohorts) may not pick
     # given identifier values.
+    dropped = _drop_hidden_order(tree, outputs, aliases)  # before the checks: what is dropped never runs
     _check_filter(tree, ids)
-    dropped = _drop_hidden_order(tree, outputs, aliases)
     person = next((alias for alias, columns in tables if PERSON_COLUMN in columns), None)
     if person is None:
         raise _Outside(
