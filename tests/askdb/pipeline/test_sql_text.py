@@ -49,9 +49,10 @@ def test_what_cannot_be_read_exactly_is_refused(text):
 # PostgreSQL's scanner ends a `--` comment at `newline [\n\r]`; SQLite's tokenizer at '\n' only.
 
 
-@pytest.mark.parametrize("dialect", ["postgres", "sqlite"])
-def test_a_crlf_ends_a_comment_for_both_engines(dialect):
-    assert canonical_sql("SELECT 1 -- note\r\n+ 2", dialect) == "SELECT 1  \r\n+ 2"
+def test_a_crlf_ends_a_comment_for_both_engines():
+    # PostgreSQL ends it at the CR (the LF is then whitespace), SQLite at the LF: the same tokens.
+    assert canonical_sql("SELECT 1 -- note\r\n+ 2", "postgres") == "SELECT 1  \r\n+ 2"
+    assert canonical_sql("SELECT 1 -- note\r\n+ 2", "sqlite") == "SELECT 1  \n+ 2"
 
 
 @pytest.mark.parametrize("dialect", ["postgres", "sqlite"])

@@ -221,7 +221,7 @@ def test_realistic_queries_pass(sql):
 def test_the_statement_that_runs_is_generated_from_the_tree_not_the_text_written():
     sql = "  select  A.HADM_ID -- the id\nfrom MIMICIV_HOSP.ADMISSIONS a ;; \n"
     validated = validate_sql(sql, CATALOG)
-    assert validated.sql == "SELECT\n  a.hadm_id\nFROM mimiciv_hosp.admissions AS a"
+    assert validated.sql == "SELECT a.hadm_id FROM mimiciv_hosp.admissions AS a"
     assert (
         validated.tree is not None
         and validated.tree.sql("postgres") == "SELECT a.hadm_id FROM mimiciv_hosp.admissions AS a"
