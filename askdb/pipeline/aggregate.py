@@ -8,14 +8,16 @@ sum(CASE WHEN subject_id = … THEN …)), or hide a small count behind arithmet
 -count(*), count(*)::text). Each accepted construct below is one whose cells are statistics of
 the people counted for the row, so one people count per row decides what is shown.
 
-Accepted: one SELECT (no WITH, set operation or subquery in FROM) over catalogued tables and
-joins, with
+Accepted: one SELECT (no WITH, window or set operation) over catalogued tables and joins, or
+over a cohort subquery that selects plain columns under their own names, with
 - group keys: non-identifier columns, constants, and date_trunc / extract / CASE buckets of them;
 - aggregates: count(*), count(column), count(DISTINCT column), and sum / avg / min / max of a
   non-identifier column, optionally round(aggregate, n); nothing else around or inside them;
 - GROUP BY of group keys that are also output; HAVING over the same aggregates and constants;
-- WHERE (and subqueries in it) filtering on anything but given values of identifiers;
+- WHERE (and subqueries in it) filtering on anything but given identifier values, whether
+  written (`subject_id = 1`) or computed (`<> (SELECT min(subject_id) …)`, a subquery's LIMIT);
 - ORDER BY of output columns (ordering by anything else is dropped), LIMIT / OFFSET.
+The person column (`subject_id`) of the first table that has one is what the rewrite counts.
 """
 
 from __future__ import annotations
