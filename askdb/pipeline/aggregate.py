@@ -76,47 +76,20 @@ def rewrite(tree: exp.Expr, catalog: CatalogSchema, policy: privacy.PrivacyPolic
 
 def _rewrite(tree: exp.Expr, catalog: CatalogSchema, policy: privacy.PrivacyPolicy) -> Rewrite:
     ids = policy.identifier_columns | {PERSON_COLUMN}
-    if isinstance(tree, exp.SetOperation):
-        raise _Outside("it combines queries (UNION, INTERSECT or EXCEPT), which askdb does not accept here.")
-    if not isinstance(tree, exp.Select):
-        raise _Outside("it is not a single SELECT.")
-    if tree.args.get("with_") or tree.args.get("with"):
-        raise _Outside("it uses WITH; write it as one SELECT over the tables.")
-    if tree.find(exp.Window):
-        raise _Outside("it uses a window function (OVER …).")
-    if tree.args.get("distinct"):
-        raise _Outside("it uses SELECT DISTINCT; use GROUP BY with a count instead.")
+    _check_shape(tree)
     tables = _from_tables(tree, catalog)
     analysis = privacy.analyse_output(tree, catalog.dialect, policy=policy, catalog=catalog)
     if analysis.whole_rows:
         raise _Outside(f"it uses a whole row of {', '.join(sorted(analysis.whole_rows))} as a value.")
     outputs = [e.unalias() if isinstance(e, exp.Alias) else e for e in tree.expressions]
     aliases = {e.alias.lower(): e.unalias() for e in tree.expressions if isinstance(e, exp.Alias)}
-    group_items = list((tree.args.get("group") or exp.Group()).expressions)
-    keys: list[exp.Expr] = []
-    aggregates = 0
-    for position, node in enumerate(outputs, start=1):
-        if _is_aggregate(node, ids, position):
-            aggregates += 1
-        else:
-            _check_key(node, ids, position)
-            keys.append(node)
-    if not aggregates:
-        raise _Outside("it has no count or other aggregate in its output.")
-    grouped = [_resolve(g, outputs, aliases) for g in group_items]
-    for item in grouped:
-        _check_key(item, ids, None)
-        if not any(item == key for key in keys):
-            raise _Outside(f"it groups by `{item.sql()}`, which is not among its output columns.")
-    for key in keys:
-        if not isinstance(key, exp.Literal | exp.Null | exp.Boolean) and not any(key == g for g in grouped):
-            raise _Outside(f"`{key.sql()}` is output but not in GROUP BY.")
+    _check_grouping(tree, outputs, aliases, ids)
     having = tree.args.get("having")
     if having is not None:
         _check_condition(having.this, ids, allow_aggregates=True)
+    dropped = _drop_hidden_order(tree, outputs, aliases)  # before the checks: what is dropped never runs
     # Conditions anywhere (WHERE, ON, HAVING, and inside subqueries and cohorts) may not pick
     # given identifier values.
-    dropped = _drop_hidden_order(tree, outputs, aliases)  # before the checks: what is dropped never runs
     _check_filter(tree, ids)
     person = next((alias for alias, columns in tables if PERSON_COLUMN in columns), None)
     if person is None:
@@ -129,6 +102,43 @@ def _rewrite(tree: exp.Expr, catalog: CatalogSchema, policy: privacy.PrivacyPoli
         note = "Its ordering by a value it does not show was dropped: results are ordered only by what they show."
         analysis = replace(analysis, notes=(*analysis.notes, note))
     return Rewrite(sql=executable_sql(tree, catalog.dialect), analysis=analysis, dropped_order=dropped)
+
+
+def _check_shape(tree: exp.Expr) -> None:
+    if isinstance(tree, exp.SetOperation):
+        raise _Outside("it combines queries (UNION, INTERSECT or EXCEPT), which askdb does not accept here.")
+    if not isinstance(tree, exp.Select):
+        raise _Outside("it is not a single SELECT.")
+    if tree.args.get("with_") or tree.args.get("with"):
+        raise _Outside("it uses WITH; write it as one SELECT over the tables.")
+    if tree.find(exp.Window):
+        raise _Outside("it uses a window function (OVER …).")
+    if tree.args.get("distinct"):
+        raise _Outside("it uses SELECT DISTINCT; use GROUP BY with a count instead.")
+
+
+def _check_grouping(
+    tree: exp.Select, outputs: list[exp.Expr], aliases: dict[str, exp.Expr], ids: frozenset[str]
+) -> None:
+    """Every output is an accepted aggregate or a group key, and GROUP BY holds exactly the keys."""
+    keys: list[exp.Expr] = []
+    aggregates = 0
+    for position, node in enumerate(outputs, start=1):
+        if _is_aggregate(node, ids, position):
+            aggregates += 1
+        else:
+            _check_key(node, ids, position)
+            keys.append(node)
+    if not aggregates:
+        raise _Outside("it has no count or other aggregate in its output.")
+    grouped = [_resolve(g, outputs, aliases) for g in (tree.args.get("group") or exp.Group()).expressions]
+    for item in grouped:
+        _check_key(item, ids, None)
+        if not any(item == key for key in keys):
+            raise _Outside(f"it groups by `{item.sql()}`, which is not among its output columns.")
+    for key in keys:
+        if not isinstance(key, exp.Literal | exp.Null | exp.Boolean) and not any(key == g for g in grouped):
+            raise _Outside(f"`{key.sql()}` is output but not in GROUP BY.")
 
 
 def _from_tables(tree: exp.Select, catalog: CatalogSchema) -> list[tuple[str, frozenset[str]]]:
@@ -181,53 +191,59 @@ def _identifier(node: exp.Expr, ids: frozenset[str]) -> exp.Column | None:
 
 def _is_aggregate(node: exp.Expr, ids: frozenset[str], position: int) -> bool:
     """Whether an output is an accepted aggregate (raises when it is an aggregate of another kind)."""
-    inner = node
-    if isinstance(inner, exp.Round) or (isinstance(inner, exp.Anonymous) and inner.name.lower() == "round"):
-        args = [inner.this, inner.args.get("decimals")] if isinstance(inner, exp.Round) else inner.expressions
+    inner = _numeric(_unround(node))
+    if isinstance(inner, _COUNTS):
+        arg = inner.this
+        if isinstance(arg, exp.Distinct) and len(arg.expressions) == 1:
+            arg = arg.expressions[0]
+        if isinstance(arg, exp.Star) or (isinstance(arg, exp.Column) and not isinstance(arg.this, exp.Star)):
+            return True
+        raise _Outside(f"output {position} counts `{arg.sql()}`; count rows (count(*)) or one column.")
+    if isinstance(inner, _STATISTICS):
+        _check_statistic(inner, ids, position)
+        return True
+    if not node.find(exp.AggFunc, exp.Filter, exp.WithinGroup, exp.Subquery):
+        return False
+    raise _Outside(_why_not_accepted(node, position))
+
+
+def _check_statistic(node: exp.Expr, ids: frozenset[str], position: int) -> None:
+    arg = node.this
+    if node.expressions:  # SQLite's max(a, b) is the larger of two values of one row
+        raise _Outside(f"output {position} calls `{node.key}` with several values, a value of each row.")
+    if isinstance(arg, exp.Distinct):
+        raise _Outside(f"output {position} uses DISTINCT inside `{node.key}`.")
+    if not isinstance(arg, exp.Column):
+        raise _Outside(
+            f"output {position} aggregates `{arg.sql()}`; aggregate one column, with nothing computed inside."
+        )
+    if arg.name.lower() in ids:
+        raise _Outside(f"output {position} aggregates the identifier `{arg.name}`.")
+
+
+def _unround(node: exp.Expr) -> exp.Expr:
+    """round(statistic, n) as the statistic it rounds; anything else as it is."""
+    if isinstance(node, exp.Round) or (isinstance(node, exp.Anonymous) and node.name.lower() == "round"):
+        args = [node.this, node.args.get("decimals")] if isinstance(node, exp.Round) else node.expressions
         args = [a for a in args if a is not None]
         if (
             args
             and isinstance(_numeric(args[0]), _STATISTICS)
             and all(isinstance(a, exp.Literal) for a in args[1:])
         ):
-            inner = args[0]
-    inner = _numeric(inner)
-    if isinstance(inner, _COUNTS):
-        arg = inner.this
-        if isinstance(arg, exp.Star):
-            return True
-        if isinstance(arg, exp.Distinct) and len(arg.expressions) == 1:
-            arg = arg.expressions[0]
-        if isinstance(arg, exp.Column) and not isinstance(arg.this, exp.Star):
-            return True
-        raise _Outside(f"output {position} counts `{arg.sql()}`; count rows (count(*)) or one column.")
-    if isinstance(inner, _STATISTICS):
-        arg = inner.this
-        if inner.expressions:  # SQLite's max(a, b) is the larger of two values of one row
-            raise _Outside(f"output {position} calls `{inner.key}` with several values, a value of each row.")
-        if isinstance(arg, exp.Distinct):
-            raise _Outside(f"output {position} uses DISTINCT inside `{inner.key}`.")
-        if not isinstance(arg, exp.Column):
-            raise _Outside(
-                f"output {position} aggregates `{arg.sql()}`; aggregate one column, with nothing computed inside."
-            )
-        if arg.name.lower() in ids:
-            raise _Outside(f"output {position} aggregates the identifier `{arg.name}`.")
-        return True
-    if not node.find(exp.AggFunc, exp.Filter, exp.WithinGroup, exp.Subquery):
-        return False
+            return args[0]
+    return node
+
+
+def _why_not_accepted(node: exp.Expr, position: int) -> str:
     if node.find(exp.Subquery):
-        raise _Outside(f"output {position} holds a subquery.")
+        return f"output {position} holds a subquery."
     if node.find(exp.Filter):
-        raise _Outside(f"output {position} uses FILTER (…); put the condition in WHERE.")
+        return f"output {position} uses FILTER (…); put the condition in WHERE."
     agg = node.find(exp.AggFunc)
     if agg is node or isinstance(node, exp.WithinGroup):
-        raise _Outside(
-            f"output {position} uses `{(agg or node).key}`, which is not among the accepted aggregates."
-        )
-    raise _Outside(
-        f"output {position} computes with an aggregate (`{node.sql()[:60]}`); output the aggregate itself."
-    )
+        return f"output {position} uses `{(agg or node).key}`, which is not among the accepted aggregates."
+    return f"output {position} computes with an aggregate (`{node.sql()[:60]}`); output the aggregate itself."
 
 
 def _numeric(node: exp.Expr) -> exp.Expr:
@@ -280,24 +296,7 @@ def _check_filter(node: exp.Expr, ids: frozenset[str]) -> None:
     value computed to pick one person (`subject_id <> (SELECT min(subject_id) …)`, a subquery with
     ORDER BY / LIMIT): "all but the patient with the lowest id" is that patient by difference."""
     for comparison in node.find_all(*_COMPARISONS):
-        sides = [
-            v for k, v in comparison.args.items() if isinstance(v, exp.Expr) and k not in ("escape", "query")
-        ]
-        sides += [e for e in comparison.args.get("expressions") or [] if isinstance(e, exp.Expr)]
-        named = [s for s in sides if _identifier(s, ids) is not None]
-        # Besides the identifier, only another row's identifier (a join) may be compared with it.
-        other = [s for s in sides if s not in named]
-        picked = [s for s in other if not isinstance(s, exp.Column)] or (
-            len(named) == 1
-            and not other
-            and isinstance(comparison, exp.In)
-            and comparison.args.get("query") is None
-        )
-        if named and (picked or not isinstance(named[0], exp.Column)):
-            column = _identifier(named[0], ids)
-            raise _Outside(
-                f"it filters to given values of the identifier `{column.name}`, so it describes individuals."
-            )
+        _check_comparison(comparison, ids)
     for agg in node.find_all(exp.AggFunc):
         if not isinstance(agg, exp.Count) and _identifier(agg, ids) is not None:
             raise _Outside(f"it computes `{agg.sql()[:60]}` of an identifier, which picks an individual.")
@@ -306,6 +305,25 @@ def _check_filter(node: exp.Expr, ids: frozenset[str]) -> None:
             raise _Outside(
                 "a subquery in it uses ORDER BY, LIMIT or OFFSET, which can pick given individuals."
             )
+
+
+def _check_comparison(comparison: exp.Expr, ids: frozenset[str]) -> None:
+    sides = [
+        v for k, v in comparison.args.items() if isinstance(v, exp.Expr) and k not in ("escape", "query")
+    ]
+    sides += [e for e in comparison.args.get("expressions") or [] if isinstance(e, exp.Expr)]
+    named = [s for s in sides if _identifier(s, ids) is not None]
+    if not named:
+        return
+    # Besides the identifier, only another row's identifier (a join) may be compared with it.
+    other = [s for s in sides if s not in named]
+    listed = isinstance(comparison, exp.In) and comparison.args.get("query") is None
+    picked = [s for s in other if not isinstance(s, exp.Column)] or (len(named) == 1 and not other and listed)
+    if picked or not isinstance(named[0], exp.Column):
+        column = _identifier(named[0], ids)
+        raise _Outside(
+            f"it filters to given values of the identifier `{column.name}`, so it describes individuals."
+        )
 
 
 def _resolve(item: exp.Expr, outputs: list[exp.Expr], aliases: dict[str, exp.Expr]) -> exp.Expr:
