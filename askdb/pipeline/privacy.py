@@ -396,15 +396,22 @@ class _Analyser:
         if isinstance(node, exp.Column):
             return self._column(node, scope, grouped)
         if isinstance(node, exp.Subquery):  # a scalar subquery
-            outs, aggregated, _ = self.query(node.this)
-            if len(outs) != 1:
-                raise _Unknown("a scalar subquery with several columns")
-            kind = outs[0].kind
-            return (kind if kind in (COUNT, DERIVED) else AGGREGATE if aggregated else VALUE), outs[0].sources
+            return self._scalar(node)
         if isinstance(node, exp.Coalesce):
             parts = [self._kind(e, scope, grouped) for e in node.iter_expressions()]
             if all(k in (COUNT, KEY) for k, _ in parts) and any(k == COUNT for k, _ in parts):
                 return COUNT, frozenset()
+        return self._combined(node, scope, grouped)
+
+    def _scalar(self, node: exp.Subquery) -> tuple[str, frozenset[str]]:
+        outs, aggregated, _ = self.query(node.this)
+        if len(outs) != 1:
+            raise _Unknown("a scalar subquery with several columns")
+        kind = outs[0].kind
+        return (kind if kind in (COUNT, DERIVED) else AGGREGATE if aggregated else VALUE), outs[0].sources
+
+    def _combined(self, node: exp.Expr, scope, grouped: bool) -> tuple[str, frozenset[str]]:
+        """An expression of other outputs: the kind of its strongest part."""
         children = [self._kind(e, scope, grouped) for e in node.iter_expressions()]
         kinds = {k for k, _ in children}
         sources = frozenset().union(*(s for _, s in children)) if children else frozenset()
@@ -566,36 +573,49 @@ def suppress(columns: Sequence[str], rows: Sequence[Sequence], analysis: OutputA
     marker = f"<{k}"
     hidden_rows: set[int] = set()
     for j in count_cols:
-        primary = [i for i, row in enumerate(out) if (n := _number(row[j])) is not None and 0 < n < k]
-        for i in primary:
-            out[i][j] = marker
-        report["suppressed"] += len(primary)
-        hidden_rows.update(primary)
-        if len(primary) == 1:
-            rest = [(n, i) for i, row in enumerate(out) if (n := _number(row[j])) is not None and n > 0]
-            if rest:
-                _, i = min(rest)
-                out[i][j] = marker
-                report["complementary"] += 1
-                hidden_rows.add(i)
+        hidden_rows |= _suppress_column(out, j, k, report)
     for i in sorted(hidden_rows):
         for j, kind in enumerate(kinds):
             if kind in STATISTIC_KINDS and out[i][j] is not None and out[i][j] != marker:
                 out[i][j] = marker
                 report["statistics"] += 1
+    report["notes"].extend(_suppression_notes(columns, kinds, bool(count_cols), k))
+    return out, report
+
+
+def _suppress_column(out: list[list], j: int, k: int, report: dict) -> set[int]:
+    """Column j's counts below k hidden, and one more when only one was; the rows touched."""
+    marker = f"<{k}"
+    primary = [i for i, row in enumerate(out) if (n := _number(row[j])) is not None and 0 < n < k]
+    for i in primary:
+        out[i][j] = marker
+    report["suppressed"] += len(primary)
+    hidden = set(primary)
+    if len(primary) == 1:
+        rest = [(n, i) for i, row in enumerate(out) if (n := _number(row[j])) is not None and n > 0]
+        if rest:
+            _, i = min(rest)
+            out[i][j] = marker
+            report["complementary"] += 1
+            hidden.add(i)
+    return hidden
+
+
+def _suppression_notes(columns: Sequence[str], kinds: list[str], has_counts: bool, k: int) -> list[str]:
+    notes = []
     statistics = [columns[j] for j, kind in enumerate(kinds) if kind in STATISTIC_KINDS]
-    if statistics and not count_cols:
-        report["notes"].append(
+    if statistics and not has_counts:
+        notes.append(
             f"The result does not show the group sizes behind {', '.join(statistics)}, so askdb cannot "
-            "tell whether they describe fewer than {k} people.".replace("{k}", str(k))
+            f"tell whether they describe fewer than {k} people."
         )
     derived = [columns[j] for j, kind in enumerate(kinds) if kind == DERIVED]
     if derived:
-        report["notes"].append(
+        notes.append(
             f"{', '.join(derived)} {'is' if len(derived) == 1 else 'are'} computed from counts the result does not "
             "show; askdb cannot check those counts for small cells."
         )
-    return out, report
+    return notes
 
 
 def protect(result, analysis: OutputAnalysis, policy: PrivacyPolicy) -> ProtectedResult:
