@@ -9,7 +9,7 @@ the app that holds the stages.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -46,10 +46,13 @@ class CatalogSchema:
 class ValidatedSql:
     """SQL that passed validation, with what it reads (used for review, examples and audit)."""
 
-    sql: str  # the statement as it will be executed
+    sql: str  # the statement as it will be executed: generated from `tree`, without comments
     tables: tuple[str, ...] = ()  # qualified table names it reads, sorted
     columns: tuple[str, ...] = ()  # "schema.table.column" it references, sorted
     warnings: tuple[str, ...] = field(default=())
+    # The parsed tree every check read (a sqlglot expression; identifiers lower case). Privacy
+    # analysis and rewrites read this very tree, never a new parse of someone's text.
+    tree: Any = field(default=None, compare=False, repr=False)
 
 
 class LLMError(RuntimeError):

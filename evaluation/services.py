@@ -24,6 +24,7 @@ from django.utils import timezone
 from askdb.models import Example, Question, Run, StageEvent
 from askdb.pipeline import prompts
 from askdb.pipeline.compare import results_match
+from askdb.pipeline.validation import SqlValidationError, validate_sql
 from askdb.services.runs import run_execute
 from evaluation import metrics
 from evaluation.models import Evaluation, EvaluationItem
@@ -34,7 +35,7 @@ from infra.audit.services import audit_record
 from infra.formats import BenchmarkItem, load_items
 from infra.providers import embeddings
 from infra.queue import task_send
-from metadata_admin.services import source_executor
+from metadata_admin.services import source_catalog_schema, source_executor
 
 log = logging.getLogger(__name__)
 
@@ -216,14 +217,21 @@ def evaluation_item_execute(*, item_pk: int) -> EvaluationItem:
     return item
 
 
-def _execute(executor, sql: str):
+def _execute(executor, sql: str, catalog):
+    """Gold, predicted and library SQL run like any SQL askdb runs: validated, and the statement
+    sent generated from the validated tree (a gold file is input like any other)."""
+    try:
+        statement = validate_sql(sql, catalog).sql
+    except SqlValidationError as exc:
+        raise ExecutionError(f"the SQL was refused: {exc.message}", code="sql_invalid") from exc
     return executor.execute(
-        sql, timeout_s=settings.CLINICAL_STATEMENT_TIMEOUT_S, row_cap=settings.CLINICAL_ROW_CAP
+        statement, timeout_s=settings.CLINICAL_STATEMENT_TIMEOUT_S, row_cap=settings.CLINICAL_ROW_CAP
     )
 
 
 def _score(item: EvaluationItem, run) -> None:
     executor = source_executor(item.evaluation.source)
+    catalog = source_catalog_schema(item.evaluation.source)
     stages: dict[str, float] = {}
     for name, ms in StageEvent.objects.filter(run=run).values_list("name", "duration_ms"):
         if ms is not None:
@@ -233,13 +241,13 @@ def _score(item: EvaluationItem, run) -> None:
     gold_rows, gold_error = None, ""
     if item.gold_sql:
         try:
-            gold_rows = _execute(executor, item.gold_sql).rows
+            gold_rows = _execute(executor, item.gold_sql, catalog).rows
         except ExecutionError as exc:
             gold_error = exc.message or exc.code
 
     predicted_rows, predicted_error, correct = None, "", None
     if not abstained:
-        predicted_rows, predicted_error = _predicted(executor, run)
+        predicted_rows, predicted_error = _predicted(executor, run, catalog)
         if not gold_error:
             correct = (
                 bool(item.gold_sql)
@@ -249,7 +257,9 @@ def _score(item: EvaluationItem, run) -> None:
 
     library = run.library_match or {}
     library_confidence = library.get("confidence")
-    library_correct = None if gold_error else _library_correct(executor, item, run, predicted_rows, gold_rows)
+    library_correct = (
+        None if gold_error else _library_correct(executor, catalog, item, run, predicted_rows, gold_rows)
+    )
 
     answerability = run.answerability or {}
     probability = answerability.get("probability")
@@ -282,17 +292,17 @@ def _score(item: EvaluationItem, run) -> None:
     item.save()
 
 
-def _predicted(executor, run) -> tuple[list | None, str]:
+def _predicted(executor, run, catalog) -> tuple[list | None, str]:
     """The rows of the run's SQL run again (as the gold was), or why there are none."""
     if run.outcome in metrics.ANSWER_OUTCOMES:
         return None, run.message
     try:
-        return _execute(executor, run.sql).rows, ""
+        return _execute(executor, run.sql, catalog).rows, ""
     except ExecutionError as exc:
         return None, exc.message or exc.code
 
 
-def _library_correct(executor, item: EvaluationItem, run, predicted_rows, gold_rows) -> bool | None:
+def _library_correct(executor, catalog, item: EvaluationItem, run, predicted_rows, gold_rows) -> bool | None:
     """Whether the library's best match (answered or not) gives the gold result; None without one."""
     sql = (run.library_match or {}).get("sql")
     if not sql:
@@ -301,7 +311,7 @@ def _library_correct(executor, item: EvaluationItem, run, predicted_rows, gold_r
         library_rows = predicted_rows
     else:
         try:
-            library_rows = _execute(executor, sql).rows
+            library_rows = _execute(executor, sql, catalog).rows
         except ExecutionError:
             library_rows = None
     return bool(item.gold_sql) and library_rows is not None and results_match(library_rows, gold_rows)

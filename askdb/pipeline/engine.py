@@ -33,6 +33,7 @@ from askdb.pipeline.outcome import (
     MatchInfo,
     Outcome,
 )
+from askdb.pipeline.prepared import PreparedSql, prepare_sql, protect_prepared
 from askdb.pipeline.results import is_aggregate_query, result_preview
 from askdb.pipeline.retrieval import LinkedValue, RankedTable
 from askdb.pipeline.types import CatalogSchema, ChatModel, ChatResult, ExampleContext, LLMError, TableContext
@@ -209,18 +210,20 @@ class Pipeline:
             )
 
     def _execute(self, sql: str, req: PipelineRequest) -> privacy.ProtectedResult:
-        """Run SQL the way every answer is run: the user's rights checked on the tree first
-        (raises PrivacyRefusal), small cells suppressed right after, so the summary, the candidate
-        previews, library answers and the stored run all see only the protected result."""
-        analysis = self._access(sql, req)
-        return privacy.protect(self.ports.execute(sql), analysis, self.config.privacy)
+        """Run SQL the way every answer is run: validated once, the user's rights checked on that
+        tree (raises PrivacyRefusal), the SQL generated from it sent, small cells suppressed right
+        after, so the summary, the candidate previews, library answers and the stored run all see
+        only the protected result."""
+        prepared = self._prepare(sql, req)
+        return protect_prepared(prepared, self.ports.execute(prepared.sql), self.config.privacy)
 
-    def _access(self, sql: str, req: PipelineRequest) -> privacy.OutputAnalysis:
-        """The user's rights checked on the tree (raises PrivacyRefusal); the analysis protect() needs."""
-        policy = self.config.privacy
-        analysis = privacy.analyse_output(sql, req.dialect, policy=policy, catalog=self.ports.catalog())
-        privacy.check_access(analysis, policy, sql=sql, question=req.question, dialect=req.dialect)
-        return analysis
+    def _prepare(self, sql: str, req: PipelineRequest) -> PreparedSql:
+        """The one tree of `sql` and the statement to send (raises PrivacyRefusal; SQL that does
+        not validate, such as a library answer bound to odd values, fails like a failed query)."""
+        try:
+            return prepare_sql(sql, self.ports.catalog(), self.config.privacy, question=req.question)
+        except SqlValidationError as exc:
+            raise ExecutionFailure(f"the SQL was refused: {exc.message}", "sql_invalid") from exc
 
     def _refused(self, refusal: privacy.PrivacyRefusal, sql: str, gate: GateVerdict, **extra) -> Outcome:
         """The user may not see what this SQL outputs: declined, with the reason and the alternative."""
@@ -475,15 +478,16 @@ class Pipeline:
         catalog = self.ports.catalog()
         sqls: list[str | None] = []
         errors: list[tuple[str, str]] = []
-        checked: dict[str, tuple[str, str]] = {}  # sampled candidates often repeat one another
+        # sampled candidates often repeat one another: (sql generated from the tree, error, code)
+        checked: dict[str, tuple[str, str, str]] = {}
         for number, text in enumerate(texts, start=1):
             sql, error = self._extract(text)
             code = "no_sql" if sql is None else ""
-            if sql is not None and _sql_key(sql) in checked:
-                error, code = checked[_sql_key(sql)]
-            elif sql is not None:
-                error, code = self._check_sql(sql, catalog)
-                checked[_sql_key(sql)] = (error, code)
+            if sql is not None:
+                key = _sql_key(sql)
+                if key not in checked:
+                    checked[key] = self._check_sql(sql, catalog)
+                sql, error, code = checked[key]  # from here on, the SQL generated from the tree
             self.rec.attempt(number=number, sql=sql or "", origin="candidate", valid=not error,
                              error_code=code, error=error)  # fmt: skip
             sqls.append(sql)
@@ -500,16 +504,18 @@ class Pipeline:
         st.note(valid=max(valid, 1), invalid=len(texts) - max(valid, 1))
         return sqls, errors, None
 
-    def _check_sql(self, sql: str, catalog: CatalogSchema) -> tuple[str, str]:
-        """(error, code) of one SQL: validated on the tree, then EXPLAINed; ("", "") when it passes."""
+    def _check_sql(self, sql: str, catalog: CatalogSchema) -> tuple[str, str, str]:
+        """(sql, error, code) of one SQL: validated on the tree, then the SQL generated from that
+        tree EXPLAINed; error and code are "" when it passes, and sql is the generated statement
+        once it validates (the writer's text otherwise)."""
         try:
-            validate_sql(sql, catalog)
+            sql = validate_sql(sql, catalog).sql
             self.ports.explain(sql)
         except SqlValidationError as exc:
-            return exc.message, exc.code
+            return sql, exc.message, exc.code
         except ExecutionFailure as exc:
-            return exc.message, f"explain_{exc.code}"
-        return "", ""
+            return sql, exc.message, f"explain_{exc.code}"
+        return sql, "", ""
 
     def _execute_candidates(
         self, sqls: list[str | None], errors: list[tuple[str, str]], req: PipelineRequest
@@ -519,18 +525,20 @@ class Pipeline:
         candidates: list[Candidate] = []
         results: dict[int, Any] = {}
         seen: dict[str, tuple[Any, ExecutionFailure | privacy.PrivacyRefusal | None]] = {}
-        cleared: dict[str, tuple[str, privacy.OutputAnalysis]] = {}
+        cleared: dict[str, PreparedSql] = {}
         for sql, (error, _) in zip(sqls, errors, strict=True):
             key = _sql_key(sql) if sql and not error else ""
             if key and key not in seen and key not in cleared:
                 try:
-                    cleared[key] = (sql, self._access(sql, req))
-                except privacy.PrivacyRefusal as exc:
+                    cleared[key] = self._prepare(sql, req)
+                except (privacy.PrivacyRefusal, ExecutionFailure) as exc:
                     seen[key] = (None, exc)
-        outcomes = self.ports.execute_many([sql for sql, _ in cleared.values()])
-        for (key, (_, analysis)), out in zip(cleared.items(), outcomes, strict=True):
+        outcomes = self.ports.execute_many([prepared.sql for prepared in cleared.values()])
+        for (key, prepared), out in zip(cleared.items(), outcomes, strict=True):
             failed = isinstance(out, ExecutionFailure)
-            seen[key] = (None, out) if failed else (privacy.protect(out, analysis, self.config.privacy), None)
+            seen[key] = (
+                (None, out) if failed else (protect_prepared(prepared, out, self.config.privacy), None)
+            )
         for index, (sql, (error, code)) in enumerate(zip(sqls, errors, strict=True)):
             if sql is None or error:
                 candidates.append(Candidate(index=index, sql=sql, error=error, error_code=code))
@@ -653,7 +661,7 @@ class Pipeline:
             code = "no_sql" if sql is None else ""
             if sql is not None:
                 try:
-                    validate_sql(sql, catalog)
+                    sql = validate_sql(sql, catalog).sql  # what runs is generated from the checked tree
                     self.ports.explain(sql)
                     error = ""
                 except SqlValidationError as exc:

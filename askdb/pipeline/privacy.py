@@ -19,8 +19,10 @@ from typing import Any
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from askdb.pipeline.types import CatalogSchema
+from askdb.pipeline.validation import SqlValidationError, parse_query
 
 # What an output column is. "key": a group key or a constant of an aggregated output;
 # "value": a value of individual rows (the output is a row listing).
@@ -71,10 +73,18 @@ class OutputAnalysis:
     about_individuals: bool = False
     notes: tuple[str, ...] = ()
     tables: frozenset[str] = frozenset()  # the tables it reads (lower case, unqualified; CTEs excluded)
+    # Every "table.column" it reads anywhere, "table.*" for a * or a whole row ("?" for a table
+    # askdb could not place): what a user without the right to see a column may not touch at all.
+    references: frozenset[str] = frozenset()
+    whole_rows: frozenset[str] = frozenset()  # tables (or CTEs) whose whole row is used as a value
 
     def reads_only(self, tables: frozenset[str]) -> bool:
         """Whether every table this query reads is one of `tables` (and it reads any)."""
         return bool(self.tables) and self.tables <= tables
+
+    def sensitive_references(self, policy: PrivacyPolicy) -> list[str]:
+        """The sensitive columns this query reads anywhere (outputs, filters, joins, subqueries)."""
+        return sorted({s for s in policy.sensitive_columns for ref in self.references if _reads(ref, s)})
 
     def sensitive(self, policy: PrivacyPolicy) -> list[tuple[int, str]]:
         """(output position, sensitive source column) pairs: sensitive data this query outputs."""
@@ -121,28 +131,100 @@ class _Unknown(Exception):
 # --------------------------------------------------------------------------- analysis
 
 
-def analyse_output(sql: str, dialect: str = "postgres", *, policy: PrivacyPolicy | None = None,
+def analyse_output(sql: str | exp.Expr, dialect: str = "postgres", *, policy: PrivacyPolicy | None = None,
                    catalog: CatalogSchema | None = None) -> OutputAnalysis:  # fmt: skip
-    """Classify every output column of `sql` and decide whether its rows are aggregates."""
+    """Classify every output column of `sql` and decide whether its rows are aggregates.
+
+    `sql` is the validated tree (ValidatedSql.tree) or a text, which is read exactly as validation
+    reads it (canonical text: escapes decoded, comments gone), never by a parse of its own."""
     policy = policy or PrivacyPolicy()
     tables: frozenset[str] = frozenset()
+    references: frozenset[str] = frozenset()
     try:
-        tree = sqlglot.parse_one(sql, read=dialect)
+        tree = sql if isinstance(sql, exp.Expr) else parse_query(sql, dialect)
         tables = _tables_read(tree)
+        references = _references(tree, catalog)
         analyser = _Analyser(tree, catalog)
         columns, aggregated, reason = analyser.query(tree)
-    except (sqlglot.errors.SqlglotError, _Unknown, RecursionError) as exc:
+    except (sqlglot.errors.SqlglotError, SqlValidationError, _Unknown, RecursionError) as exc:
         note = "askdb could not tell which output columns are counts or aggregates"
         detail = f" ({exc})" if isinstance(exc, _Unknown) and str(exc) else ""
         return OutputAnalysis(understood=False, row_level_reason=note + detail, notes=(note + detail + ".",),
-                              tables=tables)  # fmt: skip
+                              tables=tables, references=references or frozenset({"?.*"}))  # fmt: skip
     individuals = False
     if aggregated:
         reason = _identifier_reason(tree, columns, policy.identifier_columns)
         individuals = bool(reason)
         aggregated = not reason
     return OutputAnalysis(columns=tuple(columns), aggregated=aggregated, row_level_reason=reason,
-                          notes=tuple(analyser.notes), about_individuals=individuals, tables=tables)  # fmt: skip
+                          notes=tuple(analyser.notes), about_individuals=individuals, tables=tables,
+                          references=references, whole_rows=_whole_rows(tree, catalog))  # fmt: skip
+
+
+def _visible_sources(scope: Scope) -> dict[str, Any]:
+    """alias -> Table node or Scope, for a scope and the scopes a correlated column may reach."""
+    out: dict[str, Any] = {}
+    current: Scope | None = scope
+    while current is not None:
+        for name, source in current.sources.items():
+            out.setdefault(name, source)
+        current = current.parent
+    return out
+
+
+def _table_of(catalog: CatalogSchema | None, table: exp.Table) -> tuple[str, list[str] | None]:
+    name = table.name.lower()
+    found = catalog.find(name, table.db.lower() or None) if catalog is not None else []
+    return name, (list(found[0].columns) if len(found) == 1 else None)
+
+
+def _scan_references(tree: exp.Expr, catalog: CatalogSchema | None) -> tuple[set[str], set[str]]:
+    """Every table column the query reads anywhere (select list, WHERE, joins, subqueries, CTE
+    bodies: a filter on a column discloses it as surely as an output does), as "table.column";
+    "table.*" for a * or a whole-row reference. And the tables referenced whole (`row_to_json(p)`,
+    `p::text`, `(p).dod`, `count(p)`): a table alias used as a value."""
+    refs: set[str] = set()
+    whole: set[str] = set()
+    for scope in traverse_scope(tree):
+        sources = _visible_sources(scope)
+        tables = {a: _table_of(catalog, s) for a, s in sources.items() if isinstance(s, exp.Table)}
+        for column in scope.columns:
+            if isinstance(column.this, exp.Star):
+                continue
+            name, qualifier = column.name.lower(), column.table.lower()
+            if qualifier:
+                if qualifier in tables:
+                    refs.add(f"{tables[qualifier][0]}.{name}")
+                continue
+            owners = [t for t, cols in tables.values() if cols is None or name in cols]
+            if owners:
+                refs.update(f"{t}.{name}" for t in owners)
+            elif name in tables:  # no table has this column, but a table has this alias: a whole row
+                whole.add(tables[name][0])
+            elif name in sources:  # a CTE's or subquery's whole row: its body's columns are read above
+                whole.add(name)
+            elif not any(isinstance(s, Scope) for s in sources.values()):
+                refs.add(f"?.{name}")
+        for star in scope.expression.find_all(exp.Star):
+            parent = star.parent
+            if isinstance(parent, exp.Count) or (
+                isinstance(parent, exp.Column) and isinstance(parent.parent, exp.Count)
+            ):
+                continue  # count(*) counts rows; it reads no column
+            qualifier = parent.table.lower() if isinstance(parent, exp.Column) else ""
+            for alias, (table, _) in tables.items():
+                if not qualifier or alias == qualifier:
+                    refs.add(f"{table}.*")
+    return refs, whole
+
+
+def _references(tree: exp.Expr, catalog: CatalogSchema | None) -> frozenset[str]:
+    refs, whole = _scan_references(tree, catalog)
+    return frozenset(refs | {f"{t}.*" for t in whole})
+
+
+def _whole_rows(tree: exp.Expr, catalog: CatalogSchema | None) -> frozenset[str]:
+    return frozenset(_scan_references(tree, catalog)[1])
 
 
 def _tables_read(tree: exp.Expr) -> frozenset[str]:
@@ -314,15 +396,22 @@ class _Analyser:
         if isinstance(node, exp.Column):
             return self._column(node, scope, grouped)
         if isinstance(node, exp.Subquery):  # a scalar subquery
-            outs, aggregated, _ = self.query(node.this)
-            if len(outs) != 1:
-                raise _Unknown("a scalar subquery with several columns")
-            kind = outs[0].kind
-            return (kind if kind in (COUNT, DERIVED) else AGGREGATE if aggregated else VALUE), outs[0].sources
+            return self._scalar(node)
         if isinstance(node, exp.Coalesce):
             parts = [self._kind(e, scope, grouped) for e in node.iter_expressions()]
             if all(k in (COUNT, KEY) for k, _ in parts) and any(k == COUNT for k, _ in parts):
                 return COUNT, frozenset()
+        return self._combined(node, scope, grouped)
+
+    def _scalar(self, node: exp.Subquery) -> tuple[str, frozenset[str]]:
+        outs, aggregated, _ = self.query(node.this)
+        if len(outs) != 1:
+            raise _Unknown("a scalar subquery with several columns")
+        kind = outs[0].kind
+        return (kind if kind in (COUNT, DERIVED) else AGGREGATE if aggregated else VALUE), outs[0].sources
+
+    def _combined(self, node: exp.Expr, scope, grouped: bool) -> tuple[str, frozenset[str]]:
+        """An expression of other outputs: the kind of its strongest part."""
         children = [self._kind(e, scope, grouped) for e in node.iter_expressions()]
         kinds = {k for k, _ in children}
         sources = frozenset().union(*(s for _, s in children)) if children else frozenset()
@@ -375,6 +464,13 @@ def _is_indicator(node: exp.Expr) -> bool:
     )
 
 
+def _reads(reference: str, sensitive: str) -> bool:
+    """Whether a reference ("t.c", "t.*", "?.c", "?.*") reads the sensitive column "table.column"."""
+    table, _, column = reference.rpartition(".")
+    s_table, _, s_column = sensitive.rpartition(".")
+    return (table in (s_table, "?")) and (column in (s_column, "*"))
+
+
 def _is_sensitive(source: str, sensitive: frozenset[str]) -> bool:
     table, _, column = source.rpartition(".")
     if column == "*":  # a * over a table whose columns askdb does not know
@@ -394,12 +490,14 @@ def check_access(analysis: OutputAnalysis, policy: PrivacyPolicy, *, sql: str = 
     there is one: the count of a listing about given individuals describes them too). A query that
     reads only reference tables (code dictionaries) is not patient data: any user may list it."""
     if not policy.sensitive_allowed:
-        hits = analysis.sensitive(policy)
+        hits = sorted(
+            {src for _, src in analysis.sensitive(policy)} | set(analysis.sensitive_references(policy))
+        )
         if hits:
-            listed = ", ".join(sorted({src for _, src in hits}))
+            listed = ", ".join(hits)
             raise PrivacyRefusal(
                 "sensitive_column",
-                f"This query outputs sensitive data ({listed}), which your role may not see. "
+                f"This query reads sensitive data ({listed}), which your role may not see. "
                 "Ask without those columns, or ask an admin for the permission to see sensitive columns.",
             )
     if not policy.row_level and not analysis.aggregated and not analysis.reads_only(policy.reference_tables):
@@ -475,36 +573,49 @@ def suppress(columns: Sequence[str], rows: Sequence[Sequence], analysis: OutputA
     marker = f"<{k}"
     hidden_rows: set[int] = set()
     for j in count_cols:
-        primary = [i for i, row in enumerate(out) if (n := _number(row[j])) is not None and 0 < n < k]
-        for i in primary:
-            out[i][j] = marker
-        report["suppressed"] += len(primary)
-        hidden_rows.update(primary)
-        if len(primary) == 1:
-            rest = [(n, i) for i, row in enumerate(out) if (n := _number(row[j])) is not None and n > 0]
-            if rest:
-                _, i = min(rest)
-                out[i][j] = marker
-                report["complementary"] += 1
-                hidden_rows.add(i)
+        hidden_rows |= _suppress_column(out, j, k, report)
     for i in sorted(hidden_rows):
         for j, kind in enumerate(kinds):
             if kind in STATISTIC_KINDS and out[i][j] is not None and out[i][j] != marker:
                 out[i][j] = marker
                 report["statistics"] += 1
+    report["notes"].extend(_suppression_notes(columns, kinds, bool(count_cols), k))
+    return out, report
+
+
+def _suppress_column(out: list[list], j: int, k: int, report: dict) -> set[int]:
+    """Column j's counts below k hidden, and one more when only one was; the rows touched."""
+    marker = f"<{k}"
+    primary = [i for i, row in enumerate(out) if (n := _number(row[j])) is not None and 0 < n < k]
+    for i in primary:
+        out[i][j] = marker
+    report["suppressed"] += len(primary)
+    hidden = set(primary)
+    if len(primary) == 1:
+        rest = [(n, i) for i, row in enumerate(out) if (n := _number(row[j])) is not None and n > 0]
+        if rest:
+            _, i = min(rest)
+            out[i][j] = marker
+            report["complementary"] += 1
+            hidden.add(i)
+    return hidden
+
+
+def _suppression_notes(columns: Sequence[str], kinds: list[str], has_counts: bool, k: int) -> list[str]:
+    notes = []
     statistics = [columns[j] for j, kind in enumerate(kinds) if kind in STATISTIC_KINDS]
-    if statistics and not count_cols:
-        report["notes"].append(
+    if statistics and not has_counts:
+        notes.append(
             f"The result does not show the group sizes behind {', '.join(statistics)}, so askdb cannot "
-            "tell whether they describe fewer than {k} people.".replace("{k}", str(k))
+            f"tell whether they describe fewer than {k} people."
         )
     derived = [columns[j] for j, kind in enumerate(kinds) if kind == DERIVED]
     if derived:
-        report["notes"].append(
+        notes.append(
             f"{', '.join(derived)} {'is' if len(derived) == 1 else 'are'} computed from counts the result does not "
             "show; askdb cannot check those counts for small cells."
         )
-    return out, report
+    return notes
 
 
 def protect(result, analysis: OutputAnalysis, policy: PrivacyPolicy) -> ProtectedResult:
@@ -539,6 +650,16 @@ def suppression_sentence(report: dict) -> str:
     if k <= 0:
         return ""
     suppressed, extra, stats = (report.get(key) or 0 for key in ("suppressed", "complementary", "statistics"))
+    if report.get("people_counted"):  # the aggregate fragment: whole rows, by the patients behind each
+        if not suppressed:
+            return f"Rows behind fewer than {k} patients were hidden (none in this result)."
+        more = (
+            f"; {extra} more so that no total reveals {'it' if suppressed == 1 else 'them'}" if extra else ""
+        )
+        return (
+            f"Rows behind fewer than {k} patients were hidden whole ({suppressed} row{'s' if suppressed != 1 else ''}"
+            f" shown as <{k}{more})."
+        )
     if not suppressed:
         return f"Counts below {k} were suppressed (none in this result)."
     parts = [f"{suppressed} cell{'s' if suppressed != 1 else ''} shown as <{k}"]

@@ -4,10 +4,11 @@ sqlglot and the database disagree on some lexical corners: sqlglot reads Postgre
 `U&"\\0070g_sleep"` as `U & "\\0070g_sleep"` while PostgreSQL calls pg_sleep; it nests block
 comments where SQLite does not. Validation therefore parses a *canonical* text: comments become
 spaces, every string literal becomes a plain '…' literal and every quoted identifier a plain "…"
-one, with escapes decoded as the database decodes them. The text that runs is still the caller's
-own; the canonical text only has to read the same tokens, so anything this lexer cannot read
-exactly (nested or unterminated comments, bad escapes, characters outside the SQL alphabet) is
-refused rather than guessed.
+one, with escapes decoded as the database decodes them. The text that runs is generated from the
+tree parsed from this canonical text (never the caller's own), so the lexer decides what runs; it
+still reads as the database would, so that what runs is what the writer meant, and anything it
+cannot read exactly (nested or unterminated comments, bad escapes, a line end the engines read
+differently, characters outside the SQL alphabet) is refused rather than guessed.
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ _WHITESPACE = " \t\n\r\f"
 _DOLLAR_TAG = re.compile(r"\$([A-Za-z_\x80-\U0010ffff][A-Za-z0-9_\x80-\U0010ffff]*)?\$")
 _UESCAPE = re.compile(r"UESCAPE\b", re.IGNORECASE)
 _E_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+# Where a `--` comment ends. PostgreSQL's scanner: `newline [\n\r]`, `comment ("--"{non_newline}*)`,
+# so a carriage return ends it; SQLite's tokenizer ends it at '\n' only. A CR that is not part of
+# a CRLF therefore means two different queries to the two engines (and to a reviewer's editor),
+# and so do characters that editors and browsers draw as line breaks although neither engine does
+# (form feed, vertical tab, NEL, LINE and PARAGRAPH SEPARATOR): all are refused inside a comment.
+_COMMENT_ENDS = {"postgres": "\n\r"}
+_AMBIGUOUS_IN_COMMENT = re.compile("\r(?!\n)|[\f\v\x85\u2028\u2029]")
 
 
 class SqlTextError(ValueError):
@@ -91,8 +99,7 @@ class _Lexer:
         return self.pos > 0 and bool(_IDENT_CHARS.match(self.text[self.pos - 1]))
 
     def _line_comment(self) -> None:
-        end = self.text.find("\n", self.pos)
-        self.pos = len(self.text) if end < 0 else end
+        self.pos = _line_comment_end(self.text, self.pos, self.dialect)
         self.out.append(" ")
 
     def _block_comment(self) -> None:
@@ -212,8 +219,7 @@ class _Lexer:
             if text[i] in _WHITESPACE:
                 i += 1
             elif text.startswith("--", i):
-                end = text.find("\n", i)
-                i = len(text) if end < 0 else end
+                i = _line_comment_end(text, i, self.dialect)
             elif text.startswith("/*", i):
                 end = text.find("*/", i + 2)
                 if end < 0 or "/*" in text[i + 2 : end]:
@@ -222,6 +228,23 @@ class _Lexer:
             else:
                 break
         return i
+
+
+def _line_comment_end(text: str, start: int, dialect: str) -> int:
+    """The index where the `--` comment at text[start] ends (its line end, kept as whitespace)."""
+    ends = _COMMENT_ENDS.get(dialect, "\n")
+    end = start + 2
+    while end < len(text) and text[end] not in ends:
+        end += 1
+    # The comment and its line end, with one character more so that a CRLF is seen whole.
+    window = text[start : end + 2]
+    ambiguous = next((m for m in _AMBIGUOUS_IN_COMMENT.finditer(window) if m.start() <= end - start), None)
+    if ambiguous is not None:
+        raise SqlTextError(
+            f"a -- comment at position {start} holds the line-break character {ambiguous.group(0)!r} "
+            "that PostgreSQL, SQLite and editors read differently; end comments with a plain newline"
+        )
+    return end
 
 
 def _decode_backslash(text: str, i: int) -> tuple[int, str]:

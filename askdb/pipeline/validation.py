@@ -228,7 +228,26 @@ def validate_sql(sql: str, catalog: CatalogSchema, *, max_length: int = 20000) -
     lenient = _LENIENT_ALIAS_CLAUSES if catalog.dialect != "postgres" else frozenset()
     columns = _check_columns(_Columns(analysis, resolved, _ALIAS_CLAUSES | lenient))
     tables = sorted({table.qualified for table in resolved.values()})
-    return ValidatedSql(sql=text, tables=tuple(tables), columns=tuple(sorted(columns)))
+    return ValidatedSql(
+        sql=executable_sql(tree, catalog.dialect),
+        tables=tuple(tables),
+        columns=tuple(sorted(columns)),
+        tree=tree,
+    )
+
+
+def executable_sql(tree: exp.Expr, dialect: str) -> str:
+    """The SQL to send to the database, generated from the validated tree: no comments and none of
+    the writer's spelling (escapes, quoting, line ends), so no lexical trick in the text the LLM,
+    a reviewer or an import wrote can reach the database; it reads exactly what the checks read."""
+    return tree.sql(dialect=dialect, comments=False)
+
+
+def parse_query(sql: str, dialect: str) -> exp.Expr:
+    """The tree validation reads for `sql` (canonical text, lower-case identifiers), unchecked:
+    for readers of SQL that was validated before (privacy analysis of a stored run's SQL), so
+    that they read it as validation did. Raises SqlValidationError when it cannot be read."""
+    return _parse_single(_strip_statement(sql), dialect)
 
 
 def referenced_tables(sql: str, dialect: str = "postgres") -> tuple[str, ...]:
@@ -581,6 +600,15 @@ def _resolve_tables(relations: tuple[exp.Table, ...], catalog: CatalogSchema) ->
                 f"table `{written}` names another database; use `schema.table` names from the schema",
             )
         matches = catalog.find(name, schema or None)
+        alias = table.args.get("alias")
+        if matches and alias is not None and alias.columns:
+            # `patients AS p(a, b, c, d, e, gender)` renames dod to gender: every check that reads
+            # a column by its name would read the wrong one.
+            raise SqlValidationError(
+                "denied_syntax",
+                f"a column list after the alias of table `{written}` renames its columns; "
+                "rename columns in the SELECT list instead (`column AS name`)",
+            )
         if len(matches) == 1:
             resolved[id(table)] = matches[0]
         elif not matches:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from askdb.pipeline import privacy
-from askdb.services.sql import ReviewError
+from askdb.services.sql import ReviewError, sql_check
 from metadata_admin.models import ColumnDoc
 from metadata_admin.selectors import reference_tables
 from metadata_admin.services import source_catalog_schema
@@ -36,10 +36,10 @@ def privacy_policy(*, source, user, evaluation: bool = False) -> privacy.Privacy
 
 
 def result_protect(*, run, sql: str, result) -> privacy.ProtectedResult:
-    """A result that reaches a run outside the pipeline (a reviewer's correction, a picked
-    candidate) is protected like any answer, for the person who asked: their rights, the source's k.
+    """A result that reached a run outside the pipeline, protected for the person who asked.
 
-    Raises ReviewError with the reason when the asker may not see this output."""
+    Prefer run_sql_protected, which checks the rights before anything runs (and rewrites an
+    aggregate-only query); this one is for a result already in hand. Raises ReviewError."""
     source = run.question.source
     policy = privacy_policy(source=source, user=run.question.user)
     analysis = privacy.analyse_output(
@@ -50,3 +50,16 @@ def result_protect(*, run, sql: str, result) -> privacy.ProtectedResult:
     except privacy.PrivacyRefusal as exc:
         raise ReviewError(f"The person who asked may not see this result: {exc.message}") from exc
     return privacy.protect(result, analysis, policy)
+
+
+def run_sql_protected(*, run, sql: str, actor, purpose: str):
+    """Run SQL for a run outside the pipeline (a reviewer's correction, a picked candidate) as
+    any answer runs: validated once, the asker's rights checked on that tree before it runs, the
+    SQL generated from the tree (rewritten for an aggregate-only asker) sent, the result
+    protected. Returns (ValidatedSql, ProtectedResult); raises ReviewError."""
+    source = run.question.source
+    return sql_check(
+        source=source, sql=sql, actor=actor, purpose=purpose, run=run,
+        policy=privacy_policy(source=source, user=run.question.user),
+        refusal_prefix="The person who asked may not see this result: ",
+    )  # fmt: skip

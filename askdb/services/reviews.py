@@ -10,8 +10,8 @@ from django.db import transaction
 
 from askdb.models import Example, Review, Run
 from askdb.services.examples import example_upsert, library_generation_bump
-from askdb.services.privacy import result_protect
-from askdb.services.sql import ReviewError, sql_check
+from askdb.services.privacy import run_sql_protected
+from askdb.services.sql import ReviewError
 from infra.audit.services import audit_record
 
 
@@ -94,10 +94,7 @@ def review_correct(*, run, reviewer, sql: str, comment: str = ""):
     _review_guard(run, reviewer, approving=True)
     if not isinstance(sql, str) or not sql.strip():
         raise ReviewError("Type the corrected SQL.")
-    validated, result = sql_check(
-        source=run.question.source, sql=sql, actor=reviewer, purpose="correction", run=run
-    )
-    result = result_protect(run=run, sql=validated.sql, result=result)
+    validated, result = run_sql_protected(run=run, sql=sql, actor=reviewer, purpose="correction")
     before = run.sql
     diff = "".join(
         difflib.unified_diff(

@@ -17,9 +17,9 @@ from askdb.adapters.recorder import DjangoRecorder
 from askdb.models import Question, Run
 from askdb.pipeline import prompts
 from askdb.pipeline.engine import Pipeline, PipelineConfig, PipelineRequest
-from askdb.services.privacy import privacy_policy, result_protect
+from askdb.services.privacy import privacy_policy, run_sql_protected
 from askdb.services.reviews import review_required
-from askdb.services.sql import ReviewError, sql_check
+from askdb.services.sql import ReviewError
 from infra.audit.services import audit_record
 from infra.providers.llm import get_chat_model
 from infra.queue import task_send
@@ -328,11 +328,9 @@ def run_pick_candidate(*, run, user, group: int):
         raise ReviewError("That candidate does not exist.")
     if run.question.user_id != user.pk and not user.has_perm("askdb.view_all_runs"):
         raise ReviewError("Only the person who asked can choose an answer.")
-    _, result = sql_check(source=run.question.source, sql=groups[group]["sql"], actor=user,
-                          purpose="candidate", run=run)  # fmt: skip
-    result = result_protect(run=run, sql=groups[group]["sql"], result=result)
+    validated, result = run_sql_protected(run=run, sql=groups[group]["sql"], actor=user, purpose="candidate")
     with transaction.atomic():
-        run.sql = groups[group]["sql"]
+        run.sql = validated.sql
         run.privacy = result.privacy
         run.result_columns = list(result.columns)
         run.result_rows = [list(r) for r in result.rows]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from askdb.pipeline import privacy
+from askdb.pipeline.prepared import prepare_sql, protect_prepared
 from askdb.pipeline.validation import SqlValidationError, validate_sql
 from infra.adapters.clinical import ExecutionError
 from infra.audit.sql import audit_sql_executed
@@ -34,12 +36,16 @@ def _asker_may_read_sensitive(run) -> bool:
 
 def sql_check(
     *, source, sql: str, execute: bool = True, row_cap: int | None = None, actor=None, purpose: str = "check",
-    run=None,
+    run=None, policy: privacy.PrivacyPolicy | None = None, refusal_prefix: str = "",
 ):  # fmt: skip
     """Validate SQL against a source's catalog and (optionally) run it read-only, audited.
 
-    Returns (ValidatedSql, QueryResult | None); raises ReviewError with the real error. The one
-    path by which people's SQL (corrections, imports, re-validation) reaches the database.
+    Returns (ValidatedSql, result | None); raises ReviewError with the real error. The one path
+    by which people's SQL (corrections, imports, re-validation, picked candidates) reaches the
+    database, and what is sent is always generated from the validated tree. With `policy` (whose
+    rights the result is for), the rights are checked on that tree before anything runs, an
+    aggregate-only query is rewritten to count the people behind each row, and the result
+    returned is the protected one (privacy.ProtectedResult).
     """
     catalog, executor = _catalog_and_executor(source, sensitive=run is None or _asker_may_read_sensitive(run))
     try:
@@ -48,15 +54,24 @@ def sql_check(
         raise ReviewError(f"The SQL is not valid: {exc.message}") from exc
     if not execute:
         return validated, None
+    prepared = None
+    if policy is not None:
+        try:
+            prepared = prepare_sql(validated, catalog, policy)
+        except privacy.PrivacyRefusal as exc:
+            raise ReviewError(f"{refusal_prefix}{exc.message}") from exc
+    statement = prepared.sql if prepared is not None else validated.sql
     try:
         result = executor.execute(
-            validated.sql, timeout_s=settings.CLINICAL_STATEMENT_TIMEOUT_S,
+            statement, timeout_s=settings.CLINICAL_STATEMENT_TIMEOUT_S,
             row_cap=row_cap or settings.CLINICAL_ROW_CAP,
         )  # fmt: skip
     except ExecutionError as exc:
-        audit_sql_executed(actor=actor, source=source, sql=validated.sql, purpose=purpose, rows=None,
+        audit_sql_executed(actor=actor, source=source, sql=statement, purpose=purpose, rows=None,
                            duration_ms=None, outcome=exc.code, run=run, error=exc.message)  # fmt: skip
         raise ReviewError(f"The SQL failed when run: {exc.message}") from exc
-    audit_sql_executed(actor=actor, source=source, sql=validated.sql, purpose=purpose, rows=result.row_count,
+    audit_sql_executed(actor=actor, source=source, sql=statement, purpose=purpose, rows=result.row_count,
                        duration_ms=result.elapsed_ms, outcome="ok", run=run)  # fmt: skip
+    if prepared is not None:
+        return validated, protect_prepared(prepared, result, policy)
     return validated, result

@@ -101,10 +101,12 @@ def test_correction_is_validated_and_executed_before_it_is_saved(source, people)
     fixed = "SELECT count(*) AS women FROM mimiciv_hosp.patients WHERE gender = 'F'"
     review = review_correct(run=run, reviewer=people["reviewer"], sql=fixed, comment="only women")
     run.refresh_from_db()
-    assert run.review_status == Run.Review.CORRECTED and run.sql == fixed
+    # The SQL kept (and run) is the one generated from the validated tree.
+    generated = fixed.replace("count(*)", "COUNT(*)")
+    assert run.review_status == Run.Review.CORRECTED and run.sql == generated
     assert run.result_columns == ["women"] and 0 < run.result_rows[0][0] < 40  # re-executed
-    assert "-SELECT count(*) AS patients" in review.diff and "+SELECT count(*) AS women" in review.diff
-    assert review.example.sql == fixed and review.example.origin == "correction"
+    assert "-SELECT count(*) AS patients" in review.diff and "+SELECT COUNT(*) AS women" in review.diff
+    assert review.example.sql == generated and review.example.origin == "correction"
     executed = AuditEvent.objects.filter(action="sql.executed", target_id=str(run.pk)).first()
     assert executed.detail["purpose"] == "correction" and executed.detail["rows"] == 1
     assert len(executed.detail["sha256"]) == 64

@@ -436,7 +436,9 @@ def bind_and_check(template: Template, work: Bound, catalog: CatalogSchema | Non
         return None
     if catalog is not None:
         try:
-            sql = validate_sql(sql, catalog).sql
+            # Checked here so a bad binding is refused with a reason; what runs is generated from
+            # the tree again where every answer is executed (prepared.prepare_sql).
+            validate_sql(sql, catalog)
         except SqlValidationError as error:
             work.refuse(
                 R.SQL_INVALID,

@@ -24,12 +24,20 @@ from askdb.pipeline.match.candidate import MatchResult
 from askdb.pipeline.outcome import AnswerabilityVerdict, GateVerdict, MatchInfo, Outcome
 from askdb.pipeline.retrieval import RankedTable
 from askdb.pipeline.types import CatalogSchema, ChatResult, TableContext, TableSchema
+from askdb.pipeline.validation import SqlValidationError, validate_sql
 
 CATALOG = CatalogSchema(
     tables=(TableSchema("mimiciv_hosp", "patients", ("subject_id", "gender", "anchor_age")),)
 )
 COUNT_SQL = "SELECT count(*) AS n FROM mimiciv_hosp.patients"
 OLDER_SQL = "SELECT count(*) AS n FROM mimiciv_hosp.patients WHERE anchor_age > 65"
+
+
+def _generated(sql: str) -> str:
+    try:
+        return validate_sql(sql, CATALOG).sql
+    except SqlValidationError:
+        return sql
 
 
 @dataclass(frozen=True)
@@ -90,15 +98,22 @@ class FakePorts:
     def catalog(self) -> CatalogSchema:
         return CATALOG
 
+    def _known(self, sql: str) -> Rows | None:
+        """The rows of `sql` as written in the test or as generated from its validated tree (what
+        the engine sends)."""
+        by_tree = {_generated(key): rows for key, rows in self.results.items()}
+        return self.results.get(sql) or by_tree.get(_generated(sql))
+
     def explain(self, sql: str) -> None:
-        if sql not in self.results:
+        if self._known(sql) is None:
             raise ExecutionFailure("no such query", "sql_error")
 
     def execute(self, sql: str):
         self.executed.append(sql)
-        if sql not in self.results:
+        rows = self._known(sql)
+        if rows is None:
             raise ExecutionFailure("relation does not exist", "sql_error")
-        return self.results[sql]
+        return rows
 
     def execute_many(self, sqls):
         out = []
@@ -251,7 +266,11 @@ def test_sql_that_fails_is_an_execution_error_with_its_gate():
     ports = FakePorts(chat=chat, results={COUNT_SQL: Rows(("n",), [(1,)])})
     ports.execute = lambda sql: (_ for _ in ()).throw(ExecutionFailure("canceling statement", "timeout"))
     outcome, _ = ask(ports)
-    assert (outcome.status, outcome.outcome, outcome.sql) == ("failed", "timeout", COUNT_SQL)
+    assert (outcome.status, outcome.outcome, outcome.sql) == (
+        "failed",
+        "timeout",
+        _generated(COUNT_SQL),
+    )  # what was sent
     assert outcome.gate_category == "answerable"
 
 

@@ -43,3 +43,34 @@ def test_sqlite_brackets_and_backticks_become_quoted_names():
 def test_what_cannot_be_read_exactly_is_refused(text):
     with pytest.raises(SqlTextError):
         canonical_sql(text, "postgres")
+
+
+# --- line ends of `--` comments (issue 24) ------------------------------------------------------
+# PostgreSQL's scanner ends a `--` comment at `newline [\n\r]`; SQLite's tokenizer at '\n' only.
+
+
+def test_a_crlf_ends_a_comment_for_both_engines():
+    # PostgreSQL ends it at the CR (the LF is then whitespace), SQLite at the LF: the same tokens.
+    assert canonical_sql("SELECT 1 -- note\r\n+ 2", "postgres") == "SELECT 1  \r\n+ 2"
+    assert canonical_sql("SELECT 1 -- note\r\n+ 2", "sqlite") == "SELECT 1  \n+ 2"
+
+
+@pytest.mark.parametrize("dialect", ["postgres", "sqlite"])
+@pytest.mark.parametrize("char", ["\r", "\f", "\v", "\x85", "\u2028", "\u2029"])
+def test_a_line_end_the_engines_or_editors_read_differently_is_refused_in_a_comment(dialect, char):
+    text = f"SELECT count(*) FROM t -- note{char}UNION SELECT rolname FROM pg_roles"
+    with pytest.raises(SqlTextError, match="line-break character"):
+        canonical_sql(text, dialect)
+
+
+def test_a_cr_right_before_the_comments_end_is_refused_too():
+    # "--x\r\r\n": PostgreSQL ends the comment at the first CR, SQLite at the LF.
+    with pytest.raises(SqlTextError):
+        canonical_sql("SELECT 1 --x\r\r\nFROM t", "sqlite")
+    with pytest.raises(SqlTextError):
+        canonical_sql("SELECT 1 --x\r\r\nFROM t", "postgres")
+
+
+def test_a_comment_after_a_u_and_literal_follows_the_same_rule():
+    with pytest.raises(SqlTextError):
+        canonical_sql("SELECT U&\"!0070\" -- x\rUESCAPE '!'", "postgres")
