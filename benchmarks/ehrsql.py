@@ -255,11 +255,39 @@ def miss_cause(
     return "its template refused: other"
 
 
+def _cv_row(entry, found, idx, key_of: dict, fold_risk, threshold: float, runner: Runner, fold: int) -> dict:
+    """One held-out library question's outcome in the cross-validation, and why it was missed."""
+    from askdb.pipeline.match import bind_sql
+
+    best = found.best
+    answered = bool(best and best.hard_ok and best.sql and fold_risk.predict(best.features) >= threshold)
+    gold = bind_sql(entry.template, {x.name: x.value for x in entry.template.slots}) if entry.template else ""
+    correct = bool(answered and gold and runner.same(best.sql, gold))
+    outcome = "right" if correct else ("wrong" if answered else "abstained")
+    cause = ""
+    if gold and not correct:
+        d = {"question": entry.question, "gold": gold, "results": found.results}
+        cause = miss_cause(idx, d, threshold, runner, key_of, score=lambda r: fold_risk.predict(r.features))
+    right = next((r for r in found.results if key_of.get(r.example_id) == entry.key), None)
+    return {
+        "question": entry.question, "key": entry.key, "gold": gold, "outcome": outcome, "cause": cause,
+        "sql": best.sql if best else None, "from": best.example_question if best else None,
+        "p": round(fold_risk.predict(best.features), 4) if best and best.hard_ok else 0.0,
+        "reasons": [list(r.reasons) for r in found.results[:3]],
+        "features": best.features if best and best.hard_ok else None,
+        "fold": fold,
+        "tried": [r.example_question for r in found.results[:3]],
+        "right_key_in_library": entry.key in idx.families,
+        "right_reasons": list(right.reasons) if right else None,
+        "right_from": right.example_question if right else None,
+    }  # fmt: skip
+
+
 def cross_validated(*, cost: float = 10.0, progress: bool = True, dump: Path | None = None) -> dict:
     """Error analysis on the library itself (train): grouped CV, every held-out question's outcome and
     miss cause, each answer judged by a risk model fitted without its fold. The only place to tune
     the matcher on; valid is measured, never read."""
-    from askdb.pipeline.match import bind_sql, grouped_folds
+    from askdb.pipeline.match import grouped_folds
 
     _setup_django()
     started = time.perf_counter()
@@ -279,42 +307,11 @@ def cross_validated(*, cost: float = 10.0, progress: bool = True, dump: Path | N
     rows = []
     for entry, found, idx in observed:
         key_of = keys.setdefault(id(idx), {e.example_id: e.key for e in idx.entries})
-        best = found.best
         fold_risk = cv["fold_risks"].get(fold_of[entry.example_id], risk)  # never saw this question's fold
-        answered = bool(
-            best and best.hard_ok and best.sql and fold_risk.predict(best.features) >= risk.threshold
-        )
-        gold = (
-            bind_sql(entry.template, {x.name: x.value for x in entry.template.slots})
-            if entry.template
-            else ""
-        )
-        correct = bool(answered and gold and runner.same(best.sql, gold))
-        outcome = "right" if correct else ("wrong" if answered else "abstained")
-        cause = ""
-        if gold and not correct:
-            d = {"question": entry.question, "gold": gold, "results": found.results}
-            cause = miss_cause(
-                idx,
-                d,
-                risk.threshold,
-                runner,
-                key_of,
-                score=lambda r, risk_=fold_risk: risk_.predict(r.features),
-            )
-            causes[cause] += 1
-        rows.append({
-            "question": entry.question, "key": entry.key, "gold": gold, "outcome": outcome, "cause": cause,
-            "sql": best.sql if best else None, "from": best.example_question if best else None,
-            "p": round(fold_risk.predict(best.features), 4) if best and best.hard_ok else 0.0,
-            "reasons": [list(r.reasons) for r in found.results[:3]],
-            "features": best.features if best and best.hard_ok else None,
-            "fold": fold_of[entry.example_id],
-            "tried": [r.example_question for r in found.results[:3]],
-            "right_key_in_library": entry.key in idx.families,
-            "right_reasons": next((list(r.reasons) for r in found.results if key_of.get(r.example_id) == entry.key), None),
-            "right_from": next((r.example_question for r in found.results if key_of.get(r.example_id) == entry.key), None),
-        })  # fmt: skip
+        row = _cv_row(entry, found, idx, key_of, fold_risk, risk.threshold, runner, fold_of[entry.example_id])
+        if row["cause"]:
+            causes[row["cause"]] += 1
+        rows.append(row)
     answerable = sum(1 for r in rows if r["gold"])
     answered = [r for r in rows if r["outcome"] != "abstained"]
     right = sum(1 for r in answered if r["outcome"] == "right")
@@ -343,6 +340,21 @@ def _decision(found, p: float | None = None) -> dict:
     }
 
 
+def _misses(lib: Library, risk, runner: Runner, scores: list, details: list) -> tuple[Counter, list[dict]]:
+    """Why answerable questions were not answered right (by cause), and the wrong answers."""
+    causes = Counter(
+        miss_cause(lib.index, d, risk.threshold, runner)
+        for d, s in zip(details, scores, strict=True)
+        if s.answerable and (s.abstained or not s.correct)
+    )
+    wrong = [
+        d
+        for d, s in zip(details, scores, strict=True)
+        if not s.abstained and not (s.answerable and s.correct)
+    ]
+    return causes, wrong
+
+
 def run(
     *, cost: float = 10.0, limit: int | None = None, progress: bool = True, decisions: Path | None = None
 ) -> dict:
@@ -369,38 +381,10 @@ def run(
     answerable = [s for s in scores if s.answerable]
     answered = [s for s in scores if not s.abstained]
     correct = sum(1 for s in answered if s.answerable and s.correct)
-    causes = Counter(
-        miss_cause(lib.index, d, risk.threshold, runner)
-        for d, s in zip(details, scores, strict=True)
-        if s.answerable and (s.abstained or not s.correct)
-    )
-    wrong = [
-        d
-        for d, s in zip(details, scores, strict=True)
-        if not s.abstained and not (s.answerable and s.correct)
-    ]
+    causes, wrong = _misses(lib, risk, runner, scores, details)
     rs = metrics.reliability_scores(scores)
     if decisions:  # ids and decisions only: never the valid questions' text
-        from askdb.pipeline.match import grouped_folds
-
-        fold_of = {
-            lib.index.entries[i].example_id: f
-            for f, held in enumerate(grouped_folds(lib.index.entries))
-            for i in held
-        }
-        cv_decisions = {}
-        for entry, found in observed:
-            fold_risk = cv["fold_risks"].get(fold_of[entry.example_id], risk)
-            best = found.best
-            p = fold_risk.predict(best.features) if best is not None and best.hard_ok else 0.0
-            cv_decisions[str(entry.example_id)] = {**_decision(found, p), "answered": p >= risk.threshold}
-        valid_decisions = {
-            d["id"]: {**_decision(_Found(d["results"])), "answered": d["answered"]} for d in details
-        }
-        decisions.write_text(json.dumps(
-            {"threshold": risk.threshold, "risk": risk.to_dict(), "cv": cv_decisions, "valid": valid_decisions},
-            indent=0, sort_keys=True,
-        ))  # fmt: skip
+        write_decisions(decisions, lib, risk, cv, observed, details)
     return {
         "questions": len(scores), "answerable": len(answerable), "answered": len(answered),
         "coverage": len(answered) / len(scores), "precision": correct / len(answered) if answered else None,
@@ -412,6 +396,31 @@ def run(
         "library": {"examples": len(lib.index.entries), "templates": len(lib.index.families),
                     "not_templated": lib.entries_skipped, "build_s": round(lib.build_s, 1)},
     }  # fmt: skip
+
+
+def write_decisions(path: Path, lib: Library, risk, cv: dict, observed: list, details: list) -> None:
+    """Every question's decision, by id (valid) or example index (train CV): the SQL answered or the
+    refusal codes, and P(correct) (for a CV question, from the risk model that never saw its fold)."""
+    from askdb.pipeline.match import grouped_folds
+
+    fold_of = {
+        lib.index.entries[i].example_id: f
+        for f, held in enumerate(grouped_folds(lib.index.entries))
+        for i in held
+    }
+    cv_decisions = {}
+    for entry, found in observed:
+        fold_risk = cv["fold_risks"].get(fold_of[entry.example_id], risk)
+        best = found.best
+        p = fold_risk.predict(best.features) if best is not None and best.hard_ok else 0.0
+        cv_decisions[str(entry.example_id)] = {**_decision(found, p), "answered": p >= risk.threshold}
+    valid_decisions = {
+        d["id"]: {**_decision(_Found(d["results"])), "answered": d["answered"]} for d in details
+    }
+    path.write_text(json.dumps(
+        {"threshold": risk.threshold, "risk": risk.to_dict(), "cv": cv_decisions, "valid": valid_decisions},
+        indent=0, sort_keys=True,
+    ))  # fmt: skip
 
 
 @dataclass

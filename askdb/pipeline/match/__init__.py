@@ -18,6 +18,7 @@ Pure: no Django, no database. Callers pass embeddings, the value index, a value 
 """
 
 from askdb.pipeline.match import reasons
+from askdb.pipeline.match.binding import Binding
 from askdb.pipeline.match.build import build_template
 from askdb.pipeline.match.calibrate import (
     CV_FOLDS,
@@ -63,6 +64,7 @@ __all__ = [
     "UNANSWERABLE",
     "Answer",
     "BindError",
+    "Binding",
     "Calibration",
     "Entry",
     "LibraryCalibration",
