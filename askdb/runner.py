@@ -41,9 +41,11 @@ class DjangoPorts:
     """What the pipeline needs from the world, for one source."""
 
     def __init__(
-        self, source: ClinicalSource, *, chat, timeout_s: float, row_cap: int, run: Run | None = None
-    ):
+        self, source: ClinicalSource, *, chat, timeout_s: float, row_cap: int, run: Run | None = None,
+        ledger=None,
+    ):  # fmt: skip
         self.source = source
+        self.ledger = ledger  # disclosure.Ledger: the asker's released answers and privacy budget
         self.run = run  # for the audit of the SQL it executes
         self.chat = chat
         self.embedder = get_embedder()

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from askdb.pipeline import disclosure, offline, privacy, prompts
 from askdb.pipeline import match_reasons as R
-from askdb.pipeline import offline, privacy, prompts
 from askdb.pipeline.candidates import Candidate, choose_candidate, group_candidates
 from askdb.pipeline.compare import results_match
 from askdb.pipeline.extraction import (
@@ -54,6 +54,10 @@ class PipelineConfig:
     confidence_threshold: float = 0.6  # below: the candidates are shown, not one answer
     # Who may see what on this source: small-cell size, row-level and sensitive-column rights.
     privacy: privacy.PrivacyPolicy = field(default_factory=privacy.PrivacyPolicy)
+    # How counts are released on this source (round, noise, dp) and the differencing limit; the
+    # noise key is this user's (the services derive it from the server's secret).
+    disclosure: disclosure.DisclosurePolicy = field(default_factory=disclosure.DisclosurePolicy)
+    disclosure_key: bytes = field(default=b"", repr=False)
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,7 @@ class ExecutionFailure(Exception):
 
 class Ports(Protocol):
     chat: ChatModel | None
+    ledger: disclosure.Ledger | None  # the user's released answers and budget; None: not kept
 
     def embed(self, question: str) -> list[float]: ...
     def examples(self, question: str, vector: list[float]) -> list[ExampleContext]: ...
@@ -397,8 +402,80 @@ class Pipeline:
         info.update(_match_json(best), answered=True)
         return (best.sql, result, best), info
 
+    def _release(self, sql: str, req: PipelineRequest, result) -> privacy.ProtectedResult:
+        """The answer as it leaves askdb, made once for every consumer: refused when it would be one
+        differencing probe too many or the privacy budget cannot pay for it (DisclosureRefusal),
+        else its counts rounded or perturbed by the source's mode (under DP: answered again by
+        smartnoise-sql), and recorded in the ledger."""
+        cfg, ledger = self.config, getattr(self.ports, "ledger", None)
+        control, row_level = cfg.disclosure, cfg.privacy.row_level
+        analysis = privacy.analyse_output(sql, req.dialect, policy=cfg.privacy, catalog=self.ports.catalog())
+        shape = disclosure.check_release(ledger, control, sql=sql, dialect=req.dialect, analysis=analysis,
+                                         row_level=row_level)  # fmt: skip
+        dp = None
+        if (
+            control.mode == disclosure.DP
+            and analysis.aggregated
+            and not (row_level and analysis.about_individuals)
+        ):
+            try:
+                dp = disclosure.DpQuery(sql, catalog=self.ports.catalog(), policy=control,
+                                        execute=lambda text: self._dp_execute(text, req))  # fmt: skip
+            except disclosure.DisclosureRefusal:
+                if not row_level:
+                    raise
+                # who may list the rows gets what smartnoise-sql cannot answer as it is
+        if dp is not None:
+            disclosure.check_budget(ledger, control, dp.cost[0])
+            columns, rows = dp.run()
+            columns = list(result.columns) if len(columns) == len(result.columns) else columns
+            result = replace(result, columns=tuple(columns), rows=rows, truncated=False)
+        seed = disclosure.noise_seed(cfg.disclosure_key, "", sql, req.dialect)
+        released = disclosure.disclose(result, analysis, control, seed=seed, row_level=row_level,
+                                       dp_cost=dp.cost if dp is not None else None)  # fmt: skip
+        if ledger is not None:
+            ledger.record(
+                sql=sql, shape=shape, epsilon=dp.cost[0] if dp is not None else 0.0, mode=control.mode
+            )
+        return released
+
+    def _dp_execute(self, sql: str, req: PipelineRequest) -> tuple[list[str], list[list]]:
+        """smartnoise-sql's rewritten SQL, held to askdb's checks and run like any query."""
+        try:
+            checked = validate_sql(sql, self.ports.catalog())
+        except SqlValidationError as exc:
+            raise disclosure.DisclosureRefusal(
+                "dp_unsupported",
+                f"askdb did not show this answer: the differentially private form of this query did not pass "
+                f"askdb's checks ({exc.message}).",
+            ) from exc
+        out = self.ports.execute(checked.sql)
+        return list(out.columns), [list(r) for r in out.rows]
+
+    def _release_previews(
+        self, payload: dict, analyses: dict[str, privacy.OutputAnalysis], dialect: str
+    ) -> dict:
+        """Candidates shown side by side are released like the answer (no ledger: not answers)."""
+        cfg = self.config
+        if cfg.disclosure.mode == disclosure.SUPPRESS:
+            return payload
+        for group in payload.get("groups", []):
+            analysis = analyses.get(_sql_key(group["sql"]))
+            if analysis is None:
+                continue
+            seed = disclosure.noise_seed(cfg.disclosure_key, "", group["sql"], dialect)
+            group["rows"] = disclosure.disclose_preview(group["columns"], group["rows"], analysis, cfg.disclosure,
+                                                        seed=seed, row_level=cfg.privacy.row_level)  # fmt: skip
+        return payload
+
     def _answered(self, req: PipelineRequest, sql: str, result, gate: tuple[str, str], **extra) -> Outcome:
         cfg = self.config
+        try:
+            result = self._release(sql, req, result)
+        except disclosure.DisclosureRefusal as exc:
+            return self._refused(exc, sql, gate, **extra)
+        except ExecutionFailure as exc:  # the differentially private form of the query failed
+            return self._execution_failed(exc, sql, gate, **extra)
         outcome = Outcome("succeeded", "answered" if result.row_count else "no_rows", sql=sql, result=result,
                           gate_category=gate[0], gate_reason=gate[1], privacy=getattr(result, "privacy", {}),
                           **extra)  # fmt: skip
@@ -518,7 +595,9 @@ class Pipeline:
                 candidates, req.dialect, threshold=cfg.confidence_threshold, catalog=catalog
             )
             chosen, ambiguous = choose_candidate(report)
-            payload = report.to_json()
+            payload = self._release_previews(
+                report.to_json(), {k: a for k, (_, a) in cleared.items()}, req.dialect
+            )
             st.note(executed=len(seen), groups=len(report.groups), confidence=round(report.confidence, 4),
                     disagreement=payload["disagreement"]["phrase"] if payload["disagreement"] else "")  # fmt: skip
             extra = {"confidence": report.confidence, "candidates": payload}

@@ -4,9 +4,13 @@ catalog), and the same protection for results that reach a run outside the pipel
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from django.conf import settings
 
 from askdb.pipeline import privacy
+from askdb.pipeline.disclosure import PERTURBING, DisclosurePolicy, check_release, disclose, noise_seed
+from askdb.services.disclosure import DatabaseLedger, disclosure_key, disclosure_policy
 from askdb.services.sql import ReviewError
 from metadata_admin.models import ColumnDoc
 from metadata_admin.selectors import reference_tables
@@ -35,18 +39,40 @@ def privacy_policy(*, source, user, evaluation: bool = False) -> privacy.Privacy
     )
 
 
+def release_policies(
+    *, source, user, evaluation: bool = False
+) -> tuple[privacy.PrivacyPolicy, DisclosurePolicy]:
+    """The privacy policy and the disclosure policy a run applies. With a perturbing mode (noise,
+    dp) small cells are judged on the released count, after the noise, so privacy.protect gets k = 0
+    and the disclosure policy carries k (suppressing on the true count would tell which are small)."""
+    policy = privacy_policy(source=source, user=user, evaluation=evaluation)
+    control = disclosure_policy(source=source, user=user, evaluation=evaluation)
+    if control.mode in PERTURBING:
+        policy = replace(policy, min_cell_size=0)
+    return policy, control
+
+
 def result_protect(*, run, sql: str, result) -> privacy.ProtectedResult:
     """A result that reaches a run outside the pipeline (a reviewer's correction, a picked
-    candidate) is protected like any answer, for the person who asked: their rights, the source's k.
+    candidate) is protected like any answer, for the person who asked: their rights, the source's k,
+    the source's disclosure mode (rounding or noise, the differencing limit, their budget).
 
     Raises ReviewError with the reason when the asker may not see this output."""
-    source = run.question.source
-    policy = privacy_policy(source=source, user=run.question.user)
+    source, user = run.question.source, run.question.user
+    policy, control = release_policies(source=source, user=user)
     analysis = privacy.analyse_output(
         sql, source.dialect, policy=policy, catalog=source_catalog_schema(source)
     )
+    ledger = DatabaseLedger(source=source, user=user, run=run)
     try:
         privacy.check_access(analysis, policy, sql=sql, dialect=source.dialect)
+        shape = check_release(ledger, control, sql=sql, dialect=source.dialect, analysis=analysis,
+                              row_level=policy.row_level)  # fmt: skip
     except privacy.PrivacyRefusal as exc:
         raise ReviewError(f"The person who asked may not see this result: {exc.message}") from exc
-    return privacy.protect(result, analysis, policy)
+    seed = noise_seed(disclosure_key(user=user), "", sql, source.dialect)
+    released = disclose(privacy.protect(result, analysis, policy), analysis, control, seed=seed,
+                        row_level=policy.row_level)  # fmt: skip
+    spent = control.epsilon if released.privacy["disclosure"].get("laplace_scale") else 0.0
+    ledger.record(sql=sql, shape=shape, epsilon=spent, mode=control.mode)
+    return released

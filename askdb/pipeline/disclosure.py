@@ -1,0 +1,437 @@
+"""Disclosure control against differencing: per-source modes applied to a result's counts after
+the small-cell rules (round to a base, i2b2-style noise seeded per user and query, or differential
+privacy with a per-user budget), and the "near-identical query" test that audits probes.
+
+Small-cell suppression alone leaks by subtraction: 42 female patients, then 41 "all but the
+patient with the lowest id", and one patient's sex is known. Rounding makes both 40; noise makes
+the difference meaningless; a budget bounds what any series of questions can learn. Framework-free:
+the policy comes in as a frozen dataclass, and the per-user state (earlier queries, the budget)
+through the narrow `Ledger` protocol that the services implement on the database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import struct
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import numpy as np
+import sqlglot
+from sqlglot import exp
+
+from askdb.pipeline import privacy
+from askdb.pipeline.types import CatalogSchema
+
+SUPPRESS, ROUND, NOISE, DP = "suppress", "round", "noise", "dp"
+MODES = (SUPPRESS, ROUND, NOISE, DP)
+PERTURBING = frozenset({NOISE, DP})  # small cells are judged on the perturbed count, not the true one
+GAUSSIAN, UNIFORM = "gaussian", "uniform"
+NOT_RELEASED = "(not released)"  # a DP count that was not paid for (a candidate's preview)
+
+
+@dataclass(frozen=True)
+class DisclosurePolicy:
+    """How one source releases counts to one user."""
+
+    mode: str = SUPPRESS
+    # k for the perturbing modes: suppression runs after the noise, on the value that is released
+    # (suppressing on the true count would itself tell which cells are small).
+    min_cell_size: int = 0
+    round_base: int = 5  # ROUND: counts to the nearest multiple
+    noise: str = GAUSSIAN  # NOISE: GAUSSIAN (sd noise_scale) or UNIFORM (integers in ±noise_clip)
+    noise_scale: float = 1.5
+    noise_clip: int = 3  # NOISE: |noise| never exceeds this (i2b2 shows counts as "n ± 3")
+    epsilon: float = 0.5  # DP: privacy loss charged per answered query (split over its count columns)
+    contributions: int = 1  # DP: rows one person can add to a count (the Laplace sensitivity)
+    budget: float = 10.0  # DP: total epsilon per user per source
+    delta: float = 1e-6  # DP: smartnoise-sql's delta (its thresholding of small groups needs one > 0)
+    person_column: str = "subject_id"  # DP: the column that identifies the person protected
+    differencing_limit: int = 7  # near-identical earlier queries allowed within the window; 0 = off
+    differencing_window_days: int = 30
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {"mode": self.mode}
+        if self.mode == ROUND:
+            out["base"] = self.round_base
+        elif self.mode == NOISE:
+            out |= {"noise": self.noise, "scale": self.noise_scale, "clip": self.noise_clip}
+        elif self.mode == DP:
+            out |= {
+                "epsilon": self.epsilon,
+                "contributions": self.contributions,
+                "budget": self.budget,
+                "delta": self.delta,
+            }
+        return out
+
+
+class DisclosureRefusal(privacy.PrivacyRefusal):
+    """The answer is withheld to protect individuals from differencing (code "differencing") or
+    because the user's privacy budget on this source is spent (code "budget")."""
+
+
+# --------------------------------------------------------------------------- query shapes
+
+
+@dataclass(frozen=True)
+class QueryShape:
+    """A query read for differencing: everything but its WHERE conditions (the skeleton), and the
+    conditions as AND-ed conjuncts, each with the columns it reads."""
+
+    skeleton: str
+    conditions: tuple[tuple[str, tuple[str, ...]], ...]  # (conjunct SQL, columns it reads), sorted
+
+    def to_json(self) -> dict:
+        return {"skeleton": self.skeleton, "conditions": [[c, list(cols)] for c, cols in self.conditions]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> QueryShape:
+        return cls(
+            skeleton=str(data.get("skeleton", "")),
+            conditions=tuple((str(c), tuple(cols)) for c, cols in data.get("conditions") or []),
+        )
+
+
+def _top_level_wheres(tree: exp.Expr) -> list[exp.Where]:
+    """WHERE clauses not nested in another WHERE (a probe's subquery belongs to its conjunct)."""
+    out = []
+    for where in tree.find_all(exp.Where):
+        parent = where.parent
+        while parent is not None and not isinstance(parent, exp.Where):
+            parent = parent.parent
+        if parent is None:
+            out.append(where)
+    return out
+
+
+def _conjuncts(cond: exp.Expr) -> list[exp.Expr]:
+    """`a AND (b AND c)` as [a, b, c]."""
+    while isinstance(cond, exp.Paren):
+        cond = cond.this
+    if isinstance(cond, exp.And):
+        return [*_conjuncts(cond.left), *_conjuncts(cond.right)]
+    return [cond]
+
+
+def query_shape(sql: str, dialect: str = "postgres") -> QueryShape | None:
+    """The shape of `sql`, or None when it cannot be parsed (such SQL never reaches execution)."""
+    try:
+        tree = sqlglot.parse_one(sql, read=dialect)
+    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError, ValueError):
+        return None
+    if tree is None:
+        return None
+    # Aliases and qualifiers are spelling: `patients p … p.gender` and `patients q … gender` are
+    # the same probe, so the shape drops both (a shape only compares queries, it never runs).
+    for table in tree.find_all(exp.Table):
+        table.set("alias", None)
+    for column in tree.find_all(exp.Column):
+        column.set("table", None)
+    conditions = []
+    for where in _top_level_wheres(tree):
+        for part in _conjuncts(where.this):
+            columns = sorted({c.name.lower() for c in part.find_all(exp.Column)})
+            conditions.append((part.sql(dialect=dialect, normalize=True), tuple(columns)))
+        where.pop()
+    return QueryShape(
+        skeleton=tree.sql(dialect=dialect, normalize=True), conditions=tuple(sorted(conditions))
+    )
+
+
+def near_identical(a: QueryShape, b: QueryShape) -> bool:
+    """Whether `b` probes the same population as `a` but one condition apart: the same tables and
+    output (skeleton), and WHERE conditions that differ by one extra conjunct ("… and not the
+    patient with the lowest id") or by one conjunct replaced by another on the same columns (one
+    constant changed, `<` for `<=`, MIN for MAX). Identical shapes are a repeat, not a probe."""
+    if a.skeleton != b.skeleton:
+        return False
+    left, right = Counter(a.conditions), Counter(b.conditions)
+    only_a, only_b = list((left - right).elements()), list((right - left).elements())
+    if len(only_a) + len(only_b) == 1:
+        return True
+    return len(only_a) == 1 and len(only_b) == 1 and only_a[0][1] == only_b[0][1]
+
+
+def normalised_sql(sql: str, dialect: str = "postgres") -> str:
+    """The SQL as sqlglot writes it back (case, spacing, quoting settled), so that the same query
+    typed twice gets the same noise; falls back to collapsed whitespace when it cannot be parsed."""
+    try:
+        tree = sqlglot.parse_one(sql, read=dialect)
+        if tree is not None:
+            return tree.sql(dialect=dialect, normalize=True)
+    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError, ValueError):
+        pass
+    return " ".join(sql.split()).rstrip(";")
+
+
+def noise_seed(secret: str | bytes, user: object, sql: str, dialect: str = "postgres") -> bytes:
+    """HMAC(secret, user, normalised SQL): the same question by the same user always gets the same
+    noise (asking again averages nothing away), another user gets other noise, and nobody without
+    the server's secret can compute it."""
+    key = secret.encode() if isinstance(secret, str) else secret
+    message = f"{user}\x00{normalised_sql(sql, dialect)}".encode()
+    return hmac.new(key, message, hashlib.sha256).digest()
+
+
+# --------------------------------------------------------------------------- the ledger
+
+
+class Ledger(Protocol):
+    """A user's earlier answered queries and privacy budget on one source (the services keep it)."""
+
+    def near_identical_count(self, shape: QueryShape, *, window_days: int) -> int: ...
+    def budget_spent(self) -> float: ...
+    def record(self, *, sql: str, shape: QueryShape | None, epsilon: float, mode: str) -> None: ...
+
+
+def check_release(ledger: Ledger | None, policy: DisclosurePolicy, *, sql: str, dialect: str,
+                  analysis: privacy.OutputAnalysis | None = None, row_level: bool = False) -> QueryShape | None:  # fmt: skip
+    """Refuse (DisclosureRefusal) before an answer is released when it would be one probe too many,
+    or when differential privacy cannot protect it (a statistic other than a count). Returns the
+    query's shape for `ledger.record`.
+
+    Users who may see row-level results are not held to these: they can list the rows."""
+    shape = query_shape(sql, dialect)
+    if policy.mode == DP and not row_level and analysis is not None:
+        statistics = [c.name for c in analysis.columns if c.kind in privacy.STATISTIC_KINDS]
+        if statistics or not analysis.understood:
+            what = ", ".join(statistics) if statistics else "this result"
+            raise DisclosureRefusal(
+                "dp_counts_only",
+                f"askdb did not show this answer: this source releases only counts, with differential "
+                f"privacy, and {what} {'are' if len(statistics) > 1 else 'is'} not a count. Ask how many "
+                "patients (or admissions, stays) instead.",
+            )
+    if ledger is None:
+        return shape
+    limit = policy.differencing_limit
+    if limit > 0 and shape is not None and not row_level:
+        seen = ledger.near_identical_count(shape, window_days=policy.differencing_window_days)
+        if seen >= limit:
+            raise DisclosureRefusal(
+                "differencing",
+                f"askdb did not show this answer: you have asked {seen} queries within "
+                f"{policy.differencing_window_days} days that differ from this one by a single condition, "
+                "and comparing such answers can reveal one patient. An admin can review the audit log "
+                "and reset the limit.",
+                alternative={"near_identical": seen, "limit": limit},
+            )
+    return shape
+
+
+def check_budget(ledger: Ledger | None, policy: DisclosurePolicy, cost: float) -> None:
+    """Refuse (DisclosureRefusal "budget") an answer whose ε the user's remaining budget cannot pay."""
+    if ledger is not None:
+        spent = ledger.budget_spent()
+        if spent + cost > policy.budget + 1e-9:
+            raise DisclosureRefusal(
+                "budget",
+                f"askdb did not show this answer: your privacy budget on this source is spent "
+                f"(ε {spent:g} of {policy.budget:g} used; this answer would cost ε {cost:g}). "
+                "Ask an admin for more budget.",
+                alternative={"spent": spent, "budget": policy.budget, "cost": cost},
+            )
+
+
+# --------------------------------------------------------------------------- release
+
+
+def _cell_rng(seed: bytes, column: str, key: Sequence) -> np.random.Generator:
+    """One generator per cell, from the query's seed, its column and its row's group keys: the
+    noise does not depend on the order the database returned the rows in."""
+    digest = hmac.new(seed, repr((column, [str(v) for v in key])).encode(), hashlib.sha256).digest()
+    return np.random.default_rng(struct.unpack("<4Q", digest))
+
+
+def _round_to(value: float, base: int) -> int:
+    return int(base * math.floor(value / base + 0.5))
+
+
+class DpQuery:
+    """One query answered with differential privacy by OpenDP's smartnoise-sql: it rewrites the
+    query to bound what one person contributes (at most `contributions` rows each, sampled at
+    random), runs the rewritten SQL through `execute` (askdb's validated, audited, read-only path),
+    adds calibrated noise to each count and drops groups too small to release (its `censor_dims`).
+
+    `cost` (ε, δ) is known before anything runs, so the budget is checked first. Raises
+    DisclosureRefusal("dp_unsupported") for SQL smartnoise-sql cannot answer privately."""
+
+    def __init__(self, sql: str, *, catalog: CatalogSchema, policy: DisclosurePolicy,
+                 execute: Callable[[str], tuple[Sequence[str], Sequence[Sequence]]]):  # fmt: skip
+        # smartnoise-sql (pandas, antlr, the OpenDP library) loads in seconds: only DP sources need it
+        from snsql import Privacy
+        from snsql.sql.private_reader import PrivateReader
+
+        self.sql = sql
+        reader = _reader_class(catalog.dialect)(execute)
+        self.reader = PrivateReader(reader, dp_metadata(catalog, policy), privacy=Privacy(
+            epsilon=policy.epsilon, delta=policy.delta))  # fmt: skip
+        try:
+            epsilon, delta = self.reader.get_privacy_cost(sql)
+        except Exception as exc:  # its parser and rewriter raise ValueError, TypeError, AttributeError…
+            raise _unsupported(exc) from exc
+        self.cost = (float(epsilon), float(delta))
+
+    def run(self) -> tuple[list[str], list[list]]:
+        try:
+            header, *rows = self.reader.execute(self.sql)
+        except DisclosureRefusal:
+            raise
+        except Exception as exc:
+            raise _unsupported(exc) from exc
+        return list(header), [[_plain(v) for v in row] for row in rows]
+
+
+def _plain(value):
+    """numpy scalars from smartnoise-sql as the plain Python numbers the rest of askdb stores."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _unsupported(exc: BaseException) -> DisclosureRefusal:
+    reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+    return DisclosureRefusal(
+        "dp_unsupported",
+        "askdb did not show this answer: this source releases counts with differential privacy "
+        "(smartnoise-sql), which cannot answer this query privately "
+        f"({reason}). Ask a simpler count: one table, no subquery, grouped by a few columns.",
+    )
+
+
+def _reader_class(dialect: str):
+    """A smartnoise-sql reader that sends the rewritten SQL through askdb's executor (its SQL
+    flavour picked by the source's dialect) instead of opening a connection of its own."""
+    from snsql.sql.reader.postgres import PostgresReader
+    from snsql.sql.reader.sqlite import SQLiteReader
+
+    base = SQLiteReader if dialect == "sqlite" else PostgresReader
+
+    class Reader(base):  # type: ignore[misc, valid-type]
+        def __init__(self, execute):
+            super().__init__(conn=object())  # never used: execute() below is the only way out
+            self._execute = execute
+
+        def execute(self, query, *ignore, accuracy: bool = False):
+            columns, rows = self._execute(str(query))
+            return [tuple(columns), *[tuple(r) for r in rows]]
+
+    return Reader
+
+
+def dp_metadata(catalog: CatalogSchema, policy: DisclosurePolicy) -> dict:
+    """smartnoise-sql's metadata from the catalog: a table with the person column is protected per
+    person (at most `contributions` rows each), any other table per row. Columns are typed as
+    strings: askdb releases only counts under DP, which need no bounds."""
+    schemas: dict[str, dict] = {}
+    for table in catalog.tables:
+        person = policy.person_column in table.columns
+        spec: dict[str, Any] = {"row_privacy": not person, "max_ids": policy.contributions}
+        for column in table.columns:
+            spec[column] = {"type": "string"}
+        if person:
+            spec[policy.person_column] = {"type": "int", "private_id": True}
+        schemas.setdefault(table.schema, {})[table.name] = spec
+    return {"": schemas}
+
+
+def disclose(result: privacy.ProtectedResult, analysis: privacy.OutputAnalysis, policy: DisclosurePolicy, *,
+             seed: bytes = b"", row_level: bool = False,
+             dp_cost: tuple[float, float] | None = None) -> privacy.ProtectedResult:  # fmt: skip
+    """The released result: counts rounded or perturbed by the source's mode, then (for the
+    perturbing modes) small cells suppressed on the released values. `result` has already been
+    through privacy.protect (with k = 0 for the perturbing modes: the services arrange that); in
+    the DP mode it is DpQuery's output already, and `dp_cost` what it cost (None: not released
+    with DP, because its rows are an individual's or a listing this user may see).
+
+    An aggregate about given individuals, for a user who may list their rows, is left as it is:
+    perturbing it would hide nothing they cannot see."""
+    report = dict(result.privacy) | {"disclosure": policy.to_json() | {"perturbed": 0}}
+    mode = policy.mode
+    if mode == SUPPRESS or (analysis.about_individuals and row_level) or (mode == DP and dp_cost is None):
+        if mode != SUPPRESS:
+            report["disclosure"]["skipped"] = (
+                "row-level data this user may see" if mode == DP and not analysis.about_individuals
+                else "about given individuals, whose rows this user may see"
+            )  # fmt: skip
+        return replace(result, privacy=report)
+    if not analysis.understood or len(analysis.columns) != len(result.columns):
+        report["disclosure"]["skipped"] = "askdb could not tell which columns are counts"
+        report["notes"] = [*report.get("notes", []), "No count was rounded or perturbed: askdb could not "
+                           "tell which columns are counts; check small numbers before sharing."]  # fmt: skip
+        return replace(result, privacy=report)
+    kinds = [c.kind for c in analysis.columns]
+    counts = [j for j, kind in enumerate(kinds) if kind == privacy.COUNT]
+    keys = [j for j, kind in enumerate(kinds) if kind == privacy.KEY]
+    rows = [list(r) for r in result.rows]
+    perturbed = 0
+    for row in rows:
+        for j in counts:
+            n = privacy._number(row[j])
+            if n is None:
+                continue  # "<k" and NULL stay as they are
+            if mode == ROUND:
+                row[j] = _round_to(n, policy.round_base)
+            elif mode == NOISE:
+                rng = _cell_rng(seed, result.columns[j], [row[i] for i in keys])
+                if policy.noise == UNIFORM:
+                    delta = int(rng.integers(-policy.noise_clip, policy.noise_clip + 1))
+                else:
+                    drawn = float(
+                        np.clip(rng.normal(0.0, policy.noise_scale), -policy.noise_clip, policy.noise_clip)
+                    )
+                    delta = round(drawn)
+                row[j] = max(0, round(n) + delta)
+            else:  # DP: smartnoise-sql's noisy count, already released
+                row[j] = max(0, round(n))
+            perturbed += 1
+    report["disclosure"]["perturbed"] = perturbed
+    if mode == DP and dp_cost is not None:
+        report["disclosure"] |= {"epsilon_spent": round(dp_cost[0], 6), "delta_spent": dp_cost[1]}
+        if not rows:
+            report["notes"] = [*report.get("notes", []), "Differential privacy left out every group: each "
+                               "had too few patients to release."]  # fmt: skip
+    if mode in PERTURBING and policy.min_cell_size > 0:
+        rows, suppressed = privacy.suppress(list(result.columns), rows, analysis, policy.min_cell_size)
+        for key in ("k", "suppressed", "complementary", "statistics", "count_columns"):
+            report[key] = suppressed[key]
+        report["notes"] = list(dict.fromkeys([*report.get("notes", []), *suppressed["notes"]]))
+    return replace(result, rows=rows, privacy=report)
+
+
+def disclose_preview(columns: Sequence[str], rows: Sequence[Sequence], analysis: privacy.OutputAnalysis,
+                     policy: DisclosurePolicy, *, seed: bytes = b"", row_level: bool = False) -> list[list]:  # fmt: skip
+    """The same release for a preview (a candidate's first rows shown side by side). Under DP a
+    preview would cost budget, so its counts are not shown (the chosen answer is released)."""
+    shown = privacy.ProtectedResult(columns=tuple(columns), rows=[list(r) for r in rows], truncated=False,
+                                    elapsed_ms=0.0, privacy={})  # fmt: skip
+    if policy.mode == DP and not (row_level and (analysis.about_individuals or not analysis.aggregated)):
+        counts = {j for j, c in enumerate(analysis.columns) if c.kind == privacy.COUNT}
+        return [[NOT_RELEASED if j in counts or not analysis.understood else v for j, v in enumerate(row)]
+                for row in shown.rows]  # fmt: skip
+    return disclose(shown, analysis, policy, seed=seed, row_level=row_level).rows
+
+
+def disclosure_sentence(report: dict) -> str:
+    """One sentence for the provenance panel and the methods paragraph ("" for plain suppression)."""
+    info = report.get("disclosure") or {}
+    mode = info.get("mode", SUPPRESS)
+    if mode == SUPPRESS or info.get("skipped"):
+        return ""
+    if mode == ROUND:
+        return f"Counts were rounded to the nearest {info.get('base')}."
+    if mode == NOISE:
+        kind = "Gaussian" if info.get("noise") == GAUSSIAN else "uniform"
+        spread = f"standard deviation {info.get('scale')}, " if info.get("noise") == GAUSSIAN else ""
+        return (
+            f"Noise was added to counts ({kind}, {spread}at most ±{info.get('clip')}; the same for the "
+            "same question and user), so small differences between answers mean nothing."
+        )
+    return (
+        f"Counts were released with differential privacy (OpenDP smartnoise-sql: at most "
+        f"{info.get('contributions')} row(s) per patient, noise for ε {info.get('epsilon')} per count; this "
+        f"answer cost ε {info.get('epsilon_spent')} of a budget of {info.get('budget')} per user)."
+    )
