@@ -1,0 +1,156 @@
+"""Disclosure control end to end on the demo data: the differencing example of issue 24 (the
+female patients, then "all but the patient with the lowest id") under each per-source mode, with
+the same numbers on the page, in the CSV, the API and the text sent to the scripted LLM; the
+near-identical probe limit; the differential-privacy budget; the admin's changes audited.
+Real PostgreSQL, the real openai client against the scripted server."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+from rest_framework.test import APIClient
+
+from askdb.models import Release, Run
+from askdb.roles import AGGREGATE_RESEARCHER
+from infra.audit.models import AuditEvent
+from tests.askdb.test_privacy import SUMMARY, ask, summary_prompt
+from tests.factories import make_user
+
+pytestmark = pytest.mark.django_db
+
+FEMALE = "SELECT COUNT(*) AS patients FROM mimiciv_hosp.patients WHERE gender = 'F'"
+ALL_BUT_LOWEST = (
+    "SELECT COUNT(*) AS patients FROM mimiciv_hosp.patients WHERE gender = 'F' "
+    "AND subject_id <> (SELECT MIN(subject_id) FROM mimiciv_hosp.patients WHERE gender = 'F')"
+)
+ALL_BUT_HIGHEST = ALL_BUT_LOWEST.replace("MIN(", "MAX(")
+ALL_BUT_ONE = (
+    "SELECT COUNT(*) AS patients FROM mimiciv_hosp.patients WHERE gender = 'F' AND subject_id <> 10000032"
+)
+
+
+def configure(source, **fields) -> None:
+    for key, value in fields.items():
+        setattr(source, key, value)
+    source.save(update_fields=list(fields))
+
+
+def count(run: Run):
+    assert run.status == Run.Status.SUCCEEDED, (run.outcome, run.message)
+    return run.result_rows[0][0]
+
+
+def test_with_suppression_alone_the_probe_reveals_one_patient_until_the_limit_refuses_it(
+    source, scripted_llm
+):
+    configure(source, differencing_limit=2)
+    ann = make_user("ann", AGGREGATE_RESEARCHER)
+    whole = count(ask(scripted_llm, ann, "How many female patients?", FEMALE, source))
+    first = count(
+        ask(scripted_llm, ann, "Female patients but the one with the lowest id?", ALL_BUT_LOWEST, source)
+    )
+    assert whole - first == 1  # what suppression alone gives away: the patient left out is female
+
+    # The second probe one condition from the earlier answers is past the limit: refused, said why.
+    refused = ask(
+        scripted_llm, ann, "Female patients but the one with the highest id?", ALL_BUT_HIGHEST, source
+    )
+    assert refused.status == Run.Status.DECLINED and refused.outcome == "privacy_differencing"
+    assert "differ from this one by a single condition" in refused.message
+    assert refused.result_rows in (None, []) and refused.privacy["refused"] == "differencing"
+    assert not any(SUMMARY in r[0]["content"] and "highest" in str(r) for r in scripted_llm.chat_requests())
+    data = APIClient()
+    data.force_login(ann)
+    body = data.get(f"/api/questions/{refused.pk}/").json()
+    assert body["outcome"] == "privacy_differencing" and not (body.get("result") or {}).get("rows")
+
+    # Audited: the probe that was answered, and the run refused.
+    probe = AuditEvent.objects.get(action="privacy.near_identical")
+    assert probe.detail["near_identical"] == 1 and "MIN(subject_id)" in probe.detail["sql"]
+    assert AuditEvent.objects.filter(action="run.declined", detail__outcome="privacy_differencing").exists()
+    assert Release.objects.filter(user=ann, source=source).count() == 2  # the refused one was not released
+
+    # Another question, or another person, is not held to ann's probes.
+    assert count(
+        ask(
+            scripted_llm,
+            make_user("bob", AGGREGATE_RESEARCHER),
+            "How many female patients are there except patient 10000032?",
+            ALL_BUT_ONE,
+            source,
+        )
+    )
+    by_type = "SELECT admission_type, COUNT(*) AS n FROM mimiciv_hosp.admissions GROUP BY admission_type"
+    assert (
+        ask(scripted_llm, ann, "How many admissions of each type are there?", by_type, source).status
+        == Run.Status.SUCCEEDED
+    )
+
+
+def test_rounding_hides_the_difference_everywhere_the_answer_goes(client, source, scripted_llm):
+    configure(source, disclosure_mode="round", round_base=5, min_cell_size=11)
+    ann = make_user("ann", AGGREGATE_RESEARCHER)
+    whole = ask(scripted_llm, ann, "How many female patients?", FEMALE, source)
+    probe = ask(scripted_llm, ann, "Female patients but the one with the lowest id?", ALL_BUT_LOWEST, source,
+                summary="Summary of the probe.")  # fmt: skip
+    assert count(whole) % 5 == 0 and count(probe) % 5 == 0
+    assert count(whole) == count(probe)  # both round to the same multiple of 5: nothing to subtract
+    shown = count(probe)
+    assert summary_prompt(scripted_llm).endswith(f"Result (1 rows):\npatients\n{shown}")
+
+    client.force_login(ann)
+    page = client.get(f"/runs/{probe.pk}/").content.decode()
+    assert "Counts were rounded to the nearest 5." in page
+    rows = list(csv.reader(io.StringIO(b"".join(client.get(f"/runs/{probe.pk}/result.csv").streaming_content)
+                                       .decode())))  # fmt: skip
+    assert rows[1] == [str(shown)]
+    api = APIClient()
+    api.force_login(ann)
+    assert api.get(f"/api/questions/{probe.pk}/").json()["result"]["rows"] == [[shown]]
+    assert (
+        "Counts were rounded to the nearest 5."
+        in client.get(f"/runs/{probe.pk}/methods.txt").content.decode()
+    )
+
+
+def test_noise_gives_the_same_answer_to_the_same_question_and_hides_the_difference(
+    client, source, scripted_llm
+):
+    truth = count(
+        ask(
+            scripted_llm,
+            make_user("zoe", AGGREGATE_RESEARCHER),
+            "How many female patients are there?",
+            FEMALE,
+            source,
+        )
+    )
+    configure(source, disclosure_mode="noise", noise_scale=1.5, noise_clip=3, differencing_limit=0)
+    users = [make_user(f"user{i}", AGGREGATE_RESEARCHER) for i in range(8)]
+    differences = []
+    for user in users:
+        whole = count(ask(scripted_llm, user, "How many female patients?", FEMALE, source))
+        again = count(ask(scripted_llm, user, "How many female patients, again?", FEMALE, source))
+        assert whole == again  # asking again averages nothing away
+        probe = count(
+            ask(
+                scripted_llm,
+                user,
+                "How many female patients apart from the one with the lowest id?",
+                ALL_BUT_LOWEST,
+                source,
+            )
+        )
+        assert abs(whole - truth) <= 3 and abs(probe - (truth - 1)) <= 3
+        differences.append(whole - probe)
+    assert len(set(differences)) > 1  # the difference is noise, not one patient
+    assert summary_prompt(scripted_llm).endswith(
+        f"Result (1 rows):\npatients\n{probe}"
+    )  # the LLM saw the same
+    run = Run.objects.filter(question__user=users[0]).order_by("pk").first()
+    assert run.privacy["disclosure"]["mode"] == "noise" and run.privacy["disclosure"]["perturbed"] == 1
+    client.force_login(users[0])
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert "Noise was added to counts (Gaussian, standard deviation 1.5, at most ±3" in page
