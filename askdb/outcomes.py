@@ -192,6 +192,13 @@ for _code, _kw in {
         tone="warn",
         plain_message=True,
     ),
+    "privacy_dp_unsupported": dict(
+        label="Declined: not a count differential privacy can answer",
+        sentence="This source releases counts with differential privacy, which cannot answer this query.",
+        next_step="Ask a simpler count: one table, grouped by a few columns.",
+        tone="warn",
+        plain_message=True,
+    ),
     "read_only": dict(
         label="Refused: askdb only reads data",
         sentence="askdb only reads data: it cannot change, add or delete records, so it did not run anything.",

@@ -31,6 +31,10 @@ SUPPRESS, ROUND, NOISE, DP = "suppress", "round", "noise", "dp"
 MODES = (SUPPRESS, ROUND, NOISE, DP)
 PERTURBING = frozenset({NOISE, DP})  # small cells are judged on the perturbed count, not the true one
 GAUSSIAN, UNIFORM = "gaussian", "uniform"
+DP_CENSORED = (
+    "Differential privacy left out every group of this answer: each had too few patients to be released "
+    "without revealing whether one person is in it. Ask about a larger group."
+)
 NOT_RELEASED = "(not released)"  # a DP count that was not paid for (a candidate's preview)
 
 
@@ -269,8 +273,12 @@ class DpQuery:
 
         self.sql = sql
         reader = _reader_class(catalog.dialect)(execute)
-        self.reader = PrivateReader(reader, dp_metadata(catalog, policy), privacy=Privacy(
-            epsilon=policy.epsilon, delta=policy.delta))  # fmt: skip
+        # Groups too small to release are dropped (censor_dims) only where there are groups: the one
+        # row of an ungrouped count exists whatever the data, so dropping it would only lose the answer.
+        metadata = dp_metadata(catalog, policy, censor_dims=_grouped(sql, catalog.dialect))
+        self.reader = PrivateReader(
+            reader, metadata, privacy=Privacy(epsilon=policy.epsilon, delta=policy.delta)
+        )
         try:
             epsilon, delta = self.reader.get_privacy_cost(sql)
         except Exception as exc:  # its parser and rewriter raise ValueError, TypeError, AttributeError…
@@ -322,14 +330,26 @@ def _reader_class(dialect: str):
     return Reader
 
 
-def dp_metadata(catalog: CatalogSchema, policy: DisclosurePolicy) -> dict:
+def _grouped(sql: str, dialect: str) -> bool:
+    try:
+        tree = sqlglot.parse_one(sql, read=dialect)
+    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError, ValueError):
+        return True
+    return tree is None or tree.find(exp.Group) is not None
+
+
+def dp_metadata(catalog: CatalogSchema, policy: DisclosurePolicy, *, censor_dims: bool = True) -> dict:
     """smartnoise-sql's metadata from the catalog: a table with the person column is protected per
     person (at most `contributions` rows each), any other table per row. Columns are typed as
     strings: askdb releases only counts under DP, which need no bounds."""
     schemas: dict[str, dict] = {}
     for table in catalog.tables:
         person = policy.person_column in table.columns
-        spec: dict[str, Any] = {"row_privacy": not person, "max_ids": policy.contributions}
+        spec: dict[str, Any] = {
+            "row_privacy": not person,
+            "max_ids": policy.contributions,
+            "censor_dims": censor_dims,
+        }
         for column in table.columns:
             spec[column] = {"type": "string"}
         if person:
@@ -392,8 +412,8 @@ def disclose(result: privacy.ProtectedResult, analysis: privacy.OutputAnalysis, 
     if mode == DP and dp_cost is not None:
         report["disclosure"] |= {"epsilon_spent": round(dp_cost[0], 6), "delta_spent": dp_cost[1]}
         if not rows:
-            report["notes"] = [*report.get("notes", []), "Differential privacy left out every group: each "
-                               "had too few patients to release."]  # fmt: skip
+            report["disclosure"]["censored"] = True
+            report["notes"] = [*report.get("notes", []), DP_CENSORED]
     if mode in PERTURBING and policy.min_cell_size > 0:
         rows, suppressed = privacy.suppress(list(result.columns), rows, analysis, policy.min_cell_size)
         for key in ("k", "suppressed", "complementary", "statistics", "count_columns"):

@@ -14,6 +14,7 @@ from rest_framework.test import APIClient
 
 from askdb.models import Release, Run
 from askdb.roles import AGGREGATE_RESEARCHER
+from askdb.selectors import run_provenance
 from infra.audit.models import AuditEvent
 from tests.askdb.test_privacy import SUMMARY, ask, summary_prompt
 from tests.factories import make_user
@@ -154,3 +155,41 @@ def test_noise_gives_the_same_answer_to_the_same_question_and_hides_the_differen
     client.force_login(users[0])
     page = client.get(f"/runs/{run.pk}/").content.decode()
     assert "Noise was added to counts (Gaussian, standard deviation 1.5, at most ±3" in page
+
+
+def test_differential_privacy_spends_a_budget_per_user_and_refuses_when_it_is_spent(source, scripted_llm):
+    truth = count(ask(scripted_llm, make_user("zoe", AGGREGATE_RESEARCHER), "How many female patients are there?",
+                      FEMALE, source))  # fmt: skip
+    configure(
+        source, disclosure_mode="dp", dp_epsilon=2.0, dp_budget=6.0, dp_contributions=1, min_cell_size=0
+    )
+    ann = make_user("ann", AGGREGATE_RESEARCHER)
+    run = ask(scripted_llm, ann, "How many female patients are there?", FEMALE, source)
+    assert abs(count(run) - truth) <= 10  # Laplace noise of scale 0.5 (never this far in practice)
+    info = run.privacy["disclosure"]
+    assert info["mode"] == "dp" and info["epsilon_spent"] == 2.0 and info["perturbed"] == 1
+    # What ran is smartnoise-sql's rewrite, checked and audited like any SQL askdb runs.
+    executed = AuditEvent.objects.filter(action="sql.executed", detail__sql__icontains="row_number").latest(
+        "id"
+    )
+    assert "row_num <= 1" in executed.detail["sql"]
+    assert "differential privacy" in run_provenance(run=run).suppression
+    by_gender = (
+        "SELECT gender, COUNT(DISTINCT subject_id) AS patients FROM mimiciv_hosp.patients GROUP BY gender"
+    )
+    grouped = ask(scripted_llm, ann, "How many patients of each gender?", by_gender, source)
+    assert count(grouped) and grouped.privacy["disclosure"]["epsilon_spent"] == 4.0  # the groups' sizes too
+    assert sum(Release.objects.filter(user=ann).values_list("epsilon", flat=True)) == pytest.approx(6.0)
+
+    spent = ask(scripted_llm, ann, "How many female patients are there in total?", FEMALE, source)
+    assert spent.outcome == "privacy_budget" and "privacy budget on this source is spent" in spent.message
+    assert not spent.result_rows
+    # Another user has their own budget; what DP cannot answer is refused with the reason.
+    bob = make_user("bob", AGGREGATE_RESEARCHER)
+    average = "SELECT gender, AVG(anchor_age) AS age FROM mimiciv_hosp.patients GROUP BY gender"
+    refused = ask(scripted_llm, bob, "What is the average age of each gender?", average, source)
+    assert refused.outcome == "privacy_dp_counts_only" and "age is not a count" in refused.message
+    probe = ask(scripted_llm, bob, "How many female patients apart from the one with the lowest id?",
+                ALL_BUT_LOWEST, source)  # fmt: skip
+    assert probe.outcome == "privacy_dp_unsupported" and "smartnoise-sql" in probe.message
+    assert count(ask(scripted_llm, bob, "How many female patients are there?", FEMALE, source)) >= 0

@@ -211,7 +211,7 @@ def test_differential_privacy_answers_counts_through_smartnoise_sql():
     policy = DisclosurePolicy(mode=DP, epsilon=1.0, contributions=1)
     sql = "SELECT COUNT(*) AS n FROM patients WHERE gender = 'F'"
     query = DpQuery(sql, catalog=catalog, policy=policy, execute=executor(con, ran))
-    assert query.cost[0] == pytest.approx(2.0)  # the count and the number of people behind it
+    assert query.cost[0] == pytest.approx(1.0)  # one count, one ε
     assert not ran  # the cost is known before anything runs
     draws = [DpQuery(sql, catalog=catalog, policy=policy, execute=executor(con, ran)).run()[1][0][0]
              for _ in range(15)]  # fmt: skip
