@@ -13,8 +13,10 @@ import pytest
 from rest_framework.test import APIClient
 
 from askdb.models import Release, Run
-from askdb.roles import AGGREGATE_RESEARCHER
+from askdb.roles import AGGREGATE_RESEARCHER, REVIEWER
 from askdb.selectors import run_provenance
+from askdb.services.reviews import review_correct
+from askdb.services.sql import ReviewError
 from infra.audit.models import AuditEvent
 from tests.askdb.test_privacy import SUMMARY, ask, summary_prompt
 from tests.factories import make_user
@@ -193,3 +195,24 @@ def test_differential_privacy_spends_a_budget_per_user_and_refuses_when_it_is_sp
                 ALL_BUT_LOWEST, source)  # fmt: skip
     assert probe.outcome == "privacy_dp_unsupported" and "smartnoise-sql" in probe.message
     assert count(ask(scripted_llm, bob, "How many female patients are there?", FEMALE, source)) >= 0
+
+
+def test_a_reviewers_correction_is_released_like_any_answer(source, scripted_llm):
+    """result_protect: a correction reaches the run outside the pipeline, with the same rounding,
+    noise and differencing limit as the asker's own answers."""
+    configure(source, disclosure_mode="round", round_base=5, differencing_limit=1)
+    ann = make_user("ann", AGGREGATE_RESEARCHER)
+    run = ask(scripted_llm, ann, "How many female patients are there?", FEMALE, source)
+    reviewer = make_user("rev", REVIEWER)
+    by_type = "SELECT admission_type, COUNT(*) AS n FROM mimiciv_hosp.admissions GROUP BY admission_type"
+    review_correct(run=run, reviewer=reviewer, sql=by_type)
+    run.refresh_from_db()
+    shown = [n for _, n in run.result_rows if n != "<11"]
+    assert shown and all(n % 5 == 0 for n in shown) and run.privacy["disclosure"]["mode"] == "round"
+    assert "Counts were rounded to the nearest 5." in run_provenance(run=run).suppression
+
+    # A correction that is a probe one condition from ann's answers is refused for her.
+    other = ask(scripted_llm, ann, "How many patients are there?", "SELECT COUNT(*) FROM mimiciv_hosp.patients",
+                source)  # fmt: skip
+    with pytest.raises(ReviewError, match="single condition"):
+        review_correct(run=other, reviewer=reviewer, sql=ALL_BUT_ONE)
