@@ -15,10 +15,12 @@ from rest_framework.test import APIClient
 from askdb.models import Release, Run
 from askdb.roles import AGGREGATE_RESEARCHER, REVIEWER
 from askdb.selectors import run_provenance
+from askdb.services.examples import example_upsert
 from askdb.services.reviews import review_correct
+from askdb.services.runs import question_submit_sync
 from askdb.services.sql import ReviewError
 from infra.audit.models import AuditEvent
-from tests.askdb.test_privacy import SUMMARY, ask, summary_prompt
+from tests.askdb.test_privacy import BY_TYPE, SUMMARY, ask, summary_prompt
 from tests.factories import make_user
 
 pytestmark = pytest.mark.django_db
@@ -216,3 +218,18 @@ def test_a_reviewers_correction_is_released_like_any_answer(source, scripted_llm
                 source)  # fmt: skip
     with pytest.raises(ReviewError, match="single condition"):
         review_correct(run=other, reviewer=reviewer, sql=ALL_BUT_ONE)
+
+
+def test_a_library_answer_is_rounded_like_any_answer(source):
+    configure(source, disclosure_mode="round", round_base=5)
+    example_upsert(source=source, question="how many admissions of each admission type are there?", sql=BY_TYPE,
+                   approved_by=make_user("rev", REVIEWER))  # fmt: skip
+    run = Run.objects.get(pk=question_submit_sync(user=make_user("ann", AGGREGATE_RESEARCHER),
+                                                  text="how many admissions of each admission type are there?",
+                                                  source=source).pk)  # fmt: skip
+    assert run.answered_by == "library", run.message
+    counts = dict(run.result_rows)
+    # 58, 16 and 11 admissions, rounded to 5; the types under 11 suppressed on their true counts.
+    assert (counts["EW EMER."], counts["DIRECT EMER."]) == (60, 10) and counts["OBSERVATION ADMIT"] == "<11"
+    assert sorted(n for n in counts.values() if n != "<11") == [10, 15, 60]
+    assert run.privacy["disclosure"] == {"mode": "round", "base": 5, "perturbed": 3}
