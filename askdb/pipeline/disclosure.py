@@ -101,16 +101,36 @@ class QueryShape:
         )
 
 
-def _top_level_wheres(tree: exp.Expr) -> list[exp.Where]:
-    """WHERE clauses not nested in another WHERE (a probe's subquery belongs to its conjunct)."""
+def _top_level_conditions(tree: exp.Expr) -> list[exp.Where | exp.Having]:
+    """WHERE and HAVING clauses not nested in another one (a probe's subquery belongs to its
+    conjunct), in the CTEs and subqueries of the FROM clause too."""
     out = []
-    for where in tree.find_all(exp.Where):
-        parent = where.parent
-        while parent is not None and not isinstance(parent, exp.Where):
+    for clause in tree.find_all(exp.Where, exp.Having):
+        parent = clause.parent
+        while parent is not None and not isinstance(parent, exp.Where | exp.Having):
             parent = parent.parent
         if parent is None:
-            out.append(where)
+            out.append(clause)
     return out
+
+
+def _respell(tree: exp.Expr) -> None:
+    """Drop what is only spelling, so that it cannot make a probe look new: table aliases and column
+    qualifiers (`patients p … p.gender`), output aliases (`COUNT(*) AS n`), CTE names (numbered in
+    order). A shape only compares queries; it never runs."""
+    names = {}
+    for i, cte in enumerate(tree.find_all(exp.CTE)):
+        names[cte.alias_or_name.lower()] = f"cte{i}"
+        cte.set("alias", exp.TableAlias(this=exp.to_identifier(f"cte{i}")))
+    for table in tree.find_all(exp.Table):
+        table.set("alias", None)
+        if not table.args.get("db") and table.name.lower() in names:
+            table.set("this", exp.to_identifier(names[table.name.lower()]))
+    for column in tree.find_all(exp.Column):
+        column.set("table", None)
+    for alias in list(tree.find_all(exp.Alias)):
+        if isinstance(alias.parent, exp.Select):
+            alias.replace(alias.this)
 
 
 def _conjuncts(cond: exp.Expr) -> list[exp.Expr]:
@@ -130,18 +150,13 @@ def query_shape(sql: str, dialect: str = "postgres") -> QueryShape | None:
         return None
     if tree is None:
         return None
-    # Aliases and qualifiers are spelling: `patients p … p.gender` and `patients q … gender` are
-    # the same probe, so the shape drops both (a shape only compares queries, it never runs).
-    for table in tree.find_all(exp.Table):
-        table.set("alias", None)
-    for column in tree.find_all(exp.Column):
-        column.set("table", None)
+    _respell(tree)
     conditions = []
-    for where in _top_level_wheres(tree):
-        for part in _conjuncts(where.this):
+    for clause in _top_level_conditions(tree):
+        for part in _conjuncts(clause.this):
             columns = sorted({c.name.lower() for c in part.find_all(exp.Column)})
             conditions.append((part.sql(dialect=dialect, normalize=True), tuple(columns)))
-        where.pop()
+        clause.pop()
     return QueryShape(
         skeleton=tree.sql(dialect=dialect, normalize=True), conditions=tuple(sorted(conditions))
     )
@@ -162,15 +177,28 @@ def near_identical(a: QueryShape, b: QueryShape) -> bool:
 
 
 def normalised_sql(sql: str, dialect: str = "postgres") -> str:
-    """The SQL as sqlglot writes it back (case, spacing, quoting settled), so that the same query
-    typed twice gets the same noise; falls back to collapsed whitespace when it cannot be parsed."""
+    """The SQL as askdb compares it: its shape (sqlglot's writing, with case, spacing, quoting,
+    aliases and CTE names settled), so that the same query typed twice, or with its aliases
+    renamed, gets the same noise; collapsed whitespace when it cannot be parsed."""
+    shape = query_shape(sql, dialect)
+    if shape is None:
+        return " ".join(sql.split()).rstrip(";")
+    return repr((shape.skeleton, shape.conditions))
+
+
+def output_keys(sql: str, dialect: str = "postgres") -> list[str]:
+    """Each output column's expression as written back, without its alias: the per-cell noise key,
+    so that `COUNT(*) AS a, COUNT(*) AS b` are one draw, not two to average ([] when unknown)."""
     try:
         tree = sqlglot.parse_one(sql, read=dialect)
-        if tree is not None:
-            return tree.sql(dialect=dialect, normalize=True)
     except (sqlglot.errors.ParseError, sqlglot.errors.TokenError, ValueError):
-        pass
-    return " ".join(sql.split()).rstrip(";")
+        return []
+    while isinstance(tree, exp.Subquery):
+        tree = tree.this
+    if not isinstance(tree, exp.Select) or any(isinstance(e, exp.Star) for e in tree.expressions):
+        return []
+    _respell(tree)
+    return [e.unalias().sql(dialect=dialect, normalize=True) for e in tree.expressions]
 
 
 def noise_seed(secret: str | bytes, user: object, sql: str, dialect: str = "postgres") -> bytes:
@@ -288,11 +316,19 @@ class DpQuery:
     def run(self) -> tuple[list[str], list[list]]:
         try:
             header, *rows = self.reader.execute(self.sql)
-        except DisclosureRefusal:
-            raise
+        except _Escaped as escaped:  # askdb's own failure (a refusal, a timeout): not smartnoise-sql's
+            raise escaped.error from escaped.error.__cause__
         except Exception as exc:
             raise _unsupported(exc) from exc
         return list(header), [[_plain(v) for v in row] for row in rows]
+
+
+class _Escaped(Exception):
+    """An error of askdb's executor carried through smartnoise-sql unchanged."""
+
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error
 
 
 def _plain(value):
@@ -324,7 +360,10 @@ def _reader_class(dialect: str):
             self._execute = execute
 
         def execute(self, query, *ignore, accuracy: bool = False):
-            columns, rows = self._execute(str(query))
+            try:
+                columns, rows = self._execute(str(query))
+            except Exception as exc:
+                raise _Escaped(exc) from exc
             return [tuple(columns), *[tuple(r) for r in rows]]
 
     return Reader
@@ -359,13 +398,14 @@ def dp_metadata(catalog: CatalogSchema, policy: DisclosurePolicy, *, censor_dims
 
 
 def disclose(result: privacy.ProtectedResult, analysis: privacy.OutputAnalysis, policy: DisclosurePolicy, *,
-             seed: bytes = b"", row_level: bool = False,
-             dp_cost: tuple[float, float] | None = None) -> privacy.ProtectedResult:  # fmt: skip
+             seed: bytes = b"", row_level: bool = False, dp_cost: tuple[float, float] | None = None,
+             cell_keys: Sequence[str] = ()) -> privacy.ProtectedResult:  # fmt: skip
     """The released result: counts rounded or perturbed by the source's mode, then (for the
     perturbing modes) small cells suppressed on the released values. `result` has already been
     through privacy.protect (with k = 0 for the perturbing modes: the services arrange that); in
     the DP mode it is DpQuery's output already, and `dp_cost` what it cost (None: not released
-    with DP, because its rows are an individual's or a listing this user may see).
+    with DP, because its rows are an individual's or a listing this user may see). `cell_keys`
+    (output_keys of the SQL) key each column's noise by what it computes, not by its name.
 
     An aggregate about given individuals, for a user who may list their rows, is left as it is:
     perturbing it would hide nothing they cannot see."""
@@ -396,7 +436,9 @@ def disclose(result: privacy.ProtectedResult, analysis: privacy.OutputAnalysis, 
             if mode == ROUND:
                 row[j] = _round_to(n, policy.round_base)
             elif mode == NOISE:
-                rng = _cell_rng(seed, result.columns[j], [row[i] for i in keys])
+                rng = _cell_rng(
+                    seed, cell_keys[j] if len(cell_keys) == len(row) else str(j), [row[i] for i in keys]
+                )
                 if policy.noise == UNIFORM:
                     delta = int(rng.integers(-policy.noise_clip, policy.noise_clip + 1))
                 else:
@@ -422,8 +464,40 @@ def disclose(result: privacy.ProtectedResult, analysis: privacy.OutputAnalysis, 
     return replace(result, rows=rows, privacy=report)
 
 
+def release(result: privacy.ProtectedResult, analysis: privacy.OutputAnalysis, policy: DisclosurePolicy, *,
+            sql: str, dialect: str, catalog: CatalogSchema, ledger: Ledger | None, key: bytes, row_level: bool,
+            execute: Callable[[str], tuple[Sequence[str], Sequence[Sequence]]]) -> privacy.ProtectedResult:  # fmt: skip
+    """An answer as it leaves askdb, the one way every answer does (the engine's, a reviewer's
+    correction, a picked candidate): refused (DisclosureRefusal) when it would be one differencing
+    probe too many, when DP cannot answer it or the budget cannot pay for it; else its counts
+    rounded or perturbed by the mode (under DP answered again by smartnoise-sql through `execute`,
+    askdb's checked, audited path), and recorded in the user's ledger.
+
+    `result` has been through privacy.protect; `key` is the user's noise key."""
+    shape = check_release(ledger, policy, sql=sql, dialect=dialect, analysis=analysis, row_level=row_level)
+    dp = None
+    if policy.mode == DP and analysis.aggregated and not (row_level and analysis.about_individuals):
+        try:
+            dp = DpQuery(sql, catalog=catalog, policy=policy, execute=execute)
+        except DisclosureRefusal:
+            if not row_level:
+                raise
+            # who may list the rows gets what smartnoise-sql cannot answer as it is
+    if dp is not None:
+        check_budget(ledger, policy, dp.cost[0])
+        columns, rows = dp.run()
+        columns = list(result.columns) if len(columns) == len(result.columns) else columns
+        result = replace(result, columns=tuple(columns), rows=rows, truncated=False)
+    released = disclose(result, analysis, policy, seed=noise_seed(key, "", sql, dialect), row_level=row_level,
+                        dp_cost=dp.cost if dp is not None else None, cell_keys=output_keys(sql, dialect))  # fmt: skip
+    if ledger is not None:
+        ledger.record(sql=sql, shape=shape, epsilon=dp.cost[0] if dp is not None else 0.0, mode=policy.mode)
+    return released
+
+
 def disclose_preview(columns: Sequence[str], rows: Sequence[Sequence], analysis: privacy.OutputAnalysis,
-                     policy: DisclosurePolicy, *, seed: bytes = b"", row_level: bool = False) -> list[list]:  # fmt: skip
+                     policy: DisclosurePolicy, *, seed: bytes = b"", row_level: bool = False,
+                     cell_keys: Sequence[str] = ()) -> list[list]:  # fmt: skip
     """The same release for a preview (a candidate's first rows shown side by side). Under DP a
     preview would cost budget, so its counts are not shown (the chosen answer is released)."""
     shown = privacy.ProtectedResult(columns=tuple(columns), rows=[list(r) for r in rows], truncated=False,
@@ -432,7 +506,7 @@ def disclose_preview(columns: Sequence[str], rows: Sequence[Sequence], analysis:
         counts = {j for j, c in enumerate(analysis.columns) if c.kind == privacy.COUNT}
         return [[NOT_RELEASED if j in counts or not analysis.understood else v for j, v in enumerate(row)]
                 for row in shown.rows]  # fmt: skip
-    return disclose(shown, analysis, policy, seed=seed, row_level=row_level).rows
+    return disclose(shown, analysis, policy, seed=seed, row_level=row_level, cell_keys=cell_keys).rows
 
 
 def disclosure_sentence(report: dict) -> str:

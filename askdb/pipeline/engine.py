@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from askdb.pipeline import disclosure, offline, privacy, prompts
@@ -403,41 +403,14 @@ class Pipeline:
         return (best.sql, result, best), info
 
     def _release(self, sql: str, req: PipelineRequest, result) -> privacy.ProtectedResult:
-        """The answer as it leaves askdb, made once for every consumer: refused when it would be one
-        differencing probe too many or the privacy budget cannot pay for it (DisclosureRefusal),
-        else its counts rounded or perturbed by the source's mode (under DP: answered again by
-        smartnoise-sql), and recorded in the ledger."""
-        cfg, ledger = self.config, getattr(self.ports, "ledger", None)
-        control, row_level = cfg.disclosure, cfg.privacy.row_level
+        """The answer as it leaves askdb, made once for every consumer (disclosure.release)."""
+        cfg = self.config
         analysis = privacy.analyse_output(sql, req.dialect, policy=cfg.privacy, catalog=self.ports.catalog())
-        shape = disclosure.check_release(ledger, control, sql=sql, dialect=req.dialect, analysis=analysis,
-                                         row_level=row_level)  # fmt: skip
-        dp = None
-        if (
-            control.mode == disclosure.DP
-            and analysis.aggregated
-            and not (row_level and analysis.about_individuals)
-        ):
-            try:
-                dp = disclosure.DpQuery(sql, catalog=self.ports.catalog(), policy=control,
-                                        execute=lambda text: self._dp_execute(text, req))  # fmt: skip
-            except disclosure.DisclosureRefusal:
-                if not row_level:
-                    raise
-                # who may list the rows gets what smartnoise-sql cannot answer as it is
-        if dp is not None:
-            disclosure.check_budget(ledger, control, dp.cost[0])
-            columns, rows = dp.run()
-            columns = list(result.columns) if len(columns) == len(result.columns) else columns
-            result = replace(result, columns=tuple(columns), rows=rows, truncated=False)
-        seed = disclosure.noise_seed(cfg.disclosure_key, "", sql, req.dialect)
-        released = disclosure.disclose(result, analysis, control, seed=seed, row_level=row_level,
-                                       dp_cost=dp.cost if dp is not None else None)  # fmt: skip
-        if ledger is not None:
-            ledger.record(
-                sql=sql, shape=shape, epsilon=dp.cost[0] if dp is not None else 0.0, mode=control.mode
-            )
-        return released
+        return disclosure.release(
+            result, analysis, cfg.disclosure, sql=sql, dialect=req.dialect, catalog=self.ports.catalog(),
+            ledger=getattr(self.ports, "ledger", None), key=cfg.disclosure_key, row_level=cfg.privacy.row_level,
+            execute=lambda text: self._dp_execute(text, req),
+        )  # fmt: skip
 
     def _dp_execute(self, sql: str, req: PipelineRequest) -> tuple[list[str], list[list]]:
         """smartnoise-sql's rewritten SQL, held to askdb's checks and run like any query."""
@@ -464,8 +437,10 @@ class Pipeline:
             if analysis is None:
                 continue
             seed = disclosure.noise_seed(cfg.disclosure_key, "", group["sql"], dialect)
-            group["rows"] = disclosure.disclose_preview(group["columns"], group["rows"], analysis, cfg.disclosure,
-                                                        seed=seed, row_level=cfg.privacy.row_level)  # fmt: skip
+            group["rows"] = disclosure.disclose_preview(
+                group["columns"], group["rows"], analysis, cfg.disclosure, seed=seed,
+                row_level=cfg.privacy.row_level, cell_keys=disclosure.output_keys(group["sql"], dialect),
+            )  # fmt: skip
         return payload
 
     def _answered(self, req: PipelineRequest, sql: str, result, gate: tuple[str, str], **extra) -> Outcome:

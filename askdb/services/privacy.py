@@ -8,10 +8,10 @@ from dataclasses import replace
 
 from django.conf import settings
 
-from askdb.pipeline import privacy
-from askdb.pipeline.disclosure import PERTURBING, DisclosurePolicy, check_release, disclose, noise_seed
+from askdb.pipeline import disclosure, privacy
+from askdb.pipeline.disclosure import PERTURBING, DisclosurePolicy
 from askdb.services.disclosure import DatabaseLedger, disclosure_key, disclosure_policy
-from askdb.services.sql import ReviewError
+from askdb.services.sql import ReviewError, sql_check
 from metadata_admin.models import ColumnDoc
 from metadata_admin.selectors import reference_tables
 from metadata_admin.services import source_catalog_schema
@@ -63,16 +63,19 @@ def result_protect(*, run, sql: str, result) -> privacy.ProtectedResult:
     analysis = privacy.analyse_output(
         sql, source.dialect, policy=policy, catalog=source_catalog_schema(source)
     )
-    ledger = DatabaseLedger(source=source, user=user, run=run)
     try:
         privacy.check_access(analysis, policy, sql=sql, dialect=source.dialect)
-        shape = check_release(ledger, control, sql=sql, dialect=source.dialect, analysis=analysis,
-                              row_level=policy.row_level)  # fmt: skip
+        return disclosure.release(
+            privacy.protect(result, analysis, policy), analysis, control, sql=sql, dialect=source.dialect,
+            catalog=source_catalog_schema(source), ledger=DatabaseLedger(source=source, user=user, run=run),
+            key=disclosure_key(user=user), row_level=policy.row_level,
+            execute=lambda text: _dp_execute(run=run, sql=text),
+        )  # fmt: skip
     except privacy.PrivacyRefusal as exc:
         raise ReviewError(f"The person who asked may not see this result: {exc.message}") from exc
-    seed = noise_seed(disclosure_key(user=user), "", sql, source.dialect)
-    released = disclose(privacy.protect(result, analysis, policy), analysis, control, seed=seed,
-                        row_level=policy.row_level)  # fmt: skip
-    spent = control.epsilon if released.privacy["disclosure"].get("laplace_scale") else 0.0
-    ledger.record(sql=sql, shape=shape, epsilon=spent, mode=control.mode)
-    return released
+
+
+def _dp_execute(*, run, sql: str) -> tuple[list[str], list[list]]:
+    """smartnoise-sql's rewritten SQL, validated, executed read-only and audited like any SQL."""
+    _, out = sql_check(source=run.question.source, sql=sql, purpose="dp", run=run)
+    return list(out.columns), [list(r) for r in out.rows]

@@ -57,6 +57,26 @@ def shape(sql: str) -> disclosure.QueryShape:
             "SELECT COUNT(*) FROM mimiciv_hosp.patients p WHERE (p.gender = 'F' AND p.anchor_age > 50)",
             "SELECT COUNT(*) FROM mimiciv_hosp.patients p WHERE p.anchor_age > 50",
         ),
+        # Spelling that must not make a probe look new: output aliases, table aliases, CTE names.
+        (FEMALE, ALL_BUT_LOWEST.replace("COUNT(*)", "COUNT(*) AS n", 1)),
+        (
+            FEMALE.replace("patients", "patients AS p"),
+            ALL_BUT_LOWEST.replace("gender", "q.gender").replace(
+                "mimiciv_hosp.patients WHERE q.gender = 'F' AND",
+                "mimiciv_hosp.patients q WHERE q.gender = 'F' AND",
+                1,
+            ),
+        ),
+        (
+            "WITH f AS (SELECT subject_id FROM mimiciv_hosp.patients WHERE gender = 'F') SELECT COUNT(*) FROM f",
+            "WITH g AS (SELECT subject_id FROM mimiciv_hosp.patients WHERE gender = 'F') SELECT COUNT(*) FROM g "
+            "WHERE subject_id > 10000032",
+        ),
+        (  # the extra condition in HAVING instead of WHERE
+            "SELECT gender, COUNT(*) FROM mimiciv_hosp.patients WHERE anchor_age > 50 GROUP BY gender",
+            "SELECT gender, COUNT(*) FROM mimiciv_hosp.patients WHERE anchor_age > 50 GROUP BY gender "
+            "HAVING MIN(subject_id) > 10000032",
+        ),
         (
             "WITH f AS (SELECT subject_id FROM mimiciv_hosp.patients WHERE gender = 'F') SELECT COUNT(*) FROM f",
             "WITH f AS (SELECT subject_id FROM mimiciv_hosp.patients WHERE gender = 'F' AND subject_id > 1) "
@@ -130,6 +150,27 @@ def test_noise_is_the_same_for_the_same_query_and_user_whatever_the_row_order():
                                         seed=noise_seed("secret", user, BY_GENDER)).rows)) for user in range(20)}  # fmt: skip
     assert len(others) > 1  # another user's noise is another draw
     assert noise_seed("another secret", 7, BY_GENDER) != seed
+
+
+def test_renaming_the_output_draws_no_fresh_noise():
+    """An alias, a repeated column, or another user's spelling of the same query is the same draw:
+    otherwise `COUNT(*) AS a, COUNT(*) AS b, …` would average the noise away in one question."""
+    policy = DisclosurePolicy(mode=NOISE, noise_scale=1.5, noise_clip=3)
+    spellings = [
+        "SELECT COUNT(*) AS a, COUNT(*) AS b, COUNT(*) AS c FROM mimiciv_hosp.patients WHERE gender = 'F'",
+        "select count(*) as x, count(*) y, COUNT(*) from MIMICIV_HOSP.patients p where p.gender = 'F'",
+    ]
+    answers = set()
+    for user in range(12):
+        for sql in spellings:
+            seed = noise_seed("secret", user, sql)
+            analysis = privacy.analyse_output(sql)
+            result = privacy.ProtectedResult(columns=("a", "b", "c"), rows=[[420, 420, 420]], truncated=False,
+                                             elapsed_ms=1.0)  # fmt: skip
+            row = disclose(result, analysis, policy, seed=seed, cell_keys=disclosure.output_keys(sql)).rows[0]
+            assert len(set(row)) == 1, row
+            answers.add((user, row[0]))
+    assert len(answers) == 12  # one answer per user whatever the spelling
 
 
 @pytest.mark.parametrize("kind", ["gaussian", UNIFORM])
