@@ -474,6 +474,8 @@ def release(result: privacy.ProtectedResult, analysis: privacy.OutputAnalysis, p
     askdb's checked, audited path), and recorded in the user's ledger.
 
     `result` has been through privacy.protect; `key` is the user's noise key."""
+    if policy.mode == SUPPRESS and ledger is None:  # evaluation: nothing to check, change or record
+        return disclose(result, analysis, policy)
     shape = check_release(ledger, policy, sql=sql, dialect=dialect, analysis=analysis, row_level=row_level)
     dp = None
     if policy.mode == DP and analysis.aggregated and not (row_level and analysis.about_individuals):
@@ -488,8 +490,10 @@ def release(result: privacy.ProtectedResult, analysis: privacy.OutputAnalysis, p
         columns, rows = dp.run()
         columns = list(result.columns) if len(columns) == len(result.columns) else columns
         result = replace(result, columns=tuple(columns), rows=rows, truncated=False)
-    released = disclose(result, analysis, policy, seed=noise_seed(key, "", sql, dialect), row_level=row_level,
-                        dp_cost=dp.cost if dp is not None else None, cell_keys=output_keys(sql, dialect))  # fmt: skip
+    noisy = policy.mode == NOISE  # only the noise needs the seed and the cells' keys (two more parses)
+    released = disclose(result, analysis, policy, seed=noise_seed(key, "", sql, dialect) if noisy else b"",
+                        row_level=row_level, dp_cost=dp.cost if dp is not None else None,
+                        cell_keys=output_keys(sql, dialect) if noisy else ())  # fmt: skip
     if ledger is not None:
         ledger.record(sql=sql, shape=shape, epsilon=dp.cost[0] if dp is not None else 0.0, mode=policy.mode)
     return released

@@ -404,11 +404,13 @@ class Pipeline:
 
     def _release(self, sql: str, req: PipelineRequest, result) -> privacy.ProtectedResult:
         """The answer as it leaves askdb, made once for every consumer (disclosure.release)."""
-        cfg = self.config
+        cfg, ledger = self.config, getattr(self.ports, "ledger", None)
+        if cfg.disclosure.mode == disclosure.SUPPRESS and ledger is None:
+            return result  # nothing to check, change or record (an evaluation run)
         analysis = privacy.analyse_output(sql, req.dialect, policy=cfg.privacy, catalog=self.ports.catalog())
         return disclosure.release(
             result, analysis, cfg.disclosure, sql=sql, dialect=req.dialect, catalog=self.ports.catalog(),
-            ledger=getattr(self.ports, "ledger", None), key=cfg.disclosure_key, row_level=cfg.privacy.row_level,
+            ledger=ledger, key=cfg.disclosure_key, row_level=cfg.privacy.row_level,
             execute=lambda text: self._dp_execute(text, req),
         )  # fmt: skip
 

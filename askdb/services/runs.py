@@ -153,9 +153,8 @@ def run_execute(*, run_id: int, worker: str = ""):
         run.save(update_fields=["status", "started_at", "heartbeat_at", "deliveries", "worker"])
 
     source = run.question.source
-    privacy, control = release_policies(
-        source=source, user=run.question.user, evaluation=run.question.channel == "evaluation"
-    )
+    evaluation = run.question.channel == "evaluation"  # measures SQL: no ledger, no budget spent
+    privacy, control = release_policies(source=source, user=run.question.user, evaluation=evaluation)
     config = PipelineConfig(
         candidates=source.candidates or settings.ASKDB_CANDIDATES,
         temperature=settings.ASKDB_CANDIDATES_TEMPERATURE,
@@ -174,7 +173,8 @@ def run_execute(*, run_id: int, worker: str = ""):
     try:
         chat = get_chat_model()
         ports = DjangoPorts(source, chat=chat, timeout_s=config.timeout_s, row_cap=config.row_cap, run=run,
-                            ledger=DatabaseLedger(source=source, user=run.question.user, run=run))  # fmt: skip
+                            ledger=None if evaluation else DatabaseLedger(source=source, user=run.question.user,
+                                                                          run=run))  # fmt: skip
         try:
             outcome = Pipeline(ports, recorder, config).run(
                 PipelineRequest(
