@@ -341,3 +341,38 @@ def test_dp_releases_only_counts_to_aggregate_only_users():
             "SELECT gender, AVG(anchor_age) AS age FROM mimiciv_hosp.patients GROUP BY gender",
         )
     assert refused.value.code == "dp_counts_only" and "age is not a count" in refused.value.message
+
+
+def test_release_under_dp_runs_smartnoise_sql_spends_the_budget_and_records_the_answer():
+    con, catalog, ran = sqlite_patients()
+    policy = DisclosurePolicy(mode=DP, epsilon=1.0, budget=2.5, min_cell_size=11)
+    ledger = Ledger()
+    sql = "SELECT gender, COUNT(DISTINCT subject_id) AS n FROM patients GROUP BY gender"
+    analysis = privacy.analyse_output(sql, "sqlite", policy=privacy.PrivacyPolicy(row_level=False))
+    raw = privacy.ProtectedResult(columns=("gender", "n"), rows=[["F", 42], ["M", 58]], truncated=False,
+                                  elapsed_ms=1.0)  # fmt: skip
+
+    def answer():
+        return disclosure.release(raw, analysis, policy, sql=sql, dialect="sqlite", catalog=catalog, ledger=ledger,
+                                  key=b"k", row_level=False, execute=executor(con, ran))  # fmt: skip
+
+    out = answer()
+    assert out.privacy["disclosure"]["epsilon_spent"] == 1.0 and ledger.spent == 1.0
+    assert {g for g, _ in out.rows} <= {"F", "M"} and ran  # smartnoise-sql's rewrite ran
+    answer()
+    with pytest.raises(DisclosureRefusal, match="budget"):
+        answer()  # 2 of 2.5 spent, the next costs 1
+    assert ledger.spent == 2.0 and len(ledger.shapes) == 2
+
+
+def test_a_candidate_preview_under_dp_shows_no_count():
+    sql = "SELECT gender, COUNT(*) AS n FROM mimiciv_hosp.patients GROUP BY gender"
+    analysis = privacy.analyse_output(sql, policy=privacy.PrivacyPolicy(row_level=False))
+    rows = disclosure.disclose_preview(
+        ["gender", "n"], [["F", 42], ["M", 3]], analysis, DisclosurePolicy(mode=DP)
+    )
+    assert rows == [["F", disclosure.NOT_RELEASED], ["M", disclosure.NOT_RELEASED]]
+    noisy = disclosure.disclose_preview(["gender", "n"], [["F", 420], ["M", 3], ["U", 40]], analysis,
+                                        DisclosurePolicy(mode=NOISE, min_cell_size=11), seed=b"s")  # fmt: skip
+    # 3 hidden on its noisy value, and the smallest other (complementary); 420 shown with its noise.
+    assert noisy[1][1] == noisy[2][1] == "<11" and abs(noisy[0][1] - 420) <= 3
