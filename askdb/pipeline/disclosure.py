@@ -165,15 +165,20 @@ def query_shape(sql: str, dialect: str = "postgres") -> QueryShape | None:
 def near_identical(a: QueryShape, b: QueryShape) -> bool:
     """Whether `b` probes the same population as `a` but one condition apart: the same tables and
     output (skeleton), and WHERE conditions that differ by one extra conjunct ("… and not the
-    patient with the lowest id") or by one conjunct replaced by another on the same columns (one
-    constant changed, `<` for `<=`, MIN for MAX). Identical shapes are a repeat, not a probe."""
+    patient with the lowest id") or by one conjunct replaced by another that reads any of its
+    columns (one constant changed, `<` for `<=`, MIN for MAX, a condition rewritten with De Morgan
+    around an extra one). Identical shapes are a repeat, not a probe."""
     if a.skeleton != b.skeleton:
         return False
     left, right = Counter(a.conditions), Counter(b.conditions)
     only_a, only_b = list((left - right).elements()), list((right - left).elements())
     if len(only_a) + len(only_b) == 1:
         return True
-    return len(only_a) == 1 and len(only_b) == 1 and only_a[0][1] == only_b[0][1]
+    if len(only_a) != 1 or len(only_b) != 1:
+        return False
+    before, after = set(only_a[0][1]), set(only_b[0][1])
+    # The same columns, or more of them: `NOT (gender <> 'F' OR subject_id = …)` for `gender = 'F'`.
+    return before == after or bool(before & after)
 
 
 def normalised_sql(sql: str, dialect: str = "postgres") -> str:

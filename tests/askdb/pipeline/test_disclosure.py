@@ -52,6 +52,7 @@ def shape(sql: str) -> disclosure.QueryShape:
         (FEMALE + " AND anchor_age > 60", FEMALE + " AND anchor_age > 61"),  # one constant
         (FEMALE + " AND anchor_age > 60", FEMALE + " AND anchor_age >= 60"),
         (FEMALE, FEMALE + " AND 1 = 1"),  # a no-op condition to draw fresh noise is a probe too
+        (FEMALE, FEMALE.replace("gender = 'F'", "NOT (gender <> 'F' OR subject_id = 10000032)")),  # De Morgan
         (FEMALE, "select   count(*) from MIMICIV_HOSP.PATIENTS where gender='F' and subject_id != 10000032"),
         (
             "SELECT COUNT(*) FROM mimiciv_hosp.patients p WHERE (p.gender = 'F' AND p.anchor_age > 50)",
