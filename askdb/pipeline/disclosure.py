@@ -354,6 +354,7 @@ def _unsupported(exc: BaseException) -> DisclosureRefusal:
 def _reader_class(dialect: str):
     """A smartnoise-sql reader that sends the rewritten SQL through askdb's executor (its SQL
     flavour picked by the source's dialect) instead of opening a connection of its own."""
+    # local, as in DpQuery: smartnoise-sql is loaded only by sources in the DP mode
     from snsql.sql.reader.postgres import PostgresReader
     from snsql.sql.reader.sqlite import SQLiteReader
 
