@@ -214,8 +214,9 @@ def test_a_reviewers_correction_is_released_like_any_answer(source, scripted_llm
     assert "Counts were rounded to the nearest 5." in run_provenance(run=run).suppression
 
     # A correction that is a probe one condition from ann's answers is refused for her.
-    other = ask(scripted_llm, ann, "How many patients are there?", "SELECT COUNT(*) FROM mimiciv_hosp.patients",
+    other = ask(scripted_llm, ann, "How many admissions are there?", "SELECT COUNT(*) FROM mimiciv_hosp.admissions",
                 source)  # fmt: skip
+    assert other.status == Run.Status.SUCCEEDED, other.message
     with pytest.raises(ReviewError, match="single condition"):
         review_correct(run=other, reviewer=reviewer, sql=ALL_BUT_ONE)
 
