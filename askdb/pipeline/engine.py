@@ -458,7 +458,7 @@ class Pipeline:
                           **extra)  # fmt: skip
         if not result.row_count:
             outcome.message = "The query ran and returned no rows: nothing in the data matches."
-            if result.privacy.get("disclosure", {}).get("censored"):
+            if (getattr(result, "privacy", None) or {}).get("disclosure", {}).get("censored"):
                 outcome.message = disclosure.DP_CENSORED
         with self._stage("summarize") as st:
             if not cfg.summarize or self.ports.chat is None:
