@@ -360,3 +360,27 @@ class ImportJob(models.Model):
 
     def __str__(self) -> str:
         return f"import {self.pk}: {self.done} of {self.total} ({self.status})"
+
+
+class Release(models.Model):
+    """One answer released to a user on a source: the ledger that disclosure control reads.
+
+    Near-identical queries (one condition apart) are counted from these rows to refuse a series of
+    differencing probes, and the differential-privacy budget a user has spent is their epsilon's sum.
+    Rows are only ever added (the budget must not be refundable by deleting history)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    source = models.ForeignKey("metadata_admin.ClinicalSource", on_delete=models.CASCADE, related_name="+")
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="releases")
+    sql_sha256 = models.CharField(max_length=64)
+    shape = models.JSONField(default=dict, blank=True)  # disclosure.QueryShape.to_json(); {} unparsed
+    mode = models.CharField(max_length=16)
+    epsilon = models.FloatField(default=0.0)
+    near_identical = models.PositiveIntegerField(default=0)  # earlier probes one condition apart
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["user", "source", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"release {self.pk} ({self.mode}, ε {self.epsilon:g})"

@@ -177,6 +177,35 @@ for _code, _kw in {
         next_step="Ask without those details, or ask a reviewer.",
         tone="warn",
     ),
+    "privacy_differencing": dict(
+        label="Declined: too many near-identical questions",
+        sentence="This question differs from several you asked recently by a single condition; comparing "
+        "such answers can reveal one patient, so askdb did not show it.",
+        next_step="Ask a broader question, or ask an admin to review the limit on this source.",
+        tone="warn",
+        plain_message=True,
+    ),
+    "privacy_budget": dict(
+        label="Declined: privacy budget spent",
+        sentence="Your privacy budget on this source is spent, so askdb shows no more answers from it.",
+        next_step="Ask an admin for more budget on this source.",
+        tone="warn",
+        plain_message=True,
+    ),
+    "privacy_dp_counts_only": dict(
+        label="Declined: counts only on this source",
+        sentence="This source releases only counts, with differential privacy; this answer has other statistics.",
+        next_step="Ask how many patients, admissions or stays instead.",
+        tone="warn",
+        plain_message=True,
+    ),
+    "privacy_dp_unsupported": dict(
+        label="Declined: not a count differential privacy can answer",
+        sentence="This source releases counts with differential privacy, which cannot answer this query.",
+        next_step="Ask a simpler count: one table, grouped by a few columns.",
+        tone="warn",
+        plain_message=True,
+    ),
     "read_only": dict(
         label="Refused: askdb only reads data",
         sentence="askdb only reads data: it cannot change, add or delete records, so it did not run anything.",

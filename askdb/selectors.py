@@ -22,7 +22,7 @@ from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from askdb.models import Example, Review, Run
-from askdb.pipeline import privacy
+from askdb.pipeline import disclosure, privacy
 from askdb.pipeline.answer import answer_sentence
 from askdb.pipeline.match.spans import ADMISSION_ID, PATIENT_ID, STAY_ID
 from askdb.pipeline.validation import SqlValidationError, referenced_tables
@@ -496,7 +496,9 @@ class Provenance:
     reviewer: str
     reviewed_at: dt.datetime | None
     askdb_version: str
-    suppression: str = ""  # "Counts below 11 were suppressed …", or ""
+    suppression: str = (
+        ""  # "Counts below 11 were suppressed …", "Counts were rounded to the nearest 5.", or ""
+    )
     privacy_notes: tuple[str, ...] = ()  # where askdb could not tell whether a number is a small cell
 
 
@@ -550,7 +552,14 @@ def run_provenance(*, run) -> Provenance:
         reviewer=reviewer,
         reviewed_at=local(reviewed_at),
         askdb_version=askdb_version(),
-        suppression=privacy.suppression_sentence(run.privacy or {}),
+        suppression=" ".join(
+            s
+            for s in (
+                privacy.suppression_sentence(run.privacy or {}),
+                disclosure.disclosure_sentence(run.privacy or {}),
+            )
+            if s
+        ),
         privacy_notes=tuple((run.privacy or {}).get("notes") or ()),
     )
 

@@ -347,7 +347,10 @@ class RunDetailSerializer(RunListSerializer):
     examples_used = serializers.ListField(child=serializers.IntegerField(), help_text="Few-shot example ids.")
     privacy = serializers.JSONField(
         help_text='Privacy rules applied: the suppression report ("k", cells "suppressed", "complementary", '
-        '"notes" where askdb could not tell), or "refused" with its "reason" and the "alternative" offered.'
+        '"notes" where askdb could not tell), the "disclosure" mode that released the counts ("suppress", '
+        '"round" with its "base", "noise", "dp" with the "epsilon_spent"), or "refused" with its "reason" '
+        '(a row listing, a sensitive column, "differencing", "budget", "dp_counts_only", "dp_unsupported") and '
+        'the "alternative" offered.'
     )
 
     class Meta(RunListSerializer.Meta):

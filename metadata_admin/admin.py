@@ -60,11 +60,14 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(ClinicalSource)
 class ClinicalSourceAdmin(admin.ModelAdmin):
-    list_display = ("name", "engine", "dialect", "as_of", "table_count", "min_cell_size", "safe_url")
+    list_display = (
+        "name", "engine", "dialect", "as_of", "table_count", "min_cell_size", "disclosure_mode", "safe_url"
+    )  # fmt: skip
     search_fields = ("name", "description")
 
     def save_model(self, request: HttpRequest, obj: ClinicalSource, form, change: bool) -> None:
-        """Audited: a source's privacy settings (min_cell_size, row_level_to_llm) are governance."""
+        """Audited: a source's privacy settings (min_cell_size, row_level_to_llm, the disclosure mode
+        and its parameters) are governance."""
         super().save_model(request, obj, form, change)
         changed = [f for f in form.changed_data if f != "url"] + (
             ["url"] if "url" in form.changed_data else []

@@ -10,8 +10,16 @@ import hashlib
 import os
 
 from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
 from pgvector.django import VectorField
+
+
+class DisclosureMode(models.TextChoices):
+    SUPPRESS = "suppress", "suppress small cells"
+    ROUND = "round", "round counts"
+    NOISE = "noise", "add noise (i2b2-style)"
+    DP = "dp", "differential privacy"
 
 
 class ClinicalSource(models.Model):
@@ -40,6 +48,48 @@ class ClinicalSource(models.Model):
     )
     aggregate_only = models.BooleanField(
         default=False, help_text="everyone gets aggregated results only on this source, whatever their role"
+    )
+    # Disclosure control against differencing (askdb/pipeline/disclosure.py): how counts are
+    # released beyond small-cell suppression, and how many near-identical probes a user may make.
+    disclosure_mode = models.CharField(
+        max_length=16, choices=DisclosureMode.choices, default=DisclosureMode.SUPPRESS,
+        help_text="suppress: small cells only; round: counts to a base; noise: i2b2-style obfuscation "
+        "(same answer for the same question and user); dp: differential privacy with a budget per user",
+    )  # fmt: skip
+    round_base = models.PositiveSmallIntegerField(
+        default=5,
+        validators=[MinValueValidator(1)],
+        help_text="round: counts to the nearest multiple of this",
+    )
+    noise_kind = models.CharField(
+        max_length=16, choices=[("gaussian", "Gaussian"), ("uniform", "uniform")], default="gaussian",
+        help_text="noise: the distribution added to counts",
+    )  # fmt: skip
+    noise_scale = models.FloatField(
+        default=1.5, validators=[MinValueValidator(0.1)], help_text="noise: standard deviation (Gaussian)"
+    )
+    noise_clip = models.PositiveSmallIntegerField(
+        default=3, validators=[MinValueValidator(1)], help_text="noise: never more than ± this"
+    )
+    dp_epsilon = models.FloatField(
+        default=0.5,
+        validators=[MinValueValidator(0.001)],
+        help_text="dp: privacy loss (ε) charged per answer",
+    )
+    dp_budget = models.FloatField(
+        default=10.0, validators=[MinValueValidator(0.0)], help_text="dp: total ε per user on this source"
+    )
+    dp_contributions = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1)],
+        help_text="dp: rows one patient can add to a count (1 for counts of distinct patients)",
+    )  # fmt: skip
+    differencing_limit = models.PositiveSmallIntegerField(
+        default=7,
+        help_text="answers refused once a user has asked this many queries differing by one condition "
+        "within the window (0 = off; i2b2's lockout default is 7 in 30 days)",
+    )
+    differencing_window_days = models.PositiveSmallIntegerField(
+        default=30, validators=[MinValueValidator(1)], help_text="the window for differencing_limit"
     )
     # Cost control per source; empty = the ASKDB_CANDIDATES / ASKDB_CONFIDENCE_THRESHOLD settings.
     candidates = models.PositiveSmallIntegerField(

@@ -42,8 +42,10 @@ class DjangoPorts:
         row_cap: int,
         run: Run | None = None,
         sensitive: bool = False,
+        ledger=None,
     ):
         self.source = source
+        self.ledger = ledger  # disclosure.Ledger: the asker's released answers and privacy budget
         self.run = run  # for the audit of the SQL it executes
         self.chat = chat
         self.embedder = get_embedder()

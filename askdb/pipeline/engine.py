@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from askdb.pipeline import privacy, prompts
+from askdb.pipeline import disclosure, privacy, prompts
 from askdb.pipeline.candidates import Candidate, choose_candidate, group_candidates
 from askdb.pipeline.compare import results_match
 from askdb.pipeline.extraction import (
@@ -63,6 +63,10 @@ class PipelineConfig:
     confidence_threshold: float = 0.6  # below: the candidates are shown, not one answer
     # Who may see what on this source: small-cell size, row-level and sensitive-column rights.
     privacy: privacy.PrivacyPolicy = field(default_factory=privacy.PrivacyPolicy)
+    # How counts are released on this source (round, noise, dp) and the differencing limit; the
+    # noise key is this user's (the services derive it from the server's secret).
+    disclosure: disclosure.DisclosurePolicy = field(default_factory=disclosure.DisclosurePolicy)
+    disclosure_key: bytes = field(default=b"", repr=False)
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,7 @@ class ExecutionFailure(Exception):
 
 class Ports(Protocol):
     chat: ChatModel | None
+    ledger: disclosure.Ledger | None  # the user's released answers and budget; None: not kept
 
     def embed(self, question: str) -> list[float]: ...
     def examples(self, question: str, vector: list[float]) -> list[ExampleContext]: ...
@@ -403,8 +408,57 @@ class Pipeline:
         self.rec.attempt(number=1, sql=best.sql, origin="example", valid=True)
         return (best.sql, result, best), replace(_about(info, best), answered=True)
 
+    def _release(self, sql: str, req: PipelineRequest, result) -> privacy.ProtectedResult:
+        """The answer as it leaves askdb, made once for every consumer (disclosure.release)."""
+        cfg, ledger = self.config, getattr(self.ports, "ledger", None)
+        if cfg.disclosure.mode == disclosure.SUPPRESS and ledger is None:
+            return result  # nothing to check, change or record (an evaluation run)
+        analysis = privacy.analyse_output(sql, req.dialect, policy=cfg.privacy, catalog=self.ports.catalog())
+        return disclosure.release(
+            result, analysis, cfg.disclosure, sql=sql, dialect=req.dialect, catalog=self.ports.catalog(),
+            ledger=ledger, key=cfg.disclosure_key, row_level=cfg.privacy.row_level,
+            execute=lambda text: self._dp_execute(text, req),
+        )  # fmt: skip
+
+    def _dp_execute(self, sql: str, req: PipelineRequest) -> tuple[list[str], list[list]]:
+        """smartnoise-sql's rewritten SQL, held to askdb's checks and run like any query."""
+        try:
+            checked = validate_sql(sql, self.ports.catalog())
+        except SqlValidationError as exc:
+            raise disclosure.DisclosureRefusal(
+                "dp_unsupported",
+                f"askdb did not show this answer: the differentially private form of this query did not pass "
+                f"askdb's checks ({exc.message}).",
+            ) from exc
+        out = self.ports.execute(checked.sql)
+        return list(out.columns), [list(r) for r in out.rows]
+
+    def _release_previews(
+        self, payload: dict, analyses: dict[str, privacy.OutputAnalysis], dialect: str
+    ) -> dict:
+        """Candidates shown side by side are released like the answer (no ledger: not answers)."""
+        cfg = self.config
+        if cfg.disclosure.mode == disclosure.SUPPRESS:
+            return payload
+        for group in payload.get("groups", []):
+            analysis = analyses.get(_sql_key(group["sql"]))
+            if analysis is None:
+                continue
+            seed = disclosure.noise_seed(cfg.disclosure_key, "", group["sql"], dialect)
+            group["rows"] = disclosure.disclose_preview(
+                group["columns"], group["rows"], analysis, cfg.disclosure, seed=seed,
+                row_level=cfg.privacy.row_level, cell_keys=disclosure.output_keys(group["sql"], dialect),
+            )  # fmt: skip
+        return payload
+
     def _answered(self, req: PipelineRequest, sql: str, result, gate: GateVerdict, **extra) -> Outcome:
         cfg = self.config
+        try:
+            result = self._release(sql, req, result)
+        except disclosure.DisclosureRefusal as exc:
+            return self._refused(exc, sql, gate, **extra)
+        except ExecutionFailure as exc:  # the differentially private form of the query failed
+            return self._execution_failed(exc, sql, gate, **extra)
         # A result cut to no row (only the byte cap can: the row cap is at least 1) is not an empty
         # answer, and says it was cut.
         cut = not result.row_count and result.truncated
@@ -416,6 +470,8 @@ class Pipeline:
             )
         elif not result.row_count:
             message = "The query ran and returned no rows: nothing in the data matches."
+            if (getattr(result, "privacy", None) or {}).get("disclosure", {}).get("censored"):
+                message = disclosure.DP_CENSORED
         else:
             message = ""
         outcome = Outcome("succeeded", code, message, sql=sql,
@@ -464,8 +520,8 @@ class Pipeline:
                 return self._invalid(unrepaired[1], unrepaired[0], gate)
 
         with self._stage("execute") as st:
-            candidates, results, seen = self._execute_candidates(sqls, errors, req)
-            chosen = self._choose(req, gate, st, candidates, results, seen)
+            candidates, results, seen, analyses = self._execute_candidates(sqls, errors, req)
+            chosen = self._choose(req, gate, st, candidates, results, seen, analyses)
             if isinstance(chosen, Outcome):
                 return chosen
         sql, result, extra = chosen
@@ -521,7 +577,8 @@ class Pipeline:
         self, sqls: list[str | None], errors: list[tuple[str, str]], req: PipelineRequest
     ):
         """Run the distinct valid candidates the user may see side by side (each on its own
-        connection), protected as _execute protects every answer: (candidates, results, seen)."""
+        connection), protected as _execute protects every answer: (candidates, results, seen, the
+        output analysis of each distinct SQL by its key)."""
         candidates: list[Candidate] = []
         results: dict[int, Any] = {}
         seen: dict[str, tuple[Any, ExecutionFailure | privacy.PrivacyRefusal | None]] = {}
@@ -554,17 +611,17 @@ class Pipeline:
                 index=index, sql=sql, columns=tuple(result.columns), rows=result.rows,
                 row_count=result.row_count, duration_ms=result.elapsed_ms,
             ))  # fmt: skip
-        return candidates, results, seen
+        return candidates, results, seen, {key: prepared.analysis for key, prepared in cleared.items()}
 
     def _choose(self, req: PipelineRequest, gate: GateVerdict, st: StageHandle, candidates: list[Candidate],
-                results: dict[int, Any], seen: dict) -> Outcome | tuple[str, Any, dict]:  # fmt: skip
+                results: dict[int, Any], seen: dict, analyses: dict) -> Outcome | tuple[str, Any, dict]:  # fmt: skip
         """The answer the candidates agree on as (sql, result, what the outcome keeps of the
         candidates), or the Outcome saying why there is none (refused, failed, ambiguous)."""
         cfg = self.config
         report = group_candidates(candidates, req.dialect, threshold=cfg.confidence_threshold,
                                   catalog=self.ports.catalog())  # fmt: skip
         chosen, ambiguous = choose_candidate(report)
-        payload = report.to_json()
+        payload = self._release_previews(report.to_json(), analyses, req.dialect)
         st.note(executed=len(seen), groups=len(report.groups), confidence=round(report.confidence, 4),
                 disagreement=payload["disagreement"]["phrase"] if payload["disagreement"] else "")  # fmt: skip
         extra = {"confidence": report.confidence, "candidates": payload}

@@ -4,9 +4,13 @@ catalog), and the same protection for results that reach a run outside the pipel
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from django.conf import settings
 
-from askdb.pipeline import privacy
+from askdb.pipeline import disclosure, privacy
+from askdb.pipeline.disclosure import PERTURBING, DisclosurePolicy
+from askdb.services.disclosure import DatabaseLedger, disclosure_key, disclosure_policy
 from askdb.services.sql import ReviewError, sql_check
 from metadata_admin.models import ColumnDoc
 from metadata_admin.selectors import reference_tables
@@ -35,31 +39,71 @@ def privacy_policy(*, source, user, evaluation: bool = False) -> privacy.Privacy
     )
 
 
-def result_protect(*, run, sql: str, result) -> privacy.ProtectedResult:
-    """A result that reached a run outside the pipeline, protected for the person who asked.
+def release_policies(
+    *, source, user, evaluation: bool = False
+) -> tuple[privacy.PrivacyPolicy, DisclosurePolicy]:
+    """The privacy policy and the disclosure policy a run applies. With a perturbing mode (noise,
+    dp) small cells are judged on the released count, after the noise, so privacy.protect gets k = 0
+    and the disclosure policy carries k (suppressing on the true count would tell which are small)."""
+    policy = privacy_policy(source=source, user=user, evaluation=evaluation)
+    control = disclosure_policy(source=source, user=user, evaluation=evaluation)
+    if control.mode in PERTURBING:
+        policy = replace(policy, min_cell_size=0)
+    return policy, control
 
-    Prefer run_sql_protected, which checks the rights before anything runs (and rewrites an
-    aggregate-only query); this one is for a result already in hand. Raises ReviewError."""
-    source = run.question.source
-    policy = privacy_policy(source=source, user=run.question.user)
+
+def result_protect(*, run, sql: str, result) -> privacy.ProtectedResult:
+    """A result that reaches a run outside the pipeline (a reviewer's correction, a picked
+    candidate) is protected like any answer, for the person who asked: their rights, the source's k,
+    the source's disclosure mode (rounding or noise, the differencing limit, their budget).
+
+    Raises ReviewError with the reason when the asker may not see this output."""
+    source, user = run.question.source, run.question.user
+    policy, control = release_policies(source=source, user=user)
     analysis = privacy.analyse_output(
         sql, source.dialect, policy=policy, catalog=source_catalog_schema(source)
     )
     try:
         privacy.check_access(analysis, policy, sql=sql, dialect=source.dialect)
+        return disclosure.release(
+            privacy.protect(result, analysis, policy), analysis, control, sql=sql, dialect=source.dialect,
+            catalog=source_catalog_schema(source), ledger=DatabaseLedger(source=source, user=user, run=run),
+            key=disclosure_key(user=user), row_level=policy.row_level,
+            execute=lambda text: _dp_execute(run=run, sql=text),
+        )  # fmt: skip
     except privacy.PrivacyRefusal as exc:
         raise ReviewError(f"The person who asked may not see this result: {exc.message}") from exc
-    return privacy.protect(result, analysis, policy)
 
 
 def run_sql_protected(*, run, sql: str, actor, purpose: str):
     """Run SQL for a run outside the pipeline (a reviewer's correction, a picked candidate) as
     any answer runs: validated once, the asker's rights checked on that tree before it runs, the
     SQL generated from the tree (rewritten for an aggregate-only asker) sent, the result
-    protected. Returns (ValidatedSql, ProtectedResult); raises ReviewError."""
-    source = run.question.source
-    return sql_check(
-        source=source, sql=sql, actor=actor, purpose=purpose, run=run,
-        policy=privacy_policy(source=source, user=run.question.user),
-        refusal_prefix="The person who asked may not see this result: ",
+    protected and released in the source's disclosure mode (rounding or noise, the differencing
+    limit, the asker's budget). Returns (ValidatedSql, ProtectedResult); raises ReviewError."""
+    source, user = run.question.source, run.question.user
+    policy, control = release_policies(source=source, user=user)
+    prefix = "The person who asked may not see this result: "
+    validated, protected = sql_check(
+        source=source, sql=sql, actor=actor, purpose=purpose, run=run, policy=policy, refusal_prefix=prefix,
     )  # fmt: skip
+    analysis = privacy.analyse_output(
+        validated.tree if validated.tree is not None else validated.sql, source.dialect, policy=policy,
+        catalog=source_catalog_schema(source),
+    )  # fmt: skip
+    try:
+        released = disclosure.release(
+            protected, analysis, control, sql=validated.sql, dialect=source.dialect,
+            catalog=source_catalog_schema(source), ledger=DatabaseLedger(source=source, user=user, run=run),
+            key=disclosure_key(user=user), row_level=policy.row_level,
+            execute=lambda text: _dp_execute(run=run, sql=text),
+        )  # fmt: skip
+    except privacy.PrivacyRefusal as exc:
+        raise ReviewError(f"{prefix}{exc.message}") from exc
+    return validated, released
+
+
+def _dp_execute(*, run, sql: str) -> tuple[list[str], list[list]]:
+    """smartnoise-sql's rewritten SQL, validated, executed read-only and audited like any SQL."""
+    _, out = sql_check(source=run.question.source, sql=sql, purpose="dp", run=run)
+    return list(out.columns), [list(r) for r in out.rows]

@@ -17,7 +17,8 @@ from askdb.adapters.recorder import DjangoRecorder
 from askdb.models import Question, Run
 from askdb.pipeline import prompts
 from askdb.pipeline.engine import Pipeline, PipelineConfig, PipelineRequest
-from askdb.services.privacy import privacy_policy, run_sql_protected
+from askdb.services.disclosure import DatabaseLedger, disclosure_key
+from askdb.services.privacy import release_policies, run_sql_protected
 from askdb.services.reviews import review_required
 from askdb.services.sql import ReviewError
 from infra.audit.services import audit_record
@@ -155,6 +156,8 @@ def run_execute(*, run_id: int, worker: str = ""):
         run.save(update_fields=["status", "started_at", "heartbeat_at", "deliveries", "worker"])
 
     source = run.question.source
+    evaluation = run.question.channel == "evaluation"  # measures SQL: no ledger, no budget spent
+    privacy, control = release_policies(source=source, user=run.question.user, evaluation=evaluation)
     config = PipelineConfig(
         candidates=source.candidates or settings.ASKDB_CANDIDATES,
         temperature=settings.ASKDB_CANDIDATES_TEMPERATURE,
@@ -165,15 +168,17 @@ def run_execute(*, run_id: int, worker: str = ""):
         row_cap=settings.CLINICAL_ROW_CAP,
         timeout_s=settings.CLINICAL_STATEMENT_TIMEOUT_S,
         row_level_to_llm=source.row_level_to_llm,
-        privacy=privacy_policy(
-            source=source, user=run.question.user, evaluation=run.question.channel == "evaluation"
-        ),
+        privacy=privacy,
+        disclosure=control,
+        disclosure_key=disclosure_key(user=run.question.user),
     )
     recorder = DjangoRecorder(run)
     try:
         chat = get_chat_model()
         ports = DjangoPorts(source, chat=chat, timeout_s=config.timeout_s, row_cap=config.row_cap, run=run,
-                            sensitive=config.privacy.sensitive_allowed)  # fmt: skip
+                            sensitive=config.privacy.sensitive_allowed,
+                            ledger=None if evaluation else DatabaseLedger(source=source, user=run.question.user,
+                                                                          run=run))  # fmt: skip
         try:
             outcome = Pipeline(ports, recorder, config).run(
                 PipelineRequest(

@@ -383,3 +383,35 @@ def test_the_minimum_cell_size_is_set_per_source_in_the_admin_and_audited(admin_
     assert source.min_cell_size == 5
     event = AuditEvent.objects.get(action="source.changed")
     assert event.detail == {"min_cell_size": "5"} and event.message == "min_cell_size"
+
+
+def test_the_disclosure_mode_and_its_parameters_are_set_per_source_in_the_admin_and_audited(
+    admin_client, source
+):
+    url = reverse("admin:metadata_admin_clinicalsource_change", args=[source.pk])
+    page = admin_client.get(url).content.decode()
+    data = form_fields(page, "clinicalsource_form")
+    assert (
+        data["disclosure_mode"] == "suppress"
+        and data["round_base"] == "5"
+        and data["differencing_limit"] == "7"
+    )
+    assert "differential privacy" in page and "add noise (i2b2-style)" in page
+
+    refused = admin_client.post(
+        url, data | {"disclosure_mode": "round", "round_base": "0", "dp_epsilon": "0"}
+    )
+    assert refused.status_code == 200  # a base of 0 or a free epsilon is not a setting
+    source.refresh_from_db()
+    assert source.disclosure_mode == "suppress"
+
+    response = admin_client.post(
+        url, data | {"disclosure_mode": "noise", "noise_scale": "2.0", "noise_clip": "4"}
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    source.refresh_from_db()
+    assert (source.disclosure_mode, source.noise_scale, source.noise_clip) == ("noise", 2.0, 4)
+    event = AuditEvent.objects.get(action="source.changed")
+    assert event.detail == {"disclosure_mode": "noise", "noise_scale": "2.0", "noise_clip": "4"}
+    listing = admin_client.get(reverse("admin:metadata_admin_clinicalsource_changelist")).content.decode()
+    assert "add noise (i2b2-style)" in listing
