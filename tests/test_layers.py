@@ -18,10 +18,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("askdb.pipeline",)),  # framework-free question answering; imports no Django
     ("infrastructure", ("infra",)),  # providers, adapters, labelled files, the audit log
     ("catalog", ("metadata_admin",)),
+    ("phenotypes", ("phenotypes",)),  # phenotypes from clinical notes, and cohorts made of them
     ("questions", ("askdb",)),  # questions, runs, review, the example library
     ("evaluation", ("evaluation",)),
 ]
-CHECKED = ("askdb", "metadata_admin", "evaluation", "infra")
+CHECKED = ("askdb", "metadata_admin", "phenotypes", "evaluation", "infra")
 FRAMEWORK_FREE = ("askdb.pipeline",)
 
 
