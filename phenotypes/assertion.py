@@ -8,12 +8,13 @@ matcher finds the terms, its ConText rules (NegEx's descendants: "no evidence of
 section header we put back in front of the sentence ("Family History:" makes a mention a family
 member's). medspaCy runs on a blank spaCy tokenizer, so nothing is downloaded at run time.
 
-One word list is ours (`_EXTRA_RULES`): phrasings MIMIC notes use that the default rules miss.
+One word list is ours (in `_rules`): phrasings MIMIC notes use that the default rules miss.
 Each one is in the annotated sentences the tests and the benchmark read.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -41,11 +42,27 @@ class Judged:
     term_end: int = 0
 
 
-def _extra_rules():
+# medspaCy's defaults that MIMIC's usage contradicts: "evaluate for pneumonia" (a radiology
+# indication) asks a question, it does not deny the finding; ours replace them.
+_REPLACED_DEFAULTS = frozenset({"evaluate for"})
+
+
+def _rules():
+    """medspaCy's English ConText rules, minus _REPLACED_DEFAULTS, plus ours."""
+    from pathlib import Path
+
+    import medspacy
     from medspacy.context import ConTextRule
 
+    path = Path(medspacy.__file__).resolve().parents[1] / "resources" / "en" / "context_rules.json"
+    defaults = [r for r in ConTextRule.from_json(str(path)) if r.literal.lower() not in _REPLACED_DEFAULTS]
     F, B, BI, T = "FORWARD", "BACKWARD", "BIDIRECTIONAL", "TERMINATE"
     rules = [
+        ("evaluate for", "HYPOTHETICAL", F),
+        ("was negative for", "NEGATED_EXISTENCE", F),
+        ("were negative for", "NEGATED_EXISTENCE", F),
+        ("ruling out", "NEGATED_EXISTENCE", F),
+        ("no source of", "NEGATED_EXISTENCE", F),
         ("without", "NEGATED_EXISTENCE", F),
         ("without evidence of", "NEGATED_EXISTENCE", F),
         ("negative for", "NEGATED_EXISTENCE", F),
@@ -79,13 +96,13 @@ def _extra_rules():
         ("rule out", "HYPOTHETICAL", F),
         ("r/o", "HYPOTHETICAL", F),
         ("evaluate for", "HYPOTHETICAL", F),
-        ("could be", "UNCERTAIN", F),
+        ("could be", "POSSIBLE_EXISTENCE", F),
         ("possible", "POSSIBLE_EXISTENCE", F),
         ("possibly", "POSSIBLE_EXISTENCE", F),
         ("questionable", "POSSIBLE_EXISTENCE", F),
         ("concern for", "POSSIBLE_EXISTENCE", F),
         ("suspicious for", "POSSIBLE_EXISTENCE", F),
-        ("cannot exclude", "POSSIBLE_EXISTENCE", F),
+        ("cannot exclude", "POSSIBLE_EXISTENCE", BI),
         ("may represent", "POSSIBLE_EXISTENCE", F),
         ("likely", "POSSIBLE_EXISTENCE", F),
         ("versus", "POSSIBLE_EXISTENCE", BI),
@@ -94,7 +111,7 @@ def _extra_rules():
         ("although", "CONJ", T),
         ("which", "CONJ", T),
     ]
-    return [ConTextRule(literal, category, direction=d) for literal, category, d in rules]
+    return defaults + [ConTextRule(literal, category, direction=d) for literal, category, d in rules]
 
 
 @lru_cache(maxsize=1)
@@ -102,13 +119,12 @@ def _base_nlp():
     """medspaCy's pipeline with sectionizer and ConText; the expensive part, built once."""
     import medspacy
 
-    nlp = medspacy.load(
-        medspacy_enable=["medspacy_target_matcher", "medspacy_context", "medspacy_sectionizer"]
-    )
+    nlp = medspacy.load(medspacy_enable=["medspacy_target_matcher", "medspacy_sectionizer"])
     # Chunks are single sentences already: spaCy's rule sentencizer (no model) marks the
     # boundary ConText scopes by, instead of PyRuSH, which logs every token at DEBUG.
     nlp.add_pipe("sentencizer", first=True)
-    nlp.get_pipe("medspacy_context").add(_extra_rules())
+    context = nlp.add_pipe("medspacy_context", before="medspacy_sectionizer", config={"rules": None})
+    context.add(_rules())
     return nlp
 
 
@@ -149,7 +165,11 @@ class AssertionClassifier:
         """(sentence, section) pairs -> one Judged each, the first mention of a term deciding."""
         texts = [f"{section}:\n{text}" if section else text for text, section in chunks]
         out = []
-        for (text, section), doc in zip(chunks, self._nlp.pipe(texts, batch_size=256), strict=True):
+        with warnings.catch_warnings():
+            # W036: the target matcher's unused sub-matcher (phrases or regexes) has no patterns.
+            warnings.filterwarnings("ignore", message=r"\[W036\]")
+            docs = list(self._nlp.pipe(texts, batch_size=256))
+        for (text, section), doc in zip(chunks, docs, strict=True):
             offset = len(section) + 2 if section else 0
             ents = [e for e in doc.ents if e.start_char >= offset]
             if not ents:

@@ -82,7 +82,8 @@ def coded_subjects(dsn: str, patterns: list[str]) -> set[int] | None:
         if conn.execute("SELECT to_regclass('mimiciv_hosp.diagnoses_icd')").fetchone()[0] is None:
             return None
         rows = conn.execute(
-            "SELECT DISTINCT subject_id FROM mimiciv_hosp.diagnoses_icd WHERE icd_code LIKE ANY(%s)",
+            # icd_code is CHAR(7): padded, so an exact pattern ("42731") only matches it trimmed.
+            "SELECT DISTINCT subject_id FROM mimiciv_hosp.diagnoses_icd WHERE rtrim(icd_code) LIKE ANY(%s)",
             (list(patterns),),
         )
         return {r[0] for r in rows}
