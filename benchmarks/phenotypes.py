@@ -8,6 +8,8 @@
   clinical database; each bundled phenotype run through `phenotype_run_execute` (ConText, no LLM)
   and scored against note_truth.json at patient level: F1 of "present" for the notes path and for
   the code-only definition (the phenotype's ICD patterns over diagnoses_icd). Target notes F1 ≥ 0.90.
+- **llm**: the map step with the scripted LLM (tests/support) answering each call after 0.5 s:
+  50 snippets through the Celery chord on a threads worker (target ≤ 5 s), none lost.
 - **scale**: notes only for `--scale-patients` invented patients (one discharge summary and one
   radiology report each): load + index throughput in notes/s (target ≥ 2,000), then one phenotype
   over them (target ≤ 120 s), extrapolated linearly to the full MIMIC-IV-Note module (331,794
@@ -173,9 +175,66 @@ def part_scale(patients: int) -> dict:
     return result
 
 
+def part_llm(snippets: int = 50, latency_s: float = 0.5) -> dict:
+    """The map step with the scripted LLM answering each call after `latency_s`: wall time of
+    `snippets` calls through a Celery chord on an in-process threads worker (target ≤ 5 s)."""
+    from celery import chord
+    from celery.contrib.testing.worker import start_worker
+    from django.conf import settings
+
+    from config.celery import app
+    from metadata_admin.clinical import loader, synthetic_notes
+    from phenotypes.models import Evidence, Phenotype, PhenotypeRun
+    from phenotypes.services import (
+        notes_policy_set,
+        phenotype_define_bundled,
+        phenotype_run_create,
+        phenotype_run_execute,
+        snippets_for_llm,
+    )
+    from phenotypes.tasks import phenotype_run_reduce_task, phenotype_snippet_judge_task
+    from tests.support.scripted_llm import Delay, Reply, ScriptedLLM
+
+    with tempfile.TemporaryDirectory() as tmp, scratch_database() as dsn, ScriptedLLM() as llm:
+        synthetic_notes.generate_notes(Path(tmp), patients=400, seed=9)
+        assert loader.load_release(Path(tmp), dsn=dsn, progress=False, out=lambda s: None).ok
+        settings.NOTES_DATABASE_URL = dsn
+        settings.LLM_BASE_URL, settings.LLM_MODEL, settings.LLM_API_KEY = llm.base_url, "scripted", "x"
+        llm.default = Delay(latency_s, Reply('{"assertion": "affirmed"}'))
+        phenotype_define_bundled()
+        source = _source()
+        notes_policy_set(source=source, snippets_to_llm=True)
+        run = phenotype_run_create(
+            phenotype=Phenotype.objects.get(name="heart failure"), source=source, judge="llm"
+        )
+        phenotype_run_execute(run_id=run.pk, final=False)
+        ids = snippets_for_llm(run_id=run.pk)[:snippets]
+        Evidence.objects.filter(decision__run=run).exclude(pk__in=ids).delete()
+        app.loader.import_module("celery.contrib.testing.tasks")
+        with start_worker(
+            app, pool="threads", concurrency=settings.CELERY_WORKER_CONCURRENCY, perform_ping_check=True
+        ):
+            started = time.perf_counter()
+            chord(phenotype_snippet_judge_task.s(i) for i in ids)(phenotype_run_reduce_task.s(run.pk))
+            while PhenotypeRun.objects.get(pk=run.pk).status != "done" and time.perf_counter() - started < 60:
+                time.sleep(0.05)
+            seconds = time.perf_counter() - started
+        run.refresh_from_db()
+    result = {
+        "snippets": len(ids),
+        "latency_s": latency_s,
+        "seconds": seconds,
+        "sent": run.counts.get("sent_to_llm"),
+        "failed": run.counts.get("llm_failed"),
+        "worker_concurrency": settings.CELERY_WORKER_CONCURRENCY,
+    }
+    print(table(["measure", "value"], [[k, v] for k, v in result.items()]))
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--parts", default="assertions,f1,scale")
+    parser.add_argument("--parts", default="assertions,f1,scale,llm")
     parser.add_argument("--patients", type=int, default=400)
     parser.add_argument("--scale-patients", type=int, default=10_000)
     parser.add_argument("--json", type=Path)
@@ -192,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         results["f1"] = part_f1(args.patients)
     if "scale" in parts:
         results["scale"] = part_scale(args.scale_patients)
+    if "llm" in parts:
+        results["llm"] = part_llm()
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=str))
     return 0

@@ -13,17 +13,22 @@ import re
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlparse
 
+import psycopg
 import yaml
 from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 from pgvector.django import CosineDistance
+from psycopg import sql as psql
 
 from infra.audit.services import audit_record
 from infra.providers.embeddings import EmbeddingError, get_embedder
 from infra.providers.llm import get_chat_model
+from metadata_admin.docs import DocColumn, DocRelationship, DocTable
 from metadata_admin.models import ClinicalSource
+from metadata_admin.services import docs_import, table_docs_reembed
 from phenotypes import retrieval
 from phenotypes.assertion import AssertionClassifier
 from phenotypes.decide import agreement, decide
@@ -485,6 +490,100 @@ def phenotype_run_reduce(*, run_id: int) -> PhenotypeRun:
     )
     run.refresh_from_db()
     return run
+
+
+# --------------------------------------------------------------------------- cohorts
+
+COHORT_SCHEMA = "askdb_cohorts"
+
+
+def _cohort_readers(conn: psycopg.Connection) -> list[str]:
+    """The roles that may read patients may read a cohort of them (the reader tiers), and the
+    reader of CLINICAL_DATABASE_URL; never PUBLIC."""
+    roles = {
+        r[0]
+        for r in conn.execute(
+            "SELECT grantee FROM information_schema.role_table_grants WHERE table_schema = 'mimiciv_hosp' "
+            "AND table_name = 'patients' AND privilege_type = 'SELECT' AND grantee <> 'PUBLIC' "
+            "AND grantee <> current_user"
+        )
+    }
+    reader = urlparse(settings.CLINICAL_DATABASE_URL).username
+    if reader:
+        roles.add(reader)
+    return sorted(roles)
+
+
+def cohort_table_name(name: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")[:50] or "cohort"
+    return slug if not slug[0].isdigit() else f"c_{slug}"
+
+
+def cohort_save(*, run: PhenotypeRun, actor=None) -> str:
+    """Save the run's "present" patients as askdb_cohorts.<phenotype> in the clinical database,
+    readable by the reader roles and documented in the catalog, so generated SQL can join it.
+
+    A later save of the same phenotype replaces the table (and says which run it holds).
+    """
+    if run.status != PhenotypeRun.Status.DONE:
+        raise PhenotypeError(f"run {run.pk} is {run.status}; only a finished run can become a cohort")
+    dsn = settings.CLINICAL_ADMIN_DATABASE_URL
+    if not dsn:
+        raise PhenotypeError(
+            "saving a cohort needs CLINICAL_ADMIN_DATABASE_URL (a role that may create tables)"
+        )
+    name = run.definition["name"]
+    table = cohort_table_name(name)
+    subjects = list(
+        PatientDecision.objects.filter(run=run, decision=PatientDecision.Decision.PRESENT)
+        .order_by("subject_id")
+        .values_list("subject_id", flat=True)
+    )
+    ident = psql.Identifier(COHORT_SCHEMA, table)
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+        conn.execute(psql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(psql.Identifier(COHORT_SCHEMA)))
+        conn.execute(psql.SQL("DROP TABLE IF EXISTS {}").format(ident))
+        conn.execute(psql.SQL("CREATE TABLE {} (subject_id INTEGER PRIMARY KEY)").format(ident))
+        with conn.cursor().copy(psql.SQL("COPY {} (subject_id) FROM STDIN").format(ident)) as copy:
+            for subject in subjects:
+                copy.write_row((subject,))
+        conn.execute(
+            psql.SQL("COMMENT ON TABLE {} IS {}").format(
+                ident, psql.Literal(f"askdb phenotype cohort: {name} (run {run.pk})")
+            )
+        )
+        conn.execute(psql.SQL("ANALYZE {}").format(ident))
+        for role in _cohort_readers(conn):
+            r = psql.Identifier(role)
+            conn.execute(psql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(psql.Identifier(COHORT_SCHEMA), r))
+            conn.execute(psql.SQL("GRANT SELECT ON {} TO {}").format(ident, r))
+    doc = DocTable(
+        schema=COHORT_SCHEMA,
+        name=table,
+        description=(
+            f"The {name} cohort: patients whose clinical notes say they have {name} "
+            f"(askdb phenotype run {run.pk}, {run.judge} judge). One row per patient."
+        ),
+        purpose=f"Join on subject_id to restrict a question to the {name} cohort.",
+        grain="one row per patient (subject_id)",
+        synonyms=[f"{name} cohort", f"{name} patients", f"patients with {name}"],
+        example_questions=[f"How many patients in the {name} cohort were admitted to the ICU?"],
+        columns=[DocColumn(name="subject_id", type="integer", meaning="the patient", key="primary, foreign")],
+        relationships=[DocRelationship(to="mimiciv_hosp.patients", on=[["subject_id", "subject_id"]])],
+        reference=False,
+    )
+    docs_import(source=run.source, tables=[doc], actor=actor)
+    table_docs_reembed(source=run.source)
+    with transaction.atomic():
+        PhenotypeRun.objects.filter(pk=run.pk).update(cohort_table=f"{COHORT_SCHEMA}.{table}")
+        audit_record(
+            action="phenotype.cohort_saved",
+            actor=actor,
+            target=run,
+            message=f"cohort {COHORT_SCHEMA}.{table}: {len(subjects)} patients",
+            detail={"table": f"{COHORT_SCHEMA}.{table}", "patients": len(subjects)},
+        )
+    return f"{COHORT_SCHEMA}.{table}"
 
 
 # --------------------------------------------------------------------------- review
