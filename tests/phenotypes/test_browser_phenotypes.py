@@ -62,7 +62,7 @@ def test_define_run_adjudicate_save_a_cohort_and_ask_about_it(
         page.locator("#counts").wait_for(timeout=120_000)
         assert page.locator("#evidence mark.assertion-affirmed").count() > 0
         assert page.locator("#agreement").is_visible()
-        page.locator("ol.sample > li").first.get_by_role("button", name="Agree").click()
+        page.locator("ol.sample > li").first.get_by_role("button", name="Agree", exact=True).click()
         page.get_by_text("Estimated precision 1.00").wait_for()
         page.get_by_role("button", name="Save as cohort").click()
         page.locator("#cohort", has_text="askdb_cohorts.heart_failure").wait_for()
