@@ -467,6 +467,8 @@ def phenotype_run_reduce(*, run_id: int) -> PhenotypeRun:
     decisions: dict[int, str] = {}
     coded: set[int] = set()
     failed = sent = 0
+    changed: list[PatientDecision] = []
+    chosen: list[int] = []
     for decision in PatientDecision.objects.filter(run=run).prefetch_related("evidence"):
         snippets = list(decision.evidence.all())
         sent += sum(e.sent_to_llm for e in snippets)
@@ -476,10 +478,14 @@ def phenotype_run_reduce(*, run_id: int) -> PhenotypeRun:
         if decision.coded:
             coded.add(decision.subject_id)
         if decision.decision != d.decision:
-            PatientDecision.objects.filter(pk=decision.pk).update(decision=d.decision)
-        chosen = {snippets[i].pk for i in d.deciding}
-        Evidence.objects.filter(decision=decision).exclude(pk__in=chosen).update(deciding=False)
-        Evidence.objects.filter(pk__in=chosen).update(deciding=True)
+            decision.decision = d.decision
+            changed.append(decision)
+        chosen.extend(snippets[i].pk for i in d.deciding)
+    # A few statements for the whole run, not a few per patient.
+    PatientDecision.objects.bulk_update(changed, ["decision"], batch_size=5000)
+    Evidence.objects.filter(decision__run=run, deciding=True).update(deciding=False)
+    for i in range(0, len(chosen), 10_000):
+        Evidence.objects.filter(pk__in=chosen[i : i + 10_000]).update(deciding=True)
     has_codes = bool(run.definition.get("icd"))
     _finish(run, decisions, coded if has_codes else None, {"sent_to_llm": sent, "llm_failed": failed})
     audit_record(

@@ -31,6 +31,7 @@ def phenotype_run_task(run_id: int) -> None:
         return
     phenotype_run_execute(run_id=run_id, final=False)
     ids = snippets_for_llm(run_id=run_id)
+    PhenotypeRun.objects.filter(pk=run_id).update(total=len(ids), done=0)
     if not ids:
         phenotype_run_reduce(run_id=run_id)
         return

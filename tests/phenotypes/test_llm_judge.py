@@ -89,3 +89,18 @@ def test_answers_are_read_tolerantly(content, expected):
 def test_unreadable_answers_are_errors_for_the_snippet(content):
     with pytest.raises(JudgeAnswerError):
         parse_assertion(content)
+
+
+@pytest.mark.django_db
+def test_a_consent_withdrawn_during_a_run_stops_the_snippets_leaving(source, scripted_llm):
+    from phenotypes.services import phenotype_run_execute, phenotype_snippet_judge, snippets_for_llm
+
+    notes_policy_set(source=source, snippets_to_llm=True)
+    run = phenotype_run_create(phenotype=_ph(), source=source, judge="llm")
+    phenotype_run_execute(run_id=run.pk, rerank=False, final=False)
+    (first, *_) = snippets_for_llm(run_id=run.pk)
+    notes_policy_set(source=source, snippets_to_llm=False)
+    assert phenotype_snippet_judge(evidence_id=first, record_failure=True) == ""
+    e = Evidence.objects.get(pk=first)
+    assert not e.sent_to_llm and "does not allow" in e.llm_error
+    assert scripted_llm.chat_requests() == []

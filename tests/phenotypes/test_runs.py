@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from io import StringIO
 
+import psycopg
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group, User
@@ -150,3 +151,12 @@ def test_run_of_an_unknown_phenotype_or_a_source_without_notes_fails_with_a_reas
     other = ClinicalSource.objects.create(name="elsewhere", url="sqlite:///nothing.db", engine="sqlite")
     with pytest.raises(PhenotypeError, match="has no notes askdb may read"):
         phenotype_run_create(phenotype=p, source=other)
+
+
+def test_the_sql_readers_cannot_read_note_text(source):
+    """Generated SQL runs as the reader: even SQL that slipped past validation gets no note."""
+    with (
+        psycopg.connect(settings.CLINICAL_DATABASE_URL) as conn,
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+    ):
+        conn.execute("SELECT text FROM mimiciv_note.discharge LIMIT 1")
