@@ -18,6 +18,8 @@ $(STAMP): pyproject.toml
 	# The CPU build of torch first, so sentence-transformers does not pull a CUDA build.
 	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	# medspaCy without its spaCy < 3.8 cap (see pyproject.toml): the rest of its needs are pinned there.
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps medspacy==1.3.1 PyRuSH==1.0.13
 	@touch $(STAMP)
 
 install: $(STAMP)

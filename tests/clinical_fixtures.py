@@ -19,7 +19,14 @@ ROOT = Path(__file__).resolve().parent.parent
 def _fingerprint() -> str:
     h = hashlib.sha256(f"{PATIENTS}/{SEED}".encode())
     clinical = ROOT / "metadata_admin" / "clinical"
-    for path in sorted([clinical / "synthetic.py", clinical / "schema.py", *(clinical / "vocab").glob("*")]):
+    for path in sorted(
+        [
+            clinical / "synthetic.py",
+            clinical / "synthetic_notes.py",
+            clinical / "schema.py",
+            *(clinical / "vocab").glob("*"),
+        ]
+    ):
         if path.is_file():
             h.update(path.read_bytes())
     return h.hexdigest()

@@ -65,6 +65,7 @@ MINIATURE = {
     "askdb/answerability/__init__.py": "",
     "askdb/pipeline/__init__.py": "",
     "askdb/pipeline/engine.py": "import core.types\n",
+    "phenotypes/__init__.py": "",
     "metadata_admin/__init__.py": "",
     "metadata_admin/models.py": "import askdb.pipeline.engine\n",  # ignored until the core moves
     "metadata_admin/services.py": "",
@@ -72,6 +73,7 @@ MINIATURE = {
     "metadata_admin/tasks.py": "",
     "infra/__init__.py": "",
     "infra/queue.py": "import core.types\n",
+    "infra/clinical.py": "import askdb.pipeline.engine\n",  # ignored until the core moves
     "core/__init__.py": "",
     "core/types.py": "",
 }

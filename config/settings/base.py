@@ -61,6 +61,7 @@ LOCAL_APPS = [
     "infra.audit",
     "askdb",
     "metadata_admin",
+    "phenotypes",
     "evaluation",
 ]
 INSTALLED_APPS = DJANGO_APPS + THIRD_PARTY_APPS + LOCAL_APPS
@@ -151,6 +152,9 @@ CLINICAL_ADMIN_DATABASE_URL = env("CLINICAL_ADMIN_DATABASE_URL") or (
     "" if env("CLINICAL_DATABASE_URL") else embedded.pg_dsn(embedded.CLINICAL_DB)
 )
 CLINICAL_SOURCE_NAME = env("CLINICAL_SOURCE_NAME", "mimic")
+# Phenotypes read note text (mimiciv_note), which the SQL path's reader roles are not granted:
+# a role that may read the notes (default: the loading role of the clinical database).
+NOTES_DATABASE_URL = env("NOTES_DATABASE_URL") or CLINICAL_ADMIN_DATABASE_URL
 CLINICAL_STATEMENT_TIMEOUT_S = env_float("CLINICAL_STATEMENT_TIMEOUT_S", 30.0)
 CLINICAL_ROW_CAP = env_int("CLINICAL_ROW_CAP", 10_000)
 

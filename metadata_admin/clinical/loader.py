@@ -59,7 +59,8 @@ _MAX_HEADER_BYTES = 64 * 1024
 # loaded_tables() counts exactly below this many (estimated) rows; above, count(*) would scan
 # gigabytes just to show a number, so the planner's estimate (fresh after ANALYZE) is used.
 _EXACT_COUNT_BELOW = 1_000_000
-_MODULES = ("hosp", "icu")
+# Any subset may be present: a folder holding only note/ adds the notes and leaves hosp/icu as they are.
+_MODULES = ("hosp", "icu", "note")
 
 Out = Callable[[str], object]
 Status = Literal["loaded", "skipped", "missing", "failed"]
@@ -150,7 +151,9 @@ class _Member:
 class _Release:
     """A release folder or .zip; finds ``<module>/<table>.csv[.gz]`` under one root."""
 
-    _ZIP_NAME = re.compile(r"^(?P<prefix>(?:[^/]+/)*?)(?P<module>hosp|icu)/(?P<file>[^/]+\.csv(?:\.gz)?)$")
+    _ZIP_NAME = re.compile(
+        r"^(?P<prefix>(?:[^/]+/)*?)(?P<module>hosp|icu|note)/(?P<file>[^/]+\.csv(?:\.gz)?)$"
+    )
 
     def __init__(self, path: Path, stack: ExitStack):
         self.path = path
@@ -162,7 +165,7 @@ class _Release:
         elif zipfile.is_zipfile(path):
             self._index_zip(stack.enter_context(zipfile.ZipFile(path)))
         else:
-            raise LoadError(f"{path}: expected a folder or a .zip holding hosp/ and icu/")
+            raise LoadError(f"{path}: expected a folder or a .zip holding hosp/, icu/ or note/")
 
     @staticmethod
     def _folder_root(path: Path) -> Path:
@@ -181,7 +184,7 @@ class _Release:
             if len(roots) > 1:
                 listed = ", ".join(sorted(str(r) for r in roots))
                 raise LoadError(f"{path}: several MIMIC-IV releases inside ({listed}); point at one")
-        raise LoadError(f"{path}: no hosp/ or icu/ folder found")
+        raise LoadError(f"{path}: no hosp/, icu/ or note/ folder found")
 
     def _index_folder(self, root: Path) -> None:
         for module in _MODULES:
@@ -210,7 +213,7 @@ class _Release:
             if m:
                 found.setdefault(m["prefix"], []).append((m["module"], m["file"], info))
         if not found:
-            raise LoadError(f"{self.path}: no hosp/ or icu/ folder with CSV files inside the zip")
+            raise LoadError(f"{self.path}: no hosp/, icu/ or note/ folder with CSV files inside the zip")
         if len(found) > 1:
             listed = ", ".join(sorted(p or "(top level)" for p in found))
             raise LoadError(f"{self.path}: several MIMIC-IV releases inside the zip ({listed})")
@@ -235,6 +238,11 @@ class _Release:
 
     def find(self, table: Table) -> _Member | None:
         return self._members.get(f"{table.module}/{table.name}")
+
+    @property
+    def modules(self) -> set[str]:
+        """The modules (hosp, icu, note) this release holds at least one table file of."""
+        return {key.split("/", 1)[0] for key in self._members}
 
 
 class _CountingReader(io.RawIOBase):
@@ -534,7 +542,9 @@ def load_release(
     """Load every table file found in a MIMIC-IV release folder or .zip; report, never raise per table.
 
     `tables` restricts the load ("admissions", "hosp.admissions" or "mimiciv_hosp.admissions").
-    Raises LoadError only when the release itself is unusable (no such path, no hosp/ or icu/).
+    A module the release does not hold at all (a notes-only folder has no hosp/ or icu/) is
+    reported once and its tables are left as they are. Raises LoadError only when the release
+    itself is unusable (no such path, no hosp/, icu/ or note/).
     """
     started = time.monotonic()
     path = Path(path)
@@ -543,10 +553,19 @@ def load_release(
     with ExitStack() as stack:
         release = _Release(path, stack)
         conn = stack.enter_context(_connect(dsn))
-        for schema_name in schema.SCHEMAS:
+        for schema_name in schema.ALL_SCHEMAS:
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema_name)))
+        present = release.modules
+        if "note" in present and any(t.schema == schema.NOTE for t in targets):
+            # The notes' trigram indexes need pg_trgm (a trusted extension: a database owner may add it).
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+        for module in sorted({t.module for t in targets} - present):
+            out(f"note: no {module}/ in {path}; its tables are left as they are")
         for table in targets:
             member = release.find(table)
+            if member is None and table.module not in present:
+                results.append(TableResult(table.qualified_name, "missing", message=f"no {table.module}/"))
+                continue
             if member is None:
                 r = TableResult(
                     table.qualified_name,
@@ -691,6 +710,6 @@ def loaded_tables(dsn: str) -> dict[str, int]:
         names = conn.execute(
             "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname = ANY(%s) AND c.relkind IN ('r', 'p') ORDER BY 1, 2",
-            (list(schema.SCHEMAS),),
+            (list(schema.ALL_SCHEMAS),),
         ).fetchall()
         return {f"{s}.{t}": _count_rows(conn, s, t) for s, t in names}

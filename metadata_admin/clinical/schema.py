@@ -1,4 +1,4 @@
-"""The MIMIC-IV v2.2 table layout (schemas mimiciv_hosp and mimiciv_icu), as Python data.
+"""The MIMIC-IV v2.2 table layout (schemas mimiciv_hosp, mimiciv_icu and mimiciv_note), as Python data.
 
 Why data and not a .sql file: the loader needs each table's column order and nullability to
 check a CSV header before COPY, the app needs to know which tables exist, and constraints must
@@ -18,9 +18,14 @@ from psycopg import sql
 
 HOSP = "mimiciv_hosp"
 ICU = "mimiciv_icu"
+NOTE = "mimiciv_note"
+# The schemas the SQL path reads (and the reader roles are granted). Notes are not among them:
+# note text is the most sensitive data askdb holds and only the phenotype app reads it.
 SCHEMAS: tuple[str, ...] = (HOSP, ICU)
+# Every schema the loader creates (MIMIC-IV-Note is a separate module with its own schema).
+ALL_SCHEMAS: tuple[str, ...] = (HOSP, ICU, NOTE)
 # Release folder of each schema inside a MIMIC-IV download (hosp/admissions.csv.gz, ...).
-MODULE_OF_SCHEMA: dict[str, str] = {HOSP: "hosp", ICU: "icu"}
+MODULE_OF_SCHEMA: dict[str, str] = {HOSP: "hosp", ICU: "icu", NOTE: "note"}
 
 _NOT_NULL = " NOT NULL"
 
@@ -48,6 +53,9 @@ class ForeignKey:
 class Index:
     name: str
     columns: tuple[str, ...]
+    # Set for the notes' search indexes: GIN over an expression (a tsvector, trigrams).
+    method: str = ""
+    expression: str = ""
 
 
 @dataclass(frozen=True)
@@ -110,12 +118,22 @@ class Table:
         )
 
     def index_sql(self) -> list[sql.Composed]:
-        return [
-            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({})").format(
-                sql.Identifier(ix.name), self.ident, sql.SQL(", ").join(map(sql.Identifier, ix.columns))
+        statements = []
+        for ix in self.indexes:
+            if ix.expression:
+                # Expressions are constants of this module (never input), hence sql.SQL.
+                statements.append(
+                    sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING {} ({})").format(
+                        sql.Identifier(ix.name), self.ident, sql.SQL(ix.method), sql.SQL(ix.expression)
+                    )
+                )
+                continue
+            statements.append(
+                sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({})").format(
+                    sql.Identifier(ix.name), self.ident, sql.SQL(", ").join(map(sql.Identifier, ix.columns))
+                )
             )
-            for ix in self.indexes
-        ]
+        return statements
 
     def foreign_key_sql(self, fk: ForeignKey) -> sql.Composed:
         ref_schema, ref_table = fk.references.split(".")
@@ -804,7 +822,43 @@ _ICU_TABLES = [
     ),
 ]
 
-TABLES: tuple[Table, ...] = (*_HOSP_TABLES, *_ICU_TABLES)
+# --------------------------------------------------------------------------- note
+# MIMIC-IV-Note v2.2 (note/discharge.csv.gz, note/radiology.csv.gz), as in mimic-code's
+# mimic-iv-note/buildmimic/postgres/create.sql. No foreign keys: a notes-only release may be
+# loaded beside hosp/icu data of another build. The search indexes (a full-text tsvector and
+# trigrams, both GIN) are built at load time so that phenotype retrieval scales to the module.
+NOTE_TEXT_SEARCH = "to_tsvector('english'::regconfig, text)"
+"""The indexed expression; queries must use exactly this for the planner to use the index."""
+
+
+def _note_table(name: str, hadm: str) -> Table:
+    base = _table(
+        NOTE,
+        name,
+        [
+            ("note_id", "VARCHAR(25) NOT NULL"),
+            ("subject_id", "INTEGER NOT NULL"),
+            ("hadm_id", hadm),
+            ("note_type", "CHAR(2) NOT NULL"),
+            ("note_seq", "INTEGER NOT NULL"),
+            ("charttime", "TIMESTAMP NOT NULL"),
+            ("storetime", "TIMESTAMP"),
+            ("text", "TEXT NOT NULL"),
+        ],
+        pk=("note_id",),
+        indexes=[(f"{name}_idx01", ("subject_id",)), (f"{name}_idx02", ("hadm_id",))],
+    )
+    search = (
+        Index(f"{name}_fts", ("text",), "gin", NOTE_TEXT_SEARCH),
+        Index(f"{name}_trgm", ("text",), "gin", "text gin_trgm_ops"),
+    )
+    return Table(base.schema, base.name, base.columns, base.primary_key, (), base.indexes + search)
+
+
+_NOTE_TABLES = [_note_table("discharge", "INTEGER NOT NULL"), _note_table("radiology", "INTEGER")]
+NOTE_TABLES: tuple[Table, ...] = tuple(_NOTE_TABLES)
+
+TABLES: tuple[Table, ...] = (*_HOSP_TABLES, *_ICU_TABLES, *_NOTE_TABLES)
 _BY_QUALIFIED = {t.qualified_name: t for t in TABLES}
 
 
@@ -819,7 +873,7 @@ def table(name: str) -> Table:
         if schema and f"{schema}.{bare}" in _BY_QUALIFIED:
             return _BY_QUALIFIED[f"{schema}.{bare}"]
     else:
-        # Bare names are unique across hosp and icu in MIMIC-IV.
+        # Bare names are unique across hosp, icu and note in MIMIC-IV.
         matches = [t for t in TABLES if t.name == key]
         if len(matches) == 1:
             return matches[0]
@@ -839,8 +893,9 @@ def ddl(conn=None) -> str:
     for a given connection; without it they are rendered for a UTF-8 connection.
     """
     parts: list[sql.Composable] = [
-        sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(s)) for s in SCHEMAS
+        sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(s)) for s in ALL_SCHEMAS
     ]
+    parts.append(sql.SQL("CREATE EXTENSION IF NOT EXISTS pg_trgm"))
     for t in TABLES:
         parts.append(t.create_sql())
         if (pk := t.primary_key_sql()) is not None:

@@ -66,6 +66,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from .synthetic_notes import NotesResult, generate_notes
+
 VOCAB_DIR = Path(__file__).with_name("vocab")
 
 AS_OF = datetime(2210, 12, 31, 0, 0, 0)
@@ -1493,6 +1495,8 @@ class GenerationResult(Mapping[str, int]):
     latest_event: datetime
     out_dir: Path
     seconds: float
+    # note/discharge and note/radiology with their truth file (synthetic_notes), when written.
+    notes: NotesResult | None = None
 
     def __getitem__(self, key: str) -> int:
         return self.rows[key]
@@ -3637,9 +3641,12 @@ def _clip_date(d: date, lo: date, hi: date) -> date:
 
 
 def generate(
-    out_dir: Path, *, patients: int = 100, seed: int = 42, progress: bool = False
+    out_dir: Path, *, patients: int = 100, seed: int = 42, progress: bool = False, notes: bool = True
 ) -> GenerationResult:
     """Write a synthetic MIMIC-IV v2.2 release folder (``hosp/`` and ``icu/``) into ``out_dir``.
+
+    With ``notes`` (the default) also ``note/`` (discharge summaries and radiology reports for
+    the same patients) and ``note_truth.json``, the phenotype truth the notes were written from.
 
     Returns the rows written per ``"module/table"`` (a mapping), plus the data's horizon
     ``as_of`` (``AS_OF``) and the latest timestamp written. Same ``(patients, seed)`` -> same bytes.
@@ -3651,6 +3658,7 @@ def generate(
     out_dir = Path(out_dir)
     gen = _Generator(out_dir, patients, seed, load_vocab())
     rows = gen.run(progress)
+    notes_result = generate_notes(out_dir, seed=seed) if notes else None
     if gen.latest >= AS_OF:  # pragma: no cover - guarded by construction
         raise AssertionError(f"generated event at {gen.latest} is not before AS_OF {AS_OF}")
     return GenerationResult(
@@ -3659,6 +3667,7 @@ def generate(
         latest_event=gen.latest,
         out_dir=out_dir,
         seconds=time.perf_counter() - started,
+        notes=notes_result,
     )
 
 

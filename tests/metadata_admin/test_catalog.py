@@ -41,10 +41,11 @@ tables:
 
 
 def test_bundled_docs_cover_every_mimic_table_with_every_column():
-    from metadata_admin.clinical.schema import TABLES
+    from metadata_admin.clinical.schema import SCHEMAS, TABLES
 
     docs = {t.qualified: t for t in read_docs([BUNDLED_DOCS])}
-    for spec in TABLES:
+    # Notes (mimiciv_note) are left out on purpose: generated SQL never reads note text.
+    for spec in (t for t in TABLES if t.schema in SCHEMAS):
         qualified = f"{spec.schema}.{spec.name}"
         assert qualified in docs, f"{qualified} is not documented"
         assert [c.name for c in docs[qualified].columns] == [c.name for c in spec.columns], qualified

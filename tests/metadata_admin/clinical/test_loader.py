@@ -116,7 +116,13 @@ def test_missing_chartevents_is_skipped_with_a_warning(demo):
     result = demo.report.result("chartevents")
     assert result.status == "missing"
     assert "icu/chartevents.csv.gz" in result.message
-    assert [r.name for r in demo.report.missing] == ["mimiciv_icu.chartevents"]
+    # The demo has no note/ module at all: its tables are missing quietly, in one line.
+    assert [r.name for r in demo.report.missing] == [
+        "mimiciv_icu.chartevents",
+        "mimiciv_note.discharge",
+        "mimiciv_note.radiology",
+    ]
+    assert any(line.startswith("note: no note/") for line in demo.lines)
     assert any(line.startswith("warning: mimiciv_icu.chartevents") for line in demo.lines)
     assert not _exists(demo.dsn, "mimiciv_icu.chartevents")
 
@@ -248,7 +254,7 @@ def test_zip_with_a_top_level_folder_loads(tmp_path, clinical_admin_dsn):
         ("mimiciv_hosp.admissions", 275),
         ("mimiciv_icu.icustays", 140),
     }
-    assert len(report.missing) == 28 and report.ok
+    assert len(report.missing) == 30 and report.ok  # 28 hosp/icu tables, and no note/ at all
     statuses = {c.name: c.status for c in report.constraints}
     assert statuses["admissions_patients_fk"] == "added"
     assert statuses["icustays_admissions_fk"] == "added"
@@ -379,7 +385,7 @@ def test_unusable_release_or_table_name_raises(tmp_path, clinical_admin_dsn):
     with pytest.raises(LoadError, match="no such file"):
         load_release(tmp_path / "nope", dsn=clinical_admin_dsn, out=lambda _: None)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(LoadError, match="no hosp/ or icu/"):
+    with pytest.raises(LoadError, match="no hosp/, icu/ or note/"):
         load_release(tmp_path / "empty", dsn=clinical_admin_dsn, out=lambda _: None)
     _write(tmp_path / "release/hosp/patients.csv", ["subject_id\n"])
     with pytest.raises(LoadError, match="unknown MIMIC-IV table"):
