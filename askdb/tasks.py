@@ -14,6 +14,7 @@ from django.db import DatabaseError, connection, connections
 
 from askdb.answerability.tasks import answerability_train_task  # noqa: F401  (registered with the worker)
 from askdb.services.examples import example_embed, examples_revalidate
+from askdb.services.requests import request_embed, requests_reask
 from askdb.services.runs import run_execute
 from infra.providers.embeddings import get_embedder
 from metadata_admin.models import ClinicalSource
@@ -129,3 +130,18 @@ def embed_example(example_id: int) -> dict:
     """A reviewer's new library example gets its vector here, not in their request."""
     example = example_embed(example_id=example_id)
     return {"example": example_id, "now": example.pk if example is not None else None}
+
+
+@shared_task(name="askdb.embed_request", acks_late=True, soft_time_limit=120, time_limit=150)
+def embed_request(request_id: int) -> dict:
+    """A request's masked question and vector (for grouping), read here, not in the asker's request."""
+    request = request_embed(request_id=request_id)
+    return {"request": request_id, "embedded": request is not None}
+
+
+@shared_task(name="askdb.reask_requests", acks_late=True, soft_time_limit=900, time_limit=960)
+def reask_requests(request_ids: list[int], reviewer_id: int | None = None) -> dict:
+    """After a request was answered: the requests grouped with it are asked again, each a new run
+    (idempotent: requests answered meanwhile are skipped)."""
+    answered = requests_reask(request_ids=request_ids, reviewer_id=reviewer_id)
+    return {"asked": request_ids, "answered": [r.pk for r in answered]}
