@@ -70,11 +70,15 @@ def test_the_whole_desk_through_the_pages(client, source, desk):
     assert "icd_code" in schema["mimiciv_hosp.diagnoses_icd"]
     assert "sql_editor.js" in editor and "data-sql-editor" in editor
 
-    preview = client.post(f"/requests/{request.pk}/", {"action": "preview", "sql": AF_NARROW}).content.decode()
+    preview = client.post(
+        f"/requests/{request.pk}/", {"action": "preview", "sql": AF_NARROW}
+    ).content.decode()
     assert 'id="preview-table"' in preview and 'id="code-check"' in preview
     missing = preview[preview.index("Probably missing") :]
     assert "(ICD-10)" in missing and "atrial fibrillation" in missing.lower()
-    refused = client.post(f"/requests/{request.pk}/", {"action": "preview", "sql": "DELETE FROM mimiciv_hosp.patients"})
+    refused = client.post(
+        f"/requests/{request.pk}/", {"action": "preview", "sql": "DELETE FROM mimiciv_hosp.patients"}
+    )
     assert refused.status_code == 400 and "not valid" in refused.content.decode()
 
     done = client.post(f"/requests/{request.pk}/", {"action": "answer", "sql": AF_WIDE})
@@ -99,7 +103,9 @@ def test_the_whole_desk_through_the_pages(client, source, desk):
     assert "<strong>0</strong> open, <strong>1</strong> answered" in numbers and "median time" in numbers
 
 
-def test_a_write_request_is_offered_no_did_you_mean_and_the_api_shows_what_the_page_shows(client, source, desk):
+def test_a_write_request_is_offered_no_did_you_mean_and_the_api_shows_what_the_page_shows(
+    client, source, desk
+):
     ann = desk["ann"]
     client.force_login(ann)
     write = ask(ann, "delete all patients", source)
