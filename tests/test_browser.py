@@ -420,7 +420,7 @@ def test_a_declined_question_is_requested_answered_in_the_editor_and_the_library
     with running_worker():
         log_in(page, "ann")
         run_id = _ask_in_page(page, AF_QUESTION, "Declined")
-        page.get_by_label("Optional note for the reviewer", exact=False).fill("for the AF audit")
+        page.locator("#request-note").fill("for the AF audit")
         page.get_by_role("button", name="Request an answer").click()
         page.locator("#request-status", has_text="Sent to the reviewers").wait_for()
 
@@ -467,8 +467,11 @@ def test_a_declined_question_is_requested_answered_in_the_editor_and_the_library
         assert "ICD-10" in missing.inner_text() and "atrial fibrillation" in missing.inner_text().lower()
         _shots(vera, "request-desk-editor")
         _set_sql(vera, AF_WIDE)
+        vera.evaluate("() => document.querySelector('#preview-table').remove()")
         vera.get_by_role("button", name="Preview").click()
-        vera.locator("#code-check", has_text="No other code in the data looks like it").wait_for()
+        vera.locator("#preview-table").wait_for()
+        # widened: no fibrillation code is missed (the vocabulary's flutter codes may still be named)
+        assert "fibrillation" not in " ".join(vera.locator("ul.missing-codes").all_inner_texts()).lower()
         vera.get_by_role("button", name="Approve as the answer").click()
         vera.locator(".messages", has_text="answered").wait_for()
         # the grouped request is asked again by the worker and answered from the library
