@@ -18,6 +18,7 @@ from django.utils import timezone
 from sqlglot import exp
 
 from askdb.models import AnswerRequest, Notification, Review, Run, SqlAttempt
+from askdb.outcomes import run_outcome_code
 from askdb.pipeline import offline
 from askdb.pipeline.code_check import CodeFilter, code_filters
 from askdb.pipeline.request_groups import group_vectors
@@ -44,8 +45,13 @@ class RequestError(ReviewError):
 
 
 def run_requestable(run) -> bool:
-    """A declined or failed run (no answer) of a question that is not an evaluation's."""
-    return run.status in REQUESTABLE and run.question.channel != "evaluation"
+    """A declined or failed run (no answer) of a question that is not an evaluation's, and not a
+    request to change data (askdb only reads: no reviewer can answer it)."""
+    return (
+        run.status in REQUESTABLE
+        and run.question.channel != "evaluation"
+        and run_outcome_code(run) != "read_only"
+    )
 
 
 # --------------------------------------------------------------------------- asking

@@ -111,6 +111,8 @@ def test_a_write_request_is_offered_no_did_you_mean_and_the_api_shows_what_the_p
     write = ask(ann, "delete all patients", source)
     page = client.get(f"/runs/{write.pk}/").content.decode()
     assert "askdb only reads" in page and 'id="did-you-mean"' not in page
+    assert 'id="request-answer"' not in page  # nobody can answer a write
+    assert client.post(f"/api/questions/{write.pk}/request/", {}).status_code == 400
     assert client.get(f"/api/questions/{write.pk}/").json()["suggestions"] == []
 
     close = ask(ann, "how many patients are there in total?", source)
