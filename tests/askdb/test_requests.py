@@ -154,3 +154,64 @@ def test_a_reviewer_cannot_answer_their_own_request(source, people):
     request = request_create(run=declined, user=rita)
     with pytest.raises(RequestError, match="your own request"):
         request_answer(request=request, reviewer=rita, sql=AF_WIDE)
+
+
+def test_the_code_check_names_other_item_ids_of_a_label_and_other_names_of_a_drug(source, people):
+    rita = people["reviewer"]
+    (itemid, other_id), *_ = clinical_rows(
+        "SELECT MIN(itemid), MAX(itemid) FROM mimiciv_hosp.d_labitems GROUP BY LOWER(label) HAVING COUNT(*) > 1"
+    )
+    items = sql_code_check(source=source, actor=rita,
+                           sql=f"SELECT AVG(valuenum) FROM mimiciv_hosp.labevents WHERE itemid = {itemid}")  # fmt: skip
+    assert [m["code"] for m in items[0]["matched"]] == [str(itemid)]
+    assert str(other_id) in [m["code"] for m in items[0]["missing"]]
+
+    drugs = sql_code_check(source=source, actor=rita,
+                           sql="SELECT COUNT(*) FROM mimiciv_hosp.prescriptions WHERE drug = 'Aspirin'")  # fmt: skip
+    held = {
+        r[0]
+        for r in clinical_rows(
+            "SELECT DISTINCT drug FROM mimiciv_hosp.prescriptions WHERE drug ILIKE 'aspirin%'"
+        )
+    }
+    assert [m["code"] for m in drugs[0]["matched"]] == ["Aspirin"]
+    assert {m["code"] for m in drugs[0]["missing"]} == held - {"Aspirin"} != set()
+    # every lookup ran as the reader and is in the audit
+    assert AuditEvent.objects.filter(action="sql.executed", detail__purpose="code_check").count() >= 4
+
+
+def test_an_answer_the_asker_may_not_see_is_refused_before_anything_is_saved(source, people):
+    rita = people["reviewer"]
+    agg = make_user("aggie", "aggregate_researcher")
+    declined = ask(agg, "list the patients diagnosed with atrial fibrillation", source)
+    request = request_create(run=declined, user=agg)
+    listing = "SELECT DISTINCT subject_id FROM mimiciv_hosp.diagnoses_icd WHERE icd_code = '42731'"
+    with pytest.raises(ReviewError, match="may not see"):
+        request_preview(request=request, reviewer=rita, sql=listing)
+    with pytest.raises(ReviewError, match="may not see"):
+        request_answer(request=request, reviewer=rita, sql=listing)
+    assert (
+        AnswerRequest.objects.get(pk=request.pk).status == "pending"
+        and Run.objects.get(pk=declined.pk).sql == ""
+    )
+
+
+def test_the_library_numbers_count_requests_and_answers_since_each_approval(source, people):
+    from askdb.selectors_requests import approvals_answered_since, request_numbers
+
+    ann, rita = people["ann"], people["reviewer"]
+    request = request_create(run=ask(ann, AF_QUESTION, source), user=ann)
+    assert request_numbers(source=source) | {"median_seconds": None} == {
+        "open": 1, "answered": 0, "median_seconds": None, "median_text": "—"}  # fmt: skip
+    request_answer(request=request, reviewer=rita, sql=AF_WIDE)
+    numbers = request_numbers(source=source)
+    assert (numbers["open"], numbers["answered"]) == (0, 1) and numbers["median_seconds"] >= 0
+    example = Example.objects.get(origin="request")
+    assert approvals_answered_since(examples=[example]) == {}
+    for text in (
+        "number of patients diagnosed with atrial fibrillation",
+        "count patients with atrial fibrillation",
+    ):
+        ask(people["bob"], text, source)
+    answered = Run.objects.filter(example=example, answered_by="library").count()
+    assert answered >= 1 and approvals_answered_since(examples=[example]) == {example.pk: answered}
