@@ -561,7 +561,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
 AUDIT_ACTIONS = (
     "auth.", "auth.login", "auth.logout", "auth.login_failed", "auth.token", "question.asked", "run.",
     "run.retried", "run.cancelled", "run.exported", "llm.call", "sql.", "sql.executed", "sql.explained",
-    "review.", "review.approve", "review.correct", "review.flag", "review.reassign", "example.", "examples.imported",
+    "review.", "review.approve", "review.correct", "review.flag", "review.reassign", "request.", "request.created", "request.answered", "request.closed", "example.", "examples.imported",
     "examples.revalidated", "docs.", "source.", "user.", "user.created", "user.changed", "user.roles_changed",
 )  # fmt: skip
 
