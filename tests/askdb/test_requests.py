@@ -220,3 +220,18 @@ def test_the_library_numbers_count_requests_and_answers_since_each_approval(sour
         ask(people["bob"], text, source)
     answered = Run.objects.filter(example=example, answered_by="library").count()
     assert answered >= 1 and approvals_answered_since(examples=[example]) == {example.pk: answered}
+
+
+def test_a_request_closed_without_an_answer_tells_the_asker_why(source, people):
+    from askdb.services.requests import request_close
+
+    ann, rita = people["ann"], people["reviewer"]
+    request = request_create(run=ask(ann, "which patients had a heart transplant abroad?", source), user=ann)
+    with pytest.raises(RequestError, match="Say why"):
+        request_close(request=request, reviewer=rita, comment=" ")
+    closed = request_close(request=request, reviewer=rita, comment="The data holds no care given abroad.")
+    assert closed.status == "closed"
+    assert "no care given abroad" in Notification.objects.get(user=ann).message
+    with pytest.raises(RequestError, match="not waiting"):
+        request_close(request=request, reviewer=rita, comment="again")
+    assert AuditEvent.objects.filter(action="request.closed").count() == 1
