@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint format smoke services-stop bench bench-ehrsql bench-answerability clean browser
+.PHONY: demo test install lint format smoke services-stop bench bench-ehrsql bench-answerability clean browser editor
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || command -v python3 >/dev/null 2>&1 || { echo "askdb: Python 3.11 is required (python3.11 not found); install it and retry"; exit 1; }
@@ -66,6 +66,12 @@ bench-answerability: install
 # The verified library alone on EHRSQL-2024 (library = train, questions = valid, no LLM); needs ../shared.
 bench-ehrsql: install
 	nice $(PY) benchmarks/ehrsql.py
+
+# The reviewers' SQL editor (CodeMirror 6 + @codemirror/lang-sql) is one committed bundle,
+# static/askdb/sql_editor.js: only rebuilding it needs node and npm (versions pinned in
+# frontend/package-lock.json); make demo and make test use the committed file.
+editor:
+	cd frontend && npm ci --no-audit --no-fund && npm run build
 
 services-stop: install
 	@$(PY) manage.py services stop

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from askdb import apis
+from askdb import apis, apis_requests
 
 app_name = "api"
 urlpatterns = [
@@ -13,6 +13,18 @@ urlpatterns = [
     path("questions/<int:run_id>/cancel/", apis.RunCancelApi.as_view(), name="run_cancel"),
     path("questions/<int:run_id>/retry/", apis.RunRetryApi.as_view(), name="run_retry"),
     path("questions/<int:run_id>/review/", apis.RunReviewApi.as_view(), name="run_review"),
+    path("questions/<int:run_id>/request/", apis_requests.RunRequestApi.as_view(), name="run_request"),
+    path("requests/", apis_requests.RequestQueueApi.as_view(), name="request_queue"),
+    path("requests/<int:request_id>/", apis_requests.RequestDetailApi.as_view(), name="request_detail"),
+    path(
+        "requests/<int:request_id>/preview/",
+        apis_requests.RequestPreviewApi.as_view(),
+        name="request_preview",
+    ),
+    path(
+        "requests/<int:request_id>/answer/", apis_requests.RequestAnswerApi.as_view(), name="request_answer"
+    ),
+    path("inbox/", apis_requests.InboxApi.as_view(), name="inbox"),
     path("reviews/", apis.ReviewQueueApi.as_view(), name="review_queue"),
     path("examples/", apis.ExampleListApi.as_view(), name="example_list"),
     path("examples/import/", apis.ExampleImportApi.as_view(), name="example_import"),

@@ -38,7 +38,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView, exception_handler
 
-from askdb import library_io, selectors
+from askdb import library_io, selectors, selectors_requests
 from askdb.models import Example, ImportJob, Run
 from askdb.roles import LIBRARY_BROWSE_PERMS
 from askdb.serializers import (
@@ -65,6 +65,7 @@ from askdb.serializers import (
 from askdb.services.examples import example_set_status
 from askdb.services.exports import examples_import
 from askdb.services.imports import ImportQueueUnavailable, import_is_large, import_job_submit
+from askdb.services.privacy import privacy_policy
 from askdb.services.reviews import review_approve, review_correct, review_flag
 from askdb.services.runs import QuestionError, QueueUnavailable, question_submit, run_cancel, run_retry
 from askdb.services.sql import ReviewError
@@ -261,7 +262,10 @@ class RunDetailApi(ApiErrorsMixin, APIView):
                 sort=query.validated_data["sort"],
                 descending=query.validated_data["desc"],
             )
-        return Response(RunDetailSerializer(run, context={"result": result}).data)
+        suggestions = selectors_requests.run_did_you_mean(
+            run=run, policy=privacy_policy(source=run.question.source, user=request.user)
+        )
+        return Response(RunDetailSerializer(run, context={"result": result, "suggestions": suggestions}).data)
 
 
 class JsonOnlyNegotiation(BaseContentNegotiation):

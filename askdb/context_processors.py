@@ -2,7 +2,10 @@
 
 from askdb import health
 from askdb.roles import user_role
+from askdb.selectors_requests import inbox_unread_count
 
 
 def askdb(request) -> dict:
-    return {"role": user_role(getattr(request, "user", None)), "llm_configured": health.llm_configured()}
+    user = getattr(request, "user", None)
+    return {"role": user_role(user), "llm_configured": health.llm_configured(),
+            "inbox_unread": inbox_unread_count(user=user) if user is not None else 0}  # fmt: skip

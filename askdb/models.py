@@ -93,7 +93,7 @@ class Run(models.Model):
     prompt_version = models.CharField(max_length=32, blank=True)
     model = models.CharField(max_length=200, blank=True)  # the LLM that wrote the SQL ("" for none)
     catalog_version = models.CharField(max_length=64, blank=True)  # hash of the docs retrieval saw
-    answered_by = models.CharField(max_length=16, blank=True)  # "llm" | "library" | ""
+    answered_by = models.CharField(max_length=16, blank=True)  # "llm" | "library" | "reviewer" | ""
     example = models.ForeignKey(  # the verified example a library answer was built from
         "Example", null=True, blank=True, on_delete=models.SET_NULL, related_name="answered_runs"
     )
@@ -285,6 +285,7 @@ class Review(models.Model):
         CORRECT = "correct", "corrected"
         FLAG = "flag", "flagged"
         REASSIGN = "reassign", "reassigned"
+        ANSWER = "answer", "answered a request"  # a reviewer wrote the SQL of a declined question
 
     class Category(models.TextChoices):
         WRONG_LOGIC = "wrong_logic", "wrong logic"
@@ -384,3 +385,65 @@ class Release(models.Model):
 
     def __str__(self) -> str:
         return f"release {self.pk} ({self.mode}, ε {self.epsilon:g})"
+
+
+class AnswerRequest(models.Model):
+    """A person asking reviewers for the answer askdb could not give (a declined or failed run).
+
+    Requests that ask the same thing are grouped by the masked question's vector (the matcher's own
+    reading), so one answer closes every one of them; the masked vector is computed by a worker."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "waiting for a reviewer"
+        ANSWERED = "answered", "answered"
+        CLOSED = "closed", "closed without an answer"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="answer_requests")
+    source = models.ForeignKey(
+        "metadata_admin.ClinicalSource", on_delete=models.CASCADE, related_name="answer_requests"
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="answer_requests"
+    )
+    question = models.TextField()
+    note = models.TextField(blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING, db_index=True)
+    masked_question = models.TextField(blank=True)
+    masked_embedding = VectorField(null=True, blank=True)
+    embedding_model = models.CharField(max_length=200, blank=True)
+    # The run that carries the answer: the original run (answered by the reviewer) or a new run of
+    # the same question answered from the library once the reviewer's example was in it.
+    answer_run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    example = models.ForeignKey(
+        Example, null=True, blank=True, on_delete=models.SET_NULL, related_name="answered_requests"
+    )
+    answered_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    answered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["source", "status"])]
+
+    def __str__(self) -> str:
+        return f"request {self.pk}: {self.question[:60]}"
+
+
+class Notification(models.Model):
+    """A line in a person's inbox (an answered request); read once opened."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notifications")
+    message = models.TextField()
+    url = models.CharField(max_length=300, blank=True)
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    read_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["user", "read_at"])]
+
+    def __str__(self) -> str:
+        return f"to {self.user_id}: {self.message[:60]}"

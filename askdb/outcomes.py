@@ -112,8 +112,8 @@ for _code, _kw in {
     "no_llm": dict(
         label="Declined: not in the verified library",
         sentence="askdb can only answer questions like those in its verified library right now (no language "
-        "model is set up to write new SQL), and no verified question is close enough to this one.",
-        next_step="Ask one of the verified questions below, or browse the library for one like yours.",
+        "model is set up to write new SQL), and it could not match this question to one of them.",
+        next_step="Request an answer from a reviewer, or browse the library for a question like yours.",
         tone="warn",
     ),
     "no_data": dict(

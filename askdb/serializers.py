@@ -340,7 +340,9 @@ class RunDetailSerializer(RunListSerializer):
         help_text=f"Empty (not for review), or one of: {', '.join(v for v in Run.Review.values if v)}."
     )
     reviews = RunReviewSerializer(many=True, help_text="Newest first.")
-    answered_by = serializers.CharField(help_text='"llm", "library" (a verified example), or empty.')
+    answered_by = serializers.CharField(
+        help_text='"llm", "library" (a verified example), "reviewer" (a request a reviewer answered), or empty.'
+    )
     example = serializers.IntegerField(
         source="example_id", allow_null=True, help_text="The library example a library answer came from."
     )
@@ -353,15 +355,22 @@ class RunDetailSerializer(RunListSerializer):
         'the "alternative" offered.'
     )
 
+    suggestions = serializers.SerializerMethodField(
+        help_text='"Did you mean": verified questions askdb can answer, as the run page shows them (id, question, score).'
+    )
+
     class Meta(RunListSerializer.Meta):
         fields = [*RunListSerializer.Meta.fields, "answer", "message", "started_at", "gate", "retrieval", "stages",
                   "attempts", "sql", "summary", "tokens", "cost_usd", "result", "review_status", "reviews",
                   "confidence", "answered_by", "example", "examples_used", "catalog_version", "model",
-                  "privacy"]  # fmt: skip
+                  "privacy", "suggestions"]  # fmt: skip
         read_only_fields = fields
 
     def get_answer(self, run: Run) -> str:
         return run_answer(run=run)
+
+    def get_suggestions(self, run: Run) -> list[dict]:
+        return self.context.get("suggestions") or []
 
     @extend_schema_field(ResultPageSerializer(allow_null=True))
     def get_result(self, run: Run) -> dict | None:

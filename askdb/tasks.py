@@ -15,6 +15,7 @@ from django.db import DatabaseError, connection, connections
 from askdb.answerability.tasks import answerability_train_task  # noqa: F401  (registered with the worker)
 from askdb.services.examples import example_embed, examples_revalidate, library_refresh, library_warm_up
 from askdb.services.imports import import_job_run
+from askdb.services.requests import request_embed, requests_reask
 from askdb.services.runs import run_execute
 from infra.providers.embeddings import get_embedder
 from metadata_admin.models import ClinicalSource
@@ -140,3 +141,18 @@ def import_examples(job_id: int) -> dict:
     if job is None:
         return {"job": job_id, "status": "missing"}
     return {"job": job.pk, "status": job.status, "done": job.done}
+
+
+@shared_task(name="askdb.embed_request", acks_late=True, soft_time_limit=120, time_limit=150)
+def embed_request(request_id: int) -> dict:
+    """A request's masked question and vector (for grouping), read here, not in the asker's request."""
+    request = request_embed(request_id=request_id)
+    return {"request": request_id, "embedded": request is not None}
+
+
+@shared_task(name="askdb.reask_requests", acks_late=True, soft_time_limit=900, time_limit=960)
+def reask_requests(request_ids: list[int], reviewer_id: int | None = None) -> dict:
+    """After a request was answered: the requests grouped with it are asked again, each a new run
+    (idempotent: requests answered meanwhile are skipped)."""
+    answered = requests_reask(request_ids=request_ids, reviewer_id=reviewer_id)
+    return {"asked": request_ids, "answered": [r.pk for r in answered]}

@@ -24,13 +24,14 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from openpyxl import Workbook
 
-from askdb import health, selectors
+from askdb import health, selectors, selectors_requests
 from askdb.models import Review, Run
 from askdb.outcomes import run_outcome
 from askdb.pipeline.answer import format_cell
 from askdb.pipeline.retrieval import Weights
 from askdb.roles import ADMIN, user_role
 from askdb.services.privacy import privacy_policy
+from askdb.services.requests import run_requestable
 from askdb.services.reviews import review_approve, review_correct, review_flag, review_reassign
 from askdb.services.runs import (
     QuestionError,
@@ -123,6 +124,12 @@ def _run_context(request: HttpRequest, run: Run) -> dict:
         "changed_bindings": _changed_bindings(run),
         "can_cancel": not run.is_terminal and _may_act(request, run),
         "can_retry": run.is_terminal and _may_act(request, run),
+        # The request desk: send a declined run to the reviewers; who answered it.
+        "answer_requests": selectors_requests.requests_for_run(run=run) if run.is_terminal else [],
+        "can_request": run.is_terminal and run_requestable(run) and run.question.user_id == request.user.pk,
+        "answer_review": run.reviews.filter(action=Review.Action.ANSWER).select_related("reviewer").first()
+        if run.answered_by == "reviewer"
+        else None,
     }
     if run.is_terminal:
         outcome = selectors.run_review_outcome(run=run)
@@ -132,11 +139,15 @@ def _run_context(request: HttpRequest, run: Run) -> dict:
             "outcome_diff": _review_diff(outcome, dialect),
             "provenance": provenance,
             "methods": selectors.methods_paragraph(provenance) if run.sql else "",
-            "suggestions": selectors.run_suggestions(
-                run=run, policy=privacy_policy(source=run.question.source, user=request.user)
-            )
-            if not succeeded or not run.sql
-            else [],
+            "suggestions": (
+                suggestions := selectors_requests.run_did_you_mean(
+                    run=run, policy=privacy_policy(source=run.question.source, user=request.user)
+                )
+            ),
+            # The matcher's closest template is named only when it is among the suggestions.
+            "closest_verified": any(
+                s["id"] == (run.library_match or {}).get("example_id") for s in suggestions
+            ),
         }
     return context
 
@@ -550,7 +561,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
 AUDIT_ACTIONS = (
     "auth.", "auth.login", "auth.logout", "auth.login_failed", "auth.token", "question.asked", "run.",
     "run.retried", "run.cancelled", "run.exported", "llm.call", "sql.", "sql.executed", "sql.explained",
-    "review.", "review.approve", "review.correct", "review.flag", "review.reassign", "example.", "examples.imported",
+    "review.", "review.approve", "review.correct", "review.flag", "review.reassign", "request.", "request.created", "request.answered", "request.closed", "example.", "examples.imported",
     "examples.revalidated", "docs.", "source.", "user.", "user.created", "user.changed", "user.roles_changed",
 )  # fmt: skip
 

@@ -21,7 +21,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from askdb import library_io
+from askdb import library_io, selectors_requests
 from askdb.answerability import store as answerability_store
 from askdb.answerability.tasks import answerability_train_task
 from askdb.models import Example, Review
@@ -133,8 +133,10 @@ def example_list(request: HttpRequest) -> HttpResponse:
     page = Paginator(examples, PER_PAGE).get_page(request.GET.get("page"))
     page.object_list = list(page.object_list)
     shares = template_shares(page.object_list)
+    answered = selectors_requests.approvals_answered_since(examples=page.object_list)
     for example in page.object_list:
         example.same_template = shares.get(example.pk, 0)
+        example.answered_since = answered.get(example.pk, 0)
     known = Example.objects.filter(**({"source": source} if source else {})).values_list("tables", flat=True)
     query = request.GET.copy()
     query.pop("page", None)
@@ -152,6 +154,7 @@ def example_list(request: HttpRequest) -> HttpResponse:
         "may_revalidate": may_train,
         "gate_models": [(s.name, answerability_store.current_version(s.name)) for s in _sources()],
         "training": _training(task_id) if task_id and may_train else None,
+        "request_numbers": selectors_requests.request_numbers(source=source),
     }
     return render(request, "askdb/library/list.html", context)
 

@@ -6,7 +6,7 @@ from django.contrib.auth.decorators import login_required
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from askdb import views
+from askdb import views, views_requests
 
 auth_patterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
@@ -26,6 +26,11 @@ urlpatterns = [
     path("runs/<int:run_id>/retry/", views.run_retry_view, name="run_retry"),
     path("runs/<int:run_id>/pick/", views.run_pick_candidate_view, name="run_pick_candidate"),
     path("runs/<int:run_id>/review/", views.run_review, name="run_review"),
+    path("runs/<int:run_id>/request/", views_requests.run_request_create, name="run_request"),
+    path("requests/", include("askdb.request_urls")),
+    path("inbox/", views_requests.inbox, name="inbox"),
+    path("inbox/<int:note_id>/", views_requests.inbox_open, name="inbox_open"),
+    path("inbox/read/", views_requests.inbox_read_all, name="inbox_read_all"),
     path("runs/<int:run_id>/methods.txt", views.run_methods_txt, name="run_methods"),
     path("review/", views.review_queue, name="review_queue"),
     path("audit/", views.audit_log, name="audit_log"),

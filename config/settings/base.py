@@ -326,6 +326,26 @@ ASKDB_IDENTIFIER_COLUMNS = tuple(
     if c.strip()
 )
 
+# --- Request desk ---------------------------------------------------------------------------
+# Pending requests whose masked questions are at least this close (cosine) are one group.
+ASKDB_REQUEST_GROUP_SIMILARITY = env_float("ASKDB_REQUEST_GROUP_SIMILARITY", 0.85)
+# "Did you mean" offers only verified questions at least this close (cosine of the question vectors).
+ASKDB_DID_YOU_MEAN_FLOOR = env_float("ASKDB_DID_YOU_MEAN_FLOOR", 0.6)
+ASKDB_REQUEST_PREVIEW_ROWS = env_int("ASKDB_REQUEST_PREVIEW_ROWS", 200)  # rows a reviewer's preview keeps
+# Email the asker when a request is answered: on when an SMTP host (EMAIL_HOST) or another
+# EMAIL_BACKEND is configured; the in-app inbox always has it.
+EMAIL_BACKEND = env("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "askdb@localhost")
+ASKDB_EMAIL_NOTIFICATIONS = env_bool(
+    "ASKDB_EMAIL_NOTIFICATIONS", bool(os.environ.get("EMAIL_HOST") or os.environ.get("EMAIL_BACKEND"))
+)
+ASKDB_BASE_URL = env("ASKDB_BASE_URL", "http://127.0.0.1:8000")  # links in emails
+
 # --- Embeddings ---------------------------------------------------------------------------
 EMBEDDING_PROVIDER = env("EMBEDDING_PROVIDER", "local")  # "local" (all-MiniLM-L6-v2) or "openai"
 EMBEDDING_MODEL = env("EMBEDDING_MODEL", "")  # default per provider

@@ -125,13 +125,18 @@ def test_a_question_nothing_in_the_library_is_close_to_gets_no_did_you_mean(clie
 
 
 def test_a_near_miss_of_the_library_names_the_closest_verified_question_up_front(client, source):
+    from askdb.models import Example
+
     user = make_user("rona", "researcher")
     near = "count the number of patients older than 65."
+    # Named only when it is a real, usable verified question above the "Did you mean" floor.
+    example = Example.objects.create(source=source, question=near,
+                                     sql="SELECT COUNT(*) FROM mimiciv_hosp.patients WHERE anchor_age > 65")  # fmt: skip
     run = a_run(source, user, text="count patients older than 70 who died in the hospital", status="declined",
                 outcome="no_llm", message="No reviewer-verified example matches this question closely enough.",
-                library_match={"example_id": 4, "example_question": near, "answered": False, "confidence": 0.0,
+                library_match={"example_id": example.pk, "example_question": near, "answered": False, "confidence": 0.0,
                                "reasons": ["This question also says 'died' and 'hospital', which no wording of the verified question says: answering with it would drop that condition."]},
-                retrieval={"tables": [], "examples": [{"id": 4, "score": 0.8, "question": near}]})  # fmt: skip
+                retrieval={"tables": [], "examples": [{"id": example.pk, "score": 0.8, "question": near}]})  # fmt: skip
     client.force_login(user)
     page = client.get(f"/runs/{run.pk}/").content.decode()
     answer = page[page.index('id="answer"') : page.index('id="how"')]
