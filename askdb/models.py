@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import models
 from pgvector.django import VectorField
 
-from askdb.pipeline.prompts import CATEGORY_LABELS
+from core.prompts import CATEGORY_LABELS
 
 
 class Access(models.Model):

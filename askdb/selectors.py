@@ -22,11 +22,11 @@ from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from askdb.models import Example, Review, Run
-from askdb.pipeline import disclosure, privacy
-from askdb.pipeline.answer import answer_sentence
-from askdb.pipeline.match.spans import ADMISSION_ID, PATIENT_ID, STAY_ID
-from askdb.pipeline.validation import SqlValidationError, referenced_tables
 from askdb.roles import ADMIN, user_role
+from core import disclosure, privacy
+from core.answer import answer_sentence
+from core.match.spans import ADMISSION_ID, PATIENT_ID, STAY_ID
+from core.validation import SqlValidationError, referenced_tables
 from infra.audit.models import AuditEvent
 from metadata_admin.models import TableDoc
 
@@ -127,7 +127,7 @@ def run_get_for_user(*, user, run_id: int):
     return runs_visible_to(user).filter(pk=run_id).first()
 
 
-SUPPRESSED = re.compile(r"<\d+")  # a count cell hidden by small-cell suppression (askdb/pipeline/privacy.py)
+SUPPRESSED = re.compile(r"<\d+")  # a count cell hidden by small-cell suppression (core/privacy.py)
 
 
 def _sort_key(value):

@@ -27,8 +27,6 @@ from openpyxl import Workbook
 from askdb import health, selectors, selectors_requests
 from askdb.models import Review, Run
 from askdb.outcomes import run_outcome
-from askdb.pipeline.answer import format_cell
-from askdb.pipeline.retrieval import Weights
 from askdb.roles import ADMIN, user_role
 from askdb.services.privacy import privacy_policy
 from askdb.services.requests import run_requestable
@@ -43,6 +41,8 @@ from askdb.services.runs import (
     run_retry,
 )
 from askdb.services.sql import ReviewError
+from core.answer import format_cell
+from core.retrieval import Weights
 from infra.audit.services import audit_record
 from metadata_admin.models import ClinicalSource, TableDoc
 from metadata_admin.services import source_get

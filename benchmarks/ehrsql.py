@@ -3,9 +3,9 @@
 Builds a library from ../shared/ehrsql-2024-dev/train (templates, masked-question vectors in one
 batch), calibrates P(correct) by grouped cross-validation over that library (whole paraphrase
 groups held out, unanswerable examples included), then asks every question of the valid split
-through the match stage the app uses (askdb.pipeline.match: match_library, calibrate_library and
+through the match stage the app uses (core.match: match_library, calibrate_library and
 decide_answer, as the app calls them; the as-of rewrite, execution on the SQLite file) and scores it the benchmark's way
-(askdb.pipeline.compare.results_match, evaluation.metrics). Prints one table.
+(core.compare.results_match, evaluation.metrics). Prints one table.
 
 Tuning happens on train only (the cross-validation); valid is only measured. Importable: `run()`
 returns the numbers, so other benchmarks can share the library it builds (`build()`).
@@ -59,7 +59,7 @@ def load_split(name: str) -> list[tuple[str, str, str]]:
 
 
 def value_index(executor) -> object:
-    from askdb.pipeline.match import load_values
+    from core.match import load_values
 
     # The executor's authorizer refuses sqlite_master to generated SQL; tables() introspects.
     tables = {t.name.lower(): t.name for t in executor.tables()}
@@ -68,7 +68,7 @@ def value_index(executor) -> object:
 
 def build(train: list[tuple[str, str, str]], *, progress: bool = True) -> Library:
     """The library of `train`: templates, value index, masked-question vectors (one batch)."""
-    from askdb.pipeline.match import LibraryIndex, build_template, entry_for, mask_question
+    from core.match import LibraryIndex, build_template, entry_for, mask_question
     from infra.adapters.clinical import SqliteExecutor
     from infra.providers.embeddings import get_embedder
 
@@ -106,7 +106,7 @@ class Runner:
         self._cache: dict[str, object] = {}
 
     def rows(self, sql: str):
-        from askdb.pipeline.asof import apply_as_of
+        from core.asof import apply_as_of
 
         if sql not in self._cache:
             try:
@@ -129,7 +129,7 @@ class Runner:
         return not isinstance(rows, Exception) and len(rows) > 0
 
     def same(self, sql: str, gold: str) -> bool:
-        from askdb.pipeline.compare import results_match
+        from core.compare import results_match
 
         if " ".join(sql.lower().split()) == " ".join(gold.lower().split()):
             return True
@@ -140,9 +140,9 @@ class Runner:
 
 
 def calibrate(lib: Library, runner: Runner, *, cost: float, progress: bool = True, observe=None):
-    """Grouped cross-validation over the library (askdb.pipeline.match.calibrate_library, as the app's
+    """Grouped cross-validation over the library (core.match.calibrate_library, as the app's
     calibrate_library runs it) -> the fitted risk model and held-out numbers."""
-    from askdb.pipeline.match import bind_sql, calibrate_library
+    from core.match import bind_sql, calibrate_library
 
     def lookup(column: str, text: str):
         from askdb.adapters.ports import column_values_like
@@ -187,7 +187,7 @@ def calibrate(lib: Library, runner: Runner, *, cost: float, progress: bool = Tru
 
 def evaluate(lib: Library, runner: Runner, risk, lookup, items, *, progress: bool = True):
     """Every question through the match stage; ItemScores and per-question details."""
-    from askdb.pipeline.match import decide_answer, mask_question, match_library
+    from core.match import decide_answer, mask_question, match_library
     from evaluation import metrics
 
     scores, details, latency = [], [], []
@@ -222,7 +222,7 @@ def miss_cause(
     index, d: dict, threshold: float, runner: Runner, key_of: dict | None = None, score=None
 ) -> str:
     """Why an answerable question was not answered (correctly), judged by its gold SQL's template."""
-    from askdb.pipeline.match import build_template, entry_for
+    from core.match import build_template, entry_for
 
     gold = entry_for(
         None, d["question"], d["gold"], build_template(d["question"], d["gold"], dialect="sqlite")
@@ -241,7 +241,7 @@ def miss_cause(
             if (score(right) if score else right.confidence) < threshold
             else "another answer won"
         )
-    from askdb.pipeline.match import reasons as R
+    from core.match import reasons as R
 
     labels = {R.WORDS_UNEXPLAINED: "a word no paraphrase says", R.WORDS_MISSING: "a word all paraphrases say is missing",
               R.CONTRARY_WORDS: "operator words combined otherwise", R.OPERATOR_COMBINATION: "operator words combined otherwise",
@@ -257,7 +257,7 @@ def miss_cause(
 
 def _cv_row(entry, found, idx, key_of: dict, fold_risk, threshold: float, runner: Runner, fold: int) -> dict:
     """One held-out library question's outcome in the cross-validation, and why it was missed."""
-    from askdb.pipeline.match import bind_sql
+    from core.match import bind_sql
 
     best = found.best
     answered = bool(best and best.hard_ok and best.sql and fold_risk.predict(best.features) >= threshold)
@@ -287,7 +287,7 @@ def cross_validated(*, cost: float = 10.0, progress: bool = True, dump: Path | N
     """Error analysis on the library itself (train): grouped CV, every held-out question's outcome and
     miss cause, each answer judged by a risk model fitted without its fold. The only place to tune
     the matcher on; valid is measured, never read."""
-    from askdb.pipeline.match import grouped_folds
+    from core.match import grouped_folds
 
     _setup_django()
     started = time.perf_counter()
@@ -401,7 +401,7 @@ def run(
 def write_decisions(path: Path, lib: Library, risk, cv: dict, observed: list, details: list) -> None:
     """Every question's decision, by id (valid) or example index (train CV): the SQL answered or the
     refusal codes, and P(correct) (for a CV question, from the risk model that never saw its fold)."""
-    from askdb.pipeline.match import grouped_folds
+    from core.match import grouped_folds
 
     fold_of = {
         lib.index.entries[i].example_id: f
@@ -467,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--template-holdout", type=float, default=None,
-        help="share of templates the CV holds out whole (default askdb.pipeline.match.calibrate.TEMPLATE_HOLDOUT)",
+        help="share of templates the CV holds out whole (default core.match.calibrate.TEMPLATE_HOLDOUT)",
     )  # fmt: skip
     parser.add_argument(
         "--decisions", type=Path, default=None,
@@ -475,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     args = parser.parse_args(argv)
     if args.template_holdout is not None:
-        from askdb.pipeline.match import calibrate
+        from core.match import calibrate
 
         calibrate.TEMPLATE_HOLDOUT = args.template_holdout
     if not (DATA / "train" / "label.json").is_file():

@@ -2,7 +2,7 @@
 
 The core imports neither Django nor openai: services turn models into these dataclasses, stages
 turn them into other dataclasses, providers and adapters return them, and tests build them by hand.
-They are here, below both the stages (askdb/pipeline/) and infra/, so that infra never imports
+They are here, below both the stages (core/) and infra/, so that infra never imports
 the app that holds the stages.
 """
 

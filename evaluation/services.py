@@ -22,10 +22,10 @@ from django.test.utils import override_settings
 from django.utils import timezone
 
 from askdb.models import Example, Question, Run, StageEvent
-from askdb.pipeline import prompts
-from askdb.pipeline.compare import results_match
-from askdb.pipeline.validation import SqlValidationError, validate_sql
 from askdb.services.runs import run_execute
+from core import prompts
+from core.compare import results_match
+from core.validation import SqlValidationError, validate_sql
 from evaluation import metrics
 from evaluation.models import Evaluation, EvaluationItem
 from evaluation.report import report_render

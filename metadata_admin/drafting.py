@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
-from askdb.pipeline.extraction import JsonExtractionError, extract_json_object
-from askdb.pipeline.types import LLMError
+from core.extraction import JsonExtractionError, extract_json_object
+from core.types import LLMError
 from infra.adapters.clinical import ExecutionError
 from infra.audit.services import audit_record
 from infra.providers.llm import get_chat_model

@@ -49,7 +49,7 @@ class ClinicalSource(models.Model):
     aggregate_only = models.BooleanField(
         default=False, help_text="everyone gets aggregated results only on this source, whatever their role"
     )
-    # Disclosure control against differencing (askdb/pipeline/disclosure.py): how counts are
+    # Disclosure control against differencing (core/disclosure.py): how counts are
     # released beyond small-cell suppression, and how many near-identical probes a user may make.
     disclosure_mode = models.CharField(
         max_length=16, choices=DisclosureMode.choices, default=DisclosureMode.SUPPRESS,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from django.db import connection
 from django.db.models import Count, Prefetch, Q
 
-from askdb.pipeline.retrieval import (
+from core.retrieval import (
     Edge,
     LinkedValue,
     RankedTable,
@@ -20,7 +20,7 @@ from askdb.pipeline.retrieval import (
     question_terms,
     rank_tables,
 )
-from askdb.pipeline.types import CatalogSchema, ColumnContext, TableContext, TableSchema
+from core.types import CatalogSchema, ColumnContext, TableContext, TableSchema
 from infra.adapters import catalog_search
 from infra.providers.embeddings import get_embedder
 from metadata_admin.docs import table_doc_embedding_text

@@ -19,8 +19,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from askdb.pipeline.asof import AsOfExecutor
-from askdb.pipeline.types import CatalogSchema
+from core.asof import AsOfExecutor
+from core.types import CatalogSchema
 from infra.adapters.clinical import ExecutionError, LiveTable, SqlExecutor, executor_for
 from infra.audit.services import audit_record
 from infra.providers.embeddings import EmbeddingError, get_embedder
@@ -126,7 +126,7 @@ def source_executor(
     source: ClinicalSource, *, schemas: tuple[str, ...] | None = None, sensitive: bool = True
 ) -> SqlExecutor:
     """The source's read-only executor. Every statement askdb runs on a source goes through it, so
-    this is where "now" becomes the source's as-of time (askdb.pipeline.asof). `schemas` (its
+    this is where "now" becomes the source's as-of time (core.asof). `schemas` (its
     search_path) when the caller knows them.
 
     `sensitive`: the access tier. True is the reader that may read every column (askdb's own reads,

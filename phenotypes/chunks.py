@@ -1,6 +1,6 @@
 """Notes cut into section-labelled sentences, and the sentences that mention a phenotype's terms.
 
-Framework-free on purpose (like askdb/pipeline): the retrieval service feeds it note text, the
+Framework-free on purpose (like core/): the retrieval service feeds it note text, the
 tests feed it strings. A chunk is one sentence (or one list line) with the section it sits in,
 because ConText judges a mention inside its sentence and the section changes what it means
 ("Family History: mother had …").

@@ -16,8 +16,8 @@ import psycopg
 import pytest
 import sqlglot
 
-from askdb.pipeline.types import CatalogSchema, TableSchema
-from askdb.pipeline.validation import referenced_tables, validate_sql
+from core.types import CatalogSchema, TableSchema
+from core.validation import referenced_tables, validate_sql
 from metadata_admin.clinical import schema
 
 DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "mimiciv"

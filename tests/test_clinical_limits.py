@@ -12,11 +12,11 @@ import time
 import psycopg
 import pytest
 
-from askdb.pipeline.validation import SqlValidationError, validate_sql
+from core.validation import SqlValidationError, validate_sql
 from infra import embedded
 from infra.adapters.clinical import DEFAULT_RESULT_MAX_BYTES, ExecutionError, PostgresExecutor
 from metadata_admin.clinical import loader
-from tests.askdb.pipeline.test_validation import CATALOG
+from tests.core.test_validation import CATALOG
 
 U_PROBE = 'SELECT U&"\\0070g_sleep"(3) FROM mimiciv_hosp.patients u LIMIT 1'
 

@@ -20,8 +20,8 @@ import numpy as np
 from django.db.models import Count, Max
 
 from askdb.models import Example, LibraryGeneration
-from askdb.pipeline import match
-from askdb.pipeline.match import Template, build_template, template_is_current
+from core import match
+from core.match import Template, build_template, template_is_current
 from metadata_admin.models import TableDoc
 
 # An example's vectors: not loaded where a run only reads its text (parsing one costs ~0.1 ms).

@@ -16,10 +16,10 @@ from askdb.adapters.library_cache import LIBRARY, VECTOR_FIELDS, LibraryVersion,
 from askdb.adapters.recorder import relaxed_commit
 from askdb.answerability.scorer import gate_verdict
 from askdb.models import Example, Run
-from askdb.pipeline import match
-from askdb.pipeline.engine import ExecutionFailure, RetrievalView
-from askdb.pipeline.outcome import AnswerabilityVerdict
-from askdb.pipeline.types import CatalogSchema, ExampleContext, TableContext
+from core import match
+from core.engine import ExecutionFailure, RetrievalView
+from core.outcome import AnswerabilityVerdict
+from core.types import CatalogSchema, ExampleContext, TableContext
 from infra.adapters.clinical import ExecutionError
 from infra.audit.sql import audit_sql_executed
 from infra.providers.embeddings import get_embedder
@@ -128,7 +128,7 @@ class DjangoPorts:
     def library_match(self, question: str, vector: list[float]) -> tuple[list, float]:
         """Verified templates scored for this question (best first) and the answering threshold.
 
-        Templates, not single examples: the nearest masked paraphrases vote (askdb.pipeline.library),
+        Templates, not single examples: the nearest masked paraphrases vote (core.library),
         the meaning guard checks the question against all paraphrases of a template, and each
         result's confidence is the calibrated P(correct). The threshold is c / (c + 1) for
         ASKDB_WRONG_ANSWER_COST = c.

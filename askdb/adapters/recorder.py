@@ -15,9 +15,9 @@ from django.db.models import F
 from django.utils import timezone
 
 from askdb.models import LlmCall, Run, SqlAttempt, StageEvent
-from askdb.pipeline import prompts
-from askdb.pipeline.engine import RetrievalView
-from askdb.pipeline.types import ChatResult, ExampleContext
+from core import prompts
+from core.engine import RetrievalView
+from core.types import ChatResult, ExampleContext
 from infra.audit.services import audit_record
 
 

@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from askdb.pipeline.prompts import CATEGORY_LABELS  # noqa: F401  (the rules' name for them)
+from core.prompts import CATEGORY_LABELS  # noqa: F401  (the rules' name for them)
 
 KINDS = ("not_in_schema", "future", "advice", "private", "out_of_scope")
 PRIORITY = ("private", "out_of_scope", "not_in_schema", "advice", "future")
@@ -56,7 +56,7 @@ KIND_REASONS = {
 }
 
 # What a researcher reads for each category, whoever declined (this gate or the LLM's check), is
-# CATEGORY_LABELS, kept with the gate's categories in askdb/pipeline/prompts.py (below the models).
+# CATEGORY_LABELS, kept with the gate's categories in core/prompts.py (below the models).
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ from django.utils import timezone
 from askdb.adapters.library_cache import LIBRARY
 from askdb.adapters.ports import column_values_like, source_probe
 from askdb.models import Example
-from askdb.pipeline import match
-from askdb.pipeline.compare import results_match
 from askdb.services.exports import examples_import
 from askdb.services.sql import ReviewError, sql_check
+from core import match
+from core.compare import results_match
 from infra.adapters.clinical import ExecutionError
 from infra.audit.services import audit_record
 from infra.providers.embeddings import get_embedder

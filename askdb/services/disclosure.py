@@ -13,7 +13,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from askdb.models import Release
-from askdb.pipeline import disclosure
+from core import disclosure
 from infra.audit.services import audit_record
 
 # How many of a user's recent releases the differencing audit compares with (newest first).

@@ -17,8 +17,8 @@ from askdb.adapters.library_cache import (
     library_version,
 )
 from askdb.models import Example, LibraryGeneration, Review
-from askdb.pipeline.match import template_is_current
 from askdb.services.sql import ReviewError, sql_check
+from core.match import template_is_current
 from infra.adapters import catalog_search
 from infra.audit.services import audit_record
 from infra.providers.embeddings import get_embedder

@@ -15,10 +15,10 @@ from django.utils import timezone
 
 from askdb.adapters.library_cache import LIBRARY, template_of
 from askdb.models import Example
-from askdb.pipeline import match
-from askdb.pipeline.match import Template
-from askdb.pipeline.validation import SqlValidationError, validate_sql
 from askdb.services.examples import _merge_fields, _normalized, library_generation_bump
+from core import match
+from core.match import Template
+from core.validation import SqlValidationError, validate_sql
 from infra.adapters.clinical import ExecutionError
 from infra.audit.services import audit_event, audit_record, audit_record_many
 from infra.audit.sql import sql_audit_event

@@ -8,10 +8,10 @@ from dataclasses import replace
 
 from django.conf import settings
 
-from askdb.pipeline import disclosure, privacy
-from askdb.pipeline.disclosure import PERTURBING, DisclosurePolicy
 from askdb.services.disclosure import DatabaseLedger, disclosure_key, disclosure_policy
 from askdb.services.sql import ReviewError, sql_check
+from core import disclosure, privacy
+from core.disclosure import PERTURBING, DisclosurePolicy
 from metadata_admin.models import ColumnDoc
 from metadata_admin.selectors import reference_tables
 from metadata_admin.services import source_catalog_schema

@@ -20,13 +20,13 @@ from sqlglot import exp
 from askdb.adapters.library_cache import LIBRARY
 from askdb.models import AnswerRequest, Notification, Review, Run, SqlAttempt
 from askdb.outcomes import run_outcome_code
-from askdb.pipeline import match
-from askdb.pipeline.code_check import CodeFilter, code_filters
-from askdb.pipeline.request_groups import group_vectors
 from askdb.services.examples import example_upsert
 from askdb.services.privacy import result_protect
 from askdb.services.runs import run_execute
 from askdb.services.sql import ReviewError, sql_check
+from core import match
+from core.code_check import CodeFilter, code_filters
+from core.request_groups import group_vectors
 from infra.audit.services import audit_record
 from infra.providers.embeddings import get_embedder
 from infra.queue import task_send

@@ -15,12 +15,12 @@ from kombu.exceptions import OperationalError as BrokerError
 from askdb.adapters.ports import DjangoPorts
 from askdb.adapters.recorder import DjangoRecorder
 from askdb.models import Question, Run
-from askdb.pipeline import prompts
-from askdb.pipeline.engine import Pipeline, PipelineConfig, PipelineRequest
 from askdb.services.disclosure import DatabaseLedger, disclosure_key
 from askdb.services.privacy import release_policies, run_sql_protected
 from askdb.services.reviews import review_required
 from askdb.services.sql import ReviewError
+from core import prompts
+from core.engine import Pipeline, PipelineConfig, PipelineRequest
 from infra.audit.services import audit_record
 from infra.providers.llm import get_chat_model
 from infra.queue import task_send

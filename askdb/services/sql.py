@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from askdb.pipeline import privacy
-from askdb.pipeline.prepared import prepare_sql, protect_prepared
-from askdb.pipeline.validation import SqlValidationError, validate_sql
+from core import privacy
+from core.prepared import prepare_sql, protect_prepared
+from core.validation import SqlValidationError, validate_sql
 from infra.adapters.clinical import ExecutionError
 from infra.audit.sql import audit_sql_executed
 from metadata_admin.services import source_catalog_schema, source_executor

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django import template
 
 from askdb.outcomes import run_outcome
-from askdb.pipeline.answer import format_cell
+from core.answer import format_cell
 
 register = template.Library()
 

@@ -34,7 +34,7 @@ from urllib.parse import urlparse
 import psycopg
 from psycopg import sql as psql
 
-from askdb.pipeline.sql_functions import allowed_functions
+from core.sql_functions import allowed_functions
 
 # Fetching stops once the rows held reach this many bytes (ASKDB_RESULT_MAX_BYTES; 20 MB).
 DEFAULT_RESULT_MAX_BYTES = int(os.environ.get("ASKDB_RESULT_MAX_BYTES") or 20 * 1024 * 1024)

@@ -12,9 +12,9 @@ from django.core.management import call_command
 
 from askdb.adapters.ports import DjangoPorts
 from askdb.models import Run
-from askdb.pipeline.engine import ExecutionFailure
 from askdb.roles import RESEARCHER
 from askdb.services.runs import question_submit_sync
+from core.engine import ExecutionFailure
 from metadata_admin.models import ColumnDoc
 from metadata_admin.services import source_executor, source_reader_grants
 from metadata_admin.signals import catalog_changed

@@ -194,7 +194,7 @@ def test_differential_privacy_spends_a_budget_per_user_and_refuses_when_it_is_sp
     refused = ask(scripted_llm, bob, "What is the average age of each gender?", average, source)
     assert refused.outcome == "privacy_dp_counts_only" and "age is not a count" in refused.message
     # A row-level researcher is not held to DP (they may see the rows); SQL smartnoise-sql cannot
-    # rewrite is refused as dp_unsupported (tests/askdb/pipeline/test_disclosure.py), and the
+    # rewrite is refused as dp_unsupported (tests/core/test_disclosure.py), and the
     # subquery probe of the issue is refused earlier by the safe aggregate language.
     by_id = (
         FEMALE + " AND subject_id <> (SELECT MIN(subject_id) FROM mimiciv_hosp.patients WHERE gender = 'F')"

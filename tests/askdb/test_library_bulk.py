@@ -13,11 +13,11 @@ from django.core.management import call_command
 
 from askdb.adapters.library_cache import LIBRARY
 from askdb.models import Example
-from askdb.pipeline import match
-from askdb.pipeline.match import Template, template_is_current
 from askdb.services.examples import example_upsert
 from askdb.services.exports import examples_import
 from askdb.services.sql import ReviewError, sql_check
+from core import match
+from core.match import Template, template_is_current
 from infra.audit.models import AuditEvent
 from infra.progress import Progress
 from infra.providers.embeddings import get_embedder

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from askdb.adapters.ports import DjangoPorts
-from askdb.pipeline import match
 from askdb.services.calibration import library_cross_validate
 from askdb.services.exports import examples_import
-from tests.askdb.pipeline.match.corpus import MUST_ABSTAIN
+from core import match
+from tests.core.match.corpus import MUST_ABSTAIN
 
 pytestmark = pytest.mark.django_db
 

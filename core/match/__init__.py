@@ -1,0 +1,101 @@
+"""The match stage: answer a question from the verified library, with no LLM.
+
+Read it in this order; each module says why it is as it is:
+
+    words, spans, operators   how a question is read (word lists, value spans, operator words: data)
+    reading                   the question read ONCE: a frozen `Reading` every rule looks at
+    template, build           an approved example's SQL with typed slots; building one from an example
+    values                    the database values a question names (the value index)
+    index                     the library: entries, vectors, each template's family of paraphrases
+    rules/                    the refusal rules, in order, in ONE tuple: rules.RULES (one module each)
+    binding, probes           the question's values to a template's slots; questions to the source
+    matcher                   one template for one question: rules, binding, features
+    features, risk            what P(correct) reads, and the logistic model that gives it
+    library                   a question against the whole library: the vote, the templates tried
+    calibrate                 P(correct) fitted by grouped cross-validation; the decision to answer
+
+Pure: no Django, no database. Callers pass embeddings, the value index, a value lookup and a probe.
+"""
+
+from core.match import reasons
+from core.match.binding import Binding
+from core.match.build import build_template
+from core.match.calibrate import (
+    CV_FOLDS,
+    Answer,
+    LibraryCalibration,
+    calibrate_library,
+    cross_validate,
+    decide,
+    decide_answer,
+    grouped_folds,
+)
+from core.match.candidate import MatchResult, TemplateCandidate
+from core.match.index import UNANSWERABLE, Entry, LibraryIndex, entry_for, key_hash, sql_group
+from core.match.library import LibraryMatch, match_library
+from core.match.reading import Reading, mask_question, read_question
+from core.match.risk import (
+    DEFAULT_RISK,
+    RISK_FEATURES,
+    Calibration,
+    answer_threshold,
+    expected,
+    fit_risk,
+    fold_risks,
+    out_of_fold,
+)
+from core.match.rules import RULES
+from core.match.template import (
+    TEMPLATE_VERSION,
+    BindError,
+    Template,
+    bind_sql,
+    template_is_current,
+    template_key,
+)
+from core.match.values import ValueIndex, ValueLookup, load_values
+
+__all__ = [
+    "CV_FOLDS",
+    "DEFAULT_RISK",
+    "RISK_FEATURES",
+    "RULES",
+    "TEMPLATE_VERSION",
+    "UNANSWERABLE",
+    "Answer",
+    "BindError",
+    "Binding",
+    "Calibration",
+    "Entry",
+    "LibraryCalibration",
+    "LibraryIndex",
+    "LibraryMatch",
+    "MatchResult",
+    "Reading",
+    "Template",
+    "TemplateCandidate",
+    "ValueIndex",
+    "ValueLookup",
+    "answer_threshold",
+    "bind_sql",
+    "build_template",
+    "calibrate_library",
+    "cross_validate",
+    "decide",
+    "decide_answer",
+    "entry_for",
+    "expected",
+    "fit_risk",
+    "fold_risks",
+    "grouped_folds",
+    "key_hash",
+    "load_values",
+    "mask_question",
+    "match_library",
+    "out_of_fold",
+    "read_question",
+    "reasons",
+    "sql_group",
+    "template_is_current",
+    "template_key",
+]

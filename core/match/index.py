@@ -1,0 +1,319 @@
+"""The library index: entries, their masked-question vectors, and each template's family of paraphrases."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from core.match.operators import operator_signature, opposite, ops_key, question_operators
+from core.match.spans import VALUE, blank, periods
+from core.match.template import Template, template_key
+from core.match.values import ValueIndex, bare_column, columns_naming, value_names
+from core.match.words import NEUTRAL_WORDS, guard_sequence, guard_words, same_stem, stem
+
+UNANSWERABLE = "unanswerable"  # the key of the library's unanswerable examples
+# Number words are values ("top three" vs "top five"), never mere wording.
+NEUTRAL_STEMS = frozenset(map(stem, NEUTRAL_WORDS))
+NEVER_NEUTRAL = frozenset(
+    "zero one two three four five six seven eight nine ten eleven twelve twenty hundred".split()
+)
+CORE_SHARE = 1.0  # a word this share of a template's paraphrases say is its subject: the question must say it
+OPTIONAL_TEMPLATES = 3  # a word some paraphrases leave out, in this many templates, is only wording
+SUBJECT_SHARE = 0.8  # a word this share of a template's paraphrases say is what it is about…
+SUBJECT_MEMBERS = 3  # …when it has this many paraphrases
+SYNONYM_TEMPLATES = 2  # two words paraphrases swap for one another in this many templates are synonyms
+SYNONYM_MEMBERS = 40  # paraphrases per template compared pairwise when mining synonyms
+
+
+@dataclass(frozen=True)
+class Family:
+    """What all paraphrases of one template say, so one example's wording is not the only yardstick.
+
+    `operators`: per operator key, every value the paraphrases use ("total" in one and "maximum" in
+    another is the same SQL). `words`: every content-word stem the paraphrases use. `neutral`:
+    words so common across the library's templates that they tell templates apart by nothing.
+    """
+
+    key: str
+    operators: dict[str, frozenset]
+    words: frozenset[str]
+    neutral: frozenset[str] = frozenset()
+    size: int = 1
+    # Each paraphrase's operators together (less SOFT_OPERATORS): "highest mortality" and "lowest
+    # survival" may be one SQL, but "highest survival" is neither paraphrase.
+    signatures: frozenset = frozenset()
+    # The content words of the paraphrases with each signature: "survival" said only where the
+    # operator is "lowest" must not be read with "highest".
+    signature_words: dict = field(default_factory=dict)
+    # Words (nearly) every paraphrase says: the template's subject ("discharged", "specimen"). A
+    # question that says none of one is about something else.
+    core: frozenset[str] = frozenset()
+    # Words the library's own paraphrases use for one another ("sex" for "gender"): mined across
+    # templates (library.mine_synonyms), shared by every family of one library.
+    synonyms: dict = field(default_factory=dict)
+    # Each paraphrase's content words less library wording, and its operator words (ops_key): how far
+    # the question is from the nearest one ("what was the admission type …" says none of "age"/"old",
+    # whichever paraphrase one takes; "how is X taken?" is neither "how much is X?" nor "the cost of X").
+    paraphrases: tuple[tuple[frozenset[str], tuple], ...] = ()
+    # Library wording (in `neutral`) that is the subject of some template ("age", "route"): it must be
+    # said by this template's paraphrases to be explained.
+    subjects: frozenset[str] = frozenset()
+
+    def says(self, word: str) -> bool:
+        """Whether some paraphrase says `word` or a word the library uses in its place."""
+        return word in self.words or bool(self.synonyms.get(word, frozenset()) & self.words)
+
+
+def mine_synonyms(paraphrases: Iterable[Sequence[Sequence[str]]]) -> dict[str, frozenset[str]]:
+    """Words the library's paraphrases use for one another: "sex" for "gender", "dose" for "dosage".
+
+    Two paraphrases of one template (the same SQL, the same operator words) that read the same but
+    for one word in the same place ("the total {value} dose of" / "the total {value} amount of")
+    swap those words without changing the answer. A swap seen in at least SYNONYM_TEMPLATES
+    templates is a synonym for the meaning guard; one template alone may be an accident of its
+    wording. `paraphrases` is, per template and operator signature, each paraphrase's words in order
+    (guard_sequence).
+    """
+    seen: Counter[tuple[str, str]] = Counter()
+    for group in paraphrases:
+        pairs: set[tuple[str, str]] = set()
+        members = list(group)[:SYNONYM_MEMBERS]
+        for i, a in enumerate(members):
+            for b in members[i + 1 :]:
+                swap = _swap(a, b)
+                if swap and not set(swap) & NEVER_NEUTRAL:
+                    pairs.add(swap)
+        seen.update(pairs)
+    out: dict[str, set[str]] = defaultdict(set)
+    for (x, y), n in seen.items():
+        if n >= SYNONYM_TEMPLATES:
+            out[x].add(y)
+            out[y].add(x)
+    return {w: frozenset(v) for w, v in out.items()}
+
+
+def _swap(a: Sequence[str], b: Sequence[str]) -> tuple[str, str] | None:
+    """The one word two word sequences differ by, in the same place, or None."""
+    if len(a) != len(b):
+        return None
+    differ = [(x, y) for x, y in zip(a, b, strict=True) if x != y]
+    if len(differ) != 1:
+        return None
+    x, y = differ[0]
+    if x in NEUTRAL_STEMS or y in NEUTRAL_STEMS or x.startswith("slot") or y.startswith("slot"):
+        return None
+    return (min(x, y), max(x, y))
+
+
+def _core(words: Iterable[str], said: Sequence[set[str]]) -> frozenset[str]:
+    """The words (nearly) every paraphrase says, each in some form: "diagnosed", "diagnosis" and
+    "diagnoses" are three stems, yet a template whose paraphrases say one of them in each is about
+    diagnoses, and a question that says none of them ("… any procedure …") is about something else."""
+    out = set()
+    for w in words:
+        n = sum(1 for s in said if w in s or any(same_stem(w, x) for x in s))
+        if n >= CORE_SHARE * len(said):
+            out.add(w)
+    return frozenset(out)
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def library_reading(
+    masked: str, question: str, value_spans: tuple[tuple[int, int], ...]
+) -> tuple[tuple[str, ...], frozenset[str], dict[str, Any]]:
+    """How the guard reads one library question (its word sequence, its words, its operator words
+    with values and periods blanked): the same in every library a cross-validation builds from
+    subsets, so read once (a calibration builds ten). Callers must not change what it returns."""
+    ops = question_operators(blank(question, [*value_spans, *periods(question)]))
+    return tuple(guard_sequence(masked)), frozenset(guard_words(masked)), ops
+
+
+def key_hash(key: str) -> str:
+    """The stored, indexed form of a template key (Example.template_key)."""
+    return hashlib.sha1(key.encode()).hexdigest()[:16] if key else ""
+
+
+def sql_group(sql: str) -> str:
+    """A paraphrase group for SQL: the same query, spacing and case aside."""
+    return hashlib.sha1(" ".join(sql.lower().split()).rstrip(";").encode()).hexdigest()[:16]
+
+
+# --- the library ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One library example as the matcher sees it."""
+
+    example_id: int | None
+    question: str
+    template: Template | None  # None for an unanswerable example
+    key: str  # template_key, or UNANSWERABLE
+    group: str  # paraphrase group: same SQL (answerable) or same question (unanswerable)
+
+
+def entry_for(
+    example_id: int | None, question: str, sql: str, template: Template | None, key: str | None = None
+) -> Entry | None:
+    """The entry of one example, or None when its SQL could not be templated (it cannot answer).
+    `key`: its template_key when stored with the template (computing it parses the SQL)."""
+    if not sql:
+        return Entry(example_id, question, None, UNANSWERABLE, "q:" + " ".join(question.lower().split()))
+    if template is None or not template.usable:
+        return None
+    return Entry(example_id, question, template, key or template_key(template), sql_group(sql))
+
+
+class LibraryIndex:
+    """Entries, their masked-question vectors (unit length) and their families, for one source."""
+
+    def __init__(self, entries: Sequence[Entry], vectors: np.ndarray | Sequence[Sequence[float]]):
+        self.entries = list(entries)
+        matrix = np.asarray(vectors, dtype=np.float32)
+        matrix = matrix.reshape(len(self.entries), -1) if self.entries else np.zeros((0, 1), dtype=np.float32)
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0
+        self.matrix = matrix / norms
+        self.members: dict[str, list[int]] = defaultdict(list)
+        for i, entry in enumerate(self.entries):
+            self.members[entry.key].append(i)
+        self.families = self._families()
+        self.names = value_names(e.template for e in self.entries if e.template)
+
+    def _families(self) -> dict[str, Family]:
+        readings = {i: library_reading(e.template.masked_question, e.template.question,
+                                       tuple((x.start, x.end) for x in e.template.slots if x.type == VALUE))
+                    for i, e in enumerate(self.entries) if e.template}  # fmt: skip
+        sequence_of = {i: r[0] for i, r in readings.items()}
+        said_by = {i: set(r[1]) for i, r in readings.items()}
+        ops_by = {i: r[2] for i, r in readings.items()}
+        groups = {key: idx for key, idx in self.members.items() if key != UNANSWERABLE}
+        summary = {key: _paraphrases_say(idx, said_by, ops_by) for key, idx in groups.items()}
+        synonyms = mine_synonyms(
+            [sequence_of[i] for i in idx if operator_signature(ops_by[i]) == sig]
+            for idx in groups.values()
+            if len(idx) > 1
+            for sig in {operator_signature(ops_by[i]) for i in idx}
+        )
+        self.synonyms = synonyms
+        neutral = _library_wording(
+            groups, said_by, synonyms, [s["signature_words"] for s in summary.values()]
+        )
+        subjects = _subjects(groups, said_by, neutral)
+        return {
+            key: Family(
+                key,
+                {k: frozenset(v) for k, v in s["ops"].items()},
+                frozenset(s["words"]),
+                neutral,
+                len(self.members[key]),
+                frozenset(s["signatures"]),
+                s["signature_words"],
+                s["core"] - neutral,  # wording is no subject
+                synonyms,
+                tuple(
+                    dict.fromkeys((frozenset(said_by[i] - neutral), ops_key(ops_by[i])) for i in groups[key])
+                ),
+                subjects,
+            )
+            for key, s in summary.items()
+        }
+
+    def subset(self, keep: Sequence[int]) -> LibraryIndex:
+        """The library with only these entries (cross-validation leaves whole groups out)."""
+        return LibraryIndex([self.entries[i] for i in keep], self.matrix[list(keep)])
+
+
+def _paraphrases_say(idx: list[int], said_by: dict[int, set[str]], ops_by: dict[int, dict]) -> dict[str, Any]:
+    """What one template's paraphrases say together: their words, operator values, operator
+    signatures, the words said with each signature, and the words (nearly) all of them say."""
+    words: set[str] = set()
+    ops: dict[str, set] = defaultdict(set)
+    signatures = set()
+    by_signature: dict[tuple, set[str]] = defaultdict(set)
+    for i in idx:
+        words.update(said_by[i])
+        signatures.add(operator_signature(ops_by[i]))
+        by_signature[operator_signature(ops_by[i])].update(said_by[i])
+        for name, value in ops_by[i].items():
+            ops[name].add(value)
+    return {
+        "words": words, "ops": ops, "signatures": signatures,
+        "signature_words": {k: frozenset(v) for k, v in by_signature.items()},
+        "core": _core(words, [said_by[i] for i in idx]),
+    }  # fmt: skip
+
+
+def _library_wording(
+    groups: dict[str, list[int]],
+    said_by: dict[int, set[str]],
+    synonyms: dict[str, frozenset[str]],
+    signature_words: list[dict[tuple, frozenset]],
+) -> frozenset[str]:
+    """Words the library's paraphrases leave out across templates: wording, not conditions."""
+    # A word that some paraphrases of a template use and others leave out, in several templates,
+    # is wording ("documented", "exactly"), not a condition: a condition is in every paraphrase.
+    optional: Counter[str] = Counter()
+    present: Counter[str] = Counter()
+    for idx in groups.values():
+        if len(idx) < 2:
+            continue
+        # A word counts as said where a synonym is ("diagnosis" where "diagnosed" is).
+        each = [said_by[i] | {x for w in said_by[i] for x in synonyms.get(w, ())} for i in idx]
+        optional.update(set.union(*each) - set.intersection(*each))
+        present.update(set.union(*each))
+    # …and left out in at least half the templates that use it ("input" is said wherever it matters).
+    neutral = {w for w, n in optional.items() if n >= OPTIONAL_TEMPLATES and n >= 0.5 * present[w]}
+    # A word that goes with one operator in a template ("survival" with "lowest" where "mortality"
+    # goes with "highest") carries meaning, however often paraphrases leave it out.
+    polarity: set[str] = set()
+    for by_sig in signature_words:
+        for sig, words in by_sig.items():
+            against = [v for k, v in by_sig.items() if opposite(k, sig)]
+            if against:
+                polarity |= words - frozenset().union(*against)
+    return frozenset(neutral - NEVER_NEUTRAL - polarity)
+
+
+def _subjects(
+    groups: dict[str, list[int]], said_by: dict[int, set[str]], neutral: frozenset[str]
+) -> frozenset[str]:
+    """Library wording that is what some template is about ("age", "route", "discharged": said by
+    nearly all its paraphrases): it says that subject when a question says it, wording for the
+    templates that leave it out, yet no question about it may be answered by a sibling that never
+    says it ("what age was …" by the admission type's template)."""
+    return frozenset(
+        w
+        for idx in groups.values()
+        if len(idx) >= SUBJECT_MEMBERS
+        for w, n in Counter(w for i in idx for w in said_by[i]).items()
+        if w in neutral and n >= SUBJECT_SHARE * len(idx)
+    )
+
+
+def column_readings(index: LibraryIndex, values: ValueIndex) -> dict[frozenset[str], Counter[str]]:
+    """How the library reads values that name items of two columns: per pair of columns, which one its
+    examples bind such a value to ("anion gap" is a chart label and a lab label; the library's
+    questions that name it, with "lab" or not, mean the lab test). Computed once per library and
+    database value index: the per-question wrapper that adds the library's other names is not a new
+    index (keyed on it, this ran for every question, 16 ms each at 5,000 examples)."""
+    values = getattr(values, "base", values)
+    cached = getattr(index, "_column_readings", None)
+    if cached is not None and cached[0] is values:
+        return cached[1]
+    readings: dict[frozenset[str], Counter[str]] = defaultdict(Counter)
+    for entry in index.entries:
+        for slot in entry.template.slots if entry.template else ():
+            if slot.type != VALUE:
+                continue
+            column = bare_column(slot.column)
+            for other in columns_naming(values, slot.value) - {column}:
+                readings[frozenset((column, other))][column] += 1
+    index._column_readings = (values, readings)  # type: ignore[attr-defined]
+    return readings

@@ -1,0 +1,42 @@
+"""Operator words must be ones the template's paraphrases use, and combined as one of them combines
+them: "first" is not "last", "in 2100" is not "since 2100", "average" is not "count", however close
+the embeddings. Runs before any value is looked up: a template that cannot apply costs nothing more."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.match import reasons as R
+from core.match.binding import Bound
+from core.match.candidate import TemplateCandidate
+from core.match.index import Family
+from core.match.operators import operator_signature
+from core.match.reading import Reading
+from core.match.template import Template
+
+COMBINATION = (
+    "This question combines words such as first, highest, count or 'since' "
+    "in a way no wording of the verified question does."
+)
+
+
+def check(reading: Reading, candidate: TemplateCandidate, bound: Bound) -> list[R.Reason]:
+    return operator_reasons(reading.ops, candidate.template, candidate.family)
+
+
+def operator_reasons(ops: dict[str, Any], template: Template, family: Family | None) -> list[R.Reason]:
+    """Why the question's operator words are not the template's (judged across its paraphrases):
+    one reason per operator key that differs, else the combination when no paraphrase has it."""
+    reasons = []
+    for key in sorted(set(ops) | set(template.operators)):
+        allowed = family.operators.get(key, frozenset()) if family else {template.operators.get(key)}
+        if ops.get(key) not in allowed:
+            reasons.append(R.operator_differs(key, ops.get(key), allowed))
+    if (
+        family is not None
+        and family.signatures
+        and not reasons
+        and operator_signature(ops) not in family.signatures
+    ):
+        reasons.append(R.Reason(R.OPERATOR_COMBINATION, COMBINATION))
+    return reasons

@@ -1,0 +1,369 @@
+"""Templates from reviewer-approved examples: which question words are values, and where they go in the SQL.
+
+Why templates: many questions are an approved question with other values ("patient 10004235" instead
+of "10006580", "fenofibrate" instead of "fentanyl"). Binding the new values into the approved SQL gives
+an answer that is reproducible, free and fast, with no LLM. A template records, for one example, the
+SQL literals that correspond to spans of its question (ids, numbers, years, dates, a gender, a named
+value of a table.column) as typed slots, the question with those spans masked, and the question's
+"meaning-flip" operators (first/last, min/max, count/avg, in/since, …) which decide whether another
+question may reuse the SQL at all.
+
+Binding replaces literal nodes of the parsed SQL (sqlglot), never pastes strings: a hostile value is
+always one quoted literal. `sql_template` is the sqlglot-normalised SQL; each slot use points at one
+literal of its parse by position and remembers the literal's text, so a stale position fails loudly
+instead of binding the wrong literal. Literals that the question does not mention (`LIMIT 1`,
+`icd_version = 10`) stay fixed; a quoted name whose column cannot be value-linked becomes an "anchor":
+the question words must reappear in a new question for the template to apply.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+
+from core.match.spans import (
+    CALENDAR_FORMS,
+    CALENDAR_TYPES,
+    DATE,
+    GENDER,
+    ID_TYPES,
+    NUMBER,
+    PERIOD_TYPES,
+    VALUE,
+    YEAR,
+)
+from core.match.words import INT_RE, NUMBER_RE
+
+# Bump when the algorithm changes so that stored templates (Example.template) are rebuilt.
+TEMPLATE_VERSION = (
+    6  # 6: periods ("last year") are slots; a number inside a name is part of it; 85.0 stays real
+)
+
+# Columns whose values the value index holds (metadata_admin.docs.VALUE_COLUMNS), by bare table name.
+# The pipeline core cannot import metadata_admin, so callers with a catalog pass `value_columns`.
+DEFAULT_VALUE_COLUMNS = frozenset(
+    {
+        ("d_icd_diagnoses", "long_title"),
+        ("d_icd_procedures", "long_title"),
+        ("d_labitems", "label"),
+        ("d_items", "label"),
+        ("d_hcpcs", "short_description"),
+        ("prescriptions", "drug"),
+        ("pharmacy", "medication"),
+        ("emar", "medication"),
+        ("microbiologyevents", "org_name"),
+        ("microbiologyevents", "spec_type_desc"),
+        ("microbiologyevents", "test_name"),
+        ("prescriptions", "route"),
+        ("transfers", "careunit"),
+        ("admissions", "admission_location"),
+        ("admissions", "admission_type"),
+        ("admissions", "discharge_location"),
+        ("admissions", "insurance"),
+    }
+)
+
+
+# --- the template --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LiteralUse:
+    """One literal of the SQL a slot fills: its position among the parse's literals and how to rebuild it.
+
+    The literal is `prefix + value + suffix`, where value is the slot's value shifted by `offset`
+    (years for a year slot, days for a date slot): `'2151-01-01'` is the year 2150, offset 1, suffix
+    `-01-01`; `'%fentanyl%'` is prefix and suffix `%`; `'-6 month'` is prefix `-`, suffix ` month`.
+    """
+
+    index: int  # position in list(tree.find_all(exp.Literal)) of the parsed sql_template
+    literal: str  # its text, checked before binding
+    is_string: bool
+    prefix: str = ""
+    suffix: str = ""
+    offset: int = 0
+    case: str = "asis"  # "lower" | "upper" | "title" | "asis": how a user's text is written into a LIKE
+    like: bool = False
+
+
+@dataclass(frozen=True)
+class Slot:
+    name: str  # "patient_id", "year", "value", "value_2", …
+    type: str  # one of SLOT_TYPES
+    text: str  # the span of the example question
+    start: int
+    end: int
+    value: str  # the value the example binds: "10004235", "2150", "Glucose", "F"
+    column: str = ""  # "mimiciv_hosp.d_labitems.label": the column the literal is compared to
+    uses: tuple[LiteralUse, ...] = ()
+
+    @property
+    def placeholder(self) -> str:
+        return f"{{value:{self.column}}}" if self.type == VALUE else f"{{{self.type}}}"
+
+
+@dataclass(frozen=True)
+class Template:
+    """A reusable form of one approved example (JSON round-trippable through to_dict/from_dict)."""
+
+    question: str
+    sql: str
+    dialect: str
+    masked_question: str
+    slots: tuple[Slot, ...]
+    sql_template: str  # the sqlglot-normalised SQL whose literals the slots point at
+    operators: dict[str, Any] = field(default_factory=dict)
+    anchors: tuple[str, ...] = ()  # question words tied to fixed SQL literals; a new question must have them
+    fixed_values: tuple[str, ...] = ()  # value-looking question spans the SQL does not use
+    warnings: tuple[str, ...] = ()
+    error: str = ""  # set when the SQL could not be templated; such a template never matches
+    version: int = TEMPLATE_VERSION
+
+    @property
+    def usable(self) -> bool:
+        return not self.error and bool(self.sql_template)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "question": self.question,
+            "sql": self.sql,
+            "dialect": self.dialect,
+            "masked_question": self.masked_question,
+            "slots": [
+                {
+                    "name": s.name,
+                    "type": s.type,
+                    "text": s.text,
+                    "start": s.start,
+                    "end": s.end,
+                    "value": s.value,
+                    "column": s.column,
+                    "uses": [u.__dict__.copy() for u in s.uses],
+                }
+                for s in self.slots
+            ],
+            "sql_template": self.sql_template,
+            "operators": dict(self.operators),
+            "anchors": list(self.anchors),
+            "fixed_values": list(self.fixed_values),
+            "warnings": list(self.warnings),
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Template:
+        slots = tuple(
+            Slot(
+                name=s["name"],
+                type=s["type"],
+                text=s["text"],
+                start=int(s["start"]),
+                end=int(s["end"]),
+                value=s["value"],
+                column=s.get("column", ""),
+                uses=tuple(LiteralUse(**u) for u in s.get("uses", ())),
+            )
+            for s in data.get("slots", ())
+        )
+        return cls(
+            question=data["question"],
+            sql=data["sql"],
+            dialect=data.get("dialect", "postgres"),
+            masked_question=data["masked_question"],
+            slots=slots,
+            sql_template=data.get("sql_template", ""),
+            operators=dict(data.get("operators", {})),
+            anchors=tuple(data.get("anchors", ())),
+            fixed_values=tuple(data.get("fixed_values", ())),
+            warnings=tuple(data.get("warnings", ())),
+            error=data.get("error", ""),
+            version=int(data.get("version", 0)),
+        )
+
+    def preview(self) -> str:
+        """The SQL with each slot literal shown as `{slot}`, for people (not for parsing)."""
+        if not self.usable:
+            return ""
+        tree = parse_sql(self.sql_template, self.dialect)
+        literals = list(tree.find_all(exp.Literal))
+        for slot in self.slots:
+            for k, use in enumerate(slot.uses):
+                name = slot.name if len(slot.uses) == 1 else f"{slot.name}#{k + 1}"
+                literals[use.index].replace(exp.var(f"{{{name}}}"))
+        return tree.sql(dialect=self.dialect)
+
+
+def template_key(template: Template) -> str:
+    """The template's identity: its normalised SQL with every slot literal replaced by its type.
+
+    Examples whose SQL differs only in the values their questions name share a key: they are one
+    template with many paraphrases. Fixed literals stay (`'-0 year'` "this year" and `'-1 year'`
+    "last year" are different templates). "" for an unusable template. The library stores it
+    with the template (its "key"): change TEMPLATE_VERSION when this function's output changes.
+    """
+    if not template.usable:
+        return ""
+    tree = parsed_sql(template.sql_template, template.dialect).copy()  # changed below: a copy
+    literals = list(tree.find_all(exp.Literal))
+    for slot in template.slots:
+        for use in slot.uses:
+            shift = f"{use.offset:+d}" if use.offset else ""
+            placeholder = f"{use.prefix}{{{slot.type}{shift}}}{use.suffix}"
+            literals[use.index].replace(
+                exp.Literal.string(placeholder) if use.is_string else exp.var(placeholder)
+            )
+    return tree.sql(dialect=template.dialect, copy=False)  # our copy: sqlglot need not copy it again
+
+
+def template_is_current(data: dict[str, Any] | None) -> bool:
+    """Whether a stored template was built by this version of the algorithm (else rebuild it)."""
+    return bool(data) and data.get("version") == TEMPLATE_VERSION
+
+
+class BindError(ValueError):
+    """A value could not be bound into a template (wrong type, stale template)."""
+
+
+def parse_sql(sql: str, dialect: str) -> exp.Expr:
+    text = sql.strip().rstrip(";").strip()
+    statements = [s for s in sqlglot.parse(text, dialect=dialect) if s is not None]
+    if len(statements) != 1:
+        raise ValueError(f"expected one statement, found {len(statements)}")
+    return statements[0]
+
+
+@functools.lru_cache(maxsize=2048)
+def parsed_sql(sql: str, dialect: str) -> exp.Expr:
+    """One parse per template SQL; callers that change the tree copy it first."""
+    return parse_sql(sql, dialect)
+
+
+# --- binding -------------------------------------------------------------------------------------
+
+
+def bind_sql(template: Template, values: dict[str, str]) -> str:
+    """The template's SQL with each slot's literals rebuilt from `values` (slot name -> value).
+
+    Values are checked against the slot type (ids and numbers must be numbers, years four digits,
+    dates ISO); names become quoted string literals whatever they contain.
+    """
+    if not template.usable:
+        raise BindError(template.error or "the template has no SQL")
+    tree = parsed_sql(template.sql_template, template.dialect).copy()  # parsed once per template
+    literals = list(tree.find_all(exp.Literal))
+    replacements: list[tuple[exp.Literal, exp.Expr]] = []
+    for slot in template.slots:
+        if slot.name not in values:
+            raise BindError(f"no value for slot {slot.name}")
+        value = str(values[slot.name]).strip()
+        for use in slot.uses:
+            if use.index >= len(literals) or literals[use.index].this != use.literal:
+                raise BindError("the template is stale: its SQL literals moved; rebuild it")
+            replacements.append((literals[use.index], _literal_for(slot, use, value)))
+    for old, new in replacements:
+        old.replace(new)
+    return tree.sql(dialect=template.dialect, copy=False)  # our copy: sqlglot need not copy it again
+
+
+def _literal_for(slot: Slot, use: LiteralUse, value: str) -> exp.Expr:
+    if slot.type in (*ID_TYPES, NUMBER):
+        if not NUMBER_RE.fullmatch(value) or (slot.type in ID_TYPES and not INT_RE.fullmatch(value)):
+            raise BindError(f"{slot.name} needs a number, not {value!r}")
+        core = value
+        decimals = re.fullmatch(r"[+-]?\d+\.(\d+)", use.literal)
+        if decimals and "." not in core:  # `valuenum = 85.0` stays a real number: 92 is written 92.0
+            core = f"{core}.{'0' * len(decimals.group(1))}"
+    elif slot.type == YEAR:
+        if not re.fullmatch(r"\d{4}", value):
+            raise BindError(f"{slot.name} needs a four-digit year, not {value!r}")
+        core = str(int(value) + use.offset)
+    elif slot.type == DATE:
+        try:
+            core = (dt.date.fromisoformat(value) + dt.timedelta(days=use.offset)).isoformat()
+        except ValueError as error:
+            raise BindError(f"{slot.name} needs an ISO date, not {value!r}") from error
+    elif slot.type in PERIOD_TYPES.values():
+        if not re.fullmatch(r"\d{1,3}", value):
+            raise BindError(f"{slot.name} needs a number of periods back, not {value!r}")
+        core = str(int(value))
+    elif slot.type in CALENDAR_TYPES:
+        if not re.fullmatch(CALENDAR_FORMS[slot.type], value):
+            raise BindError(f"{slot.name} needs the form {CALENDAR_FORMS[slot.type]}, not {value!r}")
+        core = value
+    elif slot.type == GENDER:
+        code = value.upper()[:1]
+        if code not in ("F", "M"):
+            raise BindError(f"{slot.name} needs F or M, not {value!r}")
+        core = {"F": "female", "M": "male"}[code] if len(use.literal.strip()) > 1 else code
+        core = apply_case(core, use.case)
+    else:
+        if not value or len(value) > 300 or "\x00" in value:
+            raise BindError(f"{slot.name} needs a value of {slot.column}")
+        core = value
+    if use.is_string:
+        return exp.Literal.string(f"{use.prefix}{core}{use.suffix}")
+    return exp.Literal.number(core)
+
+
+def apply_case(text: str, case: str) -> str:
+    return {"lower": text.lower, "upper": text.upper, "title": text.title}.get(case, lambda: text)()
+
+
+TIME_COLUMN = re.compile(r"(?:time|date)$|^dod$")
+
+
+def answer_kind(template: Template) -> str:
+    """What the template's SQL returns: "time" (a time column, its first or last), "number" (a count,
+    sum, average or arithmetic), "column" (another column: a name, a label, a value) or "other".
+
+    The question's asked-for thing must agree with it: "the name of the input" is not answered
+    with the time of the input, however close the wording.
+    """
+    return _answer_kind(template.sql_template, template.dialect) if template.usable else "other"
+
+
+@functools.lru_cache(maxsize=4096)
+def _answer_kind(sql: str, dialect: str) -> str:
+    try:
+        tree = parse_sql(sql, dialect)
+    except (SqlglotError, ValueError, RecursionError):
+        return "other"
+    select = tree if isinstance(tree, exp.Select) else tree.find(exp.Select)
+    if select is None or len(select.expressions) != 1:
+        return "other"
+    node = select.expressions[0].unalias()
+    if isinstance(node, exp.Distinct) and len(node.expressions) == 1:
+        node = node.expressions[0]
+    if isinstance(node, (exp.Count, exp.Sum, exp.Avg, exp.Binary)) and not isinstance(node, exp.Connector):
+        return "number"
+    if isinstance(node, (exp.Max, exp.Min)):
+        node = node.this
+    if isinstance(node, exp.Column):
+        return "time" if TIME_COLUMN.search(node.name.lower()) else "column"
+    return "other"
+
+
+def interchangeable(template: Template, slot_names: tuple[str, ...]) -> bool:
+    """Whether these slots' values may be bound in any order: each is used once, all in one IN list."""
+    slots = [s for s in template.slots if s.name in slot_names]
+    if not template.usable or len(slots) < 2 or any(len(s.uses) != 1 for s in slots):
+        return False
+    return _one_in_list(template.sql_template, template.dialect, tuple(s.uses[0].index for s in slots))
+
+
+@functools.lru_cache(maxsize=4096)
+def _one_in_list(sql: str, dialect: str, indices: tuple[int, ...]) -> bool:
+    literals = list(parse_sql(sql, dialect).find_all(exp.Literal))
+    if any(i >= len(literals) for i in indices):
+        return False
+    parents = {id(literals[i].parent) for i in indices}
+    parent = literals[indices[0]].parent
+    return len(parents) == 1 and isinstance(parent, exp.In)

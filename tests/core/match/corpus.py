@@ -1,0 +1,265 @@
+"""The match stage's fixture corpus: a small library and hundreds of questions, each with the decision
+the matcher makes (the SQL it answers with, or the code it refuses with). A rule or a word list that
+changes a decision shows up as a diff of `fixtures/cases.jsonl`.
+
+The library is the demo's seed (benchmarks/data/mimiciv/train.json) and the hand-written
+EHRSQL-shaped examples of `fixtures/library.json`. The questions: every library question, the
+paraphrases of the demo's test split, each answerable library question with other values, with one
+condition more, and with an operator word swapped, and the adversarial questions the demo library
+must never answer. Pure: no database, no model. The masked questions' MiniLM vectors and the
+are stored beside the cases (`vectors.npz`), so the test needs
+neither the encoder nor a calibration run. P(correct) is the library's hand-set risk model
+(match.DEFAULT_RISK, what a library answers with before its first calibration): the corpus is
+about the rules, and a risk fitted on a library this small says little.
+
+Regenerate after a deliberate change (embeds with the app's encoder, rewrites the expected decisions;
+review the diff before committing it):
+
+    .venv/bin/python -m tests.core.match.corpus --update
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from rapidfuzz import fuzz, process
+
+from core.match import (
+    DEFAULT_RISK,
+    Calibration,
+    LibraryIndex,
+    ValueIndex,
+    bind_sql,
+    build_template,
+    decide,
+    entry_for,
+    mask_question,
+    match_library,
+)
+from core.match.spans import VALUE
+
+ROOT = Path(__file__).resolve().parents[3]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+DEMO = ROOT / "benchmarks" / "data" / "mimiciv"
+CASES = FIXTURES / "cases.jsonl"
+VECTORS = FIXTURES / "vectors.npz"
+RISK = DEFAULT_RISK
+
+# One condition more than the example says: the library must not answer with the example's SQL.
+CONDITIONS = (" for female patients", " among patients who died in the hospital", " in the ICU",
+              " after an emergency admission", " with a sepsis diagnosis")  # fmt: skip
+# Operator words and the word that flips them.
+SWAPS = (("first", "last"), ("last", "first"), ("maximum", "minimum"), ("minimum", "maximum"),
+         ("highest", "lowest"), ("lowest", "highest"), ("average", "total"), ("since", "before"),
+         ("how many", "what is the average number of"), ("most", "least"))  # fmt: skip
+# Each adds a condition, negates, or swaps an operator relative to one of the demo library's examples
+# ("count the number of patients older than 65" -> "… older than 70 who died in the hospital"):
+# never answered (tests/askdb/test_library_demo_adversarial.py asks them of the app too).
+MUST_ABSTAIN = [
+    "count the number of patients older than 70 who died in the hospital.",
+    "count the number of patients older than 70 with an ICU stay.",
+    "how many patients over 85 had sepsis and were admitted to the ICU?",
+    "count the number of female patients older than 65.",
+    "count the number of patients older than 65 who were never admitted.",
+    "how many patients died in the hospital after an ICU stay?",
+    "how many female patients died in 2155?",
+    "what is the average age of male patients who died?",
+    "what is the average age of male patients with diabetes?",
+    "how many times was patient 10014354 admitted to the hospital through the emergency room?",
+    "what was the maximum sodium value of patient 10014354 in the ICU in 2148?",
+    "how many patients were prescribed heparin and warfarin in 2150?",
+    "what was the first creatinine value of patient 10004235 in the ICU?",
+    "what are the top 5 most frequent diagnoses of female patients?",
+    "count the number of patients diagnosed with atrial fibrillation who died.",
+    "what was the minimum platelet count of patient 10020740 before 2150?",
+    "how many patients were not prescribed heparin in 2150?",
+    "what is the average age of male patients without insurance?",
+]
+OTHER_IDS = ("10002428", "10014354", "10019003", "10031404", "10037861")
+
+
+def _norm(sql: str) -> str:
+    return " ".join(sql.lower().split()).rstrip(";")
+
+
+@dataclass
+class Corpus:
+    index: LibraryIndex
+    values: ValueIndex
+    golds: list[str]  # each library entry's SQL as its template binds it
+
+
+def library_items() -> list[dict]:
+    demo = json.loads((DEMO / "train.json").read_text())
+    mine = json.loads((FIXTURES / "library.json").read_text())
+    return [{"question": i["question"], "sql": i.get("sql") or ""} for i in demo + mine]
+
+
+def value_index(templates) -> ValueIndex:
+    """The database values the corpus knows: those the library's examples name, by column."""
+    columns: dict[str, set[str]] = {}
+    for template in templates:
+        for slot in template.slots:
+            if slot.type == VALUE and slot.column:
+                columns.setdefault(slot.column, set()).add(slot.value)
+    return ValueIndex({c: sorted(v) for c, v in columns.items()})
+
+
+def lookup_in(values: dict[str, list[str]]):
+    """A value lookup over the known values: rapidfuzz's best five, exact spelling first."""
+
+    def lookup(column: str, text: str) -> list[tuple[str, float]]:
+        bare = ".".join(column.lower().split(".")[-2:])
+        known = next((v for c, v in values.items() if ".".join(c.lower().split(".")[-2:]) == bare), [])
+        hits = process.extract(text, known, scorer=fuzz.WRatio, limit=5)
+        return [(v, score / 100) for v, score, _ in hits]
+
+    return lookup
+
+
+def questions() -> list[tuple[str, str]]:
+    """(kind, question) of every case, in a stable order."""
+    items = library_items()
+    out = [("library", i["question"]) for i in items]
+    out += [("paraphrase", i["question"]) for i in json.loads((DEMO / "test.json").read_text())]
+    answerable = [i["question"] for i in items if i["sql"]]
+    for n, q in enumerate(answerable):
+        other = _other_values(q, n)
+        if other != q:
+            out.append(("values", other))
+        out.append(("condition", _with_condition(q, CONDITIONS[n % len(CONDITIONS)])))
+        swapped = _swapped(q)
+        if swapped != q:
+            out.append(("operator", swapped))
+    out += [("adversarial", q) for q in MUST_ABSTAIN]
+    return list(dict.fromkeys(out))
+
+
+def _other_values(question: str, n: int) -> str:
+    question = re.sub(r"\b1\d{7}\b", OTHER_IDS[n % len(OTHER_IDS)], question)
+    question = re.sub(r"\b(21[0-9]{2})\b", lambda m: str(int(m.group(1)) + 1), question)
+    return re.sub(
+        r"\b(older than|over|more than|at least) (\d{2})\b",
+        lambda m: f"{m.group(1)} {int(m.group(2)) + 5}",
+        question,
+    )
+
+
+def _with_condition(question: str, condition: str) -> str:
+    stripped = question.rstrip(" ?.")
+    return stripped + condition + question[len(stripped) :]
+
+
+def _swapped(question: str) -> str:
+    for old, new in SWAPS:
+        pattern = rf"\b{old}\b"
+        if re.search(pattern, question, flags=re.I):
+            return re.sub(pattern, new, question, count=1, flags=re.I)
+    return question
+
+
+def build() -> Corpus:
+    entries, golds = [], []
+    for n, item in enumerate(library_items()):
+        template = build_template(item["question"], item["sql"]) if item["sql"] else None
+        entry = entry_for(n, item["question"], item["sql"], template)
+        if entry is None:
+            continue
+        entries.append(entry)
+        golds.append(bind_sql(template, {s.name: s.value for s in template.slots}) if template else "")
+    values = value_index(e.template for e in entries if e.template)
+    masked = [mask_question(e.question, values) for e in entries]
+    return Corpus(LibraryIndex(entries, vectors_for(masked)), values, golds)
+
+
+def _values_by_column(corpus: Corpus) -> dict[str, list[str]]:
+    out: dict[str, set[str]] = {}
+    for e in corpus.index.entries:
+        for s in e.template.slots if e.template else ():
+            if s.type == VALUE and s.column:
+                out.setdefault(s.column, set()).add(s.value)
+    return {c: sorted(v) for c, v in out.items()}
+
+
+_VECTORS: dict[str, np.ndarray] = {}
+
+
+def vectors_for(texts: list[str]) -> np.ndarray:
+    """The stored MiniLM vectors of these masked texts (`--update` stores new ones)."""
+    if not _VECTORS and VECTORS.is_file():
+        data = np.load(VECTORS, allow_pickle=False)
+        _VECTORS.update(zip(data["texts"].tolist(), data["vectors"].astype(np.float32), strict=True))
+    missing = [t for t in texts if t not in _VECTORS]
+    if missing:
+        raise LookupError(
+            f"{len(missing)} masked questions have no stored vector (e.g. {missing[0]!r}): "
+            "a change to masking? Run `python -m tests.core.match.corpus --update`."
+        )
+    return np.stack([_VECTORS[t] for t in texts]) if texts else np.zeros((0, 384), dtype=np.float32)
+
+
+def decisions(corpus: Corpus, risk: Calibration) -> list[dict]:
+    """Every case's decision: the SQL answered (and from which example), or the refusal code."""
+    lookup = lookup_in(_values_by_column(corpus))
+    cases = questions()
+    vectors = vectors_for([mask_question(q, corpus.values) for _, q in cases])
+    out = []
+    for n, ((kind, question), vector) in enumerate(zip(cases, vectors, strict=True)):
+        found = match_library(question, vector, corpus.index, lookup=lookup, values=corpus.values, risk=risk)
+        best, competitors = decide(found.results, risk.threshold)
+        top = found.best
+        case = {"id": n, "kind": kind, "question": question}
+        if best is not None:
+            case |= {"answer": best.sql, "from": best.example_id, "competitors": len(competitors)}
+        elif top is None:
+            case |= {"refused": "no_template"}
+        else:
+            case |= {"refused": top.reason_codes[0] if top.reason_codes else "below_threshold"}
+        case["p"] = round(top.confidence, 2) if top is not None else 0.0
+        out.append(case)
+    return out
+
+
+def update() -> None:
+    """Embed every masked text with the app's encoder, rewrite the expected cases."""
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+    import django
+
+    django.setup()
+    from infra.providers.embeddings import get_embedder
+
+    items = library_items()
+    templates = [build_template(i["question"], i["sql"]) for i in items if i["sql"]]
+    values = value_index(t for t in templates if t.usable)
+    texts = sorted({mask_question(i["question"], values) for i in items}
+                   | {mask_question(q, values) for _, q in questions()})  # fmt: skip
+    vectors = np.asarray(get_embedder().embed(texts), dtype=np.float16)
+    np.savez_compressed(VECTORS, texts=np.array(texts), vectors=vectors)
+    _VECTORS.clear()
+    cases = decisions(build(), RISK)
+    CASES.write_text("".join(json.dumps(c, sort_keys=True) + "\n" for c in cases))
+    answered = sum(1 for c in cases if "answer" in c)
+    print(f"{len(cases)} cases ({answered} answered), {len(texts)} vectors")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--update", action="store_true", help="re-embed and rewrite the expected cases")
+    args = parser.parse_args(argv)
+    if args.update:
+        update()
+        return 0
+    parser.print_help()
+    return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,386 @@
+"""Templates from approved examples: slots, masked questions, operators, binding (pure: no database)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import sqlglot
+from sqlglot import exp
+
+from core.match.build import build_template
+from core.match.operators import question_operators
+from core.match.spans import extract_typed_spans
+from core.match.template import (
+    TEMPLATE_VERSION,
+    BindError,
+    Template,
+    bind_sql,
+    parsed_sql,
+    template_is_current,
+)
+
+GLUCOSE_Q = "what was the first measured glucose value of patient 10004235 in 2150?"
+GLUCOSE_SQL = """
+SELECT l.valuenum FROM mimiciv_hosp.labevents l
+JOIN mimiciv_hosp.d_labitems d ON l.itemid = d.itemid
+WHERE d.label = 'Glucose' AND l.subject_id = 10004235 AND extract(year from l.charttime) = 2150
+ORDER BY l.charttime ASC LIMIT 1
+"""
+FENTANYL_Q = "how many times was fentanyl prescribed to patient 10006580?"
+FENTANYL_SQL = (
+    "SELECT count(*) FROM mimiciv_hosp.prescriptions WHERE subject_id = 10006580 AND drug ILIKE '%fentanyl%'"
+)
+SEPSIS_Q = "count the number of patients diagnosed with sepsis since 2150"
+SEPSIS_SQL = """
+SELECT count(DISTINCT di.subject_id) FROM mimiciv_hosp.diagnoses_icd di
+JOIN mimiciv_hosp.d_icd_diagnoses dd ON di.icd_code = dd.icd_code AND di.icd_version = dd.icd_version
+JOIN mimiciv_hosp.admissions a ON a.hadm_id = di.hadm_id
+WHERE dd.long_title = 'Sepsis, unspecified organism' AND a.admittime >= '2150-01-01'
+"""
+ELECTIVE_Q = "what is the average length of stay of elective admissions?"
+ELECTIVE_SQL = (
+    "SELECT avg(extract(epoch from dischtime - admittime) / 86400) FROM mimiciv_hosp.admissions "
+    "WHERE admission_type = 'ELECTIVE'"
+)
+FEMALE_Q = "how many female patients were admitted in 2151?"
+FEMALE_SQL = """
+SELECT count(DISTINCT p.subject_id) FROM mimiciv_hosp.patients p
+JOIN mimiciv_hosp.admissions a ON a.subject_id = p.subject_id
+WHERE p.gender = 'F' AND a.admittime >= '2151-01-01' AND a.admittime < '2152-01-01'
+"""
+
+
+def literals(sql: str, dialect: str = "postgres") -> set[str]:
+    return {lit.this for lit in sqlglot.parse_one(sql, dialect=dialect).find_all(exp.Literal)}
+
+
+def slot(template: Template, name: str):
+    return next(s for s in template.slots if s.name == name)
+
+
+# --- building ------------------------------------------------------------------------------------
+
+
+def test_glucose_example_gets_a_lab_value_a_patient_and_a_year_slot():
+    t = build_template(GLUCOSE_Q, GLUCOSE_SQL)
+    assert t.usable, t.error
+    assert t.masked_question == (
+        "what was the first measured {value:mimiciv_hosp.d_labitems.label} value of patient {patient_id} in {year}?"
+    )
+    assert {(s.name, s.type, s.text, s.value) for s in t.slots} == {
+        ("value", "value", "glucose", "Glucose"),
+        ("patient_id", "patient_id", "10004235", "10004235"),
+        ("year", "year", "2150", "2150"),
+    }
+    assert slot(t, "patient_id").column == "mimiciv_hosp.labevents.subject_id"
+    assert slot(t, "year").column == "mimiciv_hosp.labevents.charttime"
+    # LIMIT 1 is not in the question: it stays fixed, with no slot.
+    assert all(u.literal != "1" for s in t.slots for u in s.uses)
+    assert t.operators["order"] == "first" and t.operators["time"] == "in"
+    assert t.version == TEMPLATE_VERSION
+
+
+def test_like_pattern_slot_keeps_its_wildcards_when_rebound():
+    t = build_template(FENTANYL_Q, FENTANYL_SQL)
+    value = slot(t, "value")
+    assert value.column == "mimiciv_hosp.prescriptions.drug"
+    assert (value.uses[0].prefix, value.uses[0].suffix, value.uses[0].like) == ("%", "%", True)
+    sql = bind_sql(t, {"value": "fenofibrate", "patient_id": "10004235"})
+    assert literals(sql) == {"%fenofibrate%", "10004235"}
+    assert "fentanyl" not in sql and "10006580" not in sql
+    assert t.operators["times"] is True and t.operators["aggregate"] == "count"
+
+
+def test_a_fuzzy_name_span_maps_a_short_question_word_to_a_long_title():
+    t = build_template(SEPSIS_Q, SEPSIS_SQL)
+    value = slot(t, "value")
+    assert (value.text, value.value, value.column) == (
+        "sepsis",
+        "Sepsis, unspecified organism",
+        "mimiciv_hosp.d_icd_diagnoses.long_title",
+    )
+    year = slot(t, "year")
+    assert year.uses[0].literal == "2150-01-01" and year.uses[0].suffix == "-01-01"
+    assert (
+        t.masked_question
+        == "count the number of patients diagnosed with {value:mimiciv_hosp.d_icd_diagnoses.long_title} since {year}"
+    )
+    assert t.operators["time"] == "since"
+
+
+def test_year_range_bounds_are_one_slot_with_an_offset_for_the_upper_bound():
+    t = build_template(FEMALE_Q, FEMALE_SQL)
+    year = slot(t, "year")
+    assert sorted((u.literal, u.offset) for u in year.uses) == [("2151-01-01", 0), ("2152-01-01", 1)]
+    sql = bind_sql(t, {"year": "2160", "gender": "M"})
+    assert literals(sql) == {"M", "2160-01-01", "2161-01-01"}
+
+
+def test_female_maps_to_the_gender_code_and_back():
+    t = build_template(FEMALE_Q, FEMALE_SQL)
+    gender = slot(t, "gender")
+    assert (gender.text, gender.value, gender.column) == ("female", "F", "mimiciv_hosp.patients.gender")
+    assert "{gender}" in t.masked_question
+
+
+def test_a_name_in_a_column_without_value_index_is_an_anchor_not_a_slot():
+    t = build_template(ELECTIVE_Q, ELECTIVE_SQL, value_columns=lambda table, col: False)
+    assert t.slots == ()
+    assert t.anchors == ("elective",)
+    assert t.operators["aggregate"] == "avg"
+    # A caller whose lookup covers admission_type can make it a slot.
+    linked = build_template(
+        ELECTIVE_Q, ELECTIVE_SQL, value_columns=lambda table, col: col == "admission_type"
+    )
+    assert [(s.type, s.text, s.value, s.column) for s in linked.slots] == [
+        ("value", "elective", "ELECTIVE", "mimiciv_hosp.admissions.admission_type")
+    ]
+    assert linked.anchors == ()
+
+
+def test_interval_number_is_a_slot_and_rebinds_inside_the_interval():
+    t = build_template(
+        "how many prescriptions were started in the last 6 months?",
+        "SELECT count(*) FROM mimiciv_hosp.prescriptions WHERE starttime >= now() - interval '6 months'",
+    )
+    number = slot(t, "number")
+    assert number.text == "6"
+    sql = bind_sql(t, {"number": "3"})
+    interval = sqlglot.parse_one(sql, dialect="postgres").find(exp.Interval)
+    assert interval is not None and interval.this.this == "3"
+    assert t.operators["period"] == "last n month" and t.operators["units"] == "month"
+
+
+def test_sqlite_year_string_and_date_range_bounds():
+    t = build_template(
+        "how many admissions were there in 2150?",
+        "SELECT count(*) FROM admissions WHERE strftime('%Y', admittime) = '2150'",
+        dialect="sqlite",
+    )
+    assert [s.type for s in t.slots] == ["year"]
+    sql = bind_sql(t, {"year": "2155"})
+    assert literals(sql, "sqlite") == {"%Y", "2155"}
+
+    day = build_template(
+        "how many lab tests did patient 10004235 have on 2150-03-04?",
+        "SELECT count(*) FROM mimiciv_hosp.labevents WHERE subject_id = 10004235 "
+        "AND charttime >= '2150-03-04' AND charttime < '2150-03-05'",
+    )
+    date = slot(day, "date")
+    assert sorted((u.literal, u.offset) for u in date.uses) == [("2150-03-04", 0), ("2150-03-05", 1)]
+    sql = bind_sql(day, {"date": "2150-12-31", "patient_id": "10004235"})
+    assert {"2150-12-31", "2151-01-01"} <= literals(sql)
+
+
+def test_values_the_sql_does_not_use_are_kept_as_fixed_values():
+    t = build_template(
+        "what was the first measured glucose value of patient 10004235 in 2150?",
+        "SELECT valuenum FROM mimiciv_hosp.labevents WHERE subject_id = 10004235 AND itemid = 50931 "
+        "ORDER BY charttime LIMIT 1",
+    )
+    assert t.fixed_values == ("2150",)
+    assert [s.name for s in t.slots] == ["patient_id"]
+
+
+def test_a_number_inside_a_name_is_part_of_the_name_not_a_fixed_value():
+    t = build_template(
+        "What is the maximum total hospital cost which involves closed fracture of seven ribs since 2100?",
+        "SELECT MAX(c) FROM (SELECT SUM(cost) AS c FROM cost WHERE hadm_id IN (SELECT hadm_id FROM "
+        "diagnoses_icd WHERE icd_code = (SELECT icd_code FROM d_icd_diagnoses WHERE long_title = "
+        "'closed fracture of seven ribs')) AND STRFTIME('%Y', chargetime) >= '2100' GROUP BY hadm_id)",
+        dialect="sqlite",
+    )
+    assert t.fixed_values == ()
+    assert slot(t, "value").text == "closed fracture of seven ribs"
+    assert "seven" not in t.masked_question
+
+
+def test_an_ambiguous_number_stays_fixed():
+    # "3" occurs twice in the question: which one the SQL means cannot be told, so neither is a slot.
+    t = build_template(
+        "which 3 drugs were prescribed at least 3 times to patient 10004235?",
+        "SELECT drug FROM mimiciv_hosp.prescriptions WHERE subject_id = 10004235 GROUP BY drug "
+        "HAVING count(*) >= 3 LIMIT 3",
+    )
+    assert [s.name for s in t.slots] == ["patient_id"]
+    assert t.fixed_values == ("3", "3")
+
+
+def test_unparseable_sql_gives_an_unusable_template_not_an_exception():
+    t = build_template("how many patients?", "SELEC count( FROM")
+    assert not t.usable and t.error.startswith("unusable SQL")
+    with pytest.raises(BindError):
+        bind_sql(t, {})
+    two = build_template("how many patients?", "SELECT 1; SELECT 2")
+    assert not two.usable
+
+
+def test_building_a_template_leaves_the_shared_parse_as_parsed():
+    # The parse of a template's SQL is cached and shared (binding and keys copy it before changing
+    # it); building reads it without a copy, so it must not change it.
+    first = build_template(GLUCOSE_Q, GLUCOSE_SQL)
+    shared = parsed_sql(first.sql_template, first.dialect)
+    before = shared.sql(dialect=first.dialect)
+    bind_sql(first, {s.name: s.value for s in first.slots})
+    again = build_template(GLUCOSE_Q, GLUCOSE_SQL)
+    assert again == first and again.usable
+    assert parsed_sql(first.sql_template, first.dialect) is shared
+    assert shared.sql(dialect=first.dialect) == before == first.sql_template
+
+
+# --- binding -------------------------------------------------------------------------------------
+
+
+def test_binding_replaces_literals_and_nothing_else():
+    t = build_template(GLUCOSE_Q, GLUCOSE_SQL)
+    sql = bind_sql(t, {"value": "Potassium", "patient_id": "10006580", "year": "2151"})
+    assert literals(sql) == {"Potassium", "10006580", "2151", "1"}
+    # Same shape: only the literals changed.
+    original = sqlglot.parse_one(t.sql_template, dialect="postgres")
+    bound = sqlglot.parse_one(sql, dialect="postgres")
+    assert [type(n).__name__ for n in original.walk()] == [type(n).__name__ for n in bound.walk()]
+
+
+def test_a_real_number_literal_is_usable_and_stays_real_when_rebound():
+    t = build_template(
+        "What percentile of the mcv value is 85.0 among patients of the same age as patient 10004733?",
+        "SELECT DISTINCT c FROM (SELECT valuenum, PERCENT_RANK() OVER (ORDER BY valuenum) AS c FROM labevents "
+        "WHERE subject_id = 10004733) WHERE valuenum = 85.0",
+        dialect="sqlite",
+    )
+    assert t.usable, t.error
+    assert {"92.0", "92.5"} == {
+        lit
+        for v in ("92", "92.5")
+        for lit in literals(bind_sql(t, {"number": v, "patient_id": "1"}), "sqlite")
+    } - {"1"}
+
+
+def test_binding_refuses_values_of_the_wrong_type():
+    t = build_template(GLUCOSE_Q, GLUCOSE_SQL)
+    good = {"value": "Glucose", "patient_id": "10004235", "year": "2150"}
+    with pytest.raises(BindError):
+        bind_sql(t, {**good, "patient_id": "10004235 OR 1=1"})
+    with pytest.raises(BindError):
+        bind_sql(t, {**good, "year": "21500"})
+    with pytest.raises(BindError):
+        bind_sql(t, {"value": "Glucose", "patient_id": "10004235"})  # a slot left unbound
+
+
+def test_hostile_names_become_one_quoted_literal():
+    t = build_template(FENTANYL_Q, FENTANYL_SQL)
+    hostile = "x'; DROP TABLE mimiciv_hosp.patients; --"
+    sql = bind_sql(t, {"value": hostile, "patient_id": "10004235"})
+    statements = sqlglot.parse(sql, dialect="postgres")
+    assert len(statements) == 1 and isinstance(statements[0], exp.Select)
+    assert f"%{hostile}%" in literals(sql)
+    assert not list(statements[0].find_all(exp.Drop))
+
+
+def test_a_stale_template_refuses_to_bind():
+    t = build_template(GLUCOSE_Q, GLUCOSE_SQL)
+    moved = Template(**{**t.__dict__, "sql_template": t.sql_template.replace("'Glucose'", "'Sodium'")})
+    with pytest.raises(BindError, match="stale"):
+        bind_sql(moved, {"value": "Potassium", "patient_id": "10004235", "year": "2150"})
+
+
+# --- storage -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "question,sql", [(GLUCOSE_Q, GLUCOSE_SQL), (FEMALE_Q, FEMALE_SQL), (ELECTIVE_Q, ELECTIVE_SQL)]
+)
+def test_json_round_trip(question, sql):
+    t = build_template(question, sql)
+    data = json.loads(json.dumps(t.to_dict()))
+    again = Template.from_dict(data)
+    assert again == t
+    assert bind_sql(again, {s.name: s.value for s in again.slots}) == t.sql_template
+    assert template_is_current(data)
+    assert not template_is_current({**data, "version": TEMPLATE_VERSION - 1})
+    assert not template_is_current({})
+
+
+def test_preview_shows_slots_for_people():
+    preview = build_template(GLUCOSE_Q, GLUCOSE_SQL).preview()
+    assert "{patient_id}" in preview and "{year}" in preview and "10004235" not in preview
+
+
+# --- operators and spans -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "a,b,key",
+    [
+        ("first glucose of patient 1", "last glucose of patient 1", "order"),
+        ("earliest heart rate", "most recent heart rate", "order"),
+        ("maximum glucose in 2150", "minimum glucose in 2150", "extreme"),
+        ("highest creatinine", "lowest creatinine", "extreme"),
+        ("how many admissions", "average admissions", "aggregate"),
+        ("total dose of heparin", "average dose of heparin", "aggregate"),
+        ("patients diagnosed in 2150", "patients diagnosed since 2150", "time"),
+        ("admitted before 2150", "admitted after 2150", "time"),
+        ("prescribed this year", "prescribed last year", "period"),
+        ("in the last 6 months", "in the last 6 days", "units"),
+        ("has patient 1 ever had a culture", "has patient 1 had a culture", "ever"),
+        ("how many times was heparin given", "how many patients were given heparin", "times"),
+        ("patients older than 65", "patients younger than 65", "compare"),
+        ("patients over 65", "patients aged at least 65", "compare"),
+        ("patients prescribed heparin", "patients not prescribed heparin", "negation"),
+    ],
+)
+def test_meaning_flip_words_change_the_operator_signature(a, b, key):
+    assert question_operators(a)[key] != question_operators(b)[key]
+
+
+@pytest.mark.parametrize(
+    "a,b",
+    [
+        ("first glucose value", "earliest glucose value"),
+        ("how many patients", "count the number of patients"),
+        ("maximum heart rate", "highest heart rate"),
+        ("in 2150", "during 2150"),
+        ("the last glucose of patient 1", "the latest glucose of patient 1"),
+        ("admissions in the last year", "admissions in the past year"),
+    ],
+)
+def test_synonyms_keep_the_operator_signature(a, b):
+    assert question_operators(a) == question_operators(b)
+
+
+def test_last_year_is_a_period_not_an_order():
+    ops = question_operators("how many patients were admitted last year?")
+    assert ops["order"] is None and ops["period"] == "last year"
+
+
+def test_typed_spans_use_mimic_id_ranges_and_context_words():
+    spans = extract_typed_spans(
+        "patient 10004235, admission 20044587, stay 30057454, patient 42, aged over 65, in 2150 on 2150-03-04, female"
+    )
+    assert [(s.type, s.value) for s in spans] == [
+        ("patient_id", "10004235"),
+        ("admission_id", "20044587"),
+        ("stay_id", "30057454"),
+        ("patient_id", "42"),
+        ("number", "65"),
+        ("year", "2150"),
+        ("date", "2150-03-04"),
+        ("gender", "F"),
+    ]
+    # "patients older than 65": the number is an age, not a patient id.
+    assert [s.type for s in extract_typed_spans("patients older than 65")] == ["number"]
+
+
+def test_a_slot_used_on_two_columns_takes_the_first_uses_column_whatever_the_hash_seed():
+    # '07' is compared with both visits' times; a set picked one by string hash (per process).
+    sql = (
+        "SELECT T2.drug FROM (SELECT procedures_icd.subject_id, procedures_icd.charttime FROM procedures_icd"
+        " WHERE strftime('%m', procedures_icd.charttime) = '07') AS T1 JOIN (SELECT prescriptions.subject_id,"
+        " prescriptions.drug, prescriptions.starttime FROM prescriptions"
+        " WHERE strftime('%m', prescriptions.starttime) = '07') AS T2 ON T1.subject_id = T2.subject_id"
+    )
+    template = build_template("Which drug was prescribed after a procedure in 07?", sql, dialect="sqlite")
+    month = [s for s in template.slots if s.text == "07"]
+    assert len(month) == 1 and len(month[0].uses) == 2
+    assert month[0].column == "procedures_icd.charttime"

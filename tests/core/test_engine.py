@@ -1,0 +1,293 @@
+"""The engine alone, with in-memory ports and recorder (no database, no Django, no LLM server):
+each way a question can end is one value, and what the run learnt on the way is on it."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from core.engine import (
+    NO_LLM_MESSAGE,
+    ExecutionFailure,
+    Pipeline,
+    PipelineConfig,
+    PipelineRequest,
+    RetrievalView,
+)
+from core.match import reasons as R
+from core.match.binding import Binding
+from core.match.candidate import MatchResult
+from core.outcome import AnswerabilityVerdict, GateVerdict, MatchInfo, Outcome
+from core.retrieval import RankedTable
+from core.types import CatalogSchema, ChatResult, TableContext, TableSchema
+from core.validation import SqlValidationError, validate_sql
+
+CATALOG = CatalogSchema(
+    tables=(TableSchema("mimiciv_hosp", "patients", ("subject_id", "gender", "anchor_age")),)
+)
+COUNT_SQL = "SELECT count(*) AS n FROM mimiciv_hosp.patients"
+OLDER_SQL = "SELECT count(*) AS n FROM mimiciv_hosp.patients WHERE anchor_age > 65"
+
+
+def _generated(sql: str) -> str:
+    try:
+        return validate_sql(sql, CATALOG).sql
+    except SqlValidationError:
+        return sql
+
+
+@dataclass(frozen=True)
+class Rows:
+    columns: tuple[str, ...]
+    rows: list[tuple]
+    truncated: bool = False
+    elapsed_ms: float = 1.0
+
+    @property
+    def row_count(self) -> int:
+        return len(self.rows)
+
+
+class FakeChat:
+    model = "fake"
+
+    def __init__(self, *replies: str):
+        self.replies = list(replies)
+        self.asked: list[list[dict]] = []
+
+    def complete(self, messages, *, temperature=0.0, n=1, max_tokens=None) -> ChatResult:
+        self.asked.append(messages)
+        return ChatResult(texts=(self.replies.pop(0),), model=self.model)
+
+
+@dataclass
+class FakePorts:
+    """The world as dictionaries: SQL text → rows, a fixed library match and gate verdict."""
+
+    chat: Any = None
+    results: dict[str, Rows] = field(default_factory=dict)
+    matches: list[MatchResult] = field(default_factory=list)
+    threshold: float = 0.5
+    verdict: AnswerabilityVerdict | None = None
+    doc_score: float = 0.9
+    executed: list[str] = field(default_factory=list)
+
+    def embed(self, question: str) -> list[float]:
+        return [1.0, 0.0]
+
+    def examples(self, question, vector):
+        return []
+
+    def retrieve(self, question, vector, k, examples) -> RetrievalView:
+        table = RankedTable(qualified="mimiciv_hosp.patients", score=0.9, doc_score=self.doc_score)
+        return RetrievalView(tables=[table], values=[], best_doc_score=self.doc_score)
+
+    def library_match(self, question, vector):
+        return list(self.matches), self.threshold
+
+    def answerability(self, question, values):
+        return self.verdict
+
+    def table_context(self, tables):
+        return [TableContext(qualified=t) for t in tables]
+
+    def catalog(self) -> CatalogSchema:
+        return CATALOG
+
+    def _known(self, sql: str) -> Rows | None:
+        """The rows of `sql` as written in the test or as generated from its validated tree (what
+        the engine sends)."""
+        by_tree = {_generated(key): rows for key, rows in self.results.items()}
+        return self.results.get(sql) or by_tree.get(_generated(sql))
+
+    def explain(self, sql: str) -> None:
+        if self._known(sql) is None:
+            raise ExecutionFailure("no such query", "sql_error")
+
+    def execute(self, sql: str):
+        self.executed.append(sql)
+        rows = self._known(sql)
+        if rows is None:
+            raise ExecutionFailure("relation does not exist", "sql_error")
+        return rows
+
+    def execute_many(self, sqls):
+        out = []
+        for sql in sqls:
+            try:
+                out.append(self.execute(sql))
+            except ExecutionFailure as exc:
+                out.append(exc)
+        return out
+
+
+class Handle:
+    def __init__(self, name: str):
+        self.name, self.detail, self.status = name, {}, "ok"
+
+    def note(self, **detail):
+        self.detail.update(detail)
+
+    def finish(self, status: str):
+        self.status = status
+
+
+@dataclass
+class FakeRecorder:
+    stages: list[Handle] = field(default_factory=list)
+    attempts: list[dict] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)
+    cancel_after: str = ""  # a stage name: the run is cancelled once it started
+
+    @contextlib.contextmanager
+    def stage(self, name: str):
+        handle = Handle(name)
+        self.stages.append(handle)
+        yield handle
+
+    def attempt(self, **kwargs):
+        self.attempts.append(kwargs)
+
+    def llm_call(self, *, purpose, messages, result, error=""):
+        self.calls.append(purpose)
+
+    def retrieval(self, view, examples):
+        pass
+
+    def cancelled(self) -> bool:
+        return bool(self.cancel_after) and any(s.name == self.cancel_after for s in self.stages)
+
+    def stage_named(self, name: str) -> Handle:
+        return next(s for s in self.stages if s.name == name)
+
+
+def match(sql: str, confidence: float, example_id: int = 7, **kw) -> MatchResult:
+    binding = Binding(slot="n1", type="number", old="80", new="65", value="65", column="patients.anchor_age")
+    return MatchResult(example_id, "how many patients are older than 80?", sql, (binding,),
+                       {"hard_ok": 1.0}, confidence, **kw)  # fmt: skip
+
+
+def ask(ports: FakePorts, recorder: FakeRecorder | None = None, **config) -> tuple[Outcome, FakeRecorder]:
+    recorder = recorder or FakeRecorder()
+    config.setdefault("summarize", False)
+    outcome = Pipeline(ports, recorder, PipelineConfig(**config)).run(
+        PipelineRequest("How many patients are older than 65?")
+    )
+    return outcome, recorder
+
+
+def test_a_confident_library_match_answers_without_the_llm():
+    chat = FakeChat()
+    ports = FakePorts(chat=chat, results={OLDER_SQL: Rows(("n",), [(12,)])}, matches=[match(OLDER_SQL, 0.9)])
+    outcome, rec = ask(ports)
+    assert (outcome.status, outcome.outcome, outcome.answered_by) == ("succeeded", "answered", "library")
+    assert outcome.sql == OLDER_SQL and outcome.example_id == 7 and outcome.gate == GateVerdict()
+    assert isinstance(outcome.library_match, MatchInfo) and outcome.library_match.answered
+    assert outcome.library_match.to_json()["bindings"][0]["new"] == "65"
+    assert chat.asked == [] and [s.name for s in rec.stages] == ["embed", "retrieve", "match", "summarize"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        outcome.sql = "SELECT 1"  # type: ignore[misc]
+
+
+def test_a_match_under_the_threshold_is_kept_with_its_reasons_and_not_answered():
+    ports = FakePorts(results={OLDER_SQL: Rows(("n",), [(12,)])},
+                      matches=[match(OLDER_SQL, 0.2, reasons=("too far",), reason_codes=("far",))])  # fmt: skip
+    outcome, _ = ask(ports)
+    assert (outcome.status, outcome.outcome, outcome.message) == ("declined", "no_llm", NO_LLM_MESSAGE)
+    assert outcome.library_match is not None and not outcome.library_match.answered
+    assert outcome.library_match.reason_codes == ("far",) and outcome.answered_by == ""
+
+
+def test_two_confident_matches_that_disagree_answer_nothing():
+    ports = FakePorts(
+        results={OLDER_SQL: Rows(("n",), [(12,)]), COUNT_SQL: Rows(("n",), [(100,)])},
+        matches=[match(OLDER_SQL, 0.9), match(COUNT_SQL, 0.8, example_id=8)],
+    )
+    outcome, _ = ask(ports)
+    assert outcome.outcome == "no_llm" and outcome.library_match.reason_codes[-1] == R.DISAGREE
+
+
+def test_the_answerability_verdict_stops_a_library_answer_and_declines():
+    verdict = AnswerabilityVerdict.from_json(
+        {
+            "answerable": False,
+            "category": "out_of_scope",
+            "reason": "Not in this database.",
+            "probability": 0.1,
+        }
+    )
+    ports = FakePorts(
+        results={OLDER_SQL: Rows(("n",), [(12,)])}, matches=[match(OLDER_SQL, 0.9)], verdict=verdict
+    )
+    outcome, rec = ask(ports)
+    assert (outcome.status, outcome.outcome, outcome.message) == (
+        "declined",
+        "out_of_scope",
+        "Not in this database.",
+    )
+    assert outcome.gate == GateVerdict("out_of_scope", "Not in this database.")
+    assert outcome.answerability is verdict and outcome.answerability.to_json()["probability"] == 0.1
+    assert outcome.library_match.reason_codes[-1] == R.GATE_DECLINED and not outcome.library_match.answered
+    assert rec.stage_named("gate").status == "stopped"
+
+
+def test_no_table_about_the_question_is_no_data():
+    outcome, _ = ask(FakePorts(doc_score=0.01))
+    assert (outcome.outcome, outcome.gate.category) == (
+        "no_data",
+        "no_data",
+    ) and outcome.library_match is None
+
+
+def test_the_llm_writes_sql_that_is_checked_and_run():
+    chat = FakeChat('{"category": "answerable", "reason": "ok"}', f"```sql\n{COUNT_SQL}\n```")
+    outcome, rec = ask(FakePorts(chat=chat, results={COUNT_SQL: Rows(("n",), [(100,)])}))
+    assert (outcome.status, outcome.outcome, outcome.answered_by) == ("succeeded", "answered", "llm")
+    assert outcome.gate == GateVerdict("answerable", "ok") and outcome.result.rows == [[100]]
+    assert rec.calls == ["gate", "generate"] and rec.attempts[0]["valid"]
+
+
+def test_the_llm_gate_declines_in_its_own_words():
+    chat = FakeChat('{"category": "non_medical", "reason": "About the weather."}')
+    outcome, _ = ask(FakePorts(chat=chat))
+    assert (outcome.status, outcome.outcome, outcome.gate_reason) == (
+        "declined",
+        "non_medical",
+        "About the weather.",
+    )
+
+
+def test_sql_that_fails_is_an_execution_error_with_its_gate():
+    chat = FakeChat('{"category": "answerable", "reason": "ok"}', f"```sql\n{COUNT_SQL}\n```")
+    ports = FakePorts(chat=chat, results={COUNT_SQL: Rows(("n",), [(1,)])})
+    ports.execute = lambda sql: (_ for _ in ()).throw(ExecutionFailure("canceling statement", "timeout"))
+    outcome, _ = ask(ports)
+    assert (outcome.status, outcome.outcome, outcome.sql) == (
+        "failed",
+        "timeout",
+        _generated(COUNT_SQL),
+    )  # what was sent
+    assert outcome.gate_category == "answerable"
+
+
+def test_a_cancel_keeps_what_the_run_learnt():
+    ports = FakePorts(results={OLDER_SQL: Rows(("n",), [(12,)])}, matches=[match(OLDER_SQL, 0.2)])
+    outcome, _ = ask(ports, FakeRecorder(cancel_after="match"))
+    assert (outcome.status, outcome.outcome) == ("cancelled", "cancelled")
+    assert outcome.library_match is not None and outcome.library_match.example_id == 7
+
+
+def test_a_pipeline_keeps_nothing_between_runs():
+    """run() returns its answer: the Pipeline holds no per-run state, so one serves two questions."""
+    ports = FakePorts(results={OLDER_SQL: Rows(("n",), [(12,)])}, matches=[match(OLDER_SQL, 0.9)])
+    pipeline = Pipeline(ports, FakeRecorder(), PipelineConfig(summarize=False))
+    before = dict(vars(pipeline))
+    first = pipeline.run(PipelineRequest("How many patients are older than 65?"))
+    ports.matches = []
+    second = pipeline.run(PipelineRequest("How many patients are older than 65?"))
+    assert vars(pipeline) == before
+    assert first.answered_by == "library" and second.library_match is None and second.outcome == "no_llm"
