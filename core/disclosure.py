@@ -18,6 +18,7 @@ import struct
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -403,6 +404,79 @@ def dp_metadata(catalog: CatalogSchema, policy: DisclosurePolicy, *, censor_dims
     return {"": schemas}
 
 
+def _left_as_is(analysis: privacy.OutputAnalysis, policy: DisclosurePolicy, *, row_level: bool,
+                dp_cost: tuple[float, float] | None) -> str | None:  # fmt: skip
+    """Why a result is released with its counts as they are, or None when they are rounded or
+    perturbed: "" for plain suppression (nothing to say), else the reason the report shows, so a
+    reader knows no count was changed on purpose (rows this user may see anyway)."""
+    mode = policy.mode
+    if mode == SUPPRESS:
+        return ""
+    if analysis.about_individuals and row_level:
+        return "about given individuals, whose rows this user may see"
+    if mode == DP and dp_cost is None:
+        if analysis.about_individuals:
+            return "about given individuals, whose rows this user may see"
+        return "row-level data this user may see"
+    return None
+
+
+def _noise(rng: np.random.Generator, policy: DisclosurePolicy) -> int:
+    """The integer added to one count in the noise mode: uniform on ±clip, or Gaussian clipped to
+    ±clip, so no count moves further than the policy says."""
+    if policy.noise == UNIFORM:
+        return int(rng.integers(-policy.noise_clip, policy.noise_clip + 1))
+    return round(float(np.clip(rng.normal(0.0, policy.noise_scale), -policy.noise_clip, policy.noise_clip)))
+
+
+def _released_count(n: float, policy: DisclosurePolicy, rng: Callable[[], np.random.Generator]) -> int:
+    """One count as the mode releases it. `rng` is called only in the noise mode: the cell's
+    generator costs a hash, which the other modes do not need."""
+    if policy.mode == ROUND:
+        return _round_to(n, policy.round_base)
+    if policy.mode == NOISE:
+        return max(0, round(n) + _noise(rng(), policy))
+    return max(0, round(n))  # DP: smartnoise-sql's noisy count, already released
+
+
+def _perturb_counts(rows: list[list], analysis: privacy.OutputAnalysis, policy: DisclosurePolicy, *,
+                    seed: bytes, cell_keys: Sequence[str]) -> int:  # fmt: skip
+    """Rounds or perturbs every count cell of `rows` in place and says how many it changed. Each
+    cell's noise is keyed by its column's computation (`cell_keys`, when they fit the row) and its
+    row's group keys, so the same question gives the same noise whatever the row order."""
+    kinds = [c.kind for c in analysis.columns]
+    counts = [j for j, kind in enumerate(kinds) if kind == privacy.COUNT]
+    keys = [j for j, kind in enumerate(kinds) if kind == privacy.KEY]
+    perturbed = 0
+    for row in rows:
+        for j in counts:
+            n = privacy._number(row[j])
+            if n is None:
+                continue  # "<k" and NULL stay as they are
+            column = cell_keys[j] if len(cell_keys) == len(row) else str(j)
+            row[j] = _released_count(n, policy, partial(_cell_rng, seed, column, [row[i] for i in keys]))
+            perturbed += 1
+    return perturbed
+
+
+def _suppress_released(report: dict, columns: Sequence[str], rows: list[list], analysis: privacy.OutputAnalysis,
+                       policy: DisclosurePolicy, dp_cost: tuple[float, float] | None) -> list[list]:  # fmt: skip
+    """What follows the perturbation: under DP, what it cost (and a note when smartnoise-sql
+    censored every group); for the perturbing modes, small cells suppressed on the released values,
+    since the true counts were never suppressed (k = 0). Updates `report`; returns the rows."""
+    if policy.mode == DP and dp_cost is not None:
+        report["disclosure"] |= {"epsilon_spent": round(dp_cost[0], 6), "delta_spent": dp_cost[1]}
+        if not rows:
+            report["disclosure"]["censored"] = True
+            report["notes"] = [*report.get("notes", []), DP_CENSORED]
+    if policy.mode in PERTURBING and policy.min_cell_size > 0:
+        rows, suppressed = privacy.suppress(list(columns), rows, analysis, policy.min_cell_size)
+        for key in ("k", "suppressed", "complementary", "statistics", "count_columns"):
+            report[key] = suppressed[key]
+        report["notes"] = list(dict.fromkeys([*report.get("notes", []), *suppressed["notes"]]))
+    return rows
+
+
 def disclose(result: privacy.ProtectedResult, analysis: privacy.OutputAnalysis, policy: DisclosurePolicy, *,
              seed: bytes = b"", row_level: bool = False, dp_cost: tuple[float, float] | None = None,
              cell_keys: Sequence[str] = ()) -> privacy.ProtectedResult:  # fmt: skip
@@ -416,57 +490,21 @@ def disclose(result: privacy.ProtectedResult, analysis: privacy.OutputAnalysis, 
     An aggregate about given individuals, for a user who may list their rows, is left as it is:
     perturbing it would hide nothing they cannot see."""
     report = dict(result.privacy) | {"disclosure": policy.to_json() | {"perturbed": 0}}
-    mode = policy.mode
-    if mode == SUPPRESS or (analysis.about_individuals and row_level) or (mode == DP and dp_cost is None):
-        if mode != SUPPRESS:
-            report["disclosure"]["skipped"] = (
-                "row-level data this user may see" if mode == DP and not analysis.about_individuals
-                else "about given individuals, whose rows this user may see"
-            )  # fmt: skip
+    skipped = _left_as_is(analysis, policy, row_level=row_level, dp_cost=dp_cost)
+    if skipped is not None:
+        if skipped:
+            report["disclosure"]["skipped"] = skipped
         return replace(result, privacy=report)
     if not analysis.understood or len(analysis.columns) != len(result.columns):
         report["disclosure"]["skipped"] = "askdb could not tell which columns are counts"
         report["notes"] = [*report.get("notes", []), "No count was rounded or perturbed: askdb could not "
                            "tell which columns are counts; check small numbers before sharing."]  # fmt: skip
         return replace(result, privacy=report)
-    kinds = [c.kind for c in analysis.columns]
-    counts = [j for j, kind in enumerate(kinds) if kind == privacy.COUNT]
-    keys = [j for j, kind in enumerate(kinds) if kind == privacy.KEY]
     rows = [list(r) for r in result.rows]
-    perturbed = 0
-    for row in rows:
-        for j in counts:
-            n = privacy._number(row[j])
-            if n is None:
-                continue  # "<k" and NULL stay as they are
-            if mode == ROUND:
-                row[j] = _round_to(n, policy.round_base)
-            elif mode == NOISE:
-                rng = _cell_rng(
-                    seed, cell_keys[j] if len(cell_keys) == len(row) else str(j), [row[i] for i in keys]
-                )
-                if policy.noise == UNIFORM:
-                    delta = int(rng.integers(-policy.noise_clip, policy.noise_clip + 1))
-                else:
-                    drawn = float(
-                        np.clip(rng.normal(0.0, policy.noise_scale), -policy.noise_clip, policy.noise_clip)
-                    )
-                    delta = round(drawn)
-                row[j] = max(0, round(n) + delta)
-            else:  # DP: smartnoise-sql's noisy count, already released
-                row[j] = max(0, round(n))
-            perturbed += 1
-    report["disclosure"]["perturbed"] = perturbed
-    if mode == DP and dp_cost is not None:
-        report["disclosure"] |= {"epsilon_spent": round(dp_cost[0], 6), "delta_spent": dp_cost[1]}
-        if not rows:
-            report["disclosure"]["censored"] = True
-            report["notes"] = [*report.get("notes", []), DP_CENSORED]
-    if mode in PERTURBING and policy.min_cell_size > 0:
-        rows, suppressed = privacy.suppress(list(result.columns), rows, analysis, policy.min_cell_size)
-        for key in ("k", "suppressed", "complementary", "statistics", "count_columns"):
-            report[key] = suppressed[key]
-        report["notes"] = list(dict.fromkeys([*report.get("notes", []), *suppressed["notes"]]))
+    report["disclosure"]["perturbed"] = _perturb_counts(
+        rows, analysis, policy, seed=seed, cell_keys=cell_keys
+    )
+    rows = _suppress_released(report, result.columns, rows, analysis, policy, dp_cost)
     return replace(result, rows=rows, privacy=report)
 
 
