@@ -121,7 +121,7 @@ def broker() -> Probe:
     return _timed(probe)
 
 
-def worker(timeout: float = 2.0) -> Probe:
+def worker(timeout: float = 1.0) -> Probe:
     """Up when some worker has a pool process that is really up. A worker whose main process
     answers while every pool process dies at start (it happened) can take no question."""
 

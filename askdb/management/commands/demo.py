@@ -251,7 +251,7 @@ class Command(BaseCommand):
     @staticmethod
     def _http_ok(url: str) -> bool:
         try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
+            with urllib.request.urlopen(url, timeout=10) as resp:
                 return resp.status in (200, 503)
         except OSError as exc:
             return getattr(exc, "code", None) == 503
