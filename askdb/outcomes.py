@@ -229,6 +229,7 @@ for _code, _kw in {
         sentence="The query took longer than the database allows and was stopped.",
         next_step="Narrow the question: a shorter period, fewer patients, one measurement.",
         tone="error",
+        plain_message=True,  # the run's message names the limit it hit
     ),
     "time_limit": dict(
         label="Failed: took too long",
