@@ -585,6 +585,10 @@ def load_release(
             if not progress or r.status != "loaded":
                 out(_line(r))
 
+    skipped_tables = [r.name for r in results if r.status == "skipped"]
+    if skipped_tables:
+        # A table loaded earlier (by an older askdb) keeps its rows but gets the indexes it lacks.
+        build_indexes(dsn, tables=skipped_tables, out=out)
     constraints = add_constraints(dsn)
     for c in constraints:
         if c.status == "failed":

@@ -477,6 +477,15 @@ def test_indexes_only_creates_the_missing_ones_and_is_idempotent(demo):
         call_command("load_mimic", "--indexes-only", dsn=demo.dsn, stdout=again)
         assert again.getvalue().strip().splitlines() == [again.getvalue().strip().splitlines()[-1]]
         assert again.getvalue().strip().startswith("indexes: 0 created, ")
+
+        # A plain re-run of the load (tables skipped: they hold rows) adds what an older load lacked.
+        with psycopg.connect(demo.dsn, autocommit=True) as conn:
+            conn.execute("DROP INDEX mimiciv_hosp.labevents_subject_id_ix")
+        lines: list[str] = []
+        report = load_release(DEMO, dsn=demo.dsn, progress=False, tables=["labevents"], out=lines.append)
+        assert report.result("labevents").status == "skipped"
+        assert "created index mimiciv_hosp.labevents_subject_id_ix" in "\n".join(lines)
+        assert "labevents_subject_id_ix" in _index_names(demo.dsn)
     finally:
         with psycopg.connect(demo.dsn, autocommit=True) as conn:
             conn.execute("DROP VIEW IF EXISTS mimiciv_note.discharge")
