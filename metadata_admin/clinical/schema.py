@@ -7,7 +7,8 @@ transcribed from the MIT-LCP community build scripts for v2.2 (mimic-code,
 mimic-iv/buildmimic/postgres: create.sql, constraint.sql, index.sql) so that queries written
 against a community-built database run here unchanged: same types, same constraint and index
 names. Index names are the community ones lower-cased, which is what PostgreSQL stores anyway
-because the community scripts leave them unquoted.
+because the community scripts leave them unquoted. askdb adds single-column indexes on the keys
+researchers filter by (RESEARCH_KEYS; named <table>_<column>_ix, flagged community=False).
 """
 
 from __future__ import annotations
