@@ -144,9 +144,8 @@ def timed_out_message(timeout_s: float) -> str:
     """What a researcher reads when the question's query ran out of time: the limit it hit, and
     that it is the query's size, not the question's meaning, that stopped it."""
     return (
-        f"This question's query needed more than {timeout_s:g} s (the statement timeout) and was stopped; "
-        "it reads more rows than fit in that time. Narrow the question (a shorter period, fewer patients, "
-        "one measurement), or ask an admin about a longer limit."
+        f"This question's query needed more than {timeout_s:g} s (the statement timeout) and was stopped: "
+        "it reads more rows than fit in that time. This says nothing about whether the data can answer it."
     )
 
 
