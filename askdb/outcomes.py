@@ -227,8 +227,10 @@ for _code, _kw in {
     "timeout": dict(
         label="Failed: the query took too long",
         sentence="The query took longer than the database allows and was stopped.",
-        next_step="Narrow the question: a shorter period, fewer patients, one measurement.",
+        next_step="Narrow the question: a shorter period, fewer patients, one measurement; or ask an admin "
+        "about a longer limit (CLINICAL_STATEMENT_TIMEOUT_S).",
         tone="error",
+        plain_message=True,  # the run's message names the limit it hit
     ),
     "time_limit": dict(
         label="Failed: took too long",

@@ -22,6 +22,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import targets
+
 os.environ.setdefault("ASKDB_TORCH_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -485,6 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(cross_validated(cost=args.cost, dump=args.json), indent=1))
         return 0
     result = run(cost=args.cost, limit=args.limit, decisions=args.decisions)
+    print(f"running on: {targets.machine()}\n")
     print(table(result))
     for w in result["wrong"][:20]:
         print(

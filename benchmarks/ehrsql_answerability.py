@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+import targets
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT.parent / "shared" / "ehrsql-2024-dev"
 
@@ -140,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         threads=args.threads,
         progress=lambda s: print(f"[{time.monotonic() - t0:6.1f}s] {s}", flush=True),
     )
+    print(f"running on: {targets.machine()}\n")
     print(report(numbers))
     if args.json:
         args.json.write_text(json.dumps(numbers, indent=2, default=str))

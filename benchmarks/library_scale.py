@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         from infra import embedded
 
         embedded.stop(started)
-    print(f"load average at start: {load_at_start}\n")
+    print(f"load average at start: {load_at_start}; running on: {targets.machine()}\n")
     print(table(["what", "measured", "detail", "load at start"], rows))
     return 0
 

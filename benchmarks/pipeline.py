@@ -740,6 +740,7 @@ def main(argv: list[str] | None = None) -> int:
         stopped = embedded.stop(started)
         if stopped:
             _log(f"stopped {', '.join(stopped)}")
+    print(f"running on: {targets.machine()}\n")
     print(report(sync_results, batches, facts))
     targets.save(home, "pipeline", target_values(sync_results, batches), load_at_start=LOAD_AT_START)
     print(f"\n(benchmark took {time.monotonic() - t_start:.0f} s)")

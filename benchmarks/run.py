@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", type=Path, default=pipeline.DEFAULT_HOME, help="benchmark state folder")
     args = parser.parse_args(argv)
     home = args.home.resolve()
+    print(f"running on: {targets.machine()}", flush=True)
     print(f"preparing {home} …", file=sys.stderr, flush=True)
     started = pipeline.prepare(home)  # sets ASKDB_HOME (and the LLM model) in os.environ
     failed = []

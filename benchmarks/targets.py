@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,32 @@ def load_average() -> str:
     return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+# Variables that turn AVX-512 off for numpy, torch and OpenBLAS (a stand-in for common servers).
+AVX512_OFF_VARIABLES = ("NPY_DISABLE_CPU_FEATURES", "ATEN_CPU_CAPABILITY", "OPENBLAS_CORETYPE")
+
+
+def machine(cpuinfo: str | None = None, env: dict[str, str] | None = None) -> str:
+    """Which CPU a benchmark ran on, in one line: the same code is 2.5-3x slower on a server
+    without AVX-512, so a number means little without it. Model, cores, AVX-512 (and whether
+    numpy, torch or OpenBLAS were told not to use it), load average."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    env = dict(os.environ) if env is None else env
+    fields = dict(
+        (k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in cpuinfo.splitlines()) if v
+    )
+    model = fields.get("model name") or platform.processor() or platform.machine() or "unknown CPU"
+    avx512 = "avx512f" in fields.get("flags", "").split()
+    off = [f"{k}={env[k]}" for k in AVX512_OFF_VARIABLES if env.get(k)]
+    avx = "AVX-512 yes" if avx512 else "AVX-512 no"
+    if avx512 and off:
+        avx += f" (turned off: {', '.join(off)})"
+    return f"{model}, {os.cpu_count()} cores, {avx}, load average {load_average()}"
+
+
 def save(home: Path, name: str, values: dict[str, float], *, load_at_start: str = "") -> Path:
     """Keep one benchmark's numbers for the targets table (replacing an earlier run's)."""
     folder = home / "results"
@@ -71,6 +98,7 @@ def save(home: Path, name: str, values: dict[str, float], *, load_at_start: str 
         "values": values,
         "load_at_start": load_at_start,
         "load_at_end": load_average(),
+        "machine": machine(),
         "at": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     path.write_text(json.dumps(payload, indent=1))
@@ -101,7 +129,7 @@ def report(home: Path, rows: list[Target] | None = None) -> str:
         body.append([row.what, shown, _limit(row), verdict])
     loads = [
         f"- {name}.py ran at {r.get('at', '?')}, load average {r.get('load_at_start') or '?'} at start, "
-        f"{r.get('load_at_end', '?')} at the end (1/5/15 min)"
+        f"{r.get('load_at_end', '?')} at the end (1/5/15 min), on {r.get('machine', 'an unrecorded CPU')}"
         for name, r in found.items()
     ]
     return "\n".join([table(["what", "measured", "target", "verdict"], body), "", *loads])

@@ -140,6 +140,15 @@ def match_info(match: MatchResult, threshold: float) -> MatchInfo:
     )  # fmt: skip
 
 
+def timed_out_message(timeout_s: float) -> str:
+    """What a researcher reads when the question's query ran out of time: the limit it hit, and
+    that it is the query's size, not the question's meaning, that stopped it."""
+    return (
+        f"This question's query needed more than {timeout_s:g} s (the statement timeout) and was stopped: "
+        "it reads more rows than fit in that time. This says nothing about whether the data can answer it."
+    )
+
+
 def _about(info: MatchInfo, match: MatchResult) -> MatchInfo:
     """The match info now about `match` (the one answered), the threshold and reasons kept."""
     other = match_info(match, info.threshold)
@@ -262,6 +271,8 @@ class Pipeline:
             seen.match = info
         if isinstance(library, privacy.PrivacyRefusal):  # a verified answer this user may not see
             return self._refused(library, info.sql if info else "", NO_GATE, library_match=info)
+        if isinstance(library, ExecutionFailure):  # the verified answer's query ran out of time
+            return self._execution_failed(library, info.sql if info else "", NO_GATE, library_match=info)
         if library is not None:  # a verified example, values rebound: no gate, no generation, no sampling
             sql, result, best = library
             return self._answered(req, sql, result, NO_GATE, answered_by="library", example_id=best.example_id,
@@ -399,7 +410,13 @@ class Pipeline:
             st.finish("stopped")
             return exc, _about(info, best)
         except ExecutionFailure as exc:
-            st.note(error=exc.message)
+            st.note(error=exc.message, code=exc.code)
+            if exc.code == "timeout":  # the example matched: running out of time is no "no match"
+                st.finish("failed")
+                reason = (
+                    f"The verified question's SQL with this question's values ran out of time: {exc.message}"
+                )
+                return exc, _about(info.with_reason(R.SQL_FAILED, reason), best)
             return None, info.with_reason(
                 R.SQL_FAILED,
                 f"The verified question's SQL with this question's values failed: {exc.message}",
@@ -494,10 +511,11 @@ class Pipeline:
             f"Last error: {error}", sql=sql or "", gate=gate, **extra,
         )  # fmt: skip
 
-    @staticmethod
-    def _execution_failed(exc: ExecutionFailure, sql: str, gate: GateVerdict, **extra) -> Outcome:
-        outcome = "timeout" if exc.code == "timeout" else "execution_error"
-        return Outcome("failed", outcome, f"The query failed: {exc.message}", sql=sql,
+    def _execution_failed(self, exc: ExecutionFailure, sql: str, gate: GateVerdict, **extra) -> Outcome:
+        if exc.code == "timeout":  # said as such, whoever wrote the SQL: never a decline or a vague failure
+            return Outcome("failed", "timeout", timed_out_message(self.config.timeout_s), sql=sql,
+                           gate=gate, **extra)  # fmt: skip
+        return Outcome("failed", "execution_error", f"The query failed: {exc.message}", sql=sql,
                        gate=gate, **extra)  # fmt: skip
 
     # -- several candidates: confidence from disagreement -----------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pwd
+import re
 import shutil
 import signal
 import socket
@@ -19,6 +20,7 @@ import stat
 import subprocess
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,6 +165,56 @@ def _alive(pid: int | None, name: str) -> bool:
         return False
 
 
+PG_MAX_CONNECTIONS = 200
+_MB = 1024 * 1024
+# A PostgreSQL size as postgresql.conf takes it: 512MB, 4GB, 65536kB, 16384 (8 kB pages). Checked
+# because the value travels inside pg_ctl's -o string, which a shell splits.
+_PG_SIZE = re.compile(r"^[0-9]{1,12}(?:kB|MB|GB|TB)?$")
+# Environment variable of each setting; set one to use that value instead of the computed one.
+PG_MEMORY_ENV: dict[str, str] = {
+    "shared_buffers": "ASKDB_PG_SHARED_BUFFERS",
+    "work_mem": "ASKDB_PG_WORK_MEM",
+    "effective_cache_size": "ASKDB_PG_EFFECTIVE_CACHE_SIZE",
+}
+
+
+def _clamp_mb(value: float, low: int, high: int) -> str:
+    return f"{int(min(max(value / _MB, low), high))}MB"
+
+
+def pg_memory_settings(available: int | None = None, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """shared_buffers, work_mem and effective_cache_size for the memory this machine has free.
+
+    PostgreSQL's defaults (128 MB of buffers, 4 MB per sort) are sized for a laptop from 2005:
+    on the full MIMIC-IV, labevents alone is 15 GB and a "top 5 lab tests" spills its sort to
+    disk. The usual rules: a quarter of memory for buffers (capped at 8 GB, beyond which the OS
+    cache does as well), three quarters as the planner's estimate of what is cached, and per-sort
+    memory such that the connections' sorts together (a few per query) fit in what remains. From
+    the memory *available* at start (psutil), not the total: the app, the workers and their
+    embedding models share the machine. Each value can be set instead through its environment
+    variable (PG_MEMORY_ENV), as a PostgreSQL size such as 2GB; anything else is refused.
+    """
+    env = os.environ if env is None else env
+    if available is None:
+        import psutil
+
+        available = psutil.virtual_memory().available
+    shared = min(max(available // 4, 128 * _MB), 8192 * _MB)
+    computed = {
+        "shared_buffers": _clamp_mb(shared, 128, 8192),
+        "work_mem": _clamp_mb((available - shared) / (PG_MAX_CONNECTIONS * 3), 4, 256),
+        "effective_cache_size": _clamp_mb(available * 3 / 4, 512, 1024 * 1024),
+    }
+    for name, variable in PG_MEMORY_ENV.items():
+        value = env.get(variable, "").strip().replace(" ", "")
+        if not value:
+            continue
+        if not _PG_SIZE.match(value):
+            raise EmbeddedError(f"{variable}={env[variable]!r} is not a PostgreSQL size such as 512MB or 4GB")
+        computed[name] = value
+    return computed
+
+
 def postgres_running(p: Paths | None = None) -> bool:
     p = p or paths()
     return _alive(_pid_from_file(p.pgdata / "postmaster.pid"), "postgres") and p.pg_socket.exists()
@@ -204,7 +256,8 @@ def postgres_start(p: Paths | None = None) -> bool:
         stale.unlink()
     p.pg_socket.unlink(missing_ok=True)
     Path(f"{p.pg_socket}.lock").unlink(missing_ok=True)
-    options = f"-h '' -k {p.run_dir} -p {PG_PORT} -c max_connections=200 -c shared_buffers=128MB"
+    sizing = " ".join(f"-c {name}={value}" for name, value in pg_memory_settings().items())
+    options = f"-h '' -k {p.run_dir} -p {PG_PORT} -c max_connections={PG_MAX_CONNECTIONS} {sizing}"
     if os.environ.get("ASKDB_PG_FAST") == "1":
         # Throwaway test clusters: durability costs time and buys nothing.
         options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"

@@ -23,6 +23,7 @@ from core.retrieval import (
 from core.types import CatalogSchema, ColumnContext, TableContext, TableSchema
 from infra.adapters import catalog_search
 from infra.providers.embeddings import get_embedder
+from metadata_admin.clinical import schema as mimic_schema
 from metadata_admin.docs import table_doc_embedding_text
 from metadata_admin.models import ClinicalSource, ColumnDoc, Relationship, TableDoc, content_hash
 
@@ -296,3 +297,14 @@ def reference_tables(source: ClinicalSource, identifier_columns: Iterable[str]) 
         name = doc.name.lower()
         verdicts[name] = verdicts.get(name, True) and is_reference
     return frozenset(name for name, ok in verdicts.items() if ok)
+
+
+def indexed_columns(doc: TableDoc) -> frozenset[str]:
+    """The columns of a MIMIC-IV table that askdb's loader indexes (leading column of a key or
+    index): shown on the curation page, because a question filtering on any other column of a
+    large event table reads all of it. Empty for a table outside the MIMIC-IV layout."""
+    try:
+        table = mimic_schema.table(doc.qualified_name)
+    except KeyError:
+        return frozenset()
+    return mimic_schema.indexed_columns(table)

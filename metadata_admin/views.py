@@ -181,5 +181,6 @@ def table_doc_edit(request: HttpRequest, doc_id: int) -> HttpResponse:
         "errors": errors,
         "revisions": doc.revisions.select_related("by")[:20],
         "embedding": selectors.table_doc_embedding_status(doc, model=selectors.current_embedding_model()),
+        "indexed": selectors.indexed_columns(doc),
     }
     return render(request, "metadata_admin/table_doc.html", context, status=400 if errors else 200)

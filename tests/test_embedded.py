@@ -112,3 +112,50 @@ def test_a_backend_dying_in_the_self_test_stops_with_one_line(home, monkeypatch)
     assert "Illegal instruction" in message and "DATABASE_URL" in message
     assert not embedded.postgres_running(embedded.paths(home))  # nothing half-started is left
     assert not (embedded.paths(home).home / "pgvector-selftest.ok").exists()
+
+
+GIB = 1024**3
+
+
+def test_memory_settings_grow_with_the_machine_and_stay_bounded():
+    small = embedded.pg_memory_settings(2 * GIB, env={})
+    large = embedded.pg_memory_settings(64 * GIB, env={})
+    huge = embedded.pg_memory_settings(1024 * GIB, env={})
+    assert small == {"shared_buffers": "512MB", "work_mem": "4MB", "effective_cache_size": "1536MB"}
+    assert large == {"shared_buffers": "8192MB", "work_mem": "95MB", "effective_cache_size": "49152MB"}
+    assert huge["shared_buffers"] == "8192MB" and huge["work_mem"] == "256MB"  # capped
+    # Never below PostgreSQL's own defaults, even on a starved machine.
+    tiny = embedded.pg_memory_settings(100 * 1024 * 1024, env={})
+    assert tiny == {"shared_buffers": "128MB", "work_mem": "4MB", "effective_cache_size": "512MB"}
+
+
+def test_each_memory_setting_can_be_overridden_and_nothing_else_gets_through():
+    env = {
+        "ASKDB_PG_SHARED_BUFFERS": "2GB",
+        "ASKDB_PG_WORK_MEM": " 64MB ",
+        "ASKDB_PG_EFFECTIVE_CACHE_SIZE": "",
+    }
+    got = embedded.pg_memory_settings(16 * GIB, env=env)
+    assert got["shared_buffers"] == "2GB" and got["work_mem"] == "64MB"
+    assert got["effective_cache_size"] == "12288MB"  # empty means computed
+    # The value goes into pg_ctl's -o string, which a shell splits: another option must not ride along.
+    for hostile in ("1GB -c ssl=on", "1GB;rm -rf /", "$(id)", "-1MB", "lots"):
+        with pytest.raises(embedded.EmbeddedError, match="ASKDB_PG_WORK_MEM"):
+            embedded.pg_memory_settings(16 * GIB, env={"ASKDB_PG_WORK_MEM": hostile})
+
+
+def test_the_started_server_uses_the_sizes(home, monkeypatch):
+    monkeypatch.setenv("ASKDB_PG_SHARED_BUFFERS", "192MB")
+    monkeypatch.setenv("ASKDB_PG_WORK_MEM", "12MB")
+    monkeypatch.delenv("ASKDB_PG_EFFECTIVE_CACHE_SIZE", raising=False)
+    computed = embedded.pg_memory_settings()["effective_cache_size"]
+    assert embedded.postgres_start(embedded.paths(home))
+    with psycopg.connect(embedded.pg_dsn("postgres", home=home)) as conn:
+        shown = {name: conn.execute(f"SHOW {name}").fetchone()[0]
+                 for name in ("shared_buffers", "work_mem", "effective_cache_size")}  # fmt: skip
+    assert shown["shared_buffers"] == "192MB" and shown["work_mem"] == "12MB"
+    # PostgreSQL shows sizes in its own unit (GB when whole); the computed value is what it read.
+    to_mb = {"MB": 1, "GB": 1024, "TB": 1024 * 1024}
+    mb = int(shown["effective_cache_size"][:-2]) * to_mb[shown["effective_cache_size"][-2:]]
+    # Memory available moves between the two readings (other processes run): same size, roughly.
+    assert abs(mb - int(computed.removesuffix("MB"))) <= 0.2 * mb

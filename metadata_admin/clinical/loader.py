@@ -401,10 +401,13 @@ def _copy(
     return max(cur.rowcount, 0)
 
 
-def _build_keys_and_indexes(conn: psycopg.Connection, table: Table) -> None:
+def _build_keys_and_indexes(conn: psycopg.Connection, table: Table, note: Out = lambda s: None) -> None:
     if (pk := table.primary_key_sql()) is not None:
+        note("primary key")
         conn.execute(pk)
-    for statement in table.index_sql():
+    for ix, statement in zip(table.indexes, table.index_sql(), strict=True):
+        # On the full labevents each index takes minutes: say which one is being built.
+        note(f"index {ix.name}")
         conn.execute(statement)
     # Fresh statistics: the planner (and loaded_tables' estimates) would otherwise see 0 rows.
     conn.execute(sql.SQL("ANALYZE {}").format(table.ident))
@@ -481,8 +484,11 @@ def _load_table(
             ):
                 _prepare_empty_table(conn, table, exists)
                 rows = _copy(conn, table, columns, stream, counter, bar)
-                bar.set_postfix_str(f"{rows:,} rows, building indexes", refresh=True)
-                _build_keys_and_indexes(conn, table)
+                _build_keys_and_indexes(
+                    conn,
+                    table,
+                    lambda step: bar.set_postfix_str(f"{rows:,} rows, building {step}", refresh=True),
+                )
                 bar.set_postfix_str(f"{rows:,} rows", refresh=True)
     except LoadError as exc:
         text = str(exc)
@@ -579,6 +585,10 @@ def load_release(
             if not progress or r.status != "loaded":
                 out(_line(r))
 
+    skipped_tables = [r.name for r in results if r.status == "skipped"]
+    if skipped_tables:
+        # A table loaded earlier (by an older askdb) keeps its rows but gets the indexes it lacks.
+        build_indexes(dsn, tables=skipped_tables, out=out)
     constraints = add_constraints(dsn)
     for c in constraints:
         if c.status == "failed":
@@ -590,6 +600,72 @@ def load_release(
     report = LoadReport(str(path), tuple(results), tuple(constraints), round(time.monotonic() - started, 3))
     out(report.summary())
     return report
+
+
+@dataclass(frozen=True)
+class IndexResult:
+    table: str
+    name: str
+    status: Literal["created", "exists", "failed"]
+    seconds: float = 0.0
+    message: str = ""
+
+
+def _base_tables(conn: psycopg.Connection) -> set[tuple[str, str]]:
+    """(schema, table) of the real tables of every clinical schema: a view cannot be indexed."""
+    rows = conn.execute(
+        "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = ANY(%s) AND c.relkind IN ('r', 'p')",
+        (list(schema.ALL_SCHEMAS),),
+    ).fetchall()
+    return {(r[0], r[1]) for r in rows}
+
+
+def _existing_indexes(conn: psycopg.Connection) -> set[tuple[str, str]]:
+    rows = conn.execute(
+        "SELECT schemaname, indexname FROM pg_indexes WHERE schemaname = ANY(%s)", (list(schema.ALL_SCHEMAS),)
+    ).fetchall()
+    return {(r[0], r[1]) for r in rows}
+
+
+def build_indexes(dsn: str, *, tables: list[str] | None = None, out: Out = print) -> list[IndexResult]:
+    """Create every index of the layout that a loaded table lacks; report each, never raise per index.
+
+    For a database loaded by other means (the community scripts, an older askdb) that lacks the
+    indexes researchers' queries need. Idempotent: an index already there is reported as 'exists'
+    and not rebuilt; tables that do not exist are left alone. One line per index built, because
+    on the full release each one takes minutes.
+    """
+    results: list[IndexResult] = []
+    with _connect(dsn) as conn:
+        present = _base_tables(conn)
+        if any(s == schema.NOTE for s, _ in present):
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+        existing = _existing_indexes(conn)
+        for table in _targets(tables):
+            if (table.schema, table.name) not in present:
+                continue
+            built = False
+            for ix, statement in zip(table.indexes, table.index_sql(), strict=True):
+                if (table.schema, ix.name) in existing:
+                    results.append(IndexResult(table.qualified_name, ix.name, "exists"))
+                    continue
+                out(f"building index {table.schema}.{ix.name} ({', '.join(ix.columns)}) …")
+                started = time.monotonic()
+                try:
+                    conn.execute(statement)
+                except psycopg.Error as exc:
+                    message = str(exc).strip().splitlines()[0]
+                    results.append(IndexResult(table.qualified_name, ix.name, "failed", message=message))
+                    out(f"FAILED  index {table.schema}.{ix.name}: {message}")
+                    continue
+                seconds = round(time.monotonic() - started, 3)
+                results.append(IndexResult(table.qualified_name, ix.name, "created", seconds))
+                out(f"created index {table.schema}.{ix.name} in {seconds:.1f} s")
+                built = True
+            if built:
+                conn.execute(sql.SQL("ANALYZE {}").format(table.ident))
+    return results
 
 
 def add_constraints(dsn: str) -> list[ConstraintResult]:

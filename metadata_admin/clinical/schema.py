@@ -7,7 +7,8 @@ transcribed from the MIT-LCP community build scripts for v2.2 (mimic-code,
 mimic-iv/buildmimic/postgres: create.sql, constraint.sql, index.sql) so that queries written
 against a community-built database run here unchanged: same types, same constraint and index
 names. Index names are the community ones lower-cased, which is what PostgreSQL stores anyway
-because the community scripts leave them unquoted.
+because the community scripts leave them unquoted. askdb adds single-column indexes on the keys
+researchers filter by (RESEARCH_KEYS; named <table>_<column>_ix, flagged community=False).
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ class Index:
     # Set for the notes' search indexes: GIN over an expression (a tsvector, trigrams).
     method: str = ""
     expression: str = ""
+    # False for the indexes askdb adds beyond the community index.sql (see RESEARCH_KEYS).
+    community: bool = True
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,26 @@ def _fk(table: str, column: str, references: str) -> ForeignKey:
     return ForeignKey(f"{table}_{ref_name}_fk", (column,), ref_schema_table, (ref_column,))
 
 
+# The columns researchers' queries filter and join on. The community index.sql for v2.2 indexes
+# the event tables mostly by time, so "the labs of patient 10001217" or "every heart rate"
+# scans all of labevents (118M rows) or chartevents (313M); askdb adds one single-column index
+# per key below that no primary key or community index already leads with (an index serves a
+# filter on its leading column only). The dictionaries' keys are their primary keys, except the
+# two key-only tables the community build leaves without one.
+RESEARCH_KEYS: tuple[str, ...] = ("subject_id", "hadm_id", "stay_id", "itemid")
+_DICTIONARY_KEYS: dict[str, str] = {"provider": "provider_id", "caregiver": "caregiver_id"}
+
+
+def _research_indexes(
+    name: str, columns: list[Column], pk: tuple[str, ...], community: list[Index]
+) -> list[Index]:
+    names = {c.name for c in columns}
+    led = {pk[0]} if pk else set()
+    led |= {ix.columns[0] for ix in community}
+    keys = [k for k in (*RESEARCH_KEYS, _DICTIONARY_KEYS.get(name, "")) if k in names and k not in led]
+    return [Index(f"{name}_{key}_ix", (key,), community=False) for key in keys]
+
+
 def _table(
     schema: str,
     name: str,
@@ -170,13 +193,14 @@ def _table(
     for col_name, col_type in columns:
         nullable = not col_type.endswith(_NOT_NULL)
         cols.append(Column(col_name, col_type.removesuffix(_NOT_NULL), nullable))
+    community = [Index(ix_name, ix_cols) for ix_name, ix_cols in (indexes or [])]
     return Table(
         schema=schema,
         name=name,
         columns=tuple(cols),
         primary_key=pk,
         foreign_keys=tuple(_fk(name, col, ref) for col, ref in (fks or [])),
-        indexes=tuple(Index(ix_name, ix_cols) for ix_name, ix_cols in (indexes or [])),
+        indexes=(*community, *_research_indexes(name, cols, pk, community)),
     )
 
 
@@ -883,6 +907,13 @@ def table(name: str) -> Table:
 def foreign_keys() -> list[tuple[Table, ForeignKey]]:
     """Every foreign key of the layout with the table that owns it, in community order."""
     return [(t, fk) for t in TABLES for fk in t.foreign_keys]
+
+
+def indexed_columns(table: Table) -> frozenset[str]:
+    """Columns a filter on which can use an index: the leading column of the primary key and of
+    each index. The catalog page marks them so curators know which questions stay fast."""
+    led = {table.primary_key[0]} if table.primary_key else set()
+    return frozenset(led | {ix.columns[0] for ix in table.indexes if not ix.expression})
 
 
 def ddl(conn=None) -> str:

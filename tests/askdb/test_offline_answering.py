@@ -168,3 +168,29 @@ def test_flagging_a_library_answer_takes_its_example_out_at_once(source, ids, li
     assert example.status == Example.Status.NEEDS_REVIEW and "not the gender" in example.note
     again = ask(source, f"What is the gender of patient {ids[2]}?")
     assert again.answered_by != "library"  # it answers nothing until a reviewer looks at it
+
+
+def test_a_verified_answer_whose_query_runs_out_of_time_says_so_not_no_match(source, ids, settings):
+    """The matched example is right; its query is too big for the statement timeout. The researcher
+    must read that it ran out of time, never "no reviewer-verified example matches"."""
+    from askdb.outcomes import run_outcome
+
+    pairs = (
+        "SELECT count(*) FROM mimiciv_hosp.labevents a, mimiciv_hosp.labevents b WHERE a.subject_id = {id}"
+    )
+    example = example_upsert(source=source, question=f"how many lab result pairs does patient {ids[0]} have?",
+                             sql=pairs.format(id=ids[0]), approved_by=make_user("rev", "reviewer"))  # fmt: skip
+    settings.LLM_MODEL = ""
+    settings.ASKDB_LIBRARY_REVIEW_SHARE = 0.0
+    settings.CLINICAL_STATEMENT_TIMEOUT_S = 0.2
+    run = ask(source, f"How many lab result pairs does patient {ids[1]} have?")
+
+    assert (run.status, run.outcome) == ("failed", "timeout"), run.message
+    assert run.message.startswith(
+        "This question's query needed more than 0.2 s (the statement timeout) and was stopped:"
+    )
+    assert "No reviewer-verified example" not in run.message
+    assert run_outcome(run).sentence == run.message  # the page shows the specific sentence
+    assert run.example_id in (None, example.pk)
+    assert run.library_match["example_id"] == example.pk and not run.library_match["answered"]
+    assert str(ids[1]) in run.sql

@@ -65,3 +65,20 @@ def test_curation_is_for_admins(client, source):
     client.force_login(make_user("rita", "reviewer"))
     doc = TableDoc.objects.get(source=source, name="admissions")
     assert client.get(f"/catalog/tables/{doc.pk}/").status_code == 403
+
+
+def test_the_columns_the_loader_indexes_are_marked_on_the_curation_page(client, source):
+    import re
+
+    client.force_login(make_user("ada", "admin"))
+    doc = TableDoc.objects.get(source=source, name="labevents")
+    page = client.get(f"/catalog/tables/{doc.pk}/").content.decode()
+
+    def marked(column: str) -> bool:
+        row = re.search(rf"<code>{column}</code><br><span[^>]*>(.*?)</span></th>", page, re.S)
+        assert row, column
+        return "indexed" in row.group(1)
+
+    # A single-patient, single-admission or single-item question uses an index; a value filter does not.
+    assert marked("subject_id") and marked("hadm_id") and marked("itemid") and marked("charttime")
+    assert not marked("valuenum") and not marked("flag")

@@ -416,3 +416,76 @@ def test_layout_has_every_v2_2_table():
         referenced = schema.table(fk.references)
         assert referenced.primary_key == fk.ref_columns, fk.name
         assert set(fk.columns) <= set(owner.column_names)
+
+
+# --------------------------------------------------------------------------- researchers' indexes
+
+
+def _index_names(dsn: str) -> set[str]:
+    with psycopg.connect(dsn) as conn:
+        return {
+            r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname LIKE 'mimiciv_%'")
+        }
+
+
+def test_the_keys_researchers_filter_on_are_indexed_after_a_load(demo):
+    indexes = _index_names(demo.dsn)
+    # Single-patient, single-admission and single-item questions read these, not a full scan.
+    assert {"labevents_subject_id_ix", "labevents_hadm_id_ix", "labevents_itemid_ix"} <= indexes
+    assert {"prescriptions_subject_id_ix", "emar_subject_id_ix", "inputevents_stay_id_ix"} <= indexes
+    assert {
+        "microbiologyevents_hadm_id_ix",
+        "diagnoses_icd_subject_id_ix",
+        "outputevents_itemid_ix",
+    } <= indexes
+    # Every index of the layout exists on every loaded table (chartevents is absent from the demo).
+    expected = {ix.name for t in schema.TABLES if t.schema != schema.NOTE and t.name != "chartevents"
+                for ix in t.indexes}  # fmt: skip
+    assert expected <= indexes
+    # A key some index already leads with gets no second index (the primary key of diagnoses_icd
+    # starts with hadm_id; the community transfers_idx01 is on hadm_id).
+    assert "diagnoses_icd_hadm_id_ix" not in indexes and "transfers_hadm_id_ix" not in indexes
+    with psycopg.connect(demo.dsn) as conn:
+        conn.execute("SET enable_seqscan = off")
+        plan = "\n".join(r[0] for r in conn.execute(
+            "EXPLAIN SELECT valuenum FROM mimiciv_hosp.labevents WHERE subject_id = 10000032"))  # fmt: skip
+    assert "labevents_subject_id_ix" in plan
+
+
+def test_indexes_only_creates_the_missing_ones_and_is_idempotent(demo):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    with psycopg.connect(demo.dsn, autocommit=True) as conn:
+        conn.execute("DROP INDEX mimiciv_hosp.labevents_itemid_ix")
+        conn.execute("DROP INDEX mimiciv_hosp.labevents_idx01")  # a community one too
+        # A database loaded by other means may hold a view where a table is expected: not indexable.
+        conn.execute("CREATE SCHEMA IF NOT EXISTS mimiciv_note")
+        conn.execute("CREATE VIEW mimiciv_note.discharge AS SELECT 1 AS subject_id")
+    try:
+        out = StringIO()
+        call_command("load_mimic", "--indexes-only", dsn=demo.dsn, stdout=out)
+        text = out.getvalue()
+        assert "created index mimiciv_hosp.labevents_itemid_ix" in text
+        assert "created index mimiciv_hosp.labevents_idx01" in text
+        assert text.strip().splitlines()[-1].startswith("indexes: 2 created, ")
+        assert text.strip().endswith("0 failed")
+        assert {"labevents_itemid_ix", "labevents_idx01"} <= _index_names(demo.dsn)
+
+        again = StringIO()
+        call_command("load_mimic", "--indexes-only", dsn=demo.dsn, stdout=again)
+        assert again.getvalue().strip().splitlines() == [again.getvalue().strip().splitlines()[-1]]
+        assert again.getvalue().strip().startswith("indexes: 0 created, ")
+
+        # A plain re-run of the load (tables skipped: they hold rows) adds what an older load lacked.
+        with psycopg.connect(demo.dsn, autocommit=True) as conn:
+            conn.execute("DROP INDEX mimiciv_hosp.labevents_subject_id_ix")
+        lines: list[str] = []
+        report = load_release(DEMO, dsn=demo.dsn, progress=False, tables=["labevents"], out=lines.append)
+        assert report.result("labevents").status == "skipped"
+        assert "created index mimiciv_hosp.labevents_subject_id_ix" in "\n".join(lines)
+        assert "labevents_subject_id_ix" in _index_names(demo.dsn)
+    finally:
+        with psycopg.connect(demo.dsn, autocommit=True) as conn:
+            conn.execute("DROP VIEW IF EXISTS mimiciv_note.discharge")
