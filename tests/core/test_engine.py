@@ -255,8 +255,11 @@ def _model_says_no(**extra) -> AnswerabilityVerdict:
     [
         _model_says_no(),
         _model_says_no(category="future_data", kind="future"),  # borrowed from a flagged neighbour
-        _model_says_no(findings=[{"kind": "private", "rule": "family", "evidence": "family",
-                                  "reason": "", "decisive": False}]),  # fmt: skip
+        _model_says_no(
+            findings=[
+                {"kind": "private", "rule": "family", "evidence": "family", "reason": "", "decisive": False}
+            ]
+        ),  # fmt: skip
     ],
     ids=["not_in_schema", "borrowed_kind", "soft_rule"],
 )
@@ -271,7 +274,9 @@ def test_a_confident_library_answer_is_not_vetoed_by_the_model_or_the_floor(verd
     assert (outcome.status, outcome.outcome, outcome.answered_by) == ("succeeded", "answered", "library")
     assert outcome.result.rows == [[12]] and outcome.library_match.answered
     assert outcome.answerability is verdict  # what the model said is kept, not hidden
-    assert rec.stage_named("match").detail["gate_overruled"] and rec.stage_named("match").detail["below_floor"]
+    assert (
+        rec.stage_named("match").detail["gate_overruled"] and rec.stage_named("match").detail["below_floor"]
+    )
     assert "gate" not in [s.name for s in rec.stages] and (llm is None or llm.asked == [])
 
 
@@ -297,7 +302,11 @@ def test_a_decisive_rule_still_declines_a_confident_library_answer(kind, categor
     ports = FakePorts(chat=llm, results={OLDER_SQL: Rows(("n",), [(12,)])}, matches=[match(OLDER_SQL, 0.9)],
                       verdict=verdict)  # fmt: skip
     outcome, rec = ask(ports)
-    assert (outcome.status, outcome.outcome, outcome.message) == ("declined", category, f"Declined: {evidence}.")
+    assert (outcome.status, outcome.outcome, outcome.message) == (
+        "declined",
+        category,
+        f"Declined: {evidence}.",
+    )
     assert outcome.answered_by == "" and outcome.sql == "" and outcome.result is None
     assert outcome.library_match.reason_codes[-1] == R.GATE_DECLINED and not outcome.library_match.answered
     assert rec.stage_named("match").detail["gate_rule"] == kind and (llm is None or llm.asked == [])
@@ -309,7 +318,9 @@ def test_an_unconfident_match_still_meets_the_model_and_the_floor():
                       verdict=_model_says_no())  # fmt: skip
     outcome, _ = ask(ports)
     assert (outcome.status, outcome.outcome) == ("declined", "not_in_schema")
-    ports = FakePorts(results={OLDER_SQL: Rows(("n",), [(12,)])}, matches=[match(OLDER_SQL, 0.2)], doc_score=0.01)
+    ports = FakePorts(
+        results={OLDER_SQL: Rows(("n",), [(12,)])}, matches=[match(OLDER_SQL, 0.2)], doc_score=0.01
+    )
     assert ask(ports)[0].outcome == "no_data"
 
 
