@@ -259,7 +259,7 @@ def _model_says_no(**extra) -> AnswerabilityVerdict:
             findings=[
                 {"kind": "private", "rule": "family", "evidence": "family", "reason": "", "decisive": False}
             ]
-        ),  # fmt: skip
+        ),
     ],
     ids=["not_in_schema", "borrowed_kind", "soft_rule"],
 )
