@@ -192,7 +192,11 @@ def test_train_store_score_and_switch_versions(library, home, tmp_path):
     run = Run.objects.get(pk=question_submit_sync(user=asker, text="what is the home address of patient 10002428?",
                                                   source=library).pk)  # fmt: skip
     assert run.status == "declined" and run.outcome == "not_in_schema" and not run.llm_calls.exists()
-    assert run.gate_reason == "The database has no patient addresses, so askdb cannot answer this."
+    assert run.gate_reason.startswith("The database has no patient addresses, so askdb cannot answer this.")
+    assert run.gate_reason.endswith(
+        " The closest thing the database records is mimiciv_hosp.admissions.admission_location "
+        "(Where the patient came from before admission); askdb can answer questions about that instead."
+    )
     assert run.answerability["answerable"] is False and run.answerability["version"] == "20990101T000000-copy"
     gate = run.stages.get(name="gate")
     assert gate.status == "stopped" and gate.detail["answerability"]["answerable"] is False
