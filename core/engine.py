@@ -366,17 +366,21 @@ class Pipeline:
     def _library_answerable(
         self, req: PipelineRequest, view: RetrievalView, st: StageHandle, seen: _Seen
     ) -> bool:
-        """The answerability gate before a library answer: a close template is no proof that the
-        database holds what the question asks (an unanswerable question can read like one)."""
-        if view.best_doc_score < self.config.similarity_floor:
-            st.note(gate="no table is about this question")
-            return False
+        """The rules before a library answer. A template matched above its calibrated threshold
+        whose SQL ran is the best evidence askdb has that the database holds what is asked, so
+        neither the similarity floor nor the learned model vetoes it (both declined right
+        answers). A decisive rule still does: a question about the future, for advice, to
+        identify a person or out of scope can read like a verified one, and a close template
+        does not change what it asks."""
         verdict = self.ports.answerability(req.question, view.values)
         if verdict is None:
             return True
         seen.answerability = verdict
-        st.note(gate={k: verdict.detail.get(k) for k in ("probability", "threshold", "answerable")})
-        return verdict.answerable
+        rule = verdict.rule_kind
+        st.note(gate={k: verdict.detail.get(k) for k in ("probability", "threshold", "answerable")},
+                gate_rule=rule, gate_overruled=not rule and not verdict.answerable,
+                below_floor=view.best_doc_score < self.config.similarity_floor)  # fmt: skip
+        return not rule
 
     def _library_match(self, req: PipelineRequest, vector: list[float], st: StageHandle):
         """Answer from a verified example when a template matches with enough confidence.

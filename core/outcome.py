@@ -37,6 +37,19 @@ class AnswerabilityVerdict:
             "reason": self.reason,
         }
 
+    @property
+    def rule_kind(self) -> str:
+        """The kind of the first decisive rule the question's own words trip (future, advice,
+        private, out_of_scope, not_in_schema for a concept no column documents), "" when none.
+
+        Unlike the learned model's verdict (or a kind borrowed from the flagged question it
+        resembles), a decisive rule is about what the question asks, so it still declines a
+        confident library answer; the model alone does not."""
+        for finding in self.detail.get("findings") or ():
+            if isinstance(finding, Mapping) and finding.get("decisive"):
+                return str(finding.get("kind") or "not_in_schema")
+        return ""
+
     def noted(self, *keys: str) -> dict:
         """The given keys of what the gate said, those it said (for a stage's detail)."""
         return {k: self.detail.get(k) for k in keys if k in self.detail}

@@ -844,6 +844,12 @@ class NeighbourIndex:
                    answerable=np.array([a for _, _, a in items], dtype=bool))  # fmt: skip
 
 
+# A decline names the nearest column as what askdb can answer instead only when it is this close
+# (MiniLM cosine; unrelated attributes land near 0.3) and not a key, which records no attribute.
+NEAR_COLUMN = 0.35
+_KEY_COLUMN = re.compile(r"(?:_id|_seq|\.row_id)$", re.IGNORECASE)
+
+
 class AnswerabilityModel:
     """A trained model bound to the current catalog and library: scores one question fast."""
 
@@ -873,6 +879,8 @@ class AnswerabilityModel:
         """Precompute doc vectors and the absent concepts (once per load or catalog edit)."""
         self.table_names = [t.qualified for t in tables]
         self.column_names = [c.qualified for c in columns]
+        # What each column holds in words (its doc after "table.column: "), for a decline's "instead".
+        self.column_meanings = {c.qualified: c.text.partition(": ")[2].strip() for c in columns}
         self.table_vectors = self.encoder.encode_docs([t.text for t in tables])
         self.column_vectors = self.encoder.encode_docs([c.text for c in columns])
         self.absent = rules.absent_concepts(c.text for c in columns)
@@ -922,7 +930,8 @@ class AnswerabilityModel:
     ) -> tuple[str, str]:
         """Why the gate declined, in one or two sentences a researcher can check."""
         if found:
-            return found[0].kind, found[0].reason
+            extra = self._instead(per_column) if found[0].kind == "not_in_schema" else ""
+            return found[0].kind, found[0].reason + extra
         if near_u is not None:
             # The flagged question it most resembles may itself name the reason.
             like = rules.findings(near_u[2], absent=self.absent, as_of_year=self.as_of_year)
@@ -931,7 +940,7 @@ class AnswerabilityModel:
                     f"askdb cannot answer this: {rules.KIND_REASONS[like[0].kind]}. It resembles a question "
                     f'reviewers marked unanswerable: "{near_u[2]}".'
                 )
-        closest = f" The closest column, {per_column[0][0]}, is not about it." if per_column else ""
+        closest = self._instead(per_column)
         similar = (
             f' Reviewers marked a similar question unanswerable: "{near_u[2]}".'
             if near_u and near_u[1] >= 0.6
@@ -941,3 +950,16 @@ class AnswerabilityModel:
             "No table or column in this database seems to hold what this question asks for, so askdb "
             f"cannot answer it.{closest}{similar}"
         )
+
+    def _instead(self, per_column: list[tuple[str, float]]) -> str:
+        """What askdb can answer instead of an attribute no column holds: the nearest column that
+        records something (keys such as subject_id hold no attribute), named with what it
+        records, so a researcher sees what is missing and what is there ("The closest thing the
+        database records is admissions.marital_status (marital status at admission) ...")."""
+        near = [(c, r) for c, r in per_column if r >= NEAR_COLUMN and not _KEY_COLUMN.search(c)]
+        if not near:
+            return ""
+        column = near[0][0]
+        meaning = self.column_meanings.get(column, "").rstrip(".")
+        held = f"{column} ({meaning})" if meaning else column
+        return f" The closest thing the database records is {held}; askdb can answer questions about that instead."

@@ -192,7 +192,11 @@ def test_train_store_score_and_switch_versions(library, home, tmp_path):
     run = Run.objects.get(pk=question_submit_sync(user=asker, text="what is the home address of patient 10002428?",
                                                   source=library).pk)  # fmt: skip
     assert run.status == "declined" and run.outcome == "not_in_schema" and not run.llm_calls.exists()
-    assert run.gate_reason == "The database has no patient addresses, so askdb cannot answer this."
+    assert run.gate_reason.startswith("The database has no patient addresses, so askdb cannot answer this.")
+    assert run.gate_reason.endswith(
+        " The closest thing the database records is mimiciv_hosp.admissions.admission_location "
+        "(Where the patient came from before admission); askdb can answer questions about that instead."
+    )
     assert run.answerability["answerable"] is False and run.answerability["version"] == "20990101T000000-copy"
     gate = run.stages.get(name="gate")
     assert gate.status == "stopped" and gate.detail["answerability"]["answerable"] is False
@@ -216,6 +220,43 @@ def test_without_a_model_the_rules_still_decline_with_a_reason(source, home):
     assert run.status == "declined" and run.outcome == "advice" and not run.llm_calls.exists()
     assert "advice" in run.gate_reason and run.answerability["rules_only"] is True
     assert run.gate_label == "asks for advice or an opinion"
+
+
+def test_a_trained_model_that_says_unanswerable_does_not_veto_a_confident_library_answer(
+    library, home, settings
+):
+    """Issue 28: the learned model declined questions the library had bound the right SQL for.
+    With the model made to decline everything (its threshold above any probability), a question
+    a verified example answers is still answered from the library, the model's verdict kept on
+    the run; a question that trips a decisive rule is still declined."""
+    from askdb.models import Run
+    from askdb.services.examples import example_upsert
+    from askdb.services.runs import question_submit_sync
+    from tests.factories import make_user
+
+    settings.LLM_MODEL = ""
+    settings.ASKDB_LIBRARY_REVIEW_SHARE = 0.0
+    reviewer, asker = make_user("veto-rev", "reviewer"), make_user("veto-asker", "researcher")
+    Example.objects.filter(
+        source=library, question__startswith="what is the gender"
+    ).delete()  # SQL that cannot run
+    example_upsert(source=library, question="what is the gender of patient 10014729?",
+                   sql="SELECT gender FROM mimiciv_hosp.patients WHERE subject_id = 10014729", approved_by=reviewer)  # fmt: skip
+    answerability_train(source=library, config=TrainConfig(folds=2))
+    scorer = scorer_module.get_scorer(library)
+    assert scorer is not None
+    scorer.model.threshold = 1.01  # the model now declines every question
+
+    def ask(text: str) -> Run:
+        return Run.objects.get(pk=question_submit_sync(user=asker, text=text, source=library).pk)
+
+    run = ask("what is the gender of patient 10019003?")
+    assert run.answerability["answerable"] is False and run.answerability["version"]  # the model said no
+    assert (run.status, run.answered_by) == ("succeeded", "library"), (run.message, run.library_match)
+    assert run.stages.get(name="match").detail["gate_overruled"] is True
+
+    future = ask("what will the gender of patient 10019003 be?")
+    assert (future.status, future.outcome, future.answered_by) == ("declined", "future_data", "")
 
 
 @pytest.mark.django_db(transaction=True)  # the worker thread uses its own connection

@@ -194,3 +194,24 @@ def test_a_verified_answer_whose_query_runs_out_of_time_says_so_not_no_match(sou
     assert run.example_id in (None, example.pk)
     assert run.library_match["example_id"] == example.pk and not run.library_match["answered"]
     assert str(ids[1]) in run.sql
+
+
+def test_a_confident_library_answer_is_not_vetoed_by_the_similarity_floor_but_a_rule_declines(
+    source, ids, library, settings
+):
+    """Issue 28: the floor declined right library answers. Above its calibrated threshold the
+    verified answer stands though no table clears the floor; a question about the future that
+    matches the same template just as closely is still declined by its rule, without an LLM."""
+    settings.LLM_MODEL = ""
+    settings.ASKDB_LIBRARY_REVIEW_SHARE = 0.0
+    settings.ASKDB_SIMILARITY_FLOOR = 0.99  # no table's documentation is this close to any question
+    run = ask(source, f"What is the gender of patient {ids[1]}?")
+    assert (run.status, run.answered_by, run.example_id) == ("succeeded", "library", library["gender"].pk)
+    assert run.result_rows == [list(r) for r in clinical_rows(GENDER_SQL.format(id=ids[1]))]
+    assert run.stages.get(name="match").detail["below_floor"] is True
+
+    future = ask(source, f"When will patient {ids[1]} be first admitted to the hospital?")
+    assert future.library_match["confidence"] >= future.library_match["threshold"]  # as close as a match gets
+    assert (future.status, future.outcome, future.answered_by) == ("declined", "future_data", "")
+    assert future.library_match["reason_codes"][-1] == "gate_declined" and future.sql == ""
+    assert "future" in future.gate_reason and not future.llm_calls.exists()

@@ -322,3 +322,33 @@ def test_a_failed_save_leaves_no_version_behind(tmp_path):
         store.save_version("mimic", "v", combiner=broken, threshold=0.5, manifest={}, home=tmp_path)
     assert store.list_versions("mimic", home=tmp_path) == []
     assert store.current_version("mimic", home=tmp_path) is None
+
+
+def test_a_not_in_schema_decline_names_what_askdb_can_answer_instead():
+    """Issue 28 item 4: a decline names the nearest column that records something, with what it
+    records, as what askdb can answer instead; a key (subject_id) or a far column is not offered."""
+    from askdb.answerability import rules
+
+    model = AnswerabilityModel(BagOfWordsEncoder(), Combiner.__new__(Combiner), 0.5, TABLES, COLUMNS,
+                               [], version="v1")  # fmt: skip
+    near = [("hosp.patients.subject_id", 0.9), ("hosp.admissions.insurance", 0.53)]
+    kind, reason = model._explain([], None, near)
+    assert kind == "not_in_schema" and reason.startswith("No table or column in this database seems to hold")
+    assert reason.endswith(
+        " The closest thing the database records is hosp.admissions.insurance (the patient's insurance "
+        "(Medicare, Medicaid)); askdb can answer questions about that instead."
+    )
+    # a concept no column documents says what is missing, then what is there
+    found = rules.findings("what is the phone number of patient 7?", absent=model.absent)
+    kind, reason = model._explain(found, None, near)
+    assert (kind, reason.split(". ")[0]) == (
+        "not_in_schema",
+        "The database has no phone numbers, so askdb cannot answer this",
+    )
+    assert "hosp.admissions.insurance" in reason
+    # only keys, or columns too far from the question: nothing offered, the decline stands alone
+    for per_column in ([("hosp.patients.subject_id", 0.9)], [("hosp.admissions.insurance", 0.2)], []):
+        assert "closest thing" not in model._explain([], None, per_column)[1]
+    # another kind of decline offers no column (a future question is not about a missing attribute)
+    found = rules.findings("what will the insulin dose of patient 7 be next year?", absent=model.absent)
+    assert found[0].kind == "future" and "closest thing" not in model._explain(found, None, near)[1]

@@ -211,6 +211,10 @@ def test_two_confident_matches_that_disagree_answer_nothing():
     assert outcome.outcome == "no_llm" and outcome.library_match.reason_codes[-1] == R.DISAGREE
 
 
+def _rule(kind: str, evidence: str) -> dict:
+    return {"kind": kind, "rule": kind, "evidence": evidence, "reason": "", "decisive": True}
+
+
 def test_the_answerability_verdict_stops_a_library_answer_and_declines():
     verdict = AnswerabilityVerdict.from_json(
         {
@@ -218,6 +222,7 @@ def test_the_answerability_verdict_stops_a_library_answer_and_declines():
             "category": "out_of_scope",
             "reason": "Not in this database.",
             "probability": 0.1,
+            "findings": [_rule("out_of_scope", "weather")],
         }
     )
     ports = FakePorts(
@@ -233,6 +238,90 @@ def test_the_answerability_verdict_stops_a_library_answer_and_declines():
     assert outcome.answerability is verdict and outcome.answerability.to_json()["probability"] == 0.1
     assert outcome.library_match.reason_codes[-1] == R.GATE_DECLINED and not outcome.library_match.answered
     assert rec.stage_named("gate").status == "stopped"
+
+
+def _model_says_no(**extra) -> AnswerabilityVerdict:
+    """The learned model's decline: below its threshold, a kind borrowed from the flagged question
+    it resembles, and (in `extra`) only soft rule findings, as the scorer reports them."""
+    return AnswerabilityVerdict.from_json({
+        "answerable": False, "category": "not_in_schema", "kind": "not_in_schema", "probability": 0.04,
+        "threshold": 0.5, "reason": "No table or column in this database seems to hold what this question asks for.",
+        "findings": [], **extra,
+    })  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "verdict",
+    [
+        _model_says_no(),
+        _model_says_no(category="future_data", kind="future"),  # borrowed from a flagged neighbour
+        _model_says_no(
+            findings=[
+                {"kind": "private", "rule": "family", "evidence": "family", "reason": "", "decisive": False}
+            ]
+        ),
+    ],
+    ids=["not_in_schema", "borrowed_kind", "soft_rule"],
+)
+@pytest.mark.parametrize("chat", [None, "llm"], ids=["no_llm", "llm"])
+def test_a_confident_library_answer_is_not_vetoed_by_the_model_or_the_floor(verdict, chat):
+    """Above its calibrated threshold, with its SQL run, the library answer stands though the
+    learned model says unanswerable and no table clears the similarity floor; no LLM is asked."""
+    llm = FakeChat() if chat else None
+    ports = FakePorts(chat=llm, results={OLDER_SQL: Rows(("n",), [(12,)])}, matches=[match(OLDER_SQL, 0.9)],
+                      verdict=verdict, doc_score=0.01)  # fmt: skip
+    outcome, rec = ask(ports)
+    assert (outcome.status, outcome.outcome, outcome.answered_by) == ("succeeded", "answered", "library")
+    assert outcome.result.rows == [[12]] and outcome.library_match.answered
+    assert outcome.answerability is verdict  # what the model said is kept, not hidden
+    assert (
+        rec.stage_named("match").detail["gate_overruled"] and rec.stage_named("match").detail["below_floor"]
+    )
+    assert "gate" not in [s.name for s in rec.stages] and (llm is None or llm.asked == [])
+
+
+@pytest.mark.parametrize(
+    ("kind", "category", "evidence"),
+    [
+        ("future", "future_data", "will"),
+        ("advice", "advice", "should be prescribed"),
+        ("private", "private_data", "phone number"),
+        ("out_of_scope", "out_of_scope", "write me a program"),
+    ],
+)
+@pytest.mark.parametrize("chat", [None, "llm"], ids=["no_llm", "llm"])
+def test_a_decisive_rule_still_declines_a_confident_library_answer(kind, category, evidence, chat):
+    """The rule kinds are about what is asked, not whether the data holds it: a close template
+    does not answer a question about the future, for advice, to identify a person, or off topic.
+    The model may even think it answerable; the rule alone declines it."""
+    verdict = AnswerabilityVerdict.from_json({
+        "answerable": False, "category": category, "kind": kind, "probability": 0.0, "model_probability": 0.93,
+        "reason": f"Declined: {evidence}.", "findings": [_rule(kind, evidence)],
+    })  # fmt: skip
+    llm = FakeChat() if chat else None
+    ports = FakePorts(chat=llm, results={OLDER_SQL: Rows(("n",), [(12,)])}, matches=[match(OLDER_SQL, 0.9)],
+                      verdict=verdict)  # fmt: skip
+    outcome, rec = ask(ports)
+    assert (outcome.status, outcome.outcome, outcome.message) == (
+        "declined",
+        category,
+        f"Declined: {evidence}.",
+    )
+    assert outcome.answered_by == "" and outcome.sql == "" and outcome.result is None
+    assert outcome.library_match.reason_codes[-1] == R.GATE_DECLINED and not outcome.library_match.answered
+    assert rec.stage_named("match").detail["gate_rule"] == kind and (llm is None or llm.asked == [])
+
+
+def test_an_unconfident_match_still_meets_the_model_and_the_floor():
+    """Only a library answer escapes the model's veto: under the threshold, the gate declines."""
+    ports = FakePorts(results={OLDER_SQL: Rows(("n",), [(12,)])}, matches=[match(OLDER_SQL, 0.2)],
+                      verdict=_model_says_no())  # fmt: skip
+    outcome, _ = ask(ports)
+    assert (outcome.status, outcome.outcome) == ("declined", "not_in_schema")
+    ports = FakePorts(
+        results={OLDER_SQL: Rows(("n",), [(12,)])}, matches=[match(OLDER_SQL, 0.2)], doc_score=0.01
+    )
+    assert ask(ports)[0].outcome == "no_data"
 
 
 def test_no_table_about_the_question_is_no_data():
