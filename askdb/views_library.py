@@ -24,11 +24,12 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from askdb import library_io, selectors_requests
 from askdb.answerability import store as answerability_store
 from askdb.answerability.tasks import answerability_train_task
-from askdb.models import Example, Review
+from askdb.models import Example, ImportJob, Review
 from askdb.roles import LIBRARY_BROWSE_PERMS
 from askdb.selectors import paraphrases_of, template_shares
 from askdb.services.examples import example_set_status, examples_revalidate
 from askdb.services.exports import ImportReport, examples_export, examples_import
+from askdb.services.imports import ImportQueueUnavailable, import_is_large, import_job_submit
 from askdb.services.sql import ReviewError
 from infra.adapters.clinical import ExecutionError
 from infra.providers.embeddings import EmbeddingError
@@ -331,13 +332,17 @@ def examples_import_view(request: HttpRequest) -> HttpResponse:
     except (library_io.LibraryFormatError, ValueError) as exc:
         context["error"] = str(exc)
         return render(request, "askdb/library/import.html", context, status=400)
+    execute = request.POST.get("no_execute") != "1"
+    if import_is_large(items):  # minutes of work: a worker does it, and this page follows the job
+        try:
+            job = import_job_submit(source=source, items=items, approved_by=request.user, execute=execute)
+        except ImportQueueUnavailable as exc:
+            context["error"] = str(exc)
+            return render(request, "askdb/library/import.html", context, status=503)
+        context.update(job=job, source=source, filename=upload.name)
+        return render(request, "askdb/library/import.html", context, status=202)
     try:
-        report = examples_import(
-            source=source,
-            items=items,
-            approved_by=request.user,
-            execute=request.POST.get("no_execute") != "1",
-        )
+        report = examples_import(source=source, items=items, approved_by=request.user, execute=execute)
     except (ExecutionError, EmbeddingError) as exc:
         # Pairs before the failure are imported (each is its own transaction); say so.
         context["error"] = (
@@ -346,6 +351,15 @@ def examples_import_view(request: HttpRequest) -> HttpResponse:
         return render(request, "askdb/library/import.html", context, status=503)
     context.update(report=report, report_rows=_report_rows(report), source=source, filename=upload.name)
     return render(request, "askdb/library/import.html", context)
+
+
+@require_GET
+@_require_any(EDIT_PERM)
+def examples_import_job_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    """How a large import a worker is doing is going: the fragment the import page polls, without
+    polling attributes once the job has ended, so the polling stops there."""
+    job = get_object_or_404(ImportJob.objects.select_related("source").defer("items"), pk=job_id)
+    return render(request, "askdb/library/_import_job.html", {"job": job})
 
 
 def _report_rows(report: ImportReport) -> dict:

@@ -65,3 +65,29 @@ def test_an_unknown_job_is_404(source):
     api.force_authenticate(make_user("rev", REVIEWER))
     response = api.get("/api/examples/imports/999999/")
     assert response.status_code == 404 and "999999" in response.json()["error"]
+
+
+def test_a_large_import_from_the_library_page_is_a_worker_job_the_page_follows(client, source, settings):
+    """The import page, like the API: a large file is queued (202), and the fragment the page polls
+    shows the progress, then the report, and stops polling."""
+    import json
+
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    settings.ASKDB_IMPORT_SYNC_MAX = 2
+    client.force_login(make_user("rev", REVIEWER))
+    upload = SimpleUploadedFile("pairs.json", json.dumps(PAIRS).encode(), content_type="application/json")
+    with running_worker():
+        page = client.post("/library/import/", {"file": upload, "source": source.name})
+        assert page.status_code == 202
+        job = ImportJob.objects.get()
+        text = page.content.decode()
+        assert f'hx-get="/library/import/jobs/{job.pk}/"' in text and "Import of 5 pairs" in text
+        wait_for(lambda: ImportJob.objects.get(pk=job.pk).status == ImportJob.Status.SUCCEEDED, timeout=120)
+    fragment = client.get(f"/library/import/jobs/{job.pk}/").content.decode()
+    assert "hx-get" not in fragment  # ended: the page stops polling
+    assert "4 added, 0 merged into existing examples, 1 failed" in fragment, fragment
+    assert "Failed — not imported" in fragment and "<code>x</code>" in fragment  # the failed pair, listed
+    assert Example.objects.filter(source=source).count() == 4
+    client.force_login(make_user("rita", "researcher"))
+    assert client.get(f"/library/import/jobs/{job.pk}/").status_code == 403
