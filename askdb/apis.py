@@ -136,8 +136,8 @@ class ApiErrorsMixin:
         super().initial(request, *args, **kwargs)
         if request.method in ("POST", "PUT", "PATCH") and _body_unread(request):
             raise exceptions.ParseError(
-                "The request body could not be read: send JSON (Content-Type: application/json) "
-                "or a well-formed form."
+                "No field could be read from the request body: send JSON (Content-Type: application/json) "
+                "or a well-formed form with its fields."
             )
 
 
@@ -575,7 +575,12 @@ class ExampleRetireApi(_ExampleStatusApi):
         summary="Retire a library example",
         description="A retired example is never used again (few-shot, template, gate). Reviewers only.",
         request=ExampleStatusInputSerializer,
-        responses={200: ExampleDetailSerializer, 403: ErrorSerializer, 404: ErrorSerializer},
+        responses={
+            200: ExampleDetailSerializer,
+            400: ErrorSerializer,
+            403: ErrorSerializer,
+            404: ErrorSerializer,
+        },
     )
     def post(self, request: Request, example_id: int) -> Response:
         return super().post(request, example_id)

@@ -14,8 +14,8 @@ import json
 import logging
 
 from django.db import InterfaceError, OperationalError, connections
-from django.http.multipartparser import MultiPartParserError
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 from django.template.loader import render_to_string
 
 from infra.text import find_nul, nul_message
