@@ -18,16 +18,16 @@ from askdb.selectors import REVIEW_QUEUE_STATUSES, run_answer
 # --------------------------------------------------------------------------- inputs
 
 
+@extend_schema_field({"type": "string", "maxLength": settings.ASKDB_QUESTION_MAX_CHARS})
+class QuestionField(serializers.CharField):
+    """The question's length limit stated in the schema (maxLength) and left to question_submit to
+    enforce: it measures the cleaned text and says how long the question was."""
+
+
 class QuestionSubmitInputSerializer(serializers.Serializer):
     # Blank and odd text is accepted here on purpose: question_submit decides what a question
     # is and says why it refuses one.
-    # The length limit is the service's too (on the cleaned text); here it puts it in the schema.
-    question = serializers.CharField(
-        allow_blank=True,
-        trim_whitespace=False,
-        max_length=settings.ASKDB_QUESTION_MAX_CHARS,
-        help_text="Plain English.",
-    )
+    question = QuestionField(allow_blank=True, trim_whitespace=False, help_text="Plain English.")
     source = serializers.CharField(
         required=False,
         allow_blank=True,
@@ -80,15 +80,13 @@ class ExampleListFilterSerializer(serializers.Serializer):
     )  # fmt: skip
     # Choice fields, so the schema lists the values the server accepts (an enum).
     kind = serializers.ChoiceField(
-        choices=Example.Kind.values,
-        required=False,
-        allow_blank=True,
-        default="",
-        help_text="The example's kind.",
-    )
+        choices=Example.Kind.values, required=False, allow_blank=True, default="", help_text="The example's kind.",
+        error_messages={"invalid_choice": f"Use one of: {', '.join(Example.Kind.values)}."},
+    )  # fmt: skip
     status = serializers.ChoiceField(
         choices=[*Example.Status.values, "all"], required=False, allow_blank=True, default="",
         help_text="Default: every status but retired.",
+        error_messages={"invalid_choice": f"Use one of: {', '.join(Example.Status.values)}, all."},
     )  # fmt: skip
     source = serializers.CharField(required=False, allow_blank=True, default="", help_text="A source name.")
 
