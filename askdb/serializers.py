@@ -127,6 +127,14 @@ class ExampleStatusInputSerializer(serializers.Serializer):
         required=False, allow_blank=True, default="", help_text="Why (kept on the example)."
     )
 
+    def validate(self, attrs: dict) -> dict:
+        # Every field is optional, so a body of anything else (a garbage form "x=1", a typo'd
+        # "notes") would read as "no note" and the change would go through: refuse it instead.
+        unknown = sorted(set(getattr(self.initial_data, "keys", list)()) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError(f"Unknown field: {', '.join(unknown)}. The only field is note.")
+        return attrs
+
 
 class ExampleImportInputSerializer(serializers.Serializer):
     source = serializers.CharField(

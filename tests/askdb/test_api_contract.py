@@ -198,6 +198,21 @@ def test_a_garbage_multipart_body_to_retire_or_restore_is_400_and_changes_nothin
     assert Example.objects.get(pk=example.pk).status == before
 
 
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (b"this is not a form", "application/x-www-form-urlencoded"),  # reads as {"this is not a form": ""}
+        (b'{"notes": "typo"}', "application/json"),
+        (b"[1, 2]", "application/json"),  # not an object at all
+    ],
+)
+def test_a_body_of_unknown_fields_to_retire_is_400_and_changes_nothing(example, body, content_type):
+    client = token_client(make_user("rev", REVIEWER))
+    response = client.generic("POST", f"/api/examples/{example.pk}/retire/", body, content_type=content_type)
+    assert_json_error(response, 400)
+    assert Example.objects.get(pk=example.pk).status == Example.Status.ACTIVE
+
+
 def test_well_formed_bodies_still_work_empty_json_and_no_body_included(example):
     client = token_client(make_user("rev", REVIEWER))
     assert client.post(f"/api/examples/{example.pk}/retire/", {}, format="json").json()["status"] == "retired"
