@@ -16,6 +16,12 @@ Who may do what:
 - the example library is readable by everyone who may ask, as on its pages
   (askdb.roles.LIBRARY_BROWSE_PERMS); retiring, restoring and importing are for reviewers
   (askdb.review_runs).
+
+The contract (tests/askdb/test_api_contract.py, fuzzed by tests/askdb/test_api_schemathesis.py):
+a call without credentials is 401 with "WWW-Authenticate: Token" (token authentication comes
+first in settings); any /api/ path no route matches (a non-integer id) is a JSON 404 (ApiNotFound);
+a form body nothing could be read from is a 400 before the view runs; every parameter and
+constraint the server enforces is in the schema.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpResponsePermanentRedirect, StreamingHttpResponse
-from django.urls import Resolver404, resolve, reverse
+from django.urls import Resolver404, ResolverMatch, resolve, reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, status
@@ -141,7 +147,8 @@ class ApiErrorsMixin:
             )
 
 
-def resolve_or_none(path: str):
+def resolve_or_none(path: str) -> ResolverMatch | None:
+    """The route a path resolves to, or None (for the slash hint, which must not raise)."""
     try:
         return resolve(path)
     except Resolver404:
@@ -177,7 +184,7 @@ class ApiNotFound(APIView):
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response | HttpResponsePermanentRedirect:
         return self._refuse(request)
 
-    post = put = patch = delete = head = get
+    post = put = patch = delete = head = options = get
 
 
 def _error(message: str, code: int) -> Response:
@@ -446,7 +453,7 @@ class ReviewQueueApi(ApiErrorsMixin, GenericAPIView):
         filters.is_valid(raise_exception=True)
         f = filters.validated_data
         queue = selectors.review_queue_list(
-            user=request.user, status=f["status"], source=f["source"].strip(), asked_by=f["user"].strip(),
+            user=request.user, status=f["status"] or "pending", source=f["source"].strip(), asked_by=f["user"].strip(),
             table=f["table"].strip(), assigned_to_me=f["mine"],
         )  # fmt: skip
         page = self.paginate_queryset(queue)

@@ -95,7 +95,7 @@ class ReviewQueueFilterSerializer(serializers.Serializer):
     """The review queue's filters, as askdb.selectors.review_queue_list takes them."""
 
     status = serializers.ChoiceField(
-        choices=list(REVIEW_QUEUE_STATUSES), required=False, default="pending",
+        choices=list(REVIEW_QUEUE_STATUSES), required=False, allow_blank=True, default="pending",
         help_text="Review status; all: every run that was for review.",
     )  # fmt: skip
     source = serializers.CharField(required=False, allow_blank=True, default="", help_text="A source name.")
