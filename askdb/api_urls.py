@@ -1,6 +1,6 @@
 """REST API routes (see askdb/apis.py). The path says "questions" for clients; each id is a Run's."""
 
-from django.urls import path
+from django.urls import path, re_path
 
 from askdb import apis, apis_requests
 
@@ -32,4 +32,7 @@ urlpatterns = [
     path("examples/<int:example_id>/", apis.ExampleDetailApi.as_view(), name="example_detail"),
     path("examples/<int:example_id>/retire/", apis.ExampleRetireApi.as_view(), name="example_retire"),
     path("examples/<int:example_id>/restore/", apis.ExampleRestoreApi.as_view(), name="example_restore"),
+    # Last: anything else under /api/ (a non-integer id, a typo) is the API's JSON 404. The schema
+    # and docs routes come after this include in config/urls.py, so they are left to match there.
+    re_path(r"^(?!schema/$|docs/$).*$", apis.ApiNotFound.as_view(), name="not_found"),
 ]

@@ -16,18 +16,23 @@ Who may do what:
 - the example library is readable by everyone who may ask, as on its pages
   (askdb.roles.LIBRARY_BROWSE_PERMS); retiring, restoring and importing are for reviewers
   (askdb.review_runs).
+
+The contract (tests/askdb/test_api_contract.py, fuzzed by tests/askdb/test_api_schemathesis.py):
+a call without credentials is 401 with "WWW-Authenticate: Token" (token authentication comes
+first in settings); any /api/ path no route matches (a non-integer id) is a JSON 404 (ApiNotFound);
+a form body nothing could be read from is a 400 before the view runs; every parameter and
+constraint the server enforces is in the schema.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.http import StreamingHttpResponse
-from django.urls import reverse
+from django.http import HttpResponsePermanentRedirect, StreamingHttpResponse
+from django.urls import Resolver404, ResolverMatch, resolve, reverse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, status
-from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.generics import GenericAPIView
 from rest_framework.negotiation import BaseContentNegotiation
@@ -53,6 +58,7 @@ from askdb.serializers import (
     QuestionSubmitInputSerializer,
     ResultPageQuerySerializer,
     ReviewInputSerializer,
+    ReviewQueueFilterSerializer,
     ReviewQueueSerializer,
     ReviewSerializer,
     RunCancelSerializer,
@@ -60,6 +66,7 @@ from askdb.serializers import (
     RunListFilterSerializer,
     RunListSerializer,
     RunQueuedSerializer,
+    TokenInputSerializer,
     TokenSerializer,
 )
 from askdb.services.examples import example_set_status
@@ -106,9 +113,78 @@ def api_exception_handler(exc: Exception, context: dict) -> Response | None:
     return response
 
 
+# A page number past the end (or not a number) is DRF's pagination NotFound: a JSON error too.
+PAGE_NOT_FOUND = OpenApiResponse(ErrorSerializer, description="No such page of the list.")
+
+_FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
+
+
+def _body_unread(request: Request) -> bool:
+    """True when a form body was sent but nothing could be read from it.
+
+    Django's multipart parser reads a body without a single well-formed part as an empty form,
+    so a garbage body would look like "no fields" and the change would go through with defaults.
+    An empty JSON object is a real (empty) body; only form bodies are judged here.
+    """
+    content_type = (request.content_type or "").split(";")[0].strip().lower()
+    if content_type not in _FORM_TYPES or int(request.META.get("CONTENT_LENGTH") or 0) == 0:
+        return False
+    return not request.data and not request.FILES
+
+
 class ApiErrorsMixin:
+    """The API's error shape, and bodies read before any change: an unreadable form body is a 400."""
+
     def get_exception_handler(self):
         return api_exception_handler
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        if request.method in ("POST", "PUT", "PATCH") and _body_unread(request):
+            raise exceptions.ParseError(
+                "No field could be read from the request body: send JSON (Content-Type: application/json) "
+                "or a well-formed form with its fields."
+            )
+
+
+def resolve_or_none(path: str) -> ResolverMatch | None:
+    """The route a path resolves to, or None (for the slash hint, which must not raise)."""
+    try:
+        return resolve(path)
+    except Resolver404:
+        return None
+
+
+class ApiNotFound(APIView):
+    """Every /api/ path no route matches (a non-integer id, a typo): the API's JSON 404,
+    not Django's HTML page. A 404 reveals nothing, so it needs no credentials."""
+
+    permission_classes: list = []
+    authentication_classes: list = []
+    throttle_classes: list = []
+    schema = None  # not an endpoint
+
+    def get_exception_handler(self):
+        return api_exception_handler
+
+    def _refuse(self, request: Request) -> Response | HttpResponsePermanentRedirect:
+        message = f"There is no API endpoint at {request.path}."
+        # What APPEND_SLASH did before this catch-all matched everything: /api/questions -> /api/questions/
+        if not request.path.endswith("/"):
+            match = resolve_or_none(f"{request.path}/")
+            if match is not None and getattr(match.func, "view_class", None) is not ApiNotFound:
+                if request.method in ("GET", "HEAD"):
+                    return HttpResponsePermanentRedirect(f"{request.path}/")
+                message = f"There is no API endpoint at {request.path}; did you mean {request.path}/?"
+        raise exceptions.NotFound(message)
+
+    def http_method_not_allowed(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return self._refuse(request)
+
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response | HttpResponsePermanentRedirect:
+        return self._refuse(request)
+
+    post = put = patch = delete = head = options = get
 
 
 def _error(message: str, code: int) -> Response:
@@ -199,7 +275,7 @@ class RunListApi(ApiErrorsMixin, GenericAPIView):
         summary="List runs",
         description="Your runs, or everyone's for reviewers and admins; newest first.",
         parameters=[RunListFilterSerializer],
-        responses={200: RunListSerializer(many=True), 400: ErrorSerializer},
+        responses={200: RunListSerializer(many=True), 400: ErrorSerializer, 404: PAGE_NOT_FOUND},
     )
     def get(self, request: Request) -> Response:
         filters = RunListFilterSerializer(data=request.query_params)
@@ -364,14 +440,21 @@ class ReviewQueueApi(ApiErrorsMixin, GenericAPIView):
         operation_id="reviews_list",
         summary="The review queue",
         description="Answered runs waiting for a reviewer, oldest first. Reviewers and admins only.",
-        responses={200: ReviewQueueSerializer(many=True), 403: ErrorSerializer},
+        parameters=[ReviewQueueFilterSerializer],
+        responses={
+            200: ReviewQueueSerializer(many=True),
+            400: ErrorSerializer,
+            403: ErrorSerializer,
+            404: PAGE_NOT_FOUND,
+        },
     )
     def get(self, request: Request) -> Response:
-        params = request.query_params
+        filters = ReviewQueueFilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        f = filters.validated_data
         queue = selectors.review_queue_list(
-            user=request.user, status=params.get("status", "pending"), source=params.get("source", ""),
-            asked_by=params.get("user", ""), table=params.get("table", ""),
-            assigned_to_me=params.get("mine") in ("1", "true"),
+            user=request.user, status=f["status"] or "pending", source=f["source"].strip(), asked_by=f["user"].strip(),
+            table=f["table"].strip(), assigned_to_me=f["mine"],
         )  # fmt: skip
         page = self.paginate_queryset(queue)
         return self.get_paginated_response(ReviewQueueSerializer(page, many=True).data)
@@ -443,7 +526,12 @@ class ExampleListApi(ApiErrorsMixin, GenericAPIView):
         summary="List library examples",
         description="Verified question/SQL pairs, newest approval first. Retired ones only with status=retired or all.",
         parameters=[ExampleListFilterSerializer],
-        responses={200: ExampleSerializer(many=True), 400: ErrorSerializer, 403: ErrorSerializer},
+        responses={
+            200: ExampleSerializer(many=True),
+            400: ErrorSerializer,
+            403: ErrorSerializer,
+            404: PAGE_NOT_FOUND,
+        },
     )
     def get(self, request: Request) -> Response:
         filters = ExampleListFilterSerializer(data=request.query_params)
@@ -494,7 +582,12 @@ class ExampleRetireApi(_ExampleStatusApi):
         summary="Retire a library example",
         description="A retired example is never used again (few-shot, template, gate). Reviewers only.",
         request=ExampleStatusInputSerializer,
-        responses={200: ExampleDetailSerializer, 403: ErrorSerializer, 404: ErrorSerializer},
+        responses={
+            200: ExampleDetailSerializer,
+            400: ErrorSerializer,
+            403: ErrorSerializer,
+            404: ErrorSerializer,
+        },
     )
     def post(self, request: Request, example_id: int) -> Response:
         return super().post(request, example_id)
@@ -601,6 +694,7 @@ class TokenObtainApi(ApiErrorsMixin, ObtainAuthToken):
     """Username and password in, the user's API token out (the same token on every call)."""
 
     permission_classes = [PostAnonymously]
+    serializer_class = TokenInputSerializer
     # DRF leaves this endpoint unthrottled; it checks passwords, so it gets the per-client limit
     # (by IP for anonymous callers) like the rest of the API.
     throttle_classes = [UserRateThrottle]
@@ -609,7 +703,7 @@ class TokenObtainApi(ApiErrorsMixin, ObtainAuthToken):
         operation_id="token_create",
         summary="Get an API token",
         auth=[{}],  # no credentials needed: this is where they come from
-        request=AuthTokenSerializer,
+        request=TokenInputSerializer,
         responses={200: TokenSerializer, 400: ErrorSerializer},
     )
     def post(self, request: Request, *args, **kwargs) -> Response:

@@ -6,20 +6,28 @@ askdb.services, so the pages and the API refuse the same things with the same se
 
 from __future__ import annotations
 
+from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.authtoken.serializers import AuthTokenSerializer
 
 from askdb.models import Example, Review, Run, SqlAttempt, StageEvent
 from askdb.outcomes import run_outcome
-from askdb.selectors import run_answer
+from askdb.selectors import REVIEW_QUEUE_STATUSES, run_answer
 
 # --------------------------------------------------------------------------- inputs
+
+
+@extend_schema_field({"type": "string", "maxLength": settings.ASKDB_QUESTION_MAX_CHARS})
+class QuestionField(serializers.CharField):
+    """The question's length limit stated in the schema (maxLength) and left to question_submit to
+    enforce: it measures the cleaned text and says how long the question was."""
 
 
 class QuestionSubmitInputSerializer(serializers.Serializer):
     # Blank and odd text is accepted here on purpose: question_submit decides what a question
     # is and says why it refuses one.
-    question = serializers.CharField(allow_blank=True, trim_whitespace=False, help_text="Plain English.")
+    question = QuestionField(allow_blank=True, trim_whitespace=False, help_text="Plain English.")
     source = serializers.CharField(
         required=False,
         allow_blank=True,
@@ -70,30 +78,62 @@ class ExampleListFilterSerializer(serializers.Serializer):
         required=False, allow_blank=True, default="",
         help_text='A table the SQL reads: qualified ("mimiciv_hosp.patients") or bare ("patients").',
     )  # fmt: skip
-    kind = serializers.CharField(
-        required=False, allow_blank=True, default="", help_text=f"One of: {', '.join(Example.Kind.values)}."
-    )
-    status = serializers.CharField(
-        required=False, allow_blank=True, default="",
-        help_text=f"One of: {', '.join(Example.Status.values)}, or all. Default: every status but retired.",
+    # Choice fields, so the schema lists the values the server accepts (an enum).
+    kind = serializers.ChoiceField(
+        choices=Example.Kind.values, required=False, allow_blank=True, default="", help_text="The example's kind.",
+        error_messages={"invalid_choice": f"Use one of: {', '.join(Example.Kind.values)}."},
+    )  # fmt: skip
+    status = serializers.ChoiceField(
+        choices=[*Example.Status.values, "all"], required=False, allow_blank=True, default="",
+        help_text="Default: every status but retired.",
+        error_messages={"invalid_choice": f"Use one of: {', '.join(Example.Status.values)}, all."},
     )  # fmt: skip
     source = serializers.CharField(required=False, allow_blank=True, default="", help_text="A source name.")
 
-    def validate_kind(self, value: str) -> str:
-        if value and value not in Example.Kind.values:
-            raise serializers.ValidationError(f"Use one of: {', '.join(Example.Kind.values)}.")
-        return value
 
-    def validate_status(self, value: str) -> str:
-        if value and value not in (*Example.Status.values, "all"):
-            raise serializers.ValidationError(f"Use one of: {', '.join(Example.Status.values)}, all.")
-        return value
+class ReviewQueueFilterSerializer(serializers.Serializer):
+    """The review queue's filters, as askdb.selectors.review_queue_list takes them."""
+
+    status = serializers.ChoiceField(
+        choices=list(REVIEW_QUEUE_STATUSES), required=False, allow_blank=True, default="pending",
+        help_text="Review status; all: every run that was for review.",
+    )  # fmt: skip
+    source = serializers.CharField(required=False, allow_blank=True, default="", help_text="A source name.")
+    user = serializers.CharField(
+        required=False, allow_blank=True, default="", help_text="Username of the asker (any case)."
+    )
+    table = serializers.CharField(
+        required=False, allow_blank=True, default="",
+        help_text='A table the SQL reads: qualified ("mimiciv_hosp.patients") or bare ("patients").',
+    )  # fmt: skip
+    mine = serializers.BooleanField(required=False, default=False, help_text="1: only runs assigned to me.")
+
+
+class TokenInputSerializer(AuthTokenSerializer):
+    """DRF's username/password check, with non-blank credentials stated in the schema."""
+
+    username = serializers.CharField(label="Username", min_length=1, write_only=True)
+    password = serializers.CharField(
+        label="Password",
+        min_length=1,
+        style={"input_type": "password"},
+        trim_whitespace=False,
+        write_only=True,
+    )
 
 
 class ExampleStatusInputSerializer(serializers.Serializer):
     note = serializers.CharField(
         required=False, allow_blank=True, default="", help_text="Why (kept on the example)."
     )
+
+    def validate(self, attrs: dict) -> dict:
+        # Every field is optional, so a body of anything else (a garbage form "x=1", a typo'd
+        # "notes") would read as "no note" and the change would go through: refuse it instead.
+        unknown = sorted(set(getattr(self.initial_data, "keys", list)()) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError(f"Unknown field: {', '.join(unknown)}. The only field is note.")
+        return attrs
 
 
 class ExampleImportInputSerializer(serializers.Serializer):
@@ -107,6 +147,9 @@ class ExampleImportInputSerializer(serializers.Serializer):
     # named by its position and id in one sentence.
     examples = serializers.ListField(
         child=serializers.JSONField(),
+        allow_empty=False,
+        min_length=1,
+        error_messages={"empty": "the list is empty; send at least one example."},
         help_text='[{"id"?, "question", "sql"}]; "sql" is "" or null for an unanswerable question.',
     )
     execute = serializers.BooleanField(

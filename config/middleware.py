@@ -15,6 +15,7 @@ import logging
 
 from django.db import InterfaceError, OperationalError, connections
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 from django.template.loader import render_to_string
 
 from infra.text import find_nul, nul_message
@@ -112,10 +113,16 @@ class NulByteMiddleware:
         return self.get_response(request)
 
     def process_view(self, request: HttpRequest, view_func, view_args, view_kwargs) -> HttpResponse | None:
-        where = self._find(request)
+        try:
+            where = self._find(request)
+        except MultiPartParserError:  # no or a broken boundary: Django raises on reading the form (a 500)
+            return self._refuse(request, "The request body could not be read: it is not a well-formed form.")
         if where is None:
             return None
-        message = nul_message(where)
+        return self._refuse(request, nul_message(where))
+
+    @staticmethod
+    def _refuse(request: HttpRequest, message: str) -> HttpResponse:
         if request.path.startswith("/api/") or "application/json" in request.headers.get("Accept", ""):
             return JsonResponse({"error": message}, status=400)
         return HttpResponse(render_to_string("400.html", {"message": message}), status=400)

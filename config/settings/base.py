@@ -355,10 +355,15 @@ EMBEDDING_DIMS = env_int("EMBEDDING_DIMS", 384 if EMBEDDING_PROVIDER == "local" 
 
 # --- REST framework -----------------------------------------------------------------------
 REST_FRAMEWORK = {
+    # Token first: the first class's authenticate_header makes a call without credentials a
+    # 401 with "WWW-Authenticate: Token" (session-first gives a bare 403). Session auth stays for
+    # the browsable pages and the docs.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
     ],
+    # Every API view answers {"error": sentence}, including views that forget the mixin.
+    "EXCEPTION_HANDLER": "askdb.apis.api_exception_handler",
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",

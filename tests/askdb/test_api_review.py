@@ -276,7 +276,7 @@ def test_import_through_the_api_reports_each_failure(source):
     [
         ({"examples": [{"question": "How many?", "sql": COUNT_SQL}, {"sql": COUNT_SQL}]},
          'examples: item 2 has no "question" key.'),
-        ({"examples": []}, "examples holds no examples."),
+        ({"examples": []}, "examples: the list is empty; send at least one example."),
         ({"examples": "all of them"}, 'examples: Expected a list of items but got type "str".'),
         ({"source": "nope", "examples": [{"question": "How many?", "sql": ""}]},
          "source: No clinical source named 'nope' (known: mimic)."),
