@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infra.text import find_nul, nul_message
+
 # Keys that may hold the gold SQL in a plain list, in order of preference.
 SQL_KEYS = ("sql", "gold_sql", "query", "label")
 ID_KEYS = ("id", "item_id", "qid")
@@ -50,7 +52,18 @@ def gold_from(value: Any) -> str:
 
 
 def load_items(questions: str | Path, labels: str | Path | None = None) -> list[BenchmarkItem]:
-    """Read a question file (and, for EHRSQL, its label file) into benchmark items."""
+    """Read a question file (and, for EHRSQL, its label file) into benchmark items; an item with a
+    NUL character is refused with a sentence (PostgreSQL's text cannot hold one: it failed deep in
+    a write)."""
+    items = _load_items(questions, labels)
+    for n, item in enumerate(items, start=1):
+        where = find_nul([item.question, item.gold_sql], f"{Path(questions).name}: item {n} ({item.id!r})")
+        if where:
+            raise FormatError(nul_message(where))
+    return items
+
+
+def _load_items(questions: str | Path, labels: str | Path | None) -> list[BenchmarkItem]:
     path = Path(questions)
     if not path.is_file():
         raise FormatError(f"{path}: no such file")

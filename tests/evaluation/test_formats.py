@@ -118,3 +118,19 @@ def test_the_command_turns_a_malformed_file_into_a_command_error(tmp_path):
     path = write(tmp_path, "bad.json", [{"question": "ok"}])
     with pytest.raises(CommandError, match=r"item 1: missing key 'sql'"):
         call_command("evaluate", questions=str(path))
+
+
+@pytest.mark.parametrize("field", ["question", "sql"])
+def test_a_nul_character_in_a_benchmark_file_is_refused_with_a_sentence(tmp_path, field):
+    """PostgreSQL's text cannot hold a NUL: it must be refused where the file is read, naming the
+    item, never fail later inside a write (JSON's \\u0000 escape, and a CSV cell, carry one)."""
+    row = {"id": "q1", "question": "How many patients?", "sql": "SELECT count(*) FROM patients"}
+    row[field] = row[field][:4] + "\x00" + row[field][4:]
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps([row]))
+    with pytest.raises(FormatError, match=r"bench.json: item 1 \('q1'\).*NUL character"):
+        load_items(path)
+    csv_path = tmp_path / "bench.csv"
+    csv_path.write_text("id,question,sql\nq1,How\x00 many?,SELECT 1\n")
+    with pytest.raises(FormatError, match="NUL character"):
+        load_items(csv_path)
