@@ -390,6 +390,11 @@ class Pipeline:
         otherwise the question goes on to the LLM (or, without one, is declined).
         """
         results, threshold = self.ports.library_match(req.question, vector)
+        # A value lookup or check that failed or ran out of time is said here, never read as "no
+        # such value" in silence (an optional port: in-memory ports have nothing to report).
+        problems = getattr(self.ports, "value_problems", list)()
+        if problems:
+            st.note(value_problems=problems)
         if not results:
             st.note(matched=False, reason="no verified example with a template is close to this question")
             st.finish("skipped")

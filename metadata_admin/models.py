@@ -257,5 +257,28 @@ class ValueEntry(models.Model):
         return f"{self.table.qualified_name}.{self.column} = {self.value!r}"
 
 
+class LinkableValue(models.Model):
+    """One distinct value of a linkable column (the matcher's value columns: drugs, lab and item
+    labels, diagnosis titles, organisms…) with the number of rows holding it.
+
+    Value linking searches these (trigram index on `value`) at question time instead of the event
+    tables, which in the full MIMIC-IV hold tens of millions of rows. The loader rebuilds them
+    (metadata_admin.services.linkable_values_build); a question only reads them.
+    """
+
+    source = models.ForeignKey(ClinicalSource, on_delete=models.CASCADE, related_name="linkable_values")
+    table = models.CharField(max_length=200)  # as the source names it: "mimiciv_hosp.prescriptions"
+    column = models.CharField(max_length=128)
+    key = models.CharField(max_length=200)  # "prescriptions.drug" in lower case: what a slot names
+    value = models.TextField()
+    frequency = models.BigIntegerField(default=0)
+
+    class Meta:
+        indexes = [models.Index(fields=["source", "key", "-frequency"], name="linkable_value_key_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.table}.{self.column} = {self.value!r}"
+
+
 def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()

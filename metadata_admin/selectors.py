@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Count, Prefetch, Q
 
 from core.retrieval import (
@@ -25,7 +25,14 @@ from infra.adapters import catalog_search
 from infra.providers.embeddings import get_embedder
 from metadata_admin.clinical import schema as mimic_schema
 from metadata_admin.docs import table_doc_embedding_text
-from metadata_admin.models import ClinicalSource, ColumnDoc, Relationship, TableDoc, content_hash
+from metadata_admin.models import (
+    ClinicalSource,
+    ColumnDoc,
+    LinkableValue,
+    Relationship,
+    TableDoc,
+    content_hash,
+)
 
 
 @dataclass
@@ -308,3 +315,46 @@ def indexed_columns(doc: TableDoc) -> frozenset[str]:
     except KeyError:
         return frozenset()
     return mimic_schema.indexed_columns(table)
+
+
+# --------------------------------------------------------------------------- linkable values
+
+
+def _like_pattern(text: str) -> str:
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def linkable_values_like(
+    *, source: ClinicalSource, table_column: str, text: str, timeout_s: float, limit: int = 200
+) -> list[tuple[str, int]] | None:
+    """(value, rows) of one linkable column's kept values equal to or containing `text`: an exact
+    (case-insensitive) value first, then by frequency. None when the loader keeps no values of that
+    column (the caller then says so). Read from LinkableValue through its trigram index, within
+    `timeout_s`; a timeout raises django.db.OperationalError (the caller reports it)."""
+    table, _, column = table_column.rpartition(".")
+    key = f"{table.rpartition('.')[2]}.{column}".lower()
+    with transaction.atomic(), connection.cursor() as cur:
+        # SET LOCAL: the limit ends with this transaction (and with its rollback on a timeout).
+        cur.execute(
+            "SELECT set_config('statement_timeout', %s, true)", [f"{max(1, int(timeout_s * 1000))}ms"]
+        )
+        cur.execute(
+            "SELECT value, frequency FROM metadata_admin_linkablevalue "
+            "WHERE source_id = %s AND key = %s AND value ILIKE %s "
+            "ORDER BY lower(value) = lower(%s) DESC, frequency DESC, value LIMIT %s",
+            [source.pk, key, _like_pattern(text.strip()), text.strip(), limit],
+        )
+        rows = cur.fetchall()
+        if not rows and not LinkableValue.objects.filter(source=source, key=key).exists():
+            return None
+    return [(v, int(n)) for v, n in rows]
+
+
+def linkable_values_all(*, source: ClinicalSource) -> dict[str, list[str]]:
+    """Every kept value of the source's linkable columns, by "schema.table.column" (as the source
+    names the table): the value index the matcher reads a question against."""
+    out: dict[str, list[str]] = {}
+    rows = LinkableValue.objects.filter(source=source).order_by("table", "column", "-frequency", "value")
+    for table, column, value in rows.values_list("table", "column", "value").iterator(chunk_size=20_000):
+        out.setdefault(f"{table}.{column}", []).append(value)
+    return out

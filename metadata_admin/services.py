@@ -20,6 +20,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from core.asof import AsOfExecutor
+from core.match.template import DEFAULT_VALUE_COLUMNS
 from core.types import CatalogSchema
 from infra.adapters.clinical import ExecutionError, LiveTable, SqlExecutor, executor_for
 from infra.audit.services import audit_record
@@ -40,6 +41,7 @@ from metadata_admin.models import (
     ClinicalSource,
     ColumnDoc,
     DocRevision,
+    LinkableValue,
     Relationship,
     TableDoc,
     ValueEntry,
@@ -659,6 +661,7 @@ class ValueIndexReport:
     columns: list[str] = field(default_factory=list)
     values: int = 0
     embedded: int = 0
+    linkable: LinkableValuesReport | None = None
 
 
 def value_index_build(
@@ -728,7 +731,66 @@ def value_index_build(
         report.columns.append(f"{doc.qualified_name}.{col.name}")
         report.values += len(rows)
         report.embedded += len(vectors)
+    report.linkable = linkable_values_build(source=source)
     source_data_changed.send(sender=ClinicalSource, source=source)
+    return report
+
+
+@dataclass
+class LinkableValuesReport:
+    columns: list[str] = field(default_factory=list)
+    values: int = 0
+    failed: list[str] = field(default_factory=list)  # "table.column: why", the old values kept
+
+    def summary(self) -> str:
+        text = f"linkable values: {self.values:,} of {len(self.columns)} column(s)"
+        return text + "".join(f"; NOT refreshed {f}" for f in self.failed)
+
+
+def linkable_values_build(
+    *, source: ClinicalSource, progress: Callable[[str], None] | None = None
+) -> LinkableValuesReport:
+    """Refresh the distinct values (with their row counts) of the source's linkable columns, the
+    table value linking reads at question time instead of scanning the event tables.
+
+    One GROUP BY per column, at load time, through the source's reader (PostgreSQL or SQLite alike).
+    A column that fails keeps its previous values and is named in the report (and the log)."""
+    executor = source_executor(source)
+    report = LinkableValuesReport()
+    docs = TableDoc.objects.filter(source=source, exists_in_source=True).defer("embedding")
+    for doc in docs.order_by("schema_name", "name"):
+        for column in sorted(c for t, c in DEFAULT_VALUE_COLUMNS if t == doc.name.lower()):
+            label = f"{doc.qualified_name}.{column}"
+            if progress:
+                progress(label)
+            try:
+                rows = executor.distinct_values(
+                    doc.schema_name, doc.name, column, limit=settings.ASKDB_LINKABLE_VALUES_MAX
+                )
+            except ExecutionError as exc:
+                log.warning("linkable values: %s not refreshed: %s", label, exc.message)
+                report.failed.append(f"{label}: {exc.message}")
+                continue
+            key = f"{doc.name}.{column}".lower()
+            with transaction.atomic():
+                LinkableValue.objects.filter(source=source, key=key).delete()
+                LinkableValue.objects.bulk_create(
+                    [
+                        LinkableValue(
+                            source=source,
+                            table=doc.qualified_name,
+                            column=column,
+                            key=key,
+                            value=str(v),
+                            frequency=n,
+                        )
+                        for v, n in rows
+                        if v is not None and str(v).strip()
+                    ],
+                    batch_size=5000,
+                )
+            report.columns.append(label)
+            report.values += len(rows)
     return report
 
 
@@ -820,11 +882,14 @@ def clinical_source_refresh(
         table_docs_reembed(source=source)
     if force_values or not ValueEntry.objects.filter(source=source).exists():
         write("indexing values for value linking …")
-        value_index_build(source=source)
+        linkable = value_index_build(source=source).linkable
+    else:  # the data may have changed: the values questions link to follow it
+        linkable = linkable_values_build(source=source)
+    problems = f"\n{linkable.summary()}" if linkable is not None and linkable.failed else ""
     source_reader_grants(source)  # the docs' sensitive flags are known now
     source_data_changed.send(sender=ClinicalSource, source=source)
     tables = TableDoc.objects.filter(source=source, exists_in_source=True).count()
-    return f"source {source.name}: {tables} tables, as of {source.as_of:%Y-%m-%d}"
+    return f"source {source.name}: {tables} tables, as of {source.as_of:%Y-%m-%d}{problems}"
 
 
 def clinical_release_load(

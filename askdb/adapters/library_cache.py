@@ -17,12 +17,17 @@ import threading
 from dataclasses import dataclass
 
 import numpy as np
+import sqlglot.expressions as sx
+from django.conf import settings
 from django.db.models import Count, Max
 
 from askdb.models import Example, LibraryGeneration
 from core import match
 from core.match import Template, build_template, template_is_current
+from core.match.template import DEFAULT_VALUE_COLUMNS
+from infra.adapters.clinical import ExecutionError
 from metadata_admin.models import TableDoc
+from metadata_admin.selectors import linkable_values_all
 
 # An example's vectors: not loaded where a run only reads its text (parsing one costs ~0.1 ms).
 VECTOR_FIELDS = ("embedding", "masked_embedding")
@@ -115,10 +120,40 @@ def library_entries(source, values, embedder) -> tuple[list, list, list]:
     return entries, vectors, list({e.pk: e for e in changed}.values())
 
 
-def values_load(source, executor) -> match.ValueIndex:
-    """Every value of the source's linkable columns (one DISTINCT query per column)."""
+def values_load(source, executor) -> tuple[match.ValueIndex, tuple[str, ...]]:
+    """Every value of the source's linkable columns, from the distinct-value table the loader keeps
+    (one query, whatever the size of the event tables), and what could not be loaded. A column it
+    keeps nothing of is read from the clinical table (one DISTINCT), and named among the problems."""
     docs = TableDoc.objects.filter(source=source, exists_in_source=True).defer("embedding")
-    return match.load_values(executor, {d.name.lower(): d.qualified_name for d in docs}, source.dialect)
+    tables = {d.name.lower(): d.qualified_name for d in docs}
+    kept = linkable_values_all(source=source)
+    found: dict[str, list[str]] = {}
+    problems: list[str] = []
+    limit_s = settings.ASKDB_VALUE_SCAN_TIMEOUT_S
+    for table, column in sorted(DEFAULT_VALUE_COLUMNS):
+        if table not in tables:
+            continue
+        name = f"{tables[table]}.{column}"
+        if name in kept:
+            found[name] = kept[name]
+            continue
+        query = sx.select(sx.column(column, quoted=True)).distinct().from_(sx.to_table(tables[table]))
+        try:
+            rows = executor.execute(
+                query.sql(dialect=source.dialect), timeout_s=limit_s, row_cap=500_000
+            ).rows
+        except ExecutionError as exc:
+            problems.append(f"values of {name} could not be loaded, so questions naming one are not linked: "
+                            f"{exc.message} (ASKDB_VALUE_SCAN_TIMEOUT_S = {limit_s:g} s)")  # fmt: skip
+            continue
+        found[name] = [r[0] for r in rows if isinstance(r[0], str)]
+        if found[name]:
+            problems.append(
+                f"{name}: no values kept by the loader (run load_mimic or reembed); scanned the table"
+            )
+    for problem in problems:
+        logging.getLogger(__name__).warning("value index of source %s: %s", source.pk, problem)
+    return match.ValueIndex(found), tuple(problems)
 
 
 class LibraryCache:
@@ -129,7 +164,7 @@ class LibraryCache:
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._values: dict[int, tuple[int, match.ValueIndex]] = {}
+        self._values: dict[int, tuple[int, match.ValueIndex, tuple[str, ...]]] = {}
         self._indexes: dict[int, tuple[LibraryVersion, match.LibraryIndex]] = {}
         self._vectors: dict[tuple[int, str], tuple[LibraryVersion, list[int], np.ndarray]] = {}
 
@@ -147,9 +182,14 @@ class LibraryCache:
             with self._lock:
                 cached = self._values.get(source.pk)
                 if cached is None or cached[0] != key:
-                    cached = (key, values_load(source, executor))
+                    cached = (key, *values_load(source, executor))
                     self._values[source.pk] = cached
         return cached[1]
+
+    def value_problems(self, source) -> tuple[str, ...]:
+        """What the last load of the source's values could not load (empty when all loaded)."""
+        cached = self._values.get(source.pk)
+        return cached[2] if cached is not None else ()
 
     def index(
         self, source, executor, embedder, version: LibraryVersion | None = None

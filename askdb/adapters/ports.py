@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import sqlglot
 from django.conf import settings
+from django.db import DatabaseError
 from rapidfuzz import fuzz
 from sqlglot import exp
 
@@ -24,7 +25,7 @@ from infra.adapters.clinical import ExecutionError
 from infra.audit.sql import audit_sql_executed
 from infra.providers.embeddings import get_embedder
 from metadata_admin.models import ClinicalSource, ColumnDoc
-from metadata_admin.selectors import catalog_snapshot, retrieve
+from metadata_admin.selectors import catalog_snapshot, linkable_values_like, retrieve
 from metadata_admin.services import source_executor
 
 LIBRARY_CANDIDATES = 8  # closest verified examples whose templates the matcher tries
@@ -68,6 +69,9 @@ class DjangoPorts:
         self._nearest_list: list[tuple[int, float]] = []
         self._sensitive_columns: frozenset[str] | None = None
         self._version: LibraryVersion | None = None
+        # What askdb's own reads could not do for this question (a value lookup or check that timed
+        # out or failed, a column whose values could not be loaded): shown in the match stage.
+        self.problems: list[str] = []
 
     def embed(self, question: str) -> list[float]:
         return self.embedder.embed([question])[0]
@@ -137,6 +141,7 @@ class DjangoPorts:
         index, values = LIBRARY.index(
             self.source, self.executor, self.embedder, version=self._library_version()
         )
+        self.problems.extend(LIBRARY.value_problems(self.source))
         if not index.entries:
             return [], risk.threshold
         masked = match.mask_question(question, values)
@@ -147,6 +152,10 @@ class DjangoPorts:
         )  # fmt: skip
         return found.results, risk.threshold
 
+    def value_problems(self) -> list[str]:
+        """What askdb's own reads for the library match could not do (each once, in order)."""
+        return list(dict.fromkeys(self.problems))
+
     def answerability(self, question: str, values: list) -> AnswerabilityVerdict | None:
         """The answerability gate's verdict: the trained model with its rules, or the rules alone
         when no model is trained for the source (they need no training)."""
@@ -154,7 +163,7 @@ class DjangoPorts:
 
     def probe(self, sql: str) -> bool:
         """Does this small check query return a row (a bound value under the template's conditions)?"""
-        return source_probe(self.executor, sql)
+        return source_probe(self.executor, sql, problems=self.problems)
 
     def lookup_value(self, table_column: str, text: str) -> list[tuple[str, float]]:
         """Real values of one column like `text`, from the clinical database itself (read-only):
@@ -163,7 +172,7 @@ class DjangoPorts:
         table, _, column = table_column.rpartition(".")
         if f"{table.rpartition('.')[2]}.{column}".lower() in self._sensitive():
             return []
-        return column_values_like(self.executor, table_column, text, dialect=self.source.dialect)
+        return value_lookup(self.source, self.executor, table_column, text, problems=self.problems)
 
     def _sensitive(self) -> frozenset[str]:
         if self._sensitive_columns is None:
@@ -267,12 +276,26 @@ def library_risk(source):
     return match.Calibration(risk.weights, risk.intercept, threshold, risk.samples)
 
 
-def column_values_like(executor, table_column: str, text: str, *, dialect: str, limit: int = 5):
-    """(value, score) of one column's values equal to or containing `text`, most frequent first."""
+def score_values(text: str, values, *, limit: int = 5) -> list[tuple[str, float]]:
+    """(value, score) best first: an exact (case-insensitive) value 1.0, one containing the text by
+    its fuzzy ratio (at most 0.95)."""
+    wanted = text.strip().lower()
+    scored = []
+    for value in values:
+        if value is None:
+            continue
+        value = str(value)
+        score = 1.0 if value.lower() == wanted else round(fuzz.ratio(wanted, value.lower()) / 100 * 0.95, 4)
+        scored.append((value, score))
+    scored.sort(key=lambda p: -p[1])
+    return scored[:limit]
+
+
+def column_values_scan(executor, table_column: str, text: str, *, dialect: str, timeout_s: float) -> list:
+    """One column's values equal to or containing `text`, most frequent first, read from the
+    clinical table itself (an ILIKE … GROUP BY over all its rows): for a column the loader keeps no
+    values of. Raises ExecutionError (a timeout, a missing column)."""
     table, _, column = table_column.rpartition(".")
-    text = text.strip()
-    if not table or not column or not text:
-        return []
     col = exp.cast(exp.column(column, quoted=True), "text")
     pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     query = (
@@ -283,25 +306,61 @@ def column_values_like(executor, table_column: str, text: str, *, dialect: str, 
         .order_by("n DESC")
         .limit(200)
     )
+    return [v for v, _ in executor.execute(query.sql(dialect=dialect), timeout_s=timeout_s, row_cap=200).rows]
+
+
+def column_values_like(
+    executor, table_column: str, text: str, *, dialect: str, limit: int = 5, timeout_s: float | None = None
+):
+    """(value, score) of one column's values equal to or containing `text`, scanned in the clinical
+    table; [] when the scan fails (for callers with no run to report to: benchmarks)."""
+    table, _, column = table_column.rpartition(".")
+    text = text.strip()
+    if not table or not column or not text:
+        return []
     try:
-        result = executor.execute(query.sql(dialect=dialect), timeout_s=5, row_cap=200)
+        values = column_values_scan(executor, table_column, text, dialect=dialect,
+                                    timeout_s=timeout_s or settings.ASKDB_VALUE_LOOKUP_TIMEOUT_S)  # fmt: skip
     except ExecutionError:
         return []
-    wanted = text.lower()
-    scored = []
-    for value, _ in result.rows:
-        if value is None:
-            continue
-        value = str(value)
-        score = 1.0 if value.lower() == wanted else round(fuzz.ratio(wanted, value.lower()) / 100 * 0.95, 4)
-        scored.append((value, score))
-    scored.sort(key=lambda p: -p[1])
-    return scored[:limit]
+    return score_values(text, values, limit=limit)
 
 
-def source_probe(executor, sql: str) -> bool:
-    """True when `sql` returns a row; a failing probe counts as no row (the value is not confirmed)."""
+def value_lookup(source, executor, table_column: str, text: str, *, problems: list[str] | None = None):
+    """(value, score) of one linkable column's values like `text`, from the distinct-value table the
+    loader keeps (metadata_admin LinkableValue), not from the clinical table. A column it keeps no
+    values of is scanned in the clinical table; a lookup or scan that fails or runs out of time
+    returns [] and, with `problems`, says so there (the run's match stage shows it)."""
+    table, _, column = table_column.rpartition(".")
+    text = text.strip()
+    if not table or not column or not text:
+        return []
+    note = problems.append if problems is not None else (lambda _: None)
+    limit_s = settings.ASKDB_VALUE_LOOKUP_TIMEOUT_S
     try:
-        return executor.execute(sql, timeout_s=5, row_cap=1).row_count > 0
-    except ExecutionError:
+        kept = linkable_values_like(source=source, table_column=table_column, text=text, timeout_s=limit_s)
+    except DatabaseError as exc:
+        cause = "ran out of time" if "statement timeout" in str(exc) else f"failed ({str(exc).strip()[:200]})"
+        note(f"looking up {text!r} in {table_column} {cause} (ASKDB_VALUE_LOOKUP_TIMEOUT_S = {limit_s:g} s)")
+        return []
+    if kept is not None:
+        return score_values(text, (v for v, _ in kept))
+    note(f"{table_column}: no values kept by the loader (run load_mimic or reembed); scanned the column")
+    try:
+        values = column_values_scan(executor, table_column, text, dialect=source.dialect, timeout_s=limit_s)
+    except ExecutionError as exc:
+        note(f"scanning {table_column} for {text!r} failed: {exc.message}")
+        return []
+    return score_values(text, values)
+
+
+def source_probe(executor, sql: str, *, problems: list[str] | None = None) -> bool:
+    """True when `sql` returns a row; a failing probe counts as no row (the value is not confirmed),
+    and with `problems` says why there."""
+    try:
+        return executor.execute(sql, timeout_s=settings.ASKDB_PROBE_TIMEOUT_S, row_cap=1).row_count > 0
+    except ExecutionError as exc:
+        if problems is not None:
+            problems.append(f"a value check failed ({exc.code}): {exc.message} (ASKDB_PROBE_TIMEOUT_S = "
+                            f"{settings.ASKDB_PROBE_TIMEOUT_S:g} s)")  # fmt: skip
         return False

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from askdb.adapters.library_cache import LIBRARY
-from askdb.adapters.ports import column_values_like, source_probe
+from askdb.adapters.ports import source_probe, value_lookup
 from askdb.models import Example
 from askdb.services.exports import examples_import
 from askdb.services.sql import ReviewError, sql_check
@@ -196,7 +196,7 @@ def library_cross_validate(*, source, items: list[dict] | None = None, progress=
         if progress:
             progress(count[0])
 
-    lookup, probe, same = _cv_callbacks(executor, source.dialect)
+    lookup, probe, same = _cv_callbacks(executor, source)
     found = match.calibrate_library(
         index, lambda held: index.matrix[held], is_correct=lambda entry, best: same(best.sql, entry.template.sql),
         lookup=lookup, values=values, catalog=catalog, probe=probe, progress=one_more,
@@ -215,7 +215,7 @@ def library_cross_validate(*, source, items: list[dict] | None = None, progress=
     }  # fmt: skip
 
 
-def _cv_callbacks(executor, dialect: str):
+def _cv_callbacks(executor, source):
     """Value lookups, probes and result comparisons for one calibration, each asked of the database
     once (results, lookups and probes are remembered across its questions)."""
     results: dict[str, Any] = {}
@@ -225,7 +225,8 @@ def _cv_callbacks(executor, dialect: str):
     def rows(sql: str):
         if sql not in results:
             try:
-                results[sql] = executor.execute(sql, timeout_s=10, row_cap=1000).rows
+                limit_s = settings.ASKDB_CALIBRATION_QUERY_TIMEOUT_S
+                results[sql] = executor.execute(sql, timeout_s=limit_s, row_cap=1000).rows
             except ExecutionError as exc:
                 results[sql] = exc
         return results[sql]
@@ -239,7 +240,7 @@ def _cv_callbacks(executor, dialect: str):
     def lookup(table_column: str, text: str):
         key = (table_column, text.lower())
         if key not in lookups:
-            lookups[key] = column_values_like(executor, table_column, text, dialect=dialect)
+            lookups[key] = value_lookup(source, executor, table_column, text)
         return lookups[key]
 
     def probe(sql: str) -> bool:

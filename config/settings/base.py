@@ -288,6 +288,14 @@ ASKDB_SIMILARITY_FLOOR = env_float("ASKDB_SIMILARITY_FLOOR", 0.15)  # best table
 ASKDB_MAX_REPAIRS = env_int("ASKDB_MAX_REPAIRS", 3)
 ASKDB_RESULT_MAX_BYTES = env_int("ASKDB_RESULT_MAX_BYTES", 20 * 1024 * 1024)  # fetching stops past this
 ASKDB_QUESTION_MAX_CHARS = env_int("ASKDB_QUESTION_MAX_CHARS", 2000)
+# askdb's own short reads during a question, each bounded; one that fails or runs out of time is
+# named in the run's match stage (never a silent "no value"). Value lookups read the distinct-value
+# table the loader keeps (LinkableValue); a column not in it is scanned in the clinical database.
+ASKDB_VALUE_LOOKUP_TIMEOUT_S = env_float("ASKDB_VALUE_LOOKUP_TIMEOUT_S", 5.0)
+ASKDB_PROBE_TIMEOUT_S = env_float("ASKDB_PROBE_TIMEOUT_S", 5.0)  # a template's "does this value occur" check
+ASKDB_VALUE_SCAN_TIMEOUT_S = env_float("ASKDB_VALUE_SCAN_TIMEOUT_S", 60.0)  # a column not in the table
+ASKDB_CALIBRATION_QUERY_TIMEOUT_S = env_float("ASKDB_CALIBRATION_QUERY_TIMEOUT_S", 10.0)  # per held-out query
+ASKDB_LINKABLE_VALUES_MAX = env_int("ASKDB_LINKABLE_VALUES_MAX", 500_000)  # distinct values kept per column
 # A running run whose heartbeat is older than this lost its worker (past the hard time limit).
 ASKDB_STALE_RUN_SECONDS = env_int("ASKDB_STALE_RUN_SECONDS", 420)
 # A queued run no worker took for this long is failed (retryable); one whose job never reached the

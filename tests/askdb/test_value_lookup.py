@@ -1,0 +1,157 @@
+"""Value lookups that scale: a question's values are looked up in the distinct-value table the
+loader keeps (metadata_admin LinkableValue), not by scanning the clinical event tables; a reload
+refreshes the table; a lookup or check that runs out of time says so in the run's match stage."""
+
+from __future__ import annotations
+
+import contextlib
+
+import psycopg
+import pytest
+from django.conf import settings as django_settings
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from askdb.adapters.library_cache import values_load
+from askdb.adapters.ports import DjangoPorts, source_probe, value_lookup
+from metadata_admin.models import LinkableValue
+from metadata_admin.services import clinical_source_refresh, source_executor
+
+pytestmark = pytest.mark.django_db
+
+NEW_DRUG = "Zorblatin"  # in no synthetic data: it arrives with a reload
+
+
+class CountingExecutor:
+    """The source's executor, counting the statements sent to the clinical database."""
+
+    def __init__(self, inner):
+        self.inner, self.statements = inner, []
+
+    def execute(self, sql, **kwargs):
+        self.statements.append(sql)
+        return self.inner.execute(sql, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def _a_drug(source) -> str:
+    return (
+        LinkableValue.objects.filter(source=source, key="prescriptions.drug")
+        .order_by("-frequency")
+        .first()
+        .value
+    )
+
+
+@contextlib.contextmanager
+def locked(table: str, *, dsn: str | None = None):
+    """Another session holds `table` exclusively: a read of it waits (until its statement timeout)."""
+    if dsn is None:
+        params = connection.get_connection_params()
+        keys = ("dbname", "user", "password", "host", "port")
+        conn = psycopg.connect(**{k: params[k] for k in keys if params.get(k)})
+    else:
+        conn = psycopg.connect(dsn)
+    with conn:
+        conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE NOWAIT")
+        try:
+            yield
+        finally:
+            conn.rollback()
+
+
+def test_a_lookup_reads_the_value_table_not_the_clinical_table(source):
+    drug = _a_drug(source)
+    executor = CountingExecutor(source_executor(source))
+    with CaptureQueriesContext(connection) as app_queries:
+        found = value_lookup(source, executor, "mimiciv_hosp.prescriptions.drug", drug.lower())
+    assert found[0] == (drug, 1.0)
+    assert executor.statements == []  # no ILIKE … GROUP BY over prescriptions
+    assert any("metadata_admin_linkablevalue" in q["sql"] for q in app_queries.captured_queries)
+    # and the matcher's value index is one read of the same table
+    with CaptureQueriesContext(connection):
+        index, problems = values_load(source, executor)
+    assert executor.statements == [] and problems == ()
+    assert index.covers("mimiciv_hosp.prescriptions.drug")
+
+
+def test_the_lookup_is_served_by_the_trigram_index(source):
+    with connection.cursor() as cur:
+        cur.execute("SET LOCAL enable_seqscan = off")  # the demo's table is small: ask what it could use
+        cur.execute(
+            "EXPLAIN SELECT value FROM metadata_admin_linkablevalue WHERE value ILIKE %s", ["%aceta%"]
+        )
+        plan = "\n".join(r[0] for r in cur.fetchall())
+    assert "metadata_admin_linkablevalue_trgm" in plan, plan
+
+
+def test_a_reload_refreshes_the_value_table(source):
+    column = "mimiciv_hosp.prescriptions.drug"
+    assert value_lookup(source, source_executor(source), column, NEW_DRUG) == []
+    dsn = django_settings.CLINICAL_ADMIN_DATABASE_URL
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO mimiciv_hosp.prescriptions (subject_id, hadm_id, pharmacy_id, drug_type, drug) "
+            "SELECT subject_id, hadm_id, pharmacy_id, drug_type, %s FROM mimiciv_hosp.prescriptions LIMIT 2",
+            [NEW_DRUG],
+        )
+    try:
+        clinical_source_refresh()  # what load_mimic runs after loading
+        assert value_lookup(source, source_executor(source), column, NEW_DRUG.lower()) == [(NEW_DRUG, 1.0)]
+        kept = LinkableValue.objects.get(source=source, key="prescriptions.drug", value=NEW_DRUG)
+        assert kept.frequency == 2
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DELETE FROM mimiciv_hosp.prescriptions WHERE drug = %s", [NEW_DRUG])
+        clinical_source_refresh()
+    assert not LinkableValue.objects.filter(source=source, value=NEW_DRUG).exists()
+
+
+def test_a_lookup_that_runs_out_of_time_says_so(source, settings):
+    settings.ASKDB_VALUE_LOOKUP_TIMEOUT_S = 0.3
+    problems: list[str] = []
+    with locked("metadata_admin_linkablevalue"):
+        found = value_lookup(source, source_executor(source), "mimiciv_hosp.prescriptions.drug", "acet",
+                             problems=problems)  # fmt: skip
+    assert found == []
+    assert problems == [
+        "looking up 'acet' in mimiciv_hosp.prescriptions.drug ran out of time (ASKDB_VALUE_LOOKUP_TIMEOUT_S = 0.3 s)"
+    ]
+
+
+def test_the_ports_report_a_lookup_timeout_to_the_run(source, settings):
+    settings.ASKDB_VALUE_LOOKUP_TIMEOUT_S = 0.25
+    ports = DjangoPorts(source, chat=None, timeout_s=5, row_cap=10)
+    with locked("metadata_admin_linkablevalue"):
+        assert ports.lookup_value("mimiciv_hosp.prescriptions.drug", "acet") == []
+    assert ports.value_problems() and "ran out of time" in ports.value_problems()[0]
+
+
+def test_a_probe_that_runs_out_of_time_says_so(source, settings):
+    settings.ASKDB_PROBE_TIMEOUT_S = 0.3
+    problems: list[str] = []
+    sql = "SELECT 1 FROM mimiciv_hosp.prescriptions WHERE drug = 'x' LIMIT 1"
+    with locked("mimiciv_hosp.prescriptions", dsn=django_settings.CLINICAL_ADMIN_DATABASE_URL):
+        assert source_probe(source_executor(source), sql, problems=problems) is False
+    assert (
+        len(problems) == 1 and "(timeout)" in problems[0] and "ASKDB_PROBE_TIMEOUT_S = 0.3 s" in problems[0]
+    )
+
+
+def test_a_column_the_loader_keeps_nothing_of_is_scanned_and_named(source):
+    LinkableValue.objects.filter(source=source, key="prescriptions.drug").delete()  # an older load
+    executor = CountingExecutor(source_executor(source))
+    problems: list[str] = []
+    drug_rows = executor.inner.execute(
+        "SELECT drug FROM mimiciv_hosp.prescriptions WHERE drug IS NOT NULL LIMIT 1", timeout_s=5, row_cap=1
+    )
+    drug = drug_rows.rows[0][0]
+    found = value_lookup(source, executor, "mimiciv_hosp.prescriptions.drug", drug, problems=problems)
+    assert found[0] == (drug, 1.0) and len(executor.statements) == 1
+    assert problems == [
+        "mimiciv_hosp.prescriptions.drug: no values kept by the loader (run load_mimic or reembed); scanned the column"
+    ]
+    _, load_problems = values_load(source, executor)
+    assert any(p.startswith("mimiciv_hosp.prescriptions.drug: no values kept") for p in load_problems)
