@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint format smoke services-stop bench bench-ehrsql bench-answerability clean browser editor
+.PHONY: demo test install lint format smoke services-stop bench bench-ehrsql bench-answerability bench-scale clean browser editor
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || command -v python3 >/dev/null 2>&1 || { echo "askdb: Python 3.11 is required (python3.11 not found); install it and retry"; exit 1; }
@@ -66,6 +66,12 @@ bench-answerability: install
 # The verified library alone on EHRSQL-2024 (library = train, questions = valid, no LLM); needs ../shared.
 bench-ehrsql: install
 	nice $(PY) benchmarks/ehrsql.py
+
+# The clinical database at 10,000 patients (PATIENTS=N) beside the demo size, extrapolated to the
+# full MIMIC-IV; its own state folder .askdb/bench-scale (see benchmarks/scale.py).
+PATIENTS ?= 10000
+bench-scale: install
+	nice $(PY) benchmarks/scale.py --patients $(PATIENTS)
 
 # The reviewers' SQL editor (CodeMirror 6 + @codemirror/lang-sql) is one committed bundle,
 # static/askdb/sql_editor.js: only rebuilding it needs node and npm (versions pinned in
