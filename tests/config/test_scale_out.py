@@ -78,6 +78,13 @@ def test_two_web_processes_and_two_workers_share_one_truth(source, tmp_path, set
         assert all(r.answered_by == "library" for r in warm), [(r.worker, r.message) for r in warm]
 
         # A reloaded source (load_mimic on any host) reaches both workers' values.
+        unknown = question_submit(
+            user=asker, text=f"how many prescriptions of {NEW_DRUG} are there?", source=source
+        )
+        unknown = wait_for(
+            lambda: Run.objects.filter(pk=unknown.pk, status__in=Run.TERMINAL).first(), timeout=60
+        )
+        assert unknown.answered_by != "library"  # not a value of the data yet
         dsn = django_settings.CLINICAL_ADMIN_DATABASE_URL
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(
