@@ -125,41 +125,65 @@ def _database_size() -> tuple[int, dict[str, int]]:
 
 
 def _template_times(source, repeat: int) -> list[dict]:
-    """Each active library example's SQL as the reader runs it: one warm-up run, then `repeat`."""
+    """Each active library example's SQL ("now" rewritten to the source's as-of time, as askdb runs
+    it) on one open connection as the reader, in a read-only transaction: one warm-up run, then
+    `repeat` timed runs (execute and fetch). One connection, so the numbers are the database's
+    work, not the executor's per-statement connection set-up (reported apart: `connect_ms`)."""
+    import psycopg
     import sqlglot
     from django.conf import settings
+    from psycopg import sql as psql
 
     from askdb.models import Example
-    from infra.adapters.clinical import ExecutionError
-    from metadata_admin.services import source_executor
+    from metadata_admin.services import source_executor, source_schemas
 
     executor = source_executor(source)
     out = []
     examples = Example.objects.filter(
         source=source, status=Example.Status.ACTIVE, kind=Example.Kind.ANSWERABLE
     )
-    for example in examples.order_by("id"):
-        times, error = [], ""
-        for i in range(repeat + 1):
-            t0 = time.perf_counter()
+    path = psql.SQL(", ").join(psql.Identifier(s) for s in source_schemas(source))
+    timeout_ms = int(settings.CLINICAL_STATEMENT_TIMEOUT_S * 1000)
+    with psycopg.connect(settings.CLINICAL_DATABASE_URL, autocommit=True) as conn:
+        for example in examples.order_by("id"):
+            statement, times, error = executor.rewrite(example.sql), [], ""
+            for i in range(repeat + 1):
+                try:
+                    with conn.transaction():
+                        conn.execute("SET TRANSACTION READ ONLY")
+                        conn.execute(psql.SQL("SET LOCAL search_path = {}").format(path))
+                        conn.execute(f"SET LOCAL statement_timeout = {timeout_ms}")
+                        t0 = time.perf_counter()
+                        conn.execute(statement).fetchall()
+                        elapsed = (time.perf_counter() - t0) * 1000
+                except psycopg.Error as exc:
+                    error = str(exc).strip().splitlines()[0]
+                    break
+                if i:
+                    times.append(elapsed)
             try:
-                executor.execute(example.sql, timeout_s=settings.CLINICAL_STATEMENT_TIMEOUT_S, row_cap=10_000)
-            except ExecutionError as exc:
-                error = exc.message
-                break
-            if i:
-                times.append((time.perf_counter() - t0) * 1000)
-        try:
-            tables = sorted({t.name.lower() for t in sqlglot.parse_one(example.sql, read="postgres").find_all(
-                sqlglot.exp.Table)})  # fmt: skip
-        except sqlglot.errors.ParseError:
-            tables = []
-        out.append({
-            "example": example.pk, "question": example.question, "tables": tables, "error": error,
-            "single_patient": bool(SINGLE_PATIENT.search(example.sql)),
-            "p50": percentile(times, 50), "p95": percentile(times, 95), "max": max(times, default=float("nan")),
-        })  # fmt: skip
+                tables = sorted({t.name.lower() for t in sqlglot.parse_one(statement, read="postgres").find_all(
+                    sqlglot.exp.Table)})  # fmt: skip
+            except sqlglot.errors.ParseError:
+                tables = []
+            out.append({
+                "example": example.pk, "question": example.question, "tables": tables, "error": error,
+                "single_patient": bool(SINGLE_PATIENT.search(example.sql)),
+                "p50": percentile(times, 50), "p95": percentile(times, 95), "max": max(times, default=float("nan")),
+            })  # fmt: skip
     return out
+
+
+def _connect_ms(source, count: int = 10) -> float:
+    """p50 of the executor's own cost per statement (a fresh read-only connection): `SELECT 1`."""
+    from metadata_admin.services import source_executor
+
+    executor, times = source_executor(source), []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        executor.execute("SELECT 1", timeout_s=5, row_cap=1)
+        times.append((time.perf_counter() - t0) * 1000)
+    return percentile(times, 50)
 
 
 def _questions(source, count: int) -> dict:
@@ -232,7 +256,7 @@ def one_size(home: Path, patients: int, *, repeat: int, questions: int, reload: 
         templates, _ = _timed("library templates", lambda: _template_times(source, repeat))
         asked, _ = _timed("question set", lambda: _questions(source, questions))
         size, rows = _database_size()
-        return {"patients": patients, "load": loaded, "refresh_s": refresh_s, "calibrate_s": calibrate_s,
+        return {"patients": patients, "connect_ms": _connect_ms(source), "load": loaded, "refresh_s": refresh_s, "calibrate_s": calibrate_s,
                 "warm_up_s": warm_s, "database_bytes": size, "rows": rows, "templates": templates,
                 "questions": asked}  # fmt: skip
     finally:
@@ -291,10 +315,10 @@ def report(small: dict, big: dict) -> tuple[str, dict[str, float]]:
             f"{d['database_bytes'] / 2**20:,.0f} MB", f"{load['generate_s']:.0f}", f"{d['refresh_s']:.1f}",
             f"{d['warm_up_s']:.1f}", f"{d['calibrate_s']:.1f}", f"{percentile(tp, 50):.1f} / {percentile(tp, 95):.1f} / "
             f"{max(tp, default=float('nan')):.1f}", f"{q['p50']:.0f} / {q['p95']:.0f} / {q['max']:.0f}",
-            f"{q['answered_by_library']}/{q['asked']}",
+            f"{q['answered_by_library']}/{q['asked']}", f"{d['connect_ms']:.1f}",
         ])  # fmt: skip
     lines.append(table(["size", "rows", "load rows/s", "database", "generate s", "refresh s", "warm-up s",
-                        "calibrate s", "templates p50/p95/max ms", "questions p50/p95/max ms", "by library"], rows))  # fmt: skip
+                        "calibrate s", "templates p50/p95/max ms", "questions p50/p95/max ms", "by library", "connect ms"], rows))  # fmt: skip
     lines += ["", "slowest templates at this size, and extrapolated to the full MIMIC-IV:", ""]
     slow = sorted(ok, key=lambda t: -t["full_s"])[:12]
     lines.append(table(
