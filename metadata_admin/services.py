@@ -758,8 +758,14 @@ def linkable_values_build(
     executor = source_executor(source)
     report = LinkableValuesReport()
     docs = TableDoc.objects.filter(source=source, exists_in_source=True).defer("embedding")
+    # Only columns the catalog knows the table has (SQLite reads an unknown "column" as a string).
+    known = {
+        (str(t), c.lower())
+        for t, c in ColumnDoc.objects.filter(table__in=docs).values_list("table_id", "name")
+    }
     for doc in docs.order_by("schema_name", "name"):
-        for column in sorted(c for t, c in DEFAULT_VALUE_COLUMNS if t == doc.name.lower()):
+        wanted = (c for t, c in DEFAULT_VALUE_COLUMNS if t == doc.name.lower() and (str(doc.pk), c) in known)
+        for column in sorted(wanted):
             label = f"{doc.qualified_name}.{column}"
             if progress:
                 progress(label)

@@ -5,6 +5,7 @@ refreshes the table; a lookup or check that runs out of time says so in the run'
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 
 import psycopg
 import pytest
@@ -15,7 +16,13 @@ from django.test.utils import CaptureQueriesContext
 from askdb.adapters.library_cache import values_load
 from askdb.adapters.ports import DjangoPorts, source_probe, value_lookup
 from metadata_admin.models import LinkableValue
-from metadata_admin.services import clinical_source_refresh, source_executor
+from metadata_admin.services import (
+    clinical_source_refresh,
+    linkable_values_build,
+    source_executor,
+    source_introspect,
+    source_register,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -155,3 +162,22 @@ def test_a_column_the_loader_keeps_nothing_of_is_scanned_and_named(source):
     ]
     _, load_problems = values_load(source, executor)
     assert any(p.startswith("mimiciv_hosp.prescriptions.drug: no values kept") for p in load_problems)
+
+
+def test_a_sqlite_source_gets_the_same_value_table(tmp_path):
+    path = tmp_path / "clinic.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE prescriptions (subject_id INTEGER, drug TEXT)")
+        conn.executemany(
+            "INSERT INTO prescriptions VALUES (?, ?)", [(1, "Heparin"), (2, "Heparin"), (3, "Insulin")]
+        )
+    source = source_register(name="clinic", url=f"sqlite:///{path}")
+    source_introspect(source=source)
+    report = linkable_values_build(source=source)
+    assert report.columns == ["prescriptions.drug"] and not report.failed
+    executor = CountingExecutor(source_executor(source))
+    [(value, score)] = value_lookup(source, executor, "prescriptions.drug", "hepa")
+    assert value == "Heparin" and score < 1.0  # contains the text: a fuzzy score, not an exact one
+    assert value_lookup(source, executor, "prescriptions.drug", "insulin") == [("Insulin", 1.0)]
+    assert executor.statements == []
+    assert LinkableValue.objects.get(source=source, value="Heparin").frequency == 2
