@@ -318,7 +318,9 @@ def extrapolate(small: dict, big: dict) -> list[dict]:
         if t["error"] or math.isnan(t["p95"]):
             out.append(t | {"full_s": float("nan"), "linear_s": float("nan"), "by": ""})
             continue
-        growing = [(FULL_ROWS.get(n, 0) / big["rows"][n], n) for n in t["tables"] if big["rows"].get(n)]
+        # The tables that grow with the patients (a dictionary does not): the fastest of them drives it.
+        growing = [(FULL_ROWS.get(n, 0) / big["rows"][n], n) for n in t["tables"]
+                   if big["rows"].get(n) and _growth(small, big, n) > 1.5]  # fmt: skip
         factor, by = max(growing, default=(1.0, ""))
         factor = max(factor, 1.0)
         grew = _growth(small, big, by) if by else 1.0
