@@ -384,7 +384,11 @@ def report(small: dict, big: dict) -> tuple[str, dict[str, float]]:
         v = values[key]
         verdicts.append([what, f"{v:.1f} {unit}" if unit == "ms" else f"{v:.2f} {unit}", f"≤ {LIMITS[key]:g} {unit}",
                          "met" if v <= LIMITS[key] else "NOT met"])  # fmt: skip
+    floor = max((t.get("min", t["p50"]) for t in single), default=float("nan"))
     lines += [
+        "",
+        f"the slowest single-patient template's fastest run: {floor:.1f} ms (what the query costs; its p95 "
+        f"adds whatever else the machine ran, load average {targets.load_average()})",
         "",
         f"targets at {big['patients']:,} patients:",
         "",
