@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import decimal
+import json
 import os
 import re
 import sqlite3
@@ -32,7 +33,9 @@ from typing import Any, Protocol
 from urllib.parse import urlparse
 
 import psycopg
+import sqlglot
 from psycopg import sql as psql
+from sqlglot import exp
 
 from core.sql_functions import allowed_functions
 
@@ -96,6 +99,7 @@ class SqlExecutor(Protocol):
 
     def execute(self, sql: str, *, timeout_s: float, row_cap: int, max_bytes: int = ...) -> QueryResult: ...
     def explain(self, sql: str, *, timeout_s: float) -> str: ...
+    def plan(self, sql: str, *, timeout_s: float) -> tuple[float, float] | None: ...
     def tables(self) -> list[LiveTable]: ...
     def distinct_values(
         self, schema: str, table: str, column: str, *, limit: int
@@ -206,6 +210,25 @@ def _fetch_capped(
         average = max(used // len(rows), 1)
         batch = max(1, min(max_batch, (max_bytes - used) // average))
     return rows, ""
+
+
+def _parametrized(sql: str) -> str:
+    """`sql` with every constant a numbered parameter ($1, $2::integer, …; numbers typed as numbers),
+    interval literals kept (they are short, and `INTERVAL $1` is no syntax)."""
+    count = 0
+
+    def swap(node: exp.Expression) -> exp.Expression:
+        nonlocal count
+        if isinstance(node, exp.Literal) and not isinstance(node.parent, exp.Interval):
+            count += 1
+            if node.is_string:  # typed by what it meets (a column, a cast)
+                return exp.Var(this=f"${count}")
+            # a number keeps its kind, or `60 - 5` would be `unknown - unknown`
+            kind = "numeric" if not node.is_int else "integer" if abs(int(node.this)) < 2**31 else "bigint"
+            return exp.Var(this=f"${count}::{kind}")
+        return node
+
+    return sqlglot.parse_one(sql, read="postgres").transform(swap).sql(dialect="postgres")
 
 
 def _cancel_quietly(conn: psycopg.Connection) -> None:
@@ -362,6 +385,27 @@ class PostgresExecutor:
             finally:
                 watchdog.cancel()
         return ""
+
+    def plan(self, sql: str, *, timeout_s: float) -> tuple[float, float]:
+        """(the most rows any step of the plan handles, the plan's total cost), as the planner
+        expects them, without running the query.
+
+        The plan's text comes back here (unlike explain's), so every constant of the query is first
+        made a parameter ($1, $2, …) and a generic plan is asked for (PostgreSQL 16+): nothing can
+        be folded into a large value, and the text is no longer than the query. Raises
+        ExecutionError (for a parameter the planner cannot type, too), and the caller goes on
+        without the planner's figures.
+        """
+        with self._read_only(timeout_s, f"planning took longer than {timeout_s:g} s") as conn:
+            text = "EXPLAIN (FORMAT JSON, GENERIC_PLAN) " + _parametrized(sql)
+            (doc,) = conn.execute(text).fetchone()
+        root = (doc if isinstance(doc, list) else json.loads(doc))[0]["Plan"]
+        most, stack = 0.0, [root]
+        while stack:
+            node = stack.pop()
+            most = max(most, float(node.get("Plan Rows", 0)))
+            stack.extend(node.get("Plans", ()))
+        return most, float(root.get("Total Cost", 0))
 
     def ping(self) -> str:
         with self._connect() as conn:
@@ -629,6 +673,10 @@ class SqliteExecutor:
             elapsed_ms=(time.perf_counter() - start) * 1000,
             truncated_reason=cut,
         )
+
+    def plan(self, sql: str, *, timeout_s: float) -> None:
+        """SQLite has no cost estimate worth showing: the catalog's table sizes stand in."""
+        return None
 
     def explain(self, sql: str, *, timeout_s: float) -> str:
         deadline = time.monotonic() + timeout_s

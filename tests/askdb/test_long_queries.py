@@ -1,0 +1,153 @@
+"""Honest time (issue 31 item 2): a query that runs out of time says so, with how big it is, on
+PostgreSQL and SQLite sources, from the library and from the LLM alike; a large query is announced
+before it runs (the run's "estimate" step, shown on the run page)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from askdb.outcomes import run_outcome
+from askdb.services.examples import example_upsert
+from infra import embedded
+from infra.adapters.clinical import PostgresExecutor, _parametrized
+from tests.askdb.test_offline_answering import ask as ask_library
+from tests.askdb.test_offline_answering import clinical_rows
+from tests.askdb.test_pipeline import answerable, ask, script_sql
+from tests.factories import make_user
+
+pytestmark = pytest.mark.django_db
+
+PAIRS = "SELECT count(*) FROM mimiciv_hosp.labevents a, mimiciv_hosp.labevents b WHERE a.subject_id = {id}"
+
+
+@pytest.fixture
+def llm(scripted_llm):
+    return scripted_llm
+
+
+@pytest.fixture
+def lab_rows(source):
+    return clinical_rows("SELECT count(*) FROM mimiciv_hosp.labevents")[0][0]
+
+
+def _reads(n: int) -> str:
+    from core.estimate import about
+
+    return f"reads about {about(n)} rows of labevents"
+
+
+def test_a_library_answer_that_runs_out_of_time_on_postgresql_says_how_big_it_is(source, lab_rows, settings):
+    ids = [r[0] for r in clinical_rows("SELECT subject_id FROM mimiciv_hosp.patients ORDER BY 1 LIMIT 2")]
+    example_upsert(source=source, question=f"how many lab result pairs does patient {ids[0]} have?",
+                   sql=PAIRS.format(id=ids[0]), approved_by=make_user("rev", "reviewer"))  # fmt: skip
+    settings.LLM_MODEL = ""
+    settings.ASKDB_LIBRARY_REVIEW_SHARE = 0.0
+    settings.CLINICAL_STATEMENT_TIMEOUT_S = 0.05
+    run = ask_library(source, f"How many lab result pairs does patient {ids[1]} have?")
+
+    assert (run.status, run.outcome) == ("failed", "timeout"), run.message
+    assert run.message.startswith(
+        f"This question {_reads(lab_rows)}, which the planner expects to become about"
+    )
+    assert "and needed more than 0.05 s (the statement timeout), so it was stopped" in run.message
+    assert "No reviewer-verified example" not in run.message and run_outcome(run).sentence == run.message
+
+
+def test_an_llm_answer_that_runs_out_of_time_on_postgresql_says_how_big_it_is(
+    source, llm, lab_rows, settings
+):
+    settings.CLINICAL_STATEMENT_TIMEOUT_S = 0.05
+    answerable(llm)
+    script_sql(llm, "SELECT count(*) FROM mimiciv_hosp.labevents a, mimiciv_hosp.labevents b")
+    run = ask("How many lab pairs are there?", source)
+    assert (run.status, run.outcome) == ("failed", "timeout"), run.message
+    assert run.message.startswith(
+        f"This question {_reads(lab_rows)}, which the planner expects to become about"
+    )
+
+
+@pytest.fixture
+def sqlite_source(tmp_path, settings):
+    from metadata_admin.services import source_introspect, source_register, table_docs_reembed
+
+    path = tmp_path / "labs.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "CREATE TABLE labevents (labevent_id INTEGER PRIMARY KEY, subject_id INTEGER, valuenum REAL)"
+        )
+        conn.executemany(
+            "INSERT INTO labevents VALUES (?, ?, ?)", [(i, i % 10, i * 0.5) for i in range(6000)]
+        )
+    source = source_register(name="labs", url=f"sqlite:///{path}")
+    source_introspect(source=source)
+    table_docs_reembed(source=source)
+    settings.ASKDB_SIMILARITY_FLOOR = 0.0
+    return source
+
+
+def test_an_llm_answer_that_runs_out_of_time_on_sqlite_says_how_big_it_is(sqlite_source, llm, settings):
+    settings.CLINICAL_STATEMENT_TIMEOUT_S = 0.05
+    answerable(llm)
+    script_sql(llm, "SELECT count(*) FROM labevents a, labevents b, labevents c")
+    run = ask("How many lab triples are there?", sqlite_source)
+    assert (run.status, run.outcome) == ("failed", "timeout"), run.message
+    assert run.message.startswith(
+        "This question reads about 6,000 rows of labevents and needed more than 0.05 s (the statement timeout)"
+    )
+
+
+def test_a_library_answer_that_runs_out_of_time_on_sqlite_says_so_not_no_match(sqlite_source, settings):
+    sql = "SELECT count(*) FROM labevents a, labevents b WHERE a.subject_id = {id}"
+    example_upsert(source=sqlite_source, question="how many lab result pairs does patient 3 have?",
+                   sql=sql.format(id=3), approved_by=make_user("rev", "reviewer"))  # fmt: skip
+    settings.LLM_MODEL = ""
+    settings.ASKDB_LIBRARY_REVIEW_SHARE = 0.0
+    settings.CLINICAL_STATEMENT_TIMEOUT_S = 0.01
+    run = ask_library(sqlite_source, "How many lab result pairs does patient 7 have?")
+    assert (run.status, run.outcome) == ("failed", "timeout"), run.message
+    assert run.message.startswith(
+        "This question reads about 6,000 rows of labevents and needed more than 0.01 s"
+    )
+    assert run.library_match["answered"] is False and "7" in run.sql
+
+
+def test_a_large_query_is_announced_on_the_run_page_before_it_runs(source, llm, client, lab_rows, settings):
+    settings.ASKDB_LARGE_QUERY_ROWS = 1  # every table counts as large: the planner decides
+    settings.ASKDB_LARGE_QUERY_COST = 1.0
+    answerable(llm)
+    script_sql(llm, "SELECT count(*) AS n FROM mimiciv_hosp.labevents")
+    run = ask("How many lab results are there?", source)
+    assert run.outcome == "answered", run.message
+    names = list(run.stages.values_list("name", flat=True))
+    assert (
+        names.index("estimate") == names.index("execute") + 1
+    )  # said within the execute step, before the query
+    estimate = run.stages.get(name="estimate").detail
+    assert estimate["basis"] == "planner" and estimate["planner_cost"] >= 1.0
+    assert estimate["sentence"] == f"This question {_reads(lab_rows)}: it may take a while."
+    client.force_login(run.question.user)
+    assert estimate["sentence"] in client.get(f"/runs/{run.pk}/").content.decode()
+
+
+def test_a_small_query_over_a_small_table_is_not_planned_nor_announced(source, llm, settings):
+    answerable(llm)
+    script_sql(llm, "SELECT count(*) AS n FROM mimiciv_hosp.patients")
+    run = ask("How many patients are there?", source)
+    assert run.outcome == "answered" and not run.stages.filter(name="estimate").exists()
+
+
+def test_the_planner_never_sees_a_constant_so_nothing_folds_into_a_huge_plan(source):
+    """The attack on the estimate: a constant the planner would fold into 500 MB of plan text."""
+    sql = "SELECT count(*) FROM mimiciv_hosp.patients WHERE gender = repeat('x', 500000000) AND anchor_age > 60 - 5"
+    text = _parametrized(sql)
+    assert "'" not in text and "500000000" not in text and "$1" in text and "$3" in text
+    rows, cost = PostgresExecutor(embedded.pg_dsn(embedded.CLINICAL_DB)).plan(sql, timeout_s=5)
+    assert rows >= 0 and cost > 0
+    # an interval stays a literal (INTERVAL $1 is no syntax) and still plans
+    rows, cost = PostgresExecutor(embedded.pg_dsn(embedded.CLINICAL_DB)).plan(
+        "SELECT count(*) FROM mimiciv_hosp.admissions WHERE admittime > dischtime - INTERVAL '1 day'",
+        timeout_s=5,
+    )
+    assert cost > 0
