@@ -162,6 +162,11 @@ CLINICAL_ROW_CAP = env_int("CLINICAL_ROW_CAP", 10_000)
 # hold ASKDB_LARGE_QUERY_ROWS rows; the planner is asked only once the tables are that large.
 ASKDB_LARGE_QUERY_ROWS = env_int("ASKDB_LARGE_QUERY_ROWS", 10_000_000)
 ASKDB_LARGE_QUERY_COST = env_float("ASKDB_LARGE_QUERY_COST", 1_000_000.0)
+# A question whose query ran out of time can be run again as a long query (in a worker, with
+# progress and cancel) by users with run_long_queries, with this statement timeout; each user has
+# at most ASKDB_LONG_QUERIES_PER_USER going at once.
+ASKDB_LONG_QUERY_TIMEOUT_S = env_float("ASKDB_LONG_QUERY_TIMEOUT_S", 600.0)
+ASKDB_LONG_QUERIES_PER_USER = env_int("ASKDB_LONG_QUERIES_PER_USER", 1)
 
 # --- Auth ---------------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

@@ -97,7 +97,15 @@ class LiveTable:
 class SqlExecutor(Protocol):
     dialect: str
 
-    def execute(self, sql: str, *, timeout_s: float, row_cap: int, max_bytes: int = ...) -> QueryResult: ...
+    def execute(
+        self,
+        sql: str,
+        *,
+        timeout_s: float,
+        row_cap: int,
+        max_bytes: int = ...,
+        cancel: threading.Event | None = ...,
+    ) -> QueryResult: ...
     def explain(self, sql: str, *, timeout_s: float) -> str: ...
     def plan(self, sql: str, *, timeout_s: float) -> tuple[float, float] | None: ...
     def tables(self) -> list[LiveTable]: ...
@@ -236,6 +244,29 @@ def _cancel_quietly(conn: psycopg.Connection) -> None:
         conn.cancel_safe(timeout=2)
 
 
+@contextlib.contextmanager
+def _cancelled_by(cancel: threading.Event | None, conn: psycopg.Connection) -> Iterator[None]:
+    """While the block runs, a set `cancel` cancels the connection's running statement."""
+    if cancel is None:
+        yield
+        return
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if cancel.wait(0.1) and not done.is_set():
+                _cancel_quietly(conn)
+                return
+
+    watcher = threading.Thread(target=watch, name="askdb-cancel-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join(5)
+
+
 class PostgresExecutor:
     dialect = "postgres"
 
@@ -296,14 +327,17 @@ class PostgresExecutor:
                     conn.rollback()  # read-only anyway; nothing is ever committed
 
     def execute(
-        self, sql: str, *, timeout_s: float, row_cap: int, max_bytes: int = DEFAULT_RESULT_MAX_BYTES
-    ) -> QueryResult:
+        self, sql: str, *, timeout_s: float, row_cap: int, max_bytes: int = DEFAULT_RESULT_MAX_BYTES,
+        cancel: threading.Event | None = None,
+    ) -> QueryResult:  # fmt: skip
+        """`cancel`, when set from another thread, sends the server a cancel request for the
+        running statement (as pg_cancel_backend does); it then fails with code "cancelled"."""
         start = time.perf_counter()
         too_long = (
             f"the query ran longer than {timeout_s:g} s and was stopped; narrow it down "
             "(filter by patient, admission or time) or aggregate"
         )
-        with self._read_only(timeout_s, too_long) as conn:
+        with self._read_only(timeout_s, too_long) as conn, _cancelled_by(cancel, conn):
             description, rows, cut, crossing = self._fetch(conn, sql, row_cap, max_bytes)
             if crossing is not None and len(rows) < crossing - 1:
                 # The failed FETCH took the rows of its batch before the crossing with it: read
@@ -645,18 +679,27 @@ class SqliteExecutor:
         return ExecutionError(str(exc))
 
     def execute(
-        self, sql: str, *, timeout_s: float, row_cap: int, max_bytes: int = DEFAULT_RESULT_MAX_BYTES
-    ) -> QueryResult:
+        self, sql: str, *, timeout_s: float, row_cap: int, max_bytes: int = DEFAULT_RESULT_MAX_BYTES,
+        cancel: threading.Event | None = None,
+    ) -> QueryResult:  # fmt: skip
+        """`cancel`, when set from another thread, interrupts the statement (the progress
+        handler); it then fails with code "cancelled"."""
         start = time.perf_counter()
         deadline = time.monotonic() + timeout_s
+
+        def stop() -> int:
+            return 1 if time.monotonic() > deadline or (cancel is not None and cancel.is_set()) else 0
+
         conn, authorizer = self._guarded(max_bytes)
-        conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 10_000)
+        conn.set_progress_handler(stop, 10_000)
         try:
             cur = conn.execute(sql)
             # One row at a time: a few small rows must not size a batch that then holds huge ones.
             rows, cut = _fetch_capped(cur.fetchmany, row_cap, max_bytes, max_batch=1)
             columns = tuple(d[0] for d in cur.description or [])
         except sqlite3.OperationalError as exc:
+            if "interrupted" in str(exc) and cancel is not None and cancel.is_set():
+                raise ExecutionError("the query was cancelled before it finished", code="cancelled") from exc
             if "interrupted" in str(exc):
                 raise ExecutionError(
                     f"the query ran longer than {timeout_s:g} s and was stopped", code="timeout"

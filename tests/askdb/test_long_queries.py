@@ -5,16 +5,22 @@ before it runs (the run's "estimate" step, shown on the run page)."""
 from __future__ import annotations
 
 import sqlite3
+import threading
 
 import pytest
 
+from askdb import selectors
+from askdb.models import Question, Run
 from askdb.outcomes import run_outcome
 from askdb.services.examples import example_upsert
+from askdb.services.long_queries import LongQueryError, long_query_start
 from infra import embedded
 from infra.adapters.clinical import PostgresExecutor, _parametrized
+from infra.audit.models import AuditEvent
 from tests.askdb.test_offline_answering import ask as ask_library
 from tests.askdb.test_offline_answering import clinical_rows
 from tests.askdb.test_pipeline import answerable, ask, script_sql
+from tests.celery_worker import running_worker, wait_for
 from tests.factories import make_user
 
 pytestmark = pytest.mark.django_db
@@ -151,3 +157,122 @@ def test_the_planner_never_sees_a_constant_so_nothing_folds_into_a_huge_plan(sou
         timeout_s=5,
     )
     assert cost > 0
+
+
+# -- run as a long query ---------------------------------------------------------------------
+
+TRIPLES = (
+    "SELECT count(*) AS n FROM mimiciv_hosp.labevents a, mimiciv_hosp.labevents b, mimiciv_hosp.labevents c"
+)
+
+
+def timed_out_run(source, user, sql: str) -> Run:
+    question = Question.objects.create(user=user, source=source, text="How many lab result pairs are there?")
+    return Run.objects.create(question=question, status="failed", outcome="timeout", sql=sql,
+                              message="This question's query needed more than 30 s")  # fmt: skip
+
+
+def test_only_the_asker_with_the_right_may_start_a_long_query_of_a_timed_out_run(source, client):
+    researcher = make_user("rita", "researcher")
+    run = timed_out_run(source, researcher, PAIRS.format(id=1))
+    answered = Run.objects.create(question=run.question, status="succeeded", outcome="answered", sql=run.sql)
+    aggregate = make_user("agnes", "aggregate_researcher")
+    mine_but_aggregate = timed_out_run(source, aggregate, PAIRS.format(id=1))
+    for user, target, why in (
+        (aggregate, mine_but_aggregate, "Your role may not run long queries"),
+        (researcher, answered, "Only a question whose query ran out of time"),
+        (make_user("rex", "reviewer"), run, "Only the person who asked"),
+    ):
+        with pytest.raises(LongQueryError, match=why):
+            long_query_start(run=target, user=user)
+    client.force_login(researcher)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="long-query-start"' in page
+    assert 'id="long-query-start"' not in client.get(f"/runs/{answered.pk}/").content.decode()
+    client.force_login(aggregate)
+    assert 'id="long-query-start"' not in client.get(f"/runs/{mine_but_aggregate.pk}/").content.decode()
+    response = client.post(f"/runs/{mine_but_aggregate.pk}/long/", follow=True)
+    assert "Your role may not run long queries" in response.content.decode()
+    assert not Run.objects.filter(long_query_of__isnull=False).exists()
+
+
+def _clinical_statement_running() -> bool:
+    """A statement is running on the clinical database (the long query's FETCH), other than this one."""
+    rows = clinical_rows(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'active' "
+        "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+    )
+    return rows[0][0] > 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_long_query_runs_in_a_worker_with_the_higher_limit_and_answers(source, client, settings):
+    settings.ASKDB_LONG_QUERY_TIMEOUT_S = 120
+    user = make_user("rita", "researcher")
+    subject = clinical_rows("SELECT subject_id FROM mimiciv_hosp.patients ORDER BY 1 LIMIT 1")[0][0]
+    run = timed_out_run(source, user, PAIRS.format(id=subject))
+    client.force_login(user)
+    with running_worker():
+        response = client.post(f"/runs/{run.pk}/long/")
+        long_query = Run.objects.get(long_query_of=run)
+        assert response.status_code == 302 and response["Location"] == f"/runs/{long_query.pk}/"
+        assert long_query.time_limit_s == 120 and long_query.sql == run.sql
+        done = wait_for(
+            lambda: Run.objects.filter(pk=long_query.pk, status__in=Run.TERMINAL).first(), timeout=60
+        )
+    assert (done.status, done.outcome) == ("succeeded", "answered"), done.message
+    assert done.result_rows == [[clinical_rows(PAIRS.format(id=subject))[0][0]]]
+    assert done.message.startswith("Answered by a long query in ")
+    page = client.get(f"/runs/{done.pk}/").content.decode()
+    assert 'id="long-query"' in page and f"run {run.pk}</a>, which ran out of time" in page
+    actions = set(AuditEvent.objects.filter(target_id=str(done.pk)).values_list("action", flat=True))
+    assert {"run.long_query_started", "run.succeeded"} <= actions, actions
+    assert AuditEvent.objects.filter(action="sql.executed", detail__purpose="long_query").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_long_query_shows_progress_and_is_cancelled_on_the_database(source, client, settings):
+    settings.ASKDB_LONG_QUERY_TIMEOUT_S = 600  # it would run for minutes: only the cancel ends it
+    user = make_user("rita", "researcher")
+    run = timed_out_run(source, user, TRIPLES)
+    client.force_login(user)
+    with running_worker():
+        client.post(f"/runs/{run.pk}/long/")
+        long_query = Run.objects.get(long_query_of=run)
+        wait_for(_clinical_statement_running, timeout=30, message="the statement never started")
+        live = client.get(f"/runs/{long_query.pk}/", headers={"HX-Request": "true", "HX-Target": "run-live"})
+        text = live.content.decode()
+        assert 'hx-trigger="every 1s"' in text and "s so far of at most 600 s" in text and "Cancel" in text
+        client.post(f"/runs/{long_query.pk}/cancel/")
+        wait_for(lambda: AuditEvent.objects.filter(action="run.long_query_cancelled").exists(), timeout=30,
+                 message="the worker never stopped the statement")  # fmt: skip
+    assert not _clinical_statement_running()  # cancelled on the database, not only on the page
+    assert Run.objects.get(pk=long_query.pk).status == "cancelled"
+    assert AuditEvent.objects.filter(action="run.cancelled", target_id=str(long_query.pk)).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_long_query_that_runs_out_of_its_longer_limit_says_so(source, client, settings):
+    settings.ASKDB_LONG_QUERY_TIMEOUT_S = 0.5
+    user = make_user("rita", "researcher")
+    run = timed_out_run(source, user, TRIPLES)
+    with running_worker():
+        long_query = long_query_start(run=run, user=user)
+        done = wait_for(
+            lambda: Run.objects.filter(pk=long_query.pk, status__in=Run.TERMINAL).first(), timeout=60
+        )
+    assert (done.status, done.outcome) == ("failed", "timeout")
+    assert "rows of labevents and needed more than 0.5 s (the statement timeout)" in done.message
+    assert selectors.long_query_allowed(run=done, user=user) != ""  # not again, at the same limit
+
+
+def test_a_sqlite_statement_is_interrupted_by_a_cancel(sqlite_source):
+    from infra.adapters.clinical import ExecutionError, SqliteExecutor
+
+    executor = SqliteExecutor(sqlite_source.url.split("sqlite:///", 1)[1])
+    cancel = threading.Event()
+    threading.Timer(0.2, cancel.set).start()
+    with pytest.raises(ExecutionError) as caught:
+        executor.execute("SELECT count(*) FROM labevents a, labevents b, labevents c", timeout_s=600, row_cap=1,
+                         cancel=cancel)  # fmt: skip
+    assert caught.value.code == "cancelled"
