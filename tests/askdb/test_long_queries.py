@@ -205,65 +205,61 @@ def _clinical_statement_running() -> bool:
     return rows[0][0] > 0
 
 
+def _ended(run: Run) -> Run | None:
+    return Run.objects.filter(pk=run.pk, status__in=Run.TERMINAL).first()
+
+
 @pytest.mark.django_db(transaction=True)
-def test_a_long_query_runs_in_a_worker_with_the_higher_limit_and_answers(source, client, settings):
-    settings.ASKDB_LONG_QUERY_TIMEOUT_S = 120
+def test_a_long_query_runs_in_a_worker_answers_is_followed_cancelled_and_times_out(source, client, settings):
+    """One worker for the three ways a long query ends (starting one costs seconds)."""
+    settings.ASKDB_LONG_QUERY_TIMEOUT_S = 600  # the cross join would run for minutes
     user = make_user("rita", "researcher")
     subject = clinical_rows("SELECT subject_id FROM mimiciv_hosp.patients ORDER BY 1 LIMIT 1")[0][0]
-    run = timed_out_run(source, user, PAIRS.format(id=subject))
+    pairs, triples = (
+        timed_out_run(source, user, PAIRS.format(id=subject)),
+        timed_out_run(source, user, TRIPLES),
+    )
     client.force_login(user)
     with running_worker():
-        response = client.post(f"/runs/{run.pk}/long/")
-        long_query = Run.objects.get(long_query_of=run)
-        assert response.status_code == 302 and response["Location"] == f"/runs/{long_query.pk}/"
-        assert long_query.time_limit_s == 120 and long_query.sql == run.sql
-        done = wait_for(
-            lambda: Run.objects.filter(pk=long_query.pk, status__in=Run.TERMINAL).first(), timeout=60
-        )
-    assert (done.status, done.outcome) == ("succeeded", "answered"), done.message
-    assert done.result_rows == [[clinical_rows(PAIRS.format(id=subject))[0][0]]]
-    assert done.message.startswith("Answered by a long query in ")
-    page = client.get(f"/runs/{done.pk}/").content.decode()
-    assert 'id="long-query"' in page and f"run {run.pk}</a>, which ran out of time" in page
-    actions = set(AuditEvent.objects.filter(target_id=str(done.pk)).values_list("action", flat=True))
+        # started from the page of the timed-out run, it answers with the higher limit
+        response = client.post(f"/runs/{pairs.pk}/long/")
+        answered = Run.objects.get(long_query_of=pairs)
+        assert response.status_code == 302 and response["Location"] == f"/runs/{answered.pk}/"
+        assert answered.time_limit_s == 600 and answered.sql == pairs.sql
+        answered = wait_for(lambda: _ended(answered), timeout=60)
+
+        # followed while it runs (elapsed time, polled), then cancelled on the database
+        client.post(f"/runs/{triples.pk}/long/")
+        cancelled = Run.objects.get(long_query_of=triples)
+        wait_for(_clinical_statement_running, timeout=30, message="the statement never started")
+        live = client.get(f"/runs/{cancelled.pk}/", headers={"HX-Request": "true", "HX-Target": "run-live"})
+        text = live.content.decode()
+        assert 'hx-trigger="every 1s"' in text and "s so far of at most 600 s" in text and "Cancel" in text
+        client.post(f"/runs/{cancelled.pk}/cancel/")
+        wait_for(lambda: AuditEvent.objects.filter(action="run.long_query_cancelled").exists(), timeout=30,
+                 message="the worker never stopped the statement")  # fmt: skip
+        assert not _clinical_statement_running()  # stopped on the database, not only on the page
+
+        # out of even the longer limit: said as such, with the limit and the size
+        settings.ASKDB_LONG_QUERY_TIMEOUT_S = 0.5
+        timed_out = long_query_start(run=triples, user=user)
+        timed_out = wait_for(lambda: _ended(timed_out), timeout=60)
+
+    assert (answered.status, answered.outcome) == ("succeeded", "answered"), answered.message
+    assert answered.result_rows == [[clinical_rows(PAIRS.format(id=subject))[0][0]]]
+    assert answered.message.startswith("Answered by a long query in ")
+    page = client.get(f"/runs/{answered.pk}/").content.decode()
+    assert 'id="long-query"' in page and f"run {pairs.pk}</a>, which ran out of time" in page
+    actions = set(AuditEvent.objects.filter(target_id=str(answered.pk)).values_list("action", flat=True))
     assert {"run.long_query_started", "run.succeeded"} <= actions, actions
     assert AuditEvent.objects.filter(action="sql.executed", detail__purpose="long_query").exists()
 
+    assert Run.objects.get(pk=cancelled.pk).status == "cancelled"
+    assert AuditEvent.objects.filter(action="run.cancelled", target_id=str(cancelled.pk)).exists()
 
-@pytest.mark.django_db(transaction=True)
-def test_a_long_query_shows_progress_and_is_cancelled_on_the_database(source, client, settings):
-    settings.ASKDB_LONG_QUERY_TIMEOUT_S = 600  # it would run for minutes: only the cancel ends it
-    user = make_user("rita", "researcher")
-    run = timed_out_run(source, user, TRIPLES)
-    client.force_login(user)
-    with running_worker():
-        client.post(f"/runs/{run.pk}/long/")
-        long_query = Run.objects.get(long_query_of=run)
-        wait_for(_clinical_statement_running, timeout=30, message="the statement never started")
-        live = client.get(f"/runs/{long_query.pk}/", headers={"HX-Request": "true", "HX-Target": "run-live"})
-        text = live.content.decode()
-        assert 'hx-trigger="every 1s"' in text and "s so far of at most 600 s" in text and "Cancel" in text
-        client.post(f"/runs/{long_query.pk}/cancel/")
-        wait_for(lambda: AuditEvent.objects.filter(action="run.long_query_cancelled").exists(), timeout=30,
-                 message="the worker never stopped the statement")  # fmt: skip
-    assert not _clinical_statement_running()  # cancelled on the database, not only on the page
-    assert Run.objects.get(pk=long_query.pk).status == "cancelled"
-    assert AuditEvent.objects.filter(action="run.cancelled", target_id=str(long_query.pk)).exists()
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_long_query_that_runs_out_of_its_longer_limit_says_so(source, client, settings):
-    settings.ASKDB_LONG_QUERY_TIMEOUT_S = 0.5
-    user = make_user("rita", "researcher")
-    run = timed_out_run(source, user, TRIPLES)
-    with running_worker():
-        long_query = long_query_start(run=run, user=user)
-        done = wait_for(
-            lambda: Run.objects.filter(pk=long_query.pk, status__in=Run.TERMINAL).first(), timeout=60
-        )
-    assert (done.status, done.outcome) == ("failed", "timeout")
-    assert "rows of labevents and needed more than 0.5 s (the statement timeout)" in done.message
-    assert selectors.long_query_allowed(run=done, user=user) != ""  # not again, at the same limit
+    assert (timed_out.status, timed_out.outcome) == ("failed", "timeout")
+    assert "rows of labevents and needed more than 0.5 s (the statement timeout)" in timed_out.message
+    assert selectors.long_query_allowed(run=timed_out, user=user) != ""  # not again, at the same limit
 
 
 def test_a_sqlite_statement_is_interrupted_by_a_cancel(sqlite_source):
