@@ -5,24 +5,43 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('askdb', '0010_desk_requests'),
+        ("askdb", "0010_desk_requests"),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name='access',
-            options={'default_permissions': (), 'managed': False, 'permissions': [('ask_questions', 'Can ask questions'), ('review_runs', 'Can review generated SQL'), ('view_all_runs', "Can see every user's questions and runs"), ('view_audit', 'Can read the audit log'), ('curate_catalog', 'Can curate schema documentation'), ('manage_users', 'Can manage users and roles'), ('view_row_level', 'Can see row-level results (not only aggregates)'), ('view_sensitive', 'Can see columns the catalog marks sensitive'), ('run_long_queries', "Can run a timed-out question's SQL again as a long query")]},
+            name="access",
+            options={
+                "default_permissions": (),
+                "managed": False,
+                "permissions": [
+                    ("ask_questions", "Can ask questions"),
+                    ("review_runs", "Can review generated SQL"),
+                    ("view_all_runs", "Can see every user's questions and runs"),
+                    ("view_audit", "Can read the audit log"),
+                    ("curate_catalog", "Can curate schema documentation"),
+                    ("manage_users", "Can manage users and roles"),
+                    ("view_row_level", "Can see row-level results (not only aggregates)"),
+                    ("view_sensitive", "Can see columns the catalog marks sensitive"),
+                    ("run_long_queries", "Can run a timed-out question's SQL again as a long query"),
+                ],
+            },
         ),
         migrations.AddField(
-            model_name='run',
-            name='long_query_of',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='long_queries', to='askdb.run'),
+            model_name="run",
+            name="long_query_of",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="long_queries",
+                to="askdb.run",
+            ),
         ),
         migrations.AddField(
-            model_name='run',
-            name='time_limit_s',
+            model_name="run",
+            name="time_limit_s",
             field=models.FloatField(blank=True, null=True),
         ),
     ]

@@ -8,6 +8,7 @@ import sqlite3
 import threading
 
 import pytest
+from rest_framework.test import APIClient
 
 from askdb import selectors
 from askdb.models import Question, Run
@@ -194,6 +195,21 @@ def test_only_the_asker_with_the_right_may_start_a_long_query_of_a_timed_out_run
     response = client.post(f"/runs/{mine_but_aggregate.pk}/long/", follow=True)
     assert "Your role may not run long queries" in response.content.decode()
     assert not Run.objects.filter(long_query_of__isnull=False).exists()
+    # the API: the same rules, as status codes
+    api = APIClient()
+    api.force_authenticate(aggregate)
+    assert api.post(f"/api/questions/{mine_but_aggregate.pk}/long-query/").status_code == 403
+    api.force_authenticate(researcher)
+    refused = api.post(f"/api/questions/{answered.pk}/long-query/")
+    assert refused.status_code == 409 and "ran out of time" in refused.json()["error"]
+    queued = api.post(f"/api/questions/{run.pk}/long-query/")
+    assert queued.status_code == 202, queued.json()
+    detail = api.get(queued.json()["url"]).json()
+    assert (
+        detail["long_query_of"] == run.pk and detail["time_limit_s"] == 600 and detail["status"] == "queued"
+    )
+    again = api.post(f"/api/questions/{run.pk}/long-query/")
+    assert again.status_code == 409 and "already have a long query going" in again.json()["error"]
 
 
 def _clinical_statement_running() -> bool:
