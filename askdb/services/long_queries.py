@@ -21,7 +21,7 @@ from django.utils import timezone
 from askdb.models import Run
 from askdb.selectors import long_query_allowed
 from askdb.services.privacy import run_sql_protected
-from askdb.services.runs import LONG_QUERY_TASK, _enqueue, _run_finish
+from askdb.services.runs import _enqueue, _run_finish
 from askdb.services.sql import ReviewError
 from core.estimate import QueryEstimate, timed_out_message
 from core.validation import SqlValidationError, validate_sql
@@ -75,7 +75,7 @@ def long_query_start(*, run: Run, user, ip: str | None = None) -> Run:
 
 def long_query_enqueue(*, run_id: int) -> bool:
     """Send a queued long query's job once, as runs are sent (raises QueueUnavailable)."""
-    return _enqueue(run_id, LONG_QUERY_TASK)
+    return _enqueue(run_id, long_query=True)
 
 
 def long_query_execute(*, run_id: int, worker: str = "") -> Run | None:

@@ -39,7 +39,6 @@ QUEUE_DOWN_MESSAGE = (
     "Your question is saved, but the job queue is not reachable right now. It will be answered "
     "when the queue is back; try again in a minute if it is not."
 )
-LONG_QUERY_TASK = "askdb.run_long_query"  # askdb.tasks.run_long_query (services.long_queries)
 QUEUE_TIMEOUT_MESSAGE = "No worker took this question in time. Nothing was lost: ask again to retry."
 
 
@@ -88,16 +87,19 @@ def _question_create(*, user, text: str, source=None, ip: str | None = None):
     return run
 
 
-def _enqueue(run_id: int, task: str = "askdb.run_question") -> bool:
+def _enqueue(run_id: int, *, long_query: bool = False) -> bool:
     """Send a queued run's job, once: the task id is claimed before sending, so the submit and
     the reapers never send the same run twice (a second delivery would fail a running run).
     False when someone else sent it or the run ended; QueueUnavailable when the broker is down.
-    `task`: askdb.run_question, or askdb.run_long_query for a long query (services.long_queries)."""
+    A long query (services.long_queries) is sent to its own task."""
     task_id = str(uuid.uuid4())
     if not Run.objects.filter(pk=run_id, status=Run.Status.QUEUED, task_id="").update(task_id=task_id):
         return False
     try:
-        task_send(task, run_id, task_id=task_id)  # askdb.tasks.run_question (or run_long_query)
+        if long_query:
+            task_send("askdb.run_long_query", run_id, task_id=task_id)  # askdb.tasks.run_long_query
+        else:
+            task_send("askdb.run_question", run_id, task_id=task_id)  # askdb.tasks.run_question
     except (BrokerError, OSError) as exc:
         Run.objects.filter(pk=run_id, task_id=task_id).update(task_id="")  # the reaper sends it later
         logger.warning("run %s kept queued: the broker is unreachable (%s)", run_id, exc)
@@ -290,7 +292,7 @@ def runs_requeue(*, unsent_after_s: float = 5, give_up_after_s: int | None = Non
     sent = 0
     for run_id, long_query_of in unsent.values_list("pk", "long_query_of_id")[:200]:
         try:
-            sent += _enqueue(run_id, LONG_QUERY_TASK if long_query_of else "askdb.run_question")
+            sent += _enqueue(run_id, long_query=long_query_of is not None)
         except QueueUnavailable:
             break  # still down: the next reap tries again
     limit = give_up_after_s if give_up_after_s is not None else settings.ASKDB_QUEUED_RUN_SECONDS

@@ -143,6 +143,7 @@ def test_a_small_query_over_a_small_table_is_not_planned_nor_announced(source, l
     script_sql(llm, "SELECT count(*) AS n FROM mimiciv_hosp.patients")
     run = ask("How many patients are there?", source)
     assert run.outcome == "answered" and not run.stages.filter(name="estimate").exists()
+    assert not AuditEvent.objects.filter(action="sql.explained", detail__purpose="estimate").exists()
 
 
 def test_the_planner_never_sees_a_constant_so_nothing_folds_into_a_huge_plan(source):
