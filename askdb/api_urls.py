@@ -12,6 +12,7 @@ urlpatterns = [
     path("questions/<int:run_id>/result.csv", apis.RunResultCsvApi.as_view(), name="run_result_csv"),
     path("questions/<int:run_id>/cancel/", apis.RunCancelApi.as_view(), name="run_cancel"),
     path("questions/<int:run_id>/retry/", apis.RunRetryApi.as_view(), name="run_retry"),
+    path("questions/<int:run_id>/long-query/", apis.RunLongQueryApi.as_view(), name="run_long_query"),
     path("questions/<int:run_id>/review/", apis.RunReviewApi.as_view(), name="run_review"),
     path("questions/<int:run_id>/request/", apis_requests.RunRequestApi.as_view(), name="run_request"),
     path("requests/", apis_requests.RequestQueueApi.as_view(), name="request_queue"),

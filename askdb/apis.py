@@ -72,6 +72,7 @@ from askdb.serializers import (
 from askdb.services.examples import example_set_status
 from askdb.services.exports import examples_import
 from askdb.services.imports import ImportQueueUnavailable, import_is_large, import_job_submit
+from askdb.services.long_queries import LongQueryError, long_query_start
 from askdb.services.privacy import privacy_policy
 from askdb.services.reviews import review_approve, review_correct, review_flag
 from askdb.services.runs import QuestionError, QueueUnavailable, question_submit, run_cancel, run_retry
@@ -208,6 +209,13 @@ class IsRunOwnerOrAdmin(BasePermission):
 
     def has_object_permission(self, request: Request, view: APIView, obj: Run) -> bool:
         return selectors.run_may_act(user=request.user, run=obj)
+
+
+class CanRunLongQueries(BasePermission):
+    message = "Your role may not run long queries; an admin can allow it (the run_long_queries permission)."
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return request.user.has_perm("askdb.run_long_queries")
 
 
 class CanReview(BasePermission):
@@ -427,6 +435,33 @@ class RunRetryApi(ApiErrorsMixin, APIView):
                 status.HTTP_409_CONFLICT,
             )
         return _queued(run_retry(run=run, user=request.user, ip=_client_ip(request)))
+
+
+class RunLongQueryApi(ApiErrorsMixin, APIView):
+    permission_classes = [IsAuthenticated, CanAskQuestions, CanRunLongQueries]
+
+    @extend_schema(
+        operation_id="questions_long_query",
+        summary="Run a timed-out question as a long query",
+        description=(
+            "Queues a new run that executes this run's SQL again in a worker with the long-query limit "
+            "(ASKDB_LONG_QUERY_TIMEOUT_S). Only for a run that ran out of time (outcome timeout), by the "
+            "person who asked it, holding run_long_queries; poll the new run, cancel it like any run."
+        ),
+        request=None,
+        responses={
+            202: RunQueuedSerializer,
+            403: ErrorSerializer,
+            404: ErrorSerializer,
+            409: ErrorSerializer,
+        },
+    )
+    def post(self, request: Request, run_id: int) -> Response:
+        run = _run_or_404(request, run_id)
+        try:
+            return _queued(long_query_start(run=run, user=request.user, ip=_client_ip(request)))
+        except LongQueryError as exc:
+            return _error(str(exc), status.HTTP_409_CONFLICT)
 
 
 # --------------------------------------------------------------------------- review

@@ -24,6 +24,7 @@ class Access(models.Model):
             ("manage_users", "Can manage users and roles"),
             ("view_row_level", "Can see row-level results (not only aggregates)"),
             ("view_sensitive", "Can see columns the catalog marks sensitive"),
+            ("run_long_queries", "Can run a timed-out question's SQL again as a long query"),
         ]
 
     def __str__(self) -> str:
@@ -77,6 +78,12 @@ class Run(models.Model):
     deliveries = models.PositiveIntegerField(default=0)  # how often a worker picked it up
     worker = models.CharField(max_length=200, blank=True)
     task_id = models.CharField(max_length=64, blank=True)
+    # A long query: the timed-out run whose validated SQL this run executes again in the
+    # background, with the higher limit it had (askdb.services.long_queries).
+    long_query_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="long_queries"
+    )
+    time_limit_s = models.FloatField(null=True, blank=True)
 
     gate_category = models.CharField(max_length=32, blank=True)
     gate_reason = models.TextField(blank=True)

@@ -20,16 +20,19 @@ LIBRARY_BROWSE_PERMS = ("askdb.ask_questions", "askdb.review_runs", "askdb.curat
 # Row-level results (view_row_level) are for researchers and up: an aggregate-only researcher gets
 # counts and statistics over groups only. Sensitive columns (view_sensitive) are for reviewers and
 # admins, who must read them to check SQL. A deployment that wants researchers aggregate-only puts
-# them in the aggregate_researcher group (see README "Privacy").
+# them in the aggregate_researcher group (see README "Privacy"). A timed-out question may be run
+# again as a long query (run_long_queries, a worker busy for minutes) by researchers and up; an
+# aggregate-only researcher asks an admin, who can grant it to that group.
 ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
     AGGREGATE_RESEARCHER: ("askdb.ask_questions",),
-    RESEARCHER: ("askdb.ask_questions", "askdb.view_row_level"),
+    RESEARCHER: ("askdb.ask_questions", "askdb.view_row_level", "askdb.run_long_queries"),
     REVIEWER: (
         "askdb.ask_questions",
         "askdb.view_row_level",
         "askdb.view_sensitive",
         "askdb.review_runs",
         "askdb.view_all_runs",
+        "askdb.run_long_queries",
     ),
     ADMIN: (
         "askdb.ask_questions",
@@ -37,6 +40,7 @@ ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
         "askdb.view_sensitive",
         "askdb.review_runs",
         "askdb.view_all_runs",
+        "askdb.run_long_queries",
         "askdb.view_audit",
         "askdb.curate_catalog",
         "askdb.manage_users",

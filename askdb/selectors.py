@@ -731,3 +731,27 @@ def paraphrases_of(example, limit: int = 50) -> dict:
         .order_by("id")
     )
     return {"count": same.count(), "examples": list(same[:limit])}
+
+
+def long_query_allowed(*, run: Run, user) -> str:
+    """Why `user` may not run `run` again as a long query ("" when they may): the asker alone,
+    holding run_long_queries, of a run that ran out of time and has SQL."""
+    if not user.has_perm("askdb.run_long_queries"):
+        return "Your role may not run long queries; an admin can allow it (the run_long_queries permission)."
+    if run.question.user_id != user.pk:
+        return "Only the person who asked can run this question as a long query."
+    if run.outcome != "timeout" or not run.sql:
+        return "Only a question whose query ran out of time can be run as a long query."
+    if run.long_query_of_id is not None:
+        return "This already was a long query, with the longest limit askdb allows."
+    return ""
+
+
+def long_query_progress(*, run: Run) -> dict:
+    """What the run page says of a long query: of which run, its limit and how long it has run
+    (until now while it runs); {} for any other run."""
+    if run.long_query_of_id is None:
+        return {}
+    end = run.finished_at or timezone.now()
+    elapsed = (end - run.started_at).total_seconds() if run.started_at else 0.0
+    return {"of_run": run.long_query_of_id, "limit_s": run.time_limit_s or 0, "elapsed_s": round(elapsed)}

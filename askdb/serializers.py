@@ -401,12 +401,19 @@ class RunDetailSerializer(RunListSerializer):
     suggestions = serializers.SerializerMethodField(
         help_text='"Did you mean": verified questions askdb can answer, as the run page shows them (id, question, score).'
     )
+    long_query_of = serializers.IntegerField(
+        source="long_query_of_id", allow_null=True,
+        help_text="For a long query: the run that ran out of time, whose SQL this run executes again.",
+    )  # fmt: skip
+    time_limit_s = serializers.FloatField(
+        allow_null=True, help_text="For a long query: its statement timeout, in seconds."
+    )
 
     class Meta(RunListSerializer.Meta):
         fields = [*RunListSerializer.Meta.fields, "answer", "message", "started_at", "gate", "retrieval", "stages",
                   "attempts", "sql", "summary", "tokens", "cost_usd", "result", "review_status", "reviews",
                   "confidence", "answered_by", "example", "examples_used", "catalog_version", "model",
-                  "privacy", "suggestions"]  # fmt: skip
+                  "privacy", "suggestions", "long_query_of", "time_limit_s"]  # fmt: skip
         read_only_fields = fields
 
     def get_answer(self, run: Run) -> str:

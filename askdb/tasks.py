@@ -15,6 +15,7 @@ from django.db import DatabaseError, connection, connections
 from askdb.answerability.tasks import answerability_train_task  # noqa: F401  (registered with the worker)
 from askdb.services.examples import example_embed, examples_revalidate, library_refresh, library_warm_up
 from askdb.services.imports import import_job_run
+from askdb.services.long_queries import long_query_execute
 from askdb.services.requests import request_embed, requests_reask
 from askdb.services.runs import run_execute
 from infra.providers.embeddings import get_embedder
@@ -111,6 +112,25 @@ def ping() -> dict:
 )
 def run_question(self, run_id: int) -> dict:
     run = run_execute(run_id=run_id, worker=self.request.hostname or socket.gethostname())
+    if run is None:
+        return {"run": run_id, "status": "missing"}
+    return {"run": run.pk, "status": run.status, "outcome": run.outcome}
+
+
+@shared_task(
+    name="askdb.run_long_query",
+    bind=True,
+    acks_late=True,
+    ignore_result=True,
+    # the statement's own timeout ends it first; these only back it up (the prefork pool)
+    soft_time_limit=settings.ASKDB_LONG_QUERY_TIMEOUT_S + 60,
+    time_limit=settings.ASKDB_LONG_QUERY_TIMEOUT_S + 120,
+    autoretry_for=(DatabaseError,),  # claiming is idempotent: only a queued long query is claimed
+    retry_backoff=1,
+    max_retries=5,
+)
+def run_long_query(self, run_id: int) -> dict:
+    run = long_query_execute(run_id=run_id, worker=self.request.hostname or socket.gethostname())
     if run is None:
         return {"run": run_id, "status": "missing"}
     return {"run": run.pk, "status": run.status, "outcome": run.outcome}

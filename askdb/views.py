@@ -28,6 +28,7 @@ from askdb import health, selectors, selectors_requests
 from askdb.models import Review, Run
 from askdb.outcomes import run_outcome
 from askdb.roles import ADMIN, user_role
+from askdb.services.long_queries import LongQueryError, long_query_start
 from askdb.services.privacy import privacy_policy
 from askdb.services.requests import run_requestable
 from askdb.services.reviews import review_approve, review_correct, review_flag, review_reassign
@@ -124,6 +125,11 @@ def _run_context(request: HttpRequest, run: Run) -> dict:
         "changed_bindings": _changed_bindings(run),
         "can_cancel": not run.is_terminal and _may_act(request, run),
         "can_retry": run.is_terminal and _may_act(request, run),
+        # A timed-out run may be run again in the background with a higher limit (long queries).
+        "can_long_query": run.outcome == "timeout"
+        and not selectors.long_query_allowed(run=run, user=request.user),
+        "long_query": selectors.long_query_progress(run=run),
+        "long_query_limit_s": settings.ASKDB_LONG_QUERY_TIMEOUT_S,
         # The request desk: send a declined run to the reviewers; who answered it.
         "answer_requests": selectors_requests.requests_for_run(run=run) if run.is_terminal else [],
         "can_request": run.is_terminal and run_requestable(run) and run.question.user_id == request.user.pk,
@@ -324,6 +330,22 @@ def run_retry_view(request: HttpRequest, run_id: int) -> HttpResponse:
     try:
         new = run_retry(run=run, user=request.user, ip=_ip(request))
     except QueueUnavailable as exc:  # the new run is saved and sent when the queue is back
+        messages.warning(request, str(exc))
+        return redirect("run_detail", run_id=exc.run_id)
+    return redirect("run_detail", run_id=new.pk)
+
+
+@require_POST
+@permission_required("askdb.ask_questions", raise_exception=True)
+def run_long_query_view(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Run a timed-out run's SQL again in a worker with the long limit; its page follows it."""
+    run = _run_or_404(request, run_id)
+    try:
+        new = long_query_start(run=run, user=request.user, ip=_ip(request))
+    except LongQueryError as exc:
+        messages.error(request, str(exc))
+        return redirect("run_detail", run_id=run.pk)
+    except QueueUnavailable as exc:  # saved, and sent when the queue is back
         messages.warning(request, str(exc))
         return redirect("run_detail", run_id=exc.run_id)
     return redirect("run_detail", run_id=new.pk)

@@ -134,5 +134,8 @@ class AsOfExecutor:
     def explain(self, sql: str, **kwargs):
         return self._executor.explain(self.rewrite(sql), **kwargs)
 
+    def plan(self, sql: str, **kwargs):
+        return self._executor.plan(apply_as_of(sql, self.dialect, self.as_of), **kwargs)
+
     def __getattr__(self, name: str):
         return getattr(self._executor, name)

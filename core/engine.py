@@ -10,13 +10,14 @@ LLM calls), so the same engine serves the Celery task, the `ask` command and the
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from core import disclosure, privacy, prompts
 from core.candidates import Candidate, choose_candidate, group_candidates
 from core.compare import results_match
+from core.estimate import QueryEstimate, timed_out_message
 from core.extraction import (
     JsonExtractionError,
     SqlExtractionError,
@@ -67,6 +68,11 @@ class PipelineConfig:
     # noise key is this user's (the services derive it from the server's secret).
     disclosure: disclosure.DisclosurePolicy = field(default_factory=disclosure.DisclosurePolicy)
     disclosure_key: bytes = field(default=b"", repr=False)
+    # A query is announced before it runs (an "estimate" step) when the planner's cost reaches
+    # large_query_cost, or, without a planner (SQLite), when the tables it reads hold
+    # large_query_rows rows; the planner is asked only once the tables are that large.
+    large_query_rows: int = 10_000_000
+    large_query_cost: float = 1_000_000.0
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,8 @@ class Ports(Protocol):
     def explain(self, sql: str) -> None: ...  # raises ExecutionFailure
     def execute(self, sql: str) -> Any: ...  # returns a QueryResult-like object, raises ExecutionFailure
     def execute_many(self, sqls: list[str]) -> list[Any]: ...  # side by side; an ExecutionFailure per failure
+    def table_rows(self) -> Mapping[str, int | None]: ...  # qualified table -> its rows (the catalog's)
+    def plan(self, sql: str) -> tuple[float, float] | None: ...  # planner (rows, cost); None: no planner
 
 
 class StageHandle(Protocol):
@@ -138,15 +146,6 @@ def match_info(match: MatchResult, threshold: float) -> MatchInfo:
         bindings=tuple(MatchBinding(b.slot, b.type, b.old, b.new, b.value, b.score, b.fuzzy, b.column)
                        for b in match.bindings),
     )  # fmt: skip
-
-
-def timed_out_message(timeout_s: float) -> str:
-    """What a researcher reads when the question's query ran out of time: the limit it hit, and
-    that it is the query's size, not the question's meaning, that stopped it."""
-    return (
-        f"This question's query needed more than {timeout_s:g} s (the statement timeout) and was stopped: "
-        "it reads more rows than fit in that time. This says nothing about whether the data can answer it."
-    )
 
 
 def _about(info: MatchInfo, match: MatchResult) -> MatchInfo:
@@ -229,7 +228,34 @@ class Pipeline:
         after, so the summary, the candidate previews, library answers and the stored run all see
         only the protected result."""
         prepared = self._prepare(sql, req)
+        self._announce(prepared)
         return protect_prepared(prepared, self.ports.execute(prepared.sql), self.config.privacy)
+
+    def _announce(self, prepared: PreparedSql) -> None:
+        """A large query is announced before it runs, as its own step (the run page shows it
+        while the query runs): the tables' sizes first, which cost nothing, then the planner,
+        asked only when the tables are large enough to matter."""
+        cfg = self.config
+        estimate = QueryEstimate.from_sizes(prepared.validated.tables, self.ports.table_rows())
+        if estimate.rows_read < cfg.large_query_rows:
+            return
+        planned = self.ports.plan(prepared.sql)
+        if planned is not None:
+            estimate = estimate.planned(*planned)
+        if not estimate.is_large(rows=cfg.large_query_rows, cost=cfg.large_query_cost):
+            return
+        with self._stage("estimate") as st:
+            st.note(sentence=estimate.before_sentence(), **estimate.to_json())
+
+    def _estimate(self, sql: str, req: PipelineRequest) -> QueryEstimate | None:
+        """How big `sql` is (table sizes and the planner), for a query that ran out of time."""
+        try:
+            prepared = self._prepare(sql, req)
+        except (ExecutionFailure, privacy.PrivacyRefusal):
+            return None
+        estimate = QueryEstimate.from_sizes(prepared.validated.tables, self.ports.table_rows())
+        planned = self.ports.plan(prepared.sql)
+        return estimate.planned(*planned) if planned is not None else estimate
 
     def _prepare(self, sql: str, req: PipelineRequest) -> PreparedSql:
         """The one tree of `sql` and the statement to send (raises PrivacyRefusal; SQL that does
@@ -272,7 +298,7 @@ class Pipeline:
         if isinstance(library, privacy.PrivacyRefusal):  # a verified answer this user may not see
             return self._refused(library, info.sql if info else "", NO_GATE, library_match=info)
         if isinstance(library, ExecutionFailure):  # the verified answer's query ran out of time
-            return self._execution_failed(library, info.sql if info else "", NO_GATE, library_match=info)
+            return self._execution_failed(library, info.sql if info else "", NO_GATE, req, library_match=info)
         if library is not None:  # a verified example, values rebound: no gate, no generation, no sampling
             sql, result, best = library
             return self._answered(req, sql, result, NO_GATE, answered_by="library", example_id=best.example_id,
@@ -320,7 +346,7 @@ class Pipeline:
             except ExecutionFailure as exc:
                 st.note(error=exc.message, code=exc.code)
                 st.finish("failed")
-                return self._execution_failed(exc, sql, gate)
+                return self._execution_failed(exc, sql, gate, req)
             st.note(rows=result.row_count, truncated=result.truncated, ms=round(result.elapsed_ms, 1),
                     now_as_of=req.as_of or "the database clock")  # fmt: skip
             if getattr(result, "truncated_reason", ""):
@@ -484,7 +510,7 @@ class Pipeline:
         except disclosure.DisclosureRefusal as exc:
             return self._refused(exc, sql, gate, **extra)
         except ExecutionFailure as exc:  # the differentially private form of the query failed
-            return self._execution_failed(exc, sql, gate, **extra)
+            return self._execution_failed(exc, sql, gate, req, **extra)
         # A result cut to no row (only the byte cap can: the row cap is at least 1) is not an empty
         # answer, and says it was cut.
         cut = not result.row_count and result.truncated
@@ -520,10 +546,12 @@ class Pipeline:
             f"Last error: {error}", sql=sql or "", gate=gate, **extra,
         )  # fmt: skip
 
-    def _execution_failed(self, exc: ExecutionFailure, sql: str, gate: GateVerdict, **extra) -> Outcome:
+    def _execution_failed(
+        self, exc: ExecutionFailure, sql: str, gate: GateVerdict, req: PipelineRequest, **extra
+    ) -> Outcome:
         if exc.code == "timeout":  # said as such, whoever wrote the SQL: never a decline or a vague failure
-            return Outcome("failed", "timeout", timed_out_message(self.config.timeout_s), sql=sql,
-                           gate=gate, **extra)  # fmt: skip
+            message = timed_out_message(self.config.timeout_s, self._estimate(sql, req))
+            return Outcome("failed", "timeout", message, sql=sql, gate=gate, **extra)
         return Outcome("failed", "execution_error", f"The query failed: {exc.message}", sql=sql,
                        gate=gate, **extra)  # fmt: skip
 
@@ -661,7 +689,7 @@ class Pipeline:
             st.finish("failed")
             first = next(c for c in candidates if c.sql)
             return self._execution_failed(
-                ExecutionFailure(first.error, first.code), first.sql or "", gate, **extra
+                ExecutionFailure(first.error, first.code), first.sql or "", gate, req, **extra
             )
         if ambiguous:
             st.finish("stopped")

@@ -67,6 +67,9 @@ class CatalogSnapshot:
     contexts: dict[str, TableContext]  # qualified name -> the table as the prompt shows it
     schemas: tuple[str, ...]  # the source's schema names (the executor's search_path)
     version: str  # a fingerprint of the embedded documentation (a run's catalog_version)
+    # qualified name (lower case) -> rows, as the last introspection counted them: how big a
+    # query is before it runs, and why one ran out of time
+    row_counts: dict[str, int | None] = field(default_factory=dict)
 
     def table_contexts(self, tables: list[str]) -> list[TableContext]:
         return [self.contexts[t] for t in tables if t in self.contexts]
@@ -156,6 +159,7 @@ def _snapshot_load(source: ClinicalSource, stamp: str) -> CatalogSnapshot:
         contexts=contexts,
         schemas=tuple(sorted({d.schema_name for d in docs if d.schema_name})),
         version=digest[:12],
+        row_counts={d.qualified_name.lower(): d.row_count for d in docs},
     )
 
 

@@ -119,6 +119,6 @@ def test_every_task_a_service_sends_by_name_is_registered():
     sent = set()
     for path in [*ROOT.glob("*/services.py"), *ROOT.glob("*/services/*.py")]:
         sent |= set(re.findall(r'task_send\(\s*"([\w.]+)"', path.read_text()))
-    assert sent >= {"askdb.run_question", "askdb.embed_example", "askdb.revalidate_examples",
+    assert sent >= {"askdb.run_question", "askdb.run_long_query", "askdb.embed_example", "askdb.revalidate_examples",
                     "metadata_admin.embed_table_doc", "evaluation.run_evaluation"}  # fmt: skip
     assert sent <= set(app.tasks), sent - set(app.tasks)

@@ -208,6 +208,29 @@ class DjangoPorts:
                                duration_ms=(time.perf_counter() - start) * 1000, outcome="ok", run=self.run,
                                action="sql.explained")  # fmt: skip
 
+    def table_rows(self) -> dict[str, int | None]:
+        return self.snapshot.row_counts
+
+    def plan(self, sql: str) -> tuple[float, float] | None:
+        """The planner's (rows, cost) for `sql`, as askdb's reader, audited like an EXPLAIN; None
+        when the source has no planner worth asking or planning failed (table sizes stand in)."""
+        actor = self.run.question.user if self.run is not None else None
+        start = time.perf_counter()
+        try:
+            planned = self.executor.plan(sql, timeout_s=min(self.timeout_s, 10))
+        except ExecutionError as exc:
+            planned, error = None, exc
+        else:
+            error = None
+        if planned is None and error is None:
+            return None
+        with relaxed_commit():
+            audit_sql_executed(actor=actor, source=self.source, sql=sql, purpose="estimate", rows=None,
+                               duration_ms=(time.perf_counter() - start) * 1000,
+                               outcome=error.code if error else "ok", run=self.run,
+                               error=error.message if error else "", action="sql.explained")  # fmt: skip
+        return planned
+
     def execute(self, sql: str):
         outcome = self._run_sql(sql)
         self._audit_executed(sql, outcome)

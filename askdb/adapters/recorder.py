@@ -51,6 +51,9 @@ class _Stage:
 # "running" row is written when they start, so the live run page shows what the run waits for.
 # The quick stages (embed, retrieve, match, prompt) are written complete, with the next flush.
 LIVE_STAGES = frozenset({"gate", "generate", "validate", "execute", "summarize"})
+# Stages written as soon as they end, for the page to show during the stage that follows: the
+# estimate of a large query is read while that query runs.
+SHOWN_AT_END = frozenset({"estimate"})
 # A stage boundary looks for a cancel at most this often: quick stages follow each other within
 # milliseconds, and a boundary after a wait (an LLM call, a query) always looks.
 CANCEL_CHECK_S = 0.2
@@ -100,6 +103,8 @@ class DjangoRecorder:
         finally:
             event.duration_ms = round((time.perf_counter() - start) * 1000, 2)
             (self._ended if event.pk else self._new).append(event)
+        if name in SHOWN_AT_END:
+            self.flush()
 
     def flush(self, running: StageEvent | None = None) -> None:
         """Write everything recorded since the last flush (and `running`, the live stage just

@@ -75,17 +75,19 @@ def result_protect(*, run, sql: str, result) -> privacy.ProtectedResult:
         raise ReviewError(f"The person who asked may not see this result: {exc.message}") from exc
 
 
-def run_sql_protected(*, run, sql: str, actor, purpose: str):
+def run_sql_protected(*, run, sql: str, actor, purpose: str, timeout_s: float | None = None, cancel=None):
     """Run SQL for a run outside the pipeline (a reviewer's correction, a picked candidate) as
     any answer runs: validated once, the asker's rights checked on that tree before it runs, the
     SQL generated from the tree (rewritten for an aggregate-only asker) sent, the result
     protected and released in the source's disclosure mode (rounding or noise, the differencing
-    limit, the asker's budget). Returns (ValidatedSql, ProtectedResult); raises ReviewError."""
+    limit, the asker's budget). Returns (ValidatedSql, ProtectedResult); raises ReviewError.
+    A long query passes its own `timeout_s` and a `cancel` event (see sql_check)."""
     source, user = run.question.source, run.question.user
     policy, control = release_policies(source=source, user=user)
     prefix = "The person who asked may not see this result: "
     validated, protected = sql_check(
         source=source, sql=sql, actor=actor, purpose=purpose, run=run, policy=policy, refusal_prefix=prefix,
+        timeout_s=timeout_s, cancel=cancel,
     )  # fmt: skip
     analysis = privacy.analyse_output(
         validated.tree if validated.tree is not None else validated.sql, source.dialect, policy=policy,

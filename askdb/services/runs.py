@@ -87,15 +87,19 @@ def _question_create(*, user, text: str, source=None, ip: str | None = None):
     return run
 
 
-def _enqueue(run_id: int) -> bool:
+def _enqueue(run_id: int, *, long_query: bool = False) -> bool:
     """Send a queued run's job, once: the task id is claimed before sending, so the submit and
     the reapers never send the same run twice (a second delivery would fail a running run).
-    False when someone else sent it or the run ended; QueueUnavailable when the broker is down."""
+    False when someone else sent it or the run ended; QueueUnavailable when the broker is down.
+    A long query (services.long_queries) is sent to its own task."""
     task_id = str(uuid.uuid4())
     if not Run.objects.filter(pk=run_id, status=Run.Status.QUEUED, task_id="").update(task_id=task_id):
         return False
     try:
-        task_send("askdb.run_question", run_id, task_id=task_id)  # askdb.tasks.run_question
+        if long_query:
+            task_send("askdb.run_long_query", run_id, task_id=task_id)  # askdb.tasks.run_long_query
+        else:
+            task_send("askdb.run_question", run_id, task_id=task_id)  # askdb.tasks.run_question
     except (BrokerError, OSError) as exc:
         Run.objects.filter(pk=run_id, task_id=task_id).update(task_id="")  # the reaper sends it later
         logger.warning("run %s kept queued: the broker is unreachable (%s)", run_id, exc)
@@ -167,6 +171,8 @@ def run_execute(*, run_id: int, worker: str = ""):
         max_repairs=settings.ASKDB_MAX_REPAIRS,
         row_cap=settings.CLINICAL_ROW_CAP,
         timeout_s=settings.CLINICAL_STATEMENT_TIMEOUT_S,
+        large_query_rows=settings.ASKDB_LARGE_QUERY_ROWS,
+        large_query_cost=settings.ASKDB_LARGE_QUERY_COST,
         row_level_to_llm=source.row_level_to_llm,
         privacy=privacy,
         disclosure=control,
@@ -284,9 +290,9 @@ def runs_requeue(*, unsent_after_s: float = 5, give_up_after_s: int | None = Non
         status=Run.Status.QUEUED, task_id="", created_at__lt=now - dt.timedelta(seconds=unsent_after_s)
     ).order_by("pk")
     sent = 0
-    for run_id in unsent.values_list("pk", flat=True)[:200]:
+    for run_id, long_query_of in unsent.values_list("pk", "long_query_of_id")[:200]:
         try:
-            sent += _enqueue(run_id)
+            sent += _enqueue(run_id, long_query=long_query_of is not None)
         except QueueUnavailable:
             break  # still down: the next reap tries again
     limit = give_up_after_s if give_up_after_s is not None else settings.ASKDB_QUEUED_RUN_SECONDS

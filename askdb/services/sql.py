@@ -37,6 +37,7 @@ def _asker_may_read_sensitive(run) -> bool:
 def sql_check(
     *, source, sql: str, execute: bool = True, row_cap: int | None = None, actor=None, purpose: str = "check",
     run=None, policy: privacy.PrivacyPolicy | None = None, refusal_prefix: str = "",
+    timeout_s: float | None = None, cancel=None,
 ):  # fmt: skip
     """Validate SQL against a source's catalog and (optionally) run it read-only, audited.
 
@@ -45,7 +46,9 @@ def sql_check(
     database, and what is sent is always generated from the validated tree. With `policy` (whose
     rights the result is for), the rights are checked on that tree before anything runs, an
     aggregate-only query is rewritten to count the people behind each row, and the result
-    returned is the protected one (privacy.ProtectedResult).
+    returned is the protected one (privacy.ProtectedResult). `timeout_s` (default: the statement
+    timeout) and `cancel` (a threading.Event) are for a long query; the ReviewError of a failed
+    run has the executor's ExecutionError (its code: timeout, cancelled…) as its __cause__.
     """
     catalog, executor = _catalog_and_executor(source, sensitive=run is None or _asker_may_read_sensitive(run))
     try:
@@ -63,8 +66,8 @@ def sql_check(
     statement = prepared.sql if prepared is not None else validated.sql
     try:
         result = executor.execute(
-            statement, timeout_s=settings.CLINICAL_STATEMENT_TIMEOUT_S,
-            row_cap=row_cap or settings.CLINICAL_ROW_CAP,
+            statement, timeout_s=timeout_s or settings.CLINICAL_STATEMENT_TIMEOUT_S,
+            row_cap=row_cap or settings.CLINICAL_ROW_CAP, cancel=cancel,
         )  # fmt: skip
     except ExecutionError as exc:
         audit_sql_executed(actor=actor, source=source, sql=statement, purpose=purpose, rows=None,

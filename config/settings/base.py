@@ -157,6 +157,16 @@ CLINICAL_SOURCE_NAME = env("CLINICAL_SOURCE_NAME", "mimic")
 NOTES_DATABASE_URL = env("NOTES_DATABASE_URL") or CLINICAL_ADMIN_DATABASE_URL
 CLINICAL_STATEMENT_TIMEOUT_S = env_float("CLINICAL_STATEMENT_TIMEOUT_S", 30.0)
 CLINICAL_ROW_CAP = env_int("CLINICAL_ROW_CAP", 10_000)
+# A query is announced before it runs (the run page's "estimate" step) when PostgreSQL's planner
+# costs it at ASKDB_LARGE_QUERY_COST or more, or (SQLite, no planner) when the tables it reads
+# hold ASKDB_LARGE_QUERY_ROWS rows; the planner is asked only once the tables are that large.
+ASKDB_LARGE_QUERY_ROWS = env_int("ASKDB_LARGE_QUERY_ROWS", 10_000_000)
+ASKDB_LARGE_QUERY_COST = env_float("ASKDB_LARGE_QUERY_COST", 1_000_000.0)
+# A question whose query ran out of time can be run again as a long query (in a worker, with
+# progress and cancel) by users with run_long_queries, with this statement timeout; each user has
+# at most ASKDB_LONG_QUERIES_PER_USER going at once.
+ASKDB_LONG_QUERY_TIMEOUT_S = env_float("ASKDB_LONG_QUERY_TIMEOUT_S", 600.0)
+ASKDB_LONG_QUERIES_PER_USER = env_int("ASKDB_LONG_QUERIES_PER_USER", 1)
 
 # --- Auth ---------------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

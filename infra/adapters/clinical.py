@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import decimal
+import json
 import os
 import re
 import sqlite3
@@ -32,7 +33,9 @@ from typing import Any, Protocol
 from urllib.parse import urlparse
 
 import psycopg
+import sqlglot
 from psycopg import sql as psql
+from sqlglot import exp
 
 from core.sql_functions import allowed_functions
 
@@ -94,8 +97,17 @@ class LiveTable:
 class SqlExecutor(Protocol):
     dialect: str
 
-    def execute(self, sql: str, *, timeout_s: float, row_cap: int, max_bytes: int = ...) -> QueryResult: ...
+    def execute(
+        self,
+        sql: str,
+        *,
+        timeout_s: float,
+        row_cap: int,
+        max_bytes: int = ...,
+        cancel: threading.Event | None = ...,
+    ) -> QueryResult: ...
     def explain(self, sql: str, *, timeout_s: float) -> str: ...
+    def plan(self, sql: str, *, timeout_s: float) -> tuple[float, float] | None: ...
     def tables(self) -> list[LiveTable]: ...
     def distinct_values(
         self, schema: str, table: str, column: str, *, limit: int
@@ -208,9 +220,51 @@ def _fetch_capped(
     return rows, ""
 
 
+def _parametrized(sql: str) -> str:
+    """`sql` with every constant a numbered parameter ($1, $2::integer, …; numbers typed as numbers),
+    interval literals kept (they are short, and `INTERVAL $1` is no syntax)."""
+    count = 0
+
+    def swap(node: exp.Expression) -> exp.Expression:
+        nonlocal count
+        if isinstance(node, exp.Literal) and not isinstance(node.parent, exp.Interval):
+            count += 1
+            if node.is_string:  # typed by what it meets (a column, a cast)
+                return exp.Var(this=f"${count}")
+            # a number keeps its kind, or `60 - 5` would be `unknown - unknown`
+            kind = "numeric" if not node.is_int else "integer" if abs(int(node.this)) < 2**31 else "bigint"
+            return exp.Var(this=f"${count}::{kind}")
+        return node
+
+    return sqlglot.parse_one(sql, read="postgres").transform(swap).sql(dialect="postgres")
+
+
 def _cancel_quietly(conn: psycopg.Connection) -> None:
     with contextlib.suppress(Exception):
         conn.cancel_safe(timeout=2)
+
+
+@contextlib.contextmanager
+def _cancelled_by(cancel: threading.Event | None, conn: psycopg.Connection) -> Iterator[None]:
+    """While the block runs, a set `cancel` cancels the connection's running statement."""
+    if cancel is None:
+        yield
+        return
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if cancel.wait(0.1) and not done.is_set():
+                _cancel_quietly(conn)
+                return
+
+    watcher = threading.Thread(target=watch, name="askdb-cancel-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join(5)
 
 
 class PostgresExecutor:
@@ -273,14 +327,17 @@ class PostgresExecutor:
                     conn.rollback()  # read-only anyway; nothing is ever committed
 
     def execute(
-        self, sql: str, *, timeout_s: float, row_cap: int, max_bytes: int = DEFAULT_RESULT_MAX_BYTES
-    ) -> QueryResult:
+        self, sql: str, *, timeout_s: float, row_cap: int, max_bytes: int = DEFAULT_RESULT_MAX_BYTES,
+        cancel: threading.Event | None = None,
+    ) -> QueryResult:  # fmt: skip
+        """`cancel`, when set from another thread, sends the server a cancel request for the
+        running statement (as pg_cancel_backend does); it then fails with code "cancelled"."""
         start = time.perf_counter()
         too_long = (
             f"the query ran longer than {timeout_s:g} s and was stopped; narrow it down "
             "(filter by patient, admission or time) or aggregate"
         )
-        with self._read_only(timeout_s, too_long) as conn:
+        with self._read_only(timeout_s, too_long) as conn, _cancelled_by(cancel, conn):
             description, rows, cut, crossing = self._fetch(conn, sql, row_cap, max_bytes)
             if crossing is not None and len(rows) < crossing - 1:
                 # The failed FETCH took the rows of its batch before the crossing with it: read
@@ -362,6 +419,27 @@ class PostgresExecutor:
             finally:
                 watchdog.cancel()
         return ""
+
+    def plan(self, sql: str, *, timeout_s: float) -> tuple[float, float]:
+        """(the most rows any step of the plan handles, the plan's total cost), as the planner
+        expects them, without running the query.
+
+        The plan's text comes back here (unlike explain's), so every constant of the query is first
+        made a parameter ($1, $2, …) and a generic plan is asked for (PostgreSQL 16+): nothing can
+        be folded into a large value, and the text is no longer than the query. Raises
+        ExecutionError (for a parameter the planner cannot type, too), and the caller goes on
+        without the planner's figures.
+        """
+        with self._read_only(timeout_s, f"planning took longer than {timeout_s:g} s") as conn:
+            text = "EXPLAIN (FORMAT JSON, GENERIC_PLAN) " + _parametrized(sql)
+            (doc,) = conn.execute(text).fetchone()
+        root = (doc if isinstance(doc, list) else json.loads(doc))[0]["Plan"]
+        most, stack = 0.0, [root]
+        while stack:
+            node = stack.pop()
+            most = max(most, float(node.get("Plan Rows", 0)))
+            stack.extend(node.get("Plans", ()))
+        return most, float(root.get("Total Cost", 0))
 
     def ping(self) -> str:
         with self._connect() as conn:
@@ -601,18 +679,27 @@ class SqliteExecutor:
         return ExecutionError(str(exc))
 
     def execute(
-        self, sql: str, *, timeout_s: float, row_cap: int, max_bytes: int = DEFAULT_RESULT_MAX_BYTES
-    ) -> QueryResult:
+        self, sql: str, *, timeout_s: float, row_cap: int, max_bytes: int = DEFAULT_RESULT_MAX_BYTES,
+        cancel: threading.Event | None = None,
+    ) -> QueryResult:  # fmt: skip
+        """`cancel`, when set from another thread, interrupts the statement (the progress
+        handler); it then fails with code "cancelled"."""
         start = time.perf_counter()
         deadline = time.monotonic() + timeout_s
+
+        def stop() -> int:
+            return 1 if time.monotonic() > deadline or (cancel is not None and cancel.is_set()) else 0
+
         conn, authorizer = self._guarded(max_bytes)
-        conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 10_000)
+        conn.set_progress_handler(stop, 10_000)
         try:
             cur = conn.execute(sql)
             # One row at a time: a few small rows must not size a batch that then holds huge ones.
             rows, cut = _fetch_capped(cur.fetchmany, row_cap, max_bytes, max_batch=1)
             columns = tuple(d[0] for d in cur.description or [])
         except sqlite3.OperationalError as exc:
+            if "interrupted" in str(exc) and cancel is not None and cancel.is_set():
+                raise ExecutionError("the query was cancelled before it finished", code="cancelled") from exc
             if "interrupted" in str(exc):
                 raise ExecutionError(
                     f"the query ran longer than {timeout_s:g} s and was stopped", code="timeout"
@@ -629,6 +716,10 @@ class SqliteExecutor:
             elapsed_ms=(time.perf_counter() - start) * 1000,
             truncated_reason=cut,
         )
+
+    def plan(self, sql: str, *, timeout_s: float) -> None:
+        """SQLite has no cost estimate worth showing: the catalog's table sizes stand in."""
+        return None
 
     def explain(self, sql: str, *, timeout_s: float) -> str:
         deadline = time.monotonic() + timeout_s

@@ -209,9 +209,8 @@ def test_statement_timeout_is_enforced(source, llm, settings):
     )
     run = ask("How many lab pairs are there?", source)
     assert run.status == Run.Status.FAILED and run.outcome == "timeout"
-    assert run.message.startswith(
-        "This question's query needed more than 0.3 s (the statement timeout) and was stopped:"
-    )
+    assert run.message.startswith("This question reads about ")  # its size (tests/askdb/test_long_queries.py)
+    assert "needed more than 0.3 s (the statement timeout), so it was stopped:" in run.message
 
 
 @pytest.mark.parametrize("text", ["", "  ", "a", "x" * 5000, 42])

@@ -75,6 +75,9 @@ class FakePorts:
     verdict: AnswerabilityVerdict | None = None
     doc_score: float = 0.9
     executed: list[str] = field(default_factory=list)
+    sizes: dict[str, int] = field(default_factory=dict)  # table -> rows (the catalog's)
+    planned: tuple[float, float] | None = None  # the planner's (rows, cost); None: no planner
+    timing_out: frozenset[str] = frozenset()  # SQL (as generated) that runs out of time
 
     def embed(self, question: str) -> list[float]:
         return [1.0, 0.0]
@@ -108,8 +111,16 @@ class FakePorts:
         if self._known(sql) is None:
             raise ExecutionFailure("no such query", "sql_error")
 
+    def table_rows(self):
+        return self.sizes
+
+    def plan(self, sql: str):
+        return self.planned
+
     def execute(self, sql: str):
         self.executed.append(sql)
+        if _generated(sql) in {_generated(s) for s in self.timing_out}:
+            raise ExecutionFailure("the query ran longer than 30 s and was stopped", "timeout")
         rows = self._known(sql)
         if rows is None:
             raise ExecutionFailure("relation does not exist", "sql_error")
@@ -380,3 +391,38 @@ def test_a_pipeline_keeps_nothing_between_runs():
     second = pipeline.run(PipelineRequest("How many patients are older than 65?"))
     assert vars(pipeline) == before
     assert first.answered_by == "library" and second.library_match is None and second.outcome == "no_llm"
+
+
+def test_a_library_answer_that_runs_out_of_time_says_how_big_it_is_not_no_match():
+    ports = FakePorts(results={OLDER_SQL: Rows(("n",), [(12,)])}, matches=[match(OLDER_SQL, 0.9)],
+                      sizes={"mimiciv_hosp.patients": 118_000_000}, timing_out=frozenset({OLDER_SQL}))  # fmt: skip
+    outcome, _ = ask(ports, timeout_s=30)
+    assert (outcome.status, outcome.outcome) == ("failed", "timeout")
+    assert outcome.message.startswith(
+        "This question reads about 118 million rows of patients and needed more than 30 s"
+    )
+    assert outcome.library_match.example_id == 7 and not outcome.library_match.answered
+
+
+def test_a_large_query_is_announced_before_it_runs_by_the_planner_or_the_table_sizes():
+    big = {"mimiciv_hosp.patients": 50_000_000}
+    # no planner (SQLite): the tables' sizes decide
+    ports = FakePorts(results={OLDER_SQL: Rows(("n",), [(12,)])}, matches=[match(OLDER_SQL, 0.9)], sizes=big)
+    outcome, rec = ask(ports, large_query_rows=10_000_000)
+    assert outcome.outcome == "answered" and [s.name for s in rec.stages][:4] == [
+        "embed",
+        "retrieve",
+        "match",
+        "estimate",
+    ]
+    assert rec.stage_named("estimate").detail["sentence"] == (
+        "This question reads about 50 million rows of patients: it may take a while."
+    )
+    # a planner that costs it low (an index): not announced, however big the table
+    ports.planned = (10.0, 40.0)
+    _, rec = ask(ports, large_query_rows=10_000_000, large_query_cost=1e6)
+    assert "estimate" not in [s.name for s in rec.stages]
+    # small tables are not even planned
+    ports.planned, ports.sizes = (1e12, 1e12), {"mimiciv_hosp.patients": 100}
+    _, rec = ask(ports, large_query_rows=10_000_000, large_query_cost=1e6)
+    assert "estimate" not in [s.name for s in rec.stages]
