@@ -98,9 +98,7 @@ def test_a_path_without_its_slash_is_redirected_for_reads_and_refused_in_json_fo
     client = token_client(make_user("rita", RESEARCHER))
     redirect = client.get("/api/runs")
     assert redirect.status_code == 301 and redirect["Location"].endswith("/api/runs/")
-    body = assert_json_error(
-        client.post("/api/runs", {"question": "How many patients?"}, format="json"), 404
-    )
+    body = assert_json_error(client.post("/api/runs", {"question": "How many patients?"}, format="json"), 404)
     assert "did you mean /api/runs/?" in body["error"]
     assert not Run.objects.exists()
 
@@ -228,9 +226,7 @@ def test_well_formed_bodies_still_work_empty_json_and_no_body_included(example):
 def test_a_garbage_multipart_question_or_review_changes_nothing(source):
     asker = make_user("rita", RESEARCHER)
     client = token_client(asker)
-    response = client.generic(
-        "POST", "/api/runs/", GARBAGE, content_type="multipart/form-data; boundary=b"
-    )
+    response = client.generic("POST", "/api/runs/", GARBAGE, content_type="multipart/form-data; boundary=b")
     assert_json_error(response, 400)
     assert not Question.objects.exists()
     run = Run.objects.create(

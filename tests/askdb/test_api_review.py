@@ -178,9 +178,7 @@ def test_researchers_cannot_review_and_unknown_runs_are_404(source):
     run = answered_run(make_user("other", RESEARCHER), source)
     refused = client_for(asker).post(review_url(run), {"action": "approve"}, format="json")
     assert refused.status_code == 403 and not Example.objects.exists()
-    missing = client_for(make_user("rev", REVIEWER)).post(
-        "/api/runs/999999/review/", {"action": "approve"}
-    )
+    missing = client_for(make_user("rev", REVIEWER)).post("/api/runs/999999/review/", {"action": "approve"})
     assert missing.status_code == 404
 
 
