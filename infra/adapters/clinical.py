@@ -243,6 +243,16 @@ class _IdleConnections:
         if conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             conn.close()
             return
+        try:
+            # What a statement could leave on its session past the rollback (a session advisory
+            # lock, a cursor WITH HOLD, a LISTEN): gone, so the next user's statement meets a
+            # session as new. One round trip, against a connection's several.
+            conn.autocommit = True
+            conn.execute("DISCARD ALL")
+            conn.autocommit = False
+        except psycopg.Error:
+            conn.close()
+            return
         with cls._lock:
             stack = cls._idle.setdefault((os.getpid(), url), [])
             if len(stack) < IDLE_CONNECTIONS:
@@ -270,7 +280,10 @@ class PostgresExecutor:
 
     def _connect(self) -> psycopg.Connection:
         try:
-            return psycopg.connect(self.url, connect_timeout=self.connect_timeout, autocommit=False)
+            # No server-side prepared statements: a kept connection is DISCARDed between uses.
+            return psycopg.connect(
+                self.url, connect_timeout=self.connect_timeout, autocommit=False, prepare_threshold=None
+            )
         except psycopg.OperationalError as exc:
             raise ExecutionError(
                 f"cannot connect to the clinical database: {_one_line(exc)}", code="connection"
