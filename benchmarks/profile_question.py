@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", type=Path, default=pipeline.DEFAULT_HOME)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--import", dest="do_import", action="store_true", help="import train first")
+    parser.add_argument("--no-profile", dest="profile", action="store_false", help="counts and times only")
     args = parser.parse_args(argv)
     if not library_scale.available():
         print(f"{library_scale.DATA} is not there: nothing to profile")
@@ -110,26 +111,32 @@ def main(argv: list[str] | None = None) -> int:
         worker_warm_up()
         question_submit_sync(user=user, text=questions[0], source=source)  # the first pays for caches
         install_counters()
-        profile, walls, outcomes = cProfile.Profile(), [], Counter()
+        profile, walls, cpus, outcomes = cProfile.Profile(), [], [], Counter()
         for text in questions[1:]:
-            t0 = time.perf_counter()
-            profile.enable()
+            t0, c0 = time.perf_counter(), time.process_time()
+            if args.profile:
+                profile.enable()
             run = question_submit_sync(user=user, text=text, source=source)
-            profile.disable()
+            if args.profile:
+                profile.disable()
             walls.append((time.perf_counter() - t0) * 1000)
+            cpus.append((time.process_time() - c0) * 1000)
             outcomes[f"{run.status}/{run.outcome}"] += 1
     finally:
         from infra import embedded
 
         embedded.stop(started)
     n = len(walls)
-    print(f"{n} train questions (wall, under cProfile: p50 {percentile(walls, 50):.0f} ms, "
-          f"p95 {percentile(walls, 95):.0f} ms); outcomes: {dict(outcomes)}\n")  # fmt: skip
+    under = ", under cProfile" if args.profile else ""
+    print(f"{n} train questions{under}: wall p50 {percentile(walls, 50):.0f} ms, p95 {percentile(walls, 95):.0f} ms; "
+          f"this process's CPU p50 {percentile(cpus, 50):.1f} ms, p95 {percentile(cpus, 95):.1f} ms; "
+          f"outcomes: {dict(outcomes)}\n")  # fmt: skip
     print("per question:")
     for key, value in sorted(COUNTS.items()):
         print(f"  {key}: {value / n:.1f}")
-    print(f"\ntop {args.top} by own time:\n{_top(profile, 'tottime', args.top)}")
-    print(f"\ntop {args.top} by cumulative time:\n{_top(profile, 'cumulative', args.top)}")
+    if args.profile:
+        print(f"\ntop {args.top} by own time:\n{_top(profile, 'tottime', args.top)}")
+        print(f"\ntop {args.top} by cumulative time:\n{_top(profile, 'cumulative', args.top)}")
     return 0
 
 
