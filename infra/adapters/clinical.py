@@ -270,6 +270,12 @@ class _IdleConnections:
                 conn.close()
 
 
+# A forked process (Celery's prefork pool, after the warm-up loaded the library in the parent)
+# would inherit the parent's sockets, and closing them there ends the parent's sessions: the
+# parent closes its idle connections before it forks.
+os.register_at_fork(before=_IdleConnections.clear)
+
+
 class PostgresExecutor:
     dialect = "postgres"
 

@@ -194,3 +194,21 @@ def test_nothing_a_statement_leaves_on_its_session_reaches_the_next_user(tiers, 
     with psycopg.connect(embedded.pg_dsn(embedded.CLINICAL_DB), autocommit=True) as admin:
         held = admin.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242")
         assert held.fetchone()[0] == 0
+
+
+def test_a_forked_process_inherits_no_warm_connection(tiers):
+    """Celery's prefork pool forks after the warm-up: the child must not share the parent's
+    sockets (closing them in the child would end the parent's sessions)."""
+    import os
+
+    from infra.adapters.clinical import _IdleConnections
+
+    url = tiers[embedded.READER_ROLE].url
+    _run(PostgresExecutor(url), "SELECT 1")
+    [kept] = _IdleConnections._idle[(os.getpid(), url)]
+    pid = os.fork()
+    if pid == 0:  # the child: exit at once, without running pytest's teardown
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert kept.closed and not _IdleConnections._idle.get((os.getpid(), url))
+    assert _run(PostgresExecutor(url), "SELECT 1").rows == [(1,)]  # and connects again when asked
