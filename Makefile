@@ -56,8 +56,9 @@ test: install browser lint
 	@$(VENV)/bin/pytest; rc=$$?; \
 	  if [ $$rc = 5 ]; then echo "askdb: pytest collected no tests"; fi; exit $$rc
 
+# COMMON_CPU=1: AVX-512 off for numpy, torch and OpenBLAS (a stand-in for servers without it).
 bench: install
-	$(PY) benchmarks/run.py
+	$(PY) benchmarks/run.py $(if $(COMMON_CPU),--common-cpu)
 
 # The answerability gate on EHRSQL-2024 (train → valid); needs ../shared/ehrsql-2024-dev.
 bench-answerability: install

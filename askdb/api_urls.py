@@ -1,4 +1,4 @@
-"""REST API routes (see askdb/apis.py). The path says "questions" for clients; each id is a Run's."""
+"""REST API routes (see askdb/apis.py). A run is a Run everywhere: /runs/<id>/ on the pages, /api/runs/<id>/ here."""
 
 from django.urls import path, re_path
 
@@ -7,14 +7,14 @@ from askdb import apis, apis_requests
 app_name = "api"
 urlpatterns = [
     path("token/", apis.TokenObtainApi.as_view(), name="token"),
-    path("questions/", apis.RunListApi.as_view(), name="run_list"),
-    path("questions/<int:run_id>/", apis.RunDetailApi.as_view(), name="run_detail"),
-    path("questions/<int:run_id>/result.csv", apis.RunResultCsvApi.as_view(), name="run_result_csv"),
-    path("questions/<int:run_id>/cancel/", apis.RunCancelApi.as_view(), name="run_cancel"),
-    path("questions/<int:run_id>/retry/", apis.RunRetryApi.as_view(), name="run_retry"),
-    path("questions/<int:run_id>/long-query/", apis.RunLongQueryApi.as_view(), name="run_long_query"),
-    path("questions/<int:run_id>/review/", apis.RunReviewApi.as_view(), name="run_review"),
-    path("questions/<int:run_id>/request/", apis_requests.RunRequestApi.as_view(), name="run_request"),
+    path("runs/", apis.RunListApi.as_view(), name="run_list"),
+    path("runs/<int:run_id>/", apis.RunDetailApi.as_view(), name="run_detail"),
+    path("runs/<int:run_id>/result.csv", apis.RunResultCsvApi.as_view(), name="run_result_csv"),
+    path("runs/<int:run_id>/cancel/", apis.RunCancelApi.as_view(), name="run_cancel"),
+    path("runs/<int:run_id>/retry/", apis.RunRetryApi.as_view(), name="run_retry"),
+    path("runs/<int:run_id>/long-query/", apis.RunLongQueryApi.as_view(), name="run_long_query"),
+    path("runs/<int:run_id>/review/", apis.RunReviewApi.as_view(), name="run_review"),
+    path("runs/<int:run_id>/request/", apis_requests.RunRequestApi.as_view(), name="run_request"),
     path("requests/", apis_requests.RequestQueueApi.as_view(), name="request_queue"),
     path("requests/<int:request_id>/", apis_requests.RequestDetailApi.as_view(), name="request_detail"),
     path(

@@ -170,7 +170,7 @@ class ApiNotFound(APIView):
 
     def _refuse(self, request: Request) -> Response | HttpResponsePermanentRedirect:
         message = f"There is no API endpoint at {request.path}."
-        # What APPEND_SLASH did before this catch-all matched everything: /api/questions -> /api/questions/
+        # What APPEND_SLASH did before this catch-all matched everything: /api/runs -> /api/runs/
         if not request.path.endswith("/"):
             match = resolve_or_none(f"{request.path}/")
             if match is not None and getattr(match.func, "view_class", None) is not ApiNotFound:

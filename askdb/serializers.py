@@ -289,7 +289,7 @@ class RunReviewSerializer(serializers.ModelSerializer):
 
 
 class ReviewSerializer(RunReviewSerializer):
-    """What POST /api/questions/{run_id}/review/ answers: the review, with its SQL change and the
+    """What POST /api/runs/{run_id}/review/ answers: the review, with its SQL change and the
     library example it created or strengthened."""
 
     run = serializers.IntegerField(source="run_id")

@@ -16,7 +16,6 @@ from typing import Any, Protocol
 
 from core import disclosure, privacy, prompts
 from core.candidates import Candidate, choose_candidate, group_candidates
-from core.compare import results_match
 from core.estimate import QueryEstimate, timed_out_message
 from core.extraction import (
     JsonExtractionError,
@@ -24,7 +23,7 @@ from core.extraction import (
     extract_json_object,
     extract_sql,
 )
-from core.match import MatchResult, decide
+from core.match import MatchResult, decide, decide_answer
 from core.match import reasons as R
 from core.outcome import (
     NO_GATE,
@@ -222,14 +221,15 @@ class Pipeline:
                 "failed", "llm_error", f"The LLM could not be used: {exc.message}. Try again later."
             )
 
-    def _execute(self, sql: str, req: PipelineRequest) -> privacy.ProtectedResult:
+    def _execute(self, sql: str, req: PipelineRequest) -> tuple[PreparedSql, privacy.ProtectedResult]:
         """Run SQL the way every answer is run: validated once, the user's rights checked on that
         tree (raises PrivacyRefusal), the SQL generated from it sent, small cells suppressed right
         after, so the summary, the candidate previews, library answers and the stored run all see
-        only the protected result."""
+        only the protected result. The PreparedSql goes with it: its analysis is what the release
+        reads (a second analysis of the same SQL would be the same, and cost a parse)."""
         prepared = self._prepare(sql, req)
         self._announce(prepared)
-        return protect_prepared(prepared, self.ports.execute(prepared.sql), self.config.privacy)
+        return prepared, protect_prepared(prepared, self.ports.execute(prepared.sql), self.config.privacy)
 
     def _announce(self, prepared: PreparedSql) -> None:
         """A large query is announced before it runs, as its own step (the run page shows it
@@ -300,9 +300,9 @@ class Pipeline:
         if isinstance(library, ExecutionFailure):  # the verified answer's query ran out of time
             return self._execution_failed(library, info.sql if info else "", NO_GATE, req, library_match=info)
         if library is not None:  # a verified example, values rebound: no gate, no generation, no sampling
-            sql, result, best = library
-            return self._answered(req, sql, result, NO_GATE, answered_by="library", example_id=best.example_id,
-                                  library_match=info)  # fmt: skip
+            sql, result, best, prepared = library
+            return self._answered(req, sql, result, NO_GATE, analysis=prepared.analysis, answered_by="library",
+                                  example_id=best.example_id, library_match=info)  # fmt: skip
 
         gate = self._gate_stage(req, view, table_names, seen)
         if isinstance(gate, Outcome):
@@ -338,7 +338,7 @@ class Pipeline:
 
         with self._stage("execute") as st:
             try:
-                result = self._execute(sql, req)
+                prepared, result = self._execute(sql, req)
             except privacy.PrivacyRefusal as exc:
                 st.note(privacy=exc.code, reason=exc.message)
                 st.finish("stopped")
@@ -351,7 +351,7 @@ class Pipeline:
                     now_as_of=req.as_of or "the database clock")  # fmt: skip
             if getattr(result, "truncated_reason", ""):
                 st.note(truncated_reason=result.truncated_reason)
-        return self._answered(req, sql, result, gate)
+        return self._answered(req, sql, result, gate, analysis=prepared.analysis)
 
     def _gate_stage(
         self, req: PipelineRequest, view: RetrievalView, table_names: list[str], seen: _Seen
@@ -432,40 +432,53 @@ class Pipeline:
                 reasons=list(info.reasons[:3]), reason_codes=list(info.reason_codes[:3]), competitors=len(competitors))  # fmt: skip
         if best is None:
             return None, info
+        # The one decision the benchmark and calibration share (decide_answer): the best confident
+        # result, if its SQL runs and every other confident reading returns the same rows.
         try:
-            result = self._execute(best.sql, req)
-            for other in competitors:  # two confident readings must agree, or neither is trusted
-                if not results_match(result.rows, self._execute(other.sql, req).rows):
-                    st.note(disagreement=f"example {other.example_id} gives a different result")
-                    return None, info.with_reason(
-                        R.DISAGREE, "Two verified questions fit this one and give different results."
-                    )
+            answer = decide_answer(results, threshold, lambda sql: self._execute(sql, req),
+                                   failure=ExecutionFailure, rows_of=lambda done: done[1].rows)  # fmt: skip
         except privacy.PrivacyRefusal as exc:
             st.note(privacy=exc.code, reason=exc.message)
             st.finish("stopped")
             return exc, _about(info, best)
-        except ExecutionFailure as exc:
-            st.note(error=exc.message, code=exc.code)
-            if exc.code == "timeout":  # the example matched: running out of time is no "no match"
-                st.finish("failed")
-                reason = (
-                    f"The verified question's SQL with this question's values ran out of time: {exc.message}"
-                )
-                return exc, _about(info.with_reason(R.SQL_FAILED, reason), best)
+        if answer.refusal == R.DISAGREE:
+            st.note(disagreement=f"example {answer.detail} gives a different result")
             return None, info.with_reason(
-                R.SQL_FAILED,
-                f"The verified question's SQL with this question's values failed: {exc.message}",
+                R.DISAGREE, "Two verified questions fit this one and give different results."
             )
+        if answer.refusal == R.SQL_FAILED:
+            return self._library_failed(answer.error, info, best, st)
+        prepared, result = answer.rows
         st.note(answered=True, rows=result.row_count, now_as_of=req.as_of or "the database clock")
         self.rec.attempt(number=1, sql=best.sql, origin="example", valid=True)
-        return (best.sql, result, best), replace(_about(info, best), answered=True)
+        return (best.sql, result, best, prepared), replace(_about(info, best), answered=True)
 
-    def _release(self, sql: str, req: PipelineRequest, result) -> privacy.ProtectedResult:
-        """The answer as it leaves askdb, made once for every consumer (disclosure.release)."""
+    def _library_failed(self, exc: Exception | None, info: MatchInfo, best: MatchResult, st: StageHandle):
+        """A confident verified answer whose SQL (or a competitor's) failed: running out of time is
+        reported as such (the example matched; that is no "no match"), anything else declines."""
+        assert isinstance(exc, ExecutionFailure)
+        st.note(error=exc.message, code=exc.code)
+        if exc.code == "timeout":
+            st.finish("failed")
+            reason = f"The verified question's SQL with this question's values ran out of time: {exc.message}"
+            return exc, _about(info.with_reason(R.SQL_FAILED, reason), best)
+        return None, info.with_reason(
+            R.SQL_FAILED, f"The verified question's SQL with this question's values failed: {exc.message}"
+        )
+
+    def _release(
+        self, sql: str, req: PipelineRequest, result, analysis: privacy.OutputAnalysis | None = None
+    ) -> privacy.ProtectedResult:
+        """The answer as it leaves askdb, made once for every consumer (disclosure.release).
+        `analysis`: the output analysis prepare_sql made of this SQL's validated tree (made here
+        when the caller has none)."""
         cfg, ledger = self.config, getattr(self.ports, "ledger", None)
         if cfg.disclosure.mode == disclosure.SUPPRESS and ledger is None:
             return result  # nothing to check, change or record (an evaluation run)
-        analysis = privacy.analyse_output(sql, req.dialect, policy=cfg.privacy, catalog=self.ports.catalog())
+        if analysis is None:
+            analysis = privacy.analyse_output(
+                sql, req.dialect, policy=cfg.privacy, catalog=self.ports.catalog()
+            )
         return disclosure.release(
             result, analysis, cfg.disclosure, sql=sql, dialect=req.dialect, catalog=self.ports.catalog(),
             ledger=ledger, key=cfg.disclosure_key, row_level=cfg.privacy.row_level,
@@ -503,10 +516,11 @@ class Pipeline:
             )  # fmt: skip
         return payload
 
-    def _answered(self, req: PipelineRequest, sql: str, result, gate: GateVerdict, **extra) -> Outcome:
+    def _answered(self, req: PipelineRequest, sql: str, result, gate: GateVerdict, *,
+                  analysis: privacy.OutputAnalysis | None = None, **extra) -> Outcome:  # fmt: skip
         cfg = self.config
         try:
-            result = self._release(sql, req, result)
+            result = self._release(sql, req, result, analysis)
         except disclosure.DisclosureRefusal as exc:
             return self._refused(exc, sql, gate, **extra)
         except ExecutionFailure as exc:  # the differentially private form of the query failed
@@ -580,7 +594,7 @@ class Pipeline:
             if isinstance(chosen, Outcome):
                 return chosen
         sql, result, extra = chosen
-        return self._answered(req, sql, result, gate, **extra)
+        return self._answered(req, sql, result, gate, analysis=analyses.get(_sql_key(sql)), **extra)
 
     def _validate_candidates(self, texts: list[str], messages: list[dict], st: StageHandle):
         """Each sampled text's SQL, checked (validation, EXPLAIN) and recorded: (sqls, errors, None).

@@ -38,3 +38,15 @@ def test_saved_results_and_the_targets_table_carry_the_machine(targets, tmp_path
     targets.save(tmp_path, "pipeline", {"overhead_p50": 12.0})
     assert "cores, AVX-512" in (tmp_path / "results" / "pipeline.json").read_text()
     assert "cores, AVX-512" in targets.report(tmp_path).splitlines()[-1]
+
+
+def test_the_common_cpu_mode_really_turns_avx512_off_for_numpy_torch_and_openblas(targets):
+    """make bench COMMON_CPU=1: the variables are set before numpy and torch load, and a new
+    process with them uses no AVX-512 kernels (on any x86 machine with AVX2, this one included)."""
+    import os
+
+    env = targets.common_cpu_env()
+    assert env["NPY_DISABLE_CPU_FEATURES"] and env["ATEN_CPU_CAPABILITY"] == "avx2"
+    in_use = targets.cpu_in_use({**os.environ, **env})
+    assert in_use.startswith("numpy AVX-512 off, torch AVX2, OpenBLAS "), in_use
+    assert "SkylakeX" not in in_use and "Cooperlake" not in in_use and "SapphireRapids" not in in_use

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from contextlib import contextmanager
@@ -95,12 +96,11 @@ def examples_import(
     report = ImportReport()
     pairs = [_pair(n, item) for n, item in enumerate(items, start=1)]
     catalog, executor = source_catalog_schema(source), source_executor(source)
-    values = LIBRARY.values(source, executor)
-    for pair in pairs:
-        pair.masked = match.mask_question(pair.question, values) if pair.question else ""
     embedder = get_embedder()
     checked, embedded = [0], [0]
     audits: list = []
+    questions = sorted({p.question or "-" for p in pairs}, key=len)
+    masked_known = threading.Event()  # set once every pair's masked form is (or cannot be) known
 
     def tell() -> None:
         if progress:
@@ -108,13 +108,17 @@ def examples_import(
 
     def embed_all() -> None:
         # Each distinct text once, shortest first: a batch costs its longest text's length times
-        # its size, so batches of texts of about one length waste no work on padding.
-        texts = sorted({t for p in pairs for t in (p.question or "-", p.masked or "-")}, key=len)
+        # its size, so batches of texts of about one length waste no work on padding. The
+        # questions first, while the values that mask them load; then the masked forms.
         found: dict[str, list[float]] = {}
-        for start in range(0, len(texts), EMBED_CHUNK):
-            chunk = texts[start : start + EMBED_CHUNK]
-            found.update(zip(chunk, embedder.embed(chunk), strict=True))
-            embedded[0] = len(pairs) * len(found) // len(texts)
+
+        def count(total: int) -> None:  # the progress of the embedding, in pairs
+            embedded[0] = len(pairs) * len(found) // max(total, 1)
+
+        _embed_texts(embedder, questions, found, lambda: count(2 * len(questions)))
+        masked_known.wait()
+        rest = sorted({p.masked or "-" for p in pairs} - found.keys(), key=len)
+        _embed_texts(embedder, rest, found, lambda: count(len(questions) + len(rest)))
         for pair in pairs:
             pair.vector, pair.masked_vector = found[pair.question or "-"], found[pair.masked or "-"]
 
@@ -131,6 +135,12 @@ def examples_import(
 
     with _prompt_gil_handoffs(), ThreadPoolExecutor(max_workers=2, thread_name_prefix="import") as pool:
         embedding = pool.submit(embed_all)  # numpy lets go of the GIL: this runs beside the checks
+        try:
+            values = LIBRARY.values(source, executor)
+            for pair in pairs:
+                pair.masked = match.mask_question(pair.question, values) if pair.question else ""
+        finally:
+            masked_known.set()  # also when loading failed: the encoder must not wait forever
         runs = []
         for pair in pairs:
             _check(pair, catalog, source.dialect)
@@ -152,6 +162,14 @@ def examples_import(
     audit_record(action="examples.imported", actor=approved_by, target=source, message=report.summary(),
                  detail={"failed": report.failed[:50]})  # fmt: skip
     return report
+
+
+def _embed_texts(embedder, texts: list[str], found: dict[str, list[float]], done) -> None:
+    """Embed `texts` EMBED_CHUNK at a time into `found`, calling `done()` after each chunk."""
+    for start in range(0, len(texts), EMBED_CHUNK):
+        chunk = texts[start : start + EMBED_CHUNK]
+        found.update(zip(chunk, embedder.embed(chunk), strict=True))
+        done()
 
 
 GIL_SWITCH_S = 0.0001  # the GIL switch interval while an import's threads run (Python's default: 5 ms)

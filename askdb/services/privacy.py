@@ -9,7 +9,7 @@ from dataclasses import replace
 from django.conf import settings
 
 from askdb.services.disclosure import DatabaseLedger, disclosure_key, disclosure_policy
-from askdb.services.sql import ReviewError, sql_check
+from askdb.services.sql import ReviewError, sql_check, sql_check_protected
 from core import disclosure, privacy
 from core.disclosure import PERTURBING, DisclosurePolicy
 from metadata_admin.models import ColumnDoc
@@ -85,17 +85,14 @@ def run_sql_protected(*, run, sql: str, actor, purpose: str, timeout_s: float | 
     source, user = run.question.source, run.question.user
     policy, control = release_policies(source=source, user=user)
     prefix = "The person who asked may not see this result: "
-    validated, protected = sql_check(
+    prepared, protected = sql_check_protected(
         source=source, sql=sql, actor=actor, purpose=purpose, run=run, policy=policy, refusal_prefix=prefix,
         timeout_s=timeout_s, cancel=cancel,
     )  # fmt: skip
-    analysis = privacy.analyse_output(
-        validated.tree if validated.tree is not None else validated.sql, source.dialect, policy=policy,
-        catalog=source_catalog_schema(source),
-    )  # fmt: skip
+    validated = prepared.validated
     try:
         released = disclosure.release(
-            protected, analysis, control, sql=validated.sql, dialect=source.dialect,
+            protected, prepared.analysis, control, sql=validated.sql, dialect=source.dialect,
             catalog=source_catalog_schema(source), ledger=DatabaseLedger(source=source, user=user, run=run),
             key=disclosure_key(user=user), row_level=policy.row_level,
             execute=lambda text: _dp_execute(run=run, sql=text),

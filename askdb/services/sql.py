@@ -6,7 +6,8 @@ from __future__ import annotations
 from django.conf import settings
 
 from core import privacy
-from core.prepared import prepare_sql, protect_prepared
+from core.prepared import PreparedSql, prepare_sql, protect_prepared
+from core.types import ValidatedSql
 from core.validation import SqlValidationError, validate_sql
 from infra.adapters.clinical import ExecutionError
 from infra.audit.sql import audit_sql_executed
@@ -50,20 +51,44 @@ def sql_check(
     timeout) and `cancel` (a threading.Event) are for a long query; the ReviewError of a failed
     run has the executor's ExecutionError (its code: timeout, cancelled…) as its __cause__.
     """
+    if execute and policy is not None:
+        prepared, protected = sql_check_protected(source=source, sql=sql, policy=policy, row_cap=row_cap,
+                                                  actor=actor, purpose=purpose, run=run,
+                                                  refusal_prefix=refusal_prefix)  # fmt: skip
+        return prepared.validated, protected
     catalog, executor = _catalog_and_executor(source, sensitive=run is None or _asker_may_read_sensitive(run))
-    try:
-        validated = validate_sql(sql, catalog)
-    except SqlValidationError as exc:
-        raise ReviewError(f"The SQL is not valid: {exc.message}") from exc
+    validated = _validated(sql, catalog)
     if not execute:
         return validated, None
-    prepared = None
-    if policy is not None:
-        try:
-            prepared = prepare_sql(validated, catalog, policy)
-        except privacy.PrivacyRefusal as exc:
-            raise ReviewError(f"{refusal_prefix}{exc.message}") from exc
-    statement = prepared.sql if prepared is not None else validated.sql
+    return validated, _execute_audited(executor, validated.sql, source=source, row_cap=row_cap, actor=actor,
+                                       purpose=purpose, run=run)  # fmt: skip
+
+
+def sql_check_protected(
+    *, source, sql: str, policy: privacy.PrivacyPolicy, row_cap: int | None = None, actor=None,
+    purpose: str = "check", run=None, refusal_prefix: str = "",
+) -> tuple[PreparedSql, privacy.ProtectedResult]:  # fmt: skip
+    """sql_check with `policy`, returning the PreparedSql itself: its output analysis (made once,
+    on the validated tree) is what the disclosure release then reads, instead of a second parse."""
+    catalog, executor = _catalog_and_executor(source, sensitive=run is None or _asker_may_read_sensitive(run))
+    validated = _validated(sql, catalog)
+    try:
+        prepared = prepare_sql(validated, catalog, policy)
+    except privacy.PrivacyRefusal as exc:
+        raise ReviewError(f"{refusal_prefix}{exc.message}") from exc
+    result = _execute_audited(executor, prepared.sql, source=source, row_cap=row_cap, actor=actor,
+                              purpose=purpose, run=run)  # fmt: skip
+    return prepared, protect_prepared(prepared, result, policy)
+
+
+def _validated(sql: str, catalog) -> ValidatedSql:
+    try:
+        return validate_sql(sql, catalog)
+    except SqlValidationError as exc:
+        raise ReviewError(f"The SQL is not valid: {exc.message}") from exc
+
+
+def _execute_audited(executor, statement: str, *, source, row_cap: int | None, actor, purpose: str, run):
     try:
         result = executor.execute(
             statement, timeout_s=timeout_s or settings.CLINICAL_STATEMENT_TIMEOUT_S,
@@ -75,6 +100,4 @@ def sql_check(
         raise ReviewError(f"The SQL failed when run: {exc.message}") from exc
     audit_sql_executed(actor=actor, source=source, sql=statement, purpose=purpose, rows=result.row_count,
                        duration_ms=result.elapsed_ms, outcome="ok", run=run)  # fmt: skip
-    if prepared is not None:
-        return validated, protect_prepared(prepared, result, policy)
-    return validated, result
+    return result

@@ -210,6 +210,7 @@ class Answer:
     refusal: str = ""  # R.DISAGREE or R.SQL_FAILED when a confident result was not answered
     detail: str = ""
     competitors: list[MatchResult] = field(default_factory=list)
+    error: Exception | None = None  # what `run` raised, for R.SQL_FAILED (the engine tells a timeout apart)
 
 
 def decide_answer(
@@ -236,7 +237,6 @@ def decide_answer(
             if not results_match(rows_of(rows), rows_of(run(other.sql))):
                 return Answer(None, refusal=R.DISAGREE, detail=str(other.example_id), competitors=competitors)
     except failure as exc:
-        return Answer(
-            None, refusal=R.SQL_FAILED, detail=str(getattr(exc, "message", exc)), competitors=competitors
-        )
+        return Answer(None, refusal=R.SQL_FAILED, detail=str(getattr(exc, "message", exc)),
+                      competitors=competitors, error=exc)  # fmt: skip
     return Answer(best, rows, competitors=competitors)

@@ -92,27 +92,33 @@ def values_semantic(
     if not vectors:
         return out
     dims = len(vectors[0])
+    # One statement for all the terms (a question has a few): each term's nearest values, by a
+    # LATERAL search per term, in the order of the terms.
     with connection.cursor() as cur:
-        for term, vector in zip(terms, vectors, strict=True):
-            cur.execute(
-                f"""
-                SELECT CASE WHEN d.schema_name = '' THEN d.name ELSE d.schema_name || '.' || d.name END,
+        cur.execute(
+            f"""
+            SELECT q.ord, x.qualified, x."column", x.value, x.code, x.score
+            FROM unnest(%s::text[]) WITH ORDINALITY AS q(vec, ord)
+            CROSS JOIN LATERAL (
+                SELECT CASE WHEN d.schema_name = '' THEN d.name ELSE d.schema_name || '.' || d.name END
+                         AS qualified,
                        e."column", e.value, e.code,
-                       1 - ((e.embedding::vector({dims})) <=> %s::vector({dims})) AS score
+                       1 - ((e.embedding::vector({dims})) <=> q.vec::vector({dims})) AS score
                 FROM metadata_admin_valueentry e
                 JOIN metadata_admin_tabledoc d ON d.id = e.table_id
                 WHERE e.source_id = %s AND e.embedding_model = %s AND vector_dims(e.embedding) = {dims}
                   AND NOT {SENSITIVE}
-                ORDER BY (e.embedding::vector({dims})) <=> %s::vector({dims})
+                ORDER BY (e.embedding::vector({dims})) <=> q.vec::vector({dims})
                 LIMIT %s
-                """,
-                [_vec(vector), source_id, model, _vec(vector), per_term],
-            )
-            for table, column, value, code, score in cur.fetchall():
-                if score >= floor:
-                    out.append(
-                        LinkedValue(table, column, value, code, round(float(score), 4), term, "semantic")
-                    )
+            ) x
+            ORDER BY q.ord, x.score DESC
+            """,
+            [[_vec(v) for v in vectors], source_id, model, per_term],
+        )
+        for ordinal, table, column, value, code, score in cur.fetchall():
+            if score >= floor:
+                term = terms[ordinal - 1]
+                out.append(LinkedValue(table, column, value, code, round(float(score), 4), term, "semantic"))
     return out
 
 

@@ -267,6 +267,69 @@ def _cancelled_by(cancel: threading.Event | None, conn: psycopg.Connection) -> I
         watcher.join(5)
 
 
+# Idle connections kept per reader (process, URL): a question runs several statements, each of
+# which opened a connection (a new server process, authentication) before. Up to this many wait
+# between statements; a burst beyond them connects as before and closes after.
+IDLE_CONNECTIONS = int(os.environ.get("ASKDB_CLINICAL_IDLE_CONNECTIONS") or 8)
+
+
+class _IdleConnections:
+    """The warm connections of one reader role in this process. A connection goes back only when
+    it is open and idle (every statement ran in a transaction that was rolled back: SET LOCAL,
+    the timeout and the search path ended with it); one that failed or was cancelled is closed.
+    Keyed by process id too, so a forked worker never shares its parent's sockets."""
+
+    _lock = threading.Lock()
+    _idle: dict[tuple[int, str], list[psycopg.Connection]] = {}
+
+    @classmethod
+    def take(cls, url: str) -> psycopg.Connection | None:
+        with cls._lock:
+            stack = cls._idle.get((os.getpid(), url))
+            while stack:
+                conn = stack.pop()
+                if not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                    return conn
+        return None
+
+    @classmethod
+    def give_back(cls, url: str, conn: psycopg.Connection) -> None:
+        if conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.close()
+            return
+        try:
+            # What a statement could leave on its session past the rollback (a session advisory
+            # lock, a cursor WITH HOLD, a LISTEN): gone, so the next user's statement meets a
+            # session as new. One round trip, against a connection's several.
+            conn.autocommit = True
+            conn.execute("DISCARD ALL")
+            conn.autocommit = False
+        except psycopg.Error:
+            conn.close()
+            return
+        with cls._lock:
+            stack = cls._idle.setdefault((os.getpid(), url), [])
+            if len(stack) < IDLE_CONNECTIONS:
+                stack.append(conn)
+                return
+        conn.close()
+
+    @classmethod
+    def clear(cls) -> None:
+        """Close every idle connection of this process (tests; a reader's password changed)."""
+        with cls._lock:
+            stacks, cls._idle = list(cls._idle.values()), {}
+        for stack in stacks:
+            for conn in stack:
+                conn.close()
+
+
+# A forked process (Celery's prefork pool, after the warm-up loaded the library in the parent)
+# would inherit the parent's sockets, and closing them there ends the parent's sessions: the
+# parent closes its idle connections before it forks.
+os.register_at_fork(before=_IdleConnections.clear)
+
+
 class PostgresExecutor:
     dialect = "postgres"
 
@@ -277,11 +340,43 @@ class PostgresExecutor:
 
     def _connect(self) -> psycopg.Connection:
         try:
-            return psycopg.connect(self.url, connect_timeout=self.connect_timeout, autocommit=False)
+            # No server-side prepared statements: a kept connection is DISCARDed between uses.
+            return psycopg.connect(
+                self.url, connect_timeout=self.connect_timeout, autocommit=False, prepare_threshold=None
+            )
         except psycopg.OperationalError as exc:
             raise ExecutionError(
                 f"cannot connect to the clinical database: {_one_line(exc)}", code="connection"
             ) from exc
+
+    @contextlib.contextmanager
+    def _warm(self, timeout_s: float) -> Iterator[psycopg.Connection]:
+        """A connection with a READ ONLY transaction begun: an idle one of this reader when there
+        is one (a server restart since is noticed at BEGIN, and a new connection taken), else a new
+        one. It goes back to the idle ones only if the transaction ends cleanly."""
+        conn = _IdleConnections.take(self.url)
+        if conn is not None:
+            try:
+                self._begin(conn, timeout_s)
+            except psycopg.OperationalError:
+                conn.close()
+                conn = None
+        if conn is None:
+            conn = self._connect()
+            try:
+                self._begin(conn, timeout_s)
+            except BaseException:
+                conn.close()
+                raise
+        clean = False
+        try:
+            yield conn
+            clean = True
+        finally:
+            if clean and not conn.closed:
+                _IdleConnections.give_back(self.url, conn)
+            else:
+                conn.close()
 
     def _begin(self, conn: psycopg.Connection, timeout_s: float) -> None:
         conn.execute("BEGIN READ ONLY")
@@ -300,31 +395,33 @@ class PostgresExecutor:
 
     @contextlib.contextmanager
     def _read_only(self, timeout_s: float, timeout_message: str) -> Iterator[psycopg.Connection]:
-        """A READ ONLY transaction with a statement timeout; psycopg errors become ExecutionError."""
-        with self._connect() as conn:
-            try:
-                self._begin(conn, timeout_s)
-                yield conn
-            except psycopg.errors.QueryCanceled as exc:
-                # statement_timeout and a cancel request share one SQLSTATE; the message tells them apart.
-                if "statement timeout" in _one_line(exc):
-                    raise ExecutionError(timeout_message, code="timeout") from exc
-                raise ExecutionError(
-                    f"the query was cancelled before it finished ({_one_line(exc)})", code="cancelled"
-                ) from exc
-            except psycopg.errors.ConfigurationLimitExceeded as exc:
-                raise ExecutionError(
-                    f"the query needed more temporary disk space than allowed ({_one_line(exc)}); "
-                    "narrow it down or aggregate",
-                    code="resource_limit",
-                ) from exc
-            except psycopg.errors.InsufficientPrivilege as exc:
-                raise ExecutionError(f"not permitted: {_one_line(exc)}", code="permission") from exc
-            except psycopg.Error as exc:
-                raise ExecutionError(_one_line(exc)) from exc
-            finally:
-                if not conn.closed:
-                    conn.rollback()  # read-only anyway; nothing is ever committed
+        """A READ ONLY transaction with a statement timeout; psycopg errors become ExecutionError.
+        The transaction is always rolled back; a connection whose statement failed is closed, not
+        kept warm."""
+        try:
+            with self._warm(timeout_s) as conn:
+                try:
+                    yield conn
+                finally:
+                    if not conn.closed:
+                        conn.rollback()  # read-only anyway; nothing is ever committed
+        except psycopg.errors.QueryCanceled as exc:
+            # statement_timeout and a cancel request share one SQLSTATE; the message tells them apart.
+            if "statement timeout" in _one_line(exc):
+                raise ExecutionError(timeout_message, code="timeout") from exc
+            raise ExecutionError(
+                f"the query was cancelled before it finished ({_one_line(exc)})", code="cancelled"
+            ) from exc
+        except psycopg.errors.ConfigurationLimitExceeded as exc:
+            raise ExecutionError(
+                f"the query needed more temporary disk space than allowed ({_one_line(exc)}); "
+                "narrow it down or aggregate",
+                code="resource_limit",
+            ) from exc
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise ExecutionError(f"not permitted: {_one_line(exc)}", code="permission") from exc
+        except psycopg.Error as exc:
+            raise ExecutionError(_one_line(exc)) from exc
 
     def execute(
         self, sql: str, *, timeout_s: float, row_cap: int, max_bytes: int = DEFAULT_RESULT_MAX_BYTES,
@@ -406,7 +503,8 @@ class PostgresExecutor:
         statement_timeout, with a client-side cancel a second later behind it. Returns "".
         """
         with self._read_only(timeout_s, f"planning took longer than {timeout_s:g} s") as conn:
-            watchdog = threading.Timer(timeout_s + 1, _cancel_quietly, args=(conn,))
+            fired = threading.Event()
+            watchdog = threading.Timer(timeout_s + 1, lambda: (fired.set(), _cancel_quietly(conn)))
             watchdog.daemon = True
             watchdog.start()
             try:
@@ -418,6 +516,8 @@ class PostgresExecutor:
                 )
             finally:
                 watchdog.cancel()
+                if fired.is_set():  # its cancel may land later: this connection is not kept warm
+                    conn.close()
         return ""
 
     def plan(self, sql: str, *, timeout_s: float) -> tuple[float, float]:
@@ -637,19 +737,44 @@ class SqliteExecutor:
         conn.execute("PRAGMA query_only = ON")
         return conn
 
+    # Each question makes new executors; reading the file's tables for the authorizer took a query
+    # per table each time. Kept per process for one version of the file and one set of hidden
+    # columns: a file replaced or changed (its size or modification time) is read again.
+    _readable_cache: dict[tuple, dict[str, frozenset[str]]] = {}
+    _readable_lock = threading.Lock()
+
     def readable(self) -> dict[str, frozenset[str]]:
         """Lower-case table -> the columns generated SQL may read (the file's, minus hidden ones)."""
         if self._readable is None:
-            readable = {}
-            for table in self.tables():
-                name = table.name.lower()
-                readable[name] = frozenset(
-                    c.name.lower()
-                    for c in table.columns
-                    if f"{name}.{c.name.lower()}" not in self.hidden_columns
+            try:
+                stat = os.stat(self.path)
+                key: tuple | None = (
+                    self.path,
+                    stat.st_ino,
+                    stat.st_size,
+                    stat.st_mtime_ns,
+                    self.hidden_columns,
                 )
-            self._readable = readable
+            except OSError:
+                key = None  # _connect says what is wrong with the path
+            with self._readable_lock:
+                cached = self._readable_cache.get(key) if key is not None else None
+            if cached is None:
+                cached = self._read_readable()
+                if key is not None:
+                    with self._readable_lock:
+                        self._readable_cache[key] = cached
+            self._readable = cached
         return self._readable
+
+    def _read_readable(self) -> dict[str, frozenset[str]]:
+        readable = {}
+        for table in self.tables():
+            name = table.name.lower()
+            readable[name] = frozenset(
+                c.name.lower() for c in table.columns if f"{name}.{c.name.lower()}" not in self.hidden_columns
+            )
+        return readable
 
     def _guarded(self, max_bytes: int) -> tuple[sqlite3.Connection, SqliteAuthorizer]:
         """A connection for generated SQL: limits first, then the authorizer (which denies PRAGMA)."""

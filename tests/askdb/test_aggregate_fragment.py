@@ -151,7 +151,7 @@ def test_every_attempt_is_refused_on_postgresql_and_sqlite(client, source, sqlit
             assert len(summaries(scripted_llm)) == before, (name, label, "the LLM was asked to summarise")
             body = content(client.get(f"/runs/{run.pk}/result.csv"))
             assert "10000032" not in body and len(body.strip().splitlines()) <= 1, (name, label, body)
-            data = api.get(f"/api/questions/{run.pk}/").json()
+            data = api.get(f"/api/runs/{run.pk}/").json()
             assert not (data.get("result") or {}).get("rows"), (name, label, data)
     assert tried >= 44  # 22+ attempts on each source
 
@@ -208,10 +208,10 @@ def test_small_groups_are_hidden_whole_on_every_channel(client, source, sqlite_s
         )["result"]
         xlsx = [list(r) for r in sheet.iter_rows(values_only=True)]
         assert ["<11", "<11"] in xlsx and not [g for g in small if any(g == c for r in xlsx for c in r)]
-        data = api.get(f"/api/questions/{run.pk}/").json()
+        data = api.get(f"/api/runs/{run.pk}/").json()
         assert data["result"]["columns"] == ["anchor_year_group", "mean_age"]
         assert not [g for g in small if any(g == c for r in data["result"]["rows"] for c in r)]
-        api_csv = content(api.get(f"/api/questions/{run.pk}/result.csv"))
+        api_csv = content(api.get(f"/api/runs/{run.pk}/result.csv"))
         assert not leaks(api_csv) and "askdb_people" not in api_csv
 
 

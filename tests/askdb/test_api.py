@@ -30,7 +30,7 @@ from tests.support.scripted_llm import Reply
 
 pytestmark = pytest.mark.django_db
 
-QUESTIONS = "/api/questions/"
+QUESTIONS = "/api/runs/"
 
 
 @pytest.fixture(autouse=True)
@@ -139,7 +139,7 @@ def test_a_researcher_asks_and_finds_the_run_in_list_and_detail(source):
     assert response.status_code == 202
     body = response.json()
     run = Run.objects.get(pk=body["run"])
-    assert body == {"run": run.pk, "status": "queued", "url": f"/api/questions/{run.pk}/"}
+    assert body == {"run": run.pk, "status": "queued", "url": f"/api/runs/{run.pk}/"}
     assert response["Location"] == body["url"]
     assert run.status == Run.Status.QUEUED and run.question.user == researcher
     assert run.question.text == "How many patients are there?" and run.question.source == source
@@ -395,7 +395,7 @@ def test_retry_queues_a_new_run_of_an_ended_one(source):
     response = rita_client.post(retry, REMOTE_ADDR="10.9.8.7")
     assert response.status_code == 202
     new = Run.objects.get(pk=response.json()["run"])
-    assert response.json() == {"run": new.pk, "status": "queued", "url": f"/api/questions/{new.pk}/"}
+    assert response.json() == {"run": new.pk, "status": "queued", "url": f"/api/runs/{new.pk}/"}
     assert new.pk != run.pk and new.question_id == run.question_id and new.status == Run.Status.QUEUED
     assert AuditEvent.objects.get(action="run.retried", target_id=str(new.pk)).ip == "10.9.8.7"
 
@@ -440,11 +440,11 @@ def test_the_openapi_schema_documents_every_endpoint():
     schema = response.json()
     assert schema["openapi"].startswith("3.")
     paths = schema["paths"]
-    assert {"post", "get"} <= set(paths["/api/questions/"])
-    assert "get" in paths["/api/questions/{run_id}/"]
-    assert "text/csv" in paths["/api/questions/{run_id}/result.csv"]["get"]["responses"]["200"]["content"]
-    assert "post" in paths["/api/questions/{run_id}/cancel/"]
-    assert "202" in paths["/api/questions/{run_id}/retry/"]["post"]["responses"]
+    assert {"post", "get"} <= set(paths["/api/runs/"])
+    assert "get" in paths["/api/runs/{run_id}/"]
+    assert "text/csv" in paths["/api/runs/{run_id}/result.csv"]["get"]["responses"]["200"]["content"]
+    assert "post" in paths["/api/runs/{run_id}/cancel/"]
+    assert "202" in paths["/api/runs/{run_id}/retry/"]["post"]["responses"]
     assert "post" in paths["/api/token/"]
     assert "result" in schema["components"]["schemas"]["RunDetail"]["properties"]
     assert client.get("/api/docs/").status_code == 200

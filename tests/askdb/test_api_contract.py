@@ -60,15 +60,15 @@ def assert_json_error(response, code: int) -> dict:
 @pytest.mark.parametrize(
     ("method", "url"),
     [
-        ("get", "/api/questions/abc/"),
-        ("get", "/api/questions/1.5/result.csv"),
-        ("post", "/api/questions/-1/cancel/"),
+        ("get", "/api/runs/abc/"),
+        ("get", "/api/runs/1.5/result.csv"),
+        ("post", "/api/runs/-1/cancel/"),
         ("get", "/api/examples/%20/"),
         ("post", "/api/examples/x/retire/"),
         ("get", "/api/examples/imports/nope/"),
         ("get", "/api/requests/abc/"),
         ("get", "/api/no-such-endpoint/"),
-        ("delete", "/api/questions/abc/"),
+        ("delete", "/api/runs/abc/"),
     ],
 )
 def test_a_path_no_route_matches_is_the_apis_json_404_not_djangos_html(method, url):
@@ -80,7 +80,7 @@ def test_a_path_no_route_matches_is_the_apis_json_404_not_djangos_html(method, u
 
 
 @pytest.mark.parametrize("page", ["abc", "0", "999", "-3", "1e3"])
-@pytest.mark.parametrize("url", ["/api/questions/", "/api/reviews/", "/api/examples/"])
+@pytest.mark.parametrize("url", ["/api/runs/", "/api/reviews/", "/api/examples/"])
 def test_a_bad_page_number_is_a_json_404(source, url, page):
     client = token_client(make_user("rev", REVIEWER))
     assert_json_error(client.get(url, {"page": page}), 404)
@@ -96,21 +96,19 @@ def test_the_schema_and_docs_still_answer_past_the_catch_all():
 
 def test_a_path_without_its_slash_is_redirected_for_reads_and_refused_in_json_for_writes(source):
     client = token_client(make_user("rita", RESEARCHER))
-    redirect = client.get("/api/questions")
-    assert redirect.status_code == 301 and redirect["Location"].endswith("/api/questions/")
-    body = assert_json_error(
-        client.post("/api/questions", {"question": "How many patients?"}, format="json"), 404
-    )
-    assert "did you mean /api/questions/?" in body["error"]
+    redirect = client.get("/api/runs")
+    assert redirect.status_code == 301 and redirect["Location"].endswith("/api/runs/")
+    body = assert_json_error(client.post("/api/runs", {"question": "How many patients?"}, format="json"), 404)
+    assert "did you mean /api/runs/?" in body["error"]
     assert not Run.objects.exists()
 
 
 def test_options_on_an_unknown_path_is_a_json_404_too():
-    assert_json_error(token_client(make_user("rita", RESEARCHER)).options("/api/questions/abc/"), 404)
+    assert_json_error(token_client(make_user("rita", RESEARCHER)).options("/api/runs/abc/"), 404)
 
 
 def test_a_method_the_endpoint_lacks_is_a_json_405():
-    assert_json_error(token_client(make_user("rita", RESEARCHER)).delete("/api/questions/"), 405)
+    assert_json_error(token_client(make_user("rita", RESEARCHER)).delete("/api/runs/"), 405)
 
 
 # --------------------------------------------------------------------------- 401 with WWW-Authenticate
@@ -119,11 +117,11 @@ def test_a_method_the_endpoint_lacks_is_a_json_405():
 @pytest.mark.parametrize(
     ("method", "url"),
     [
-        ("get", "/api/questions/"),
-        ("post", "/api/questions/"),
-        ("get", "/api/questions/1/"),
-        ("get", "/api/questions/1/result.csv"),
-        ("post", "/api/questions/1/cancel/"),
+        ("get", "/api/runs/"),
+        ("post", "/api/runs/"),
+        ("get", "/api/runs/1/"),
+        ("get", "/api/runs/1/result.csv"),
+        ("post", "/api/runs/1/cancel/"),
         ("get", "/api/reviews/"),
         ("post", "/api/examples/1/retire/"),
         ("post", "/api/examples/import/"),
@@ -144,13 +142,13 @@ def test_a_wrong_token_is_401_too_and_a_right_one_or_a_session_gets_in(source):
     user = make_user("rita", RESEARCHER)
     wrong = APIClient()
     wrong.credentials(HTTP_AUTHORIZATION="Token 0000000000000000000000000000000000000000")
-    response = wrong.get("/api/questions/")
+    response = wrong.get("/api/runs/")
     assert_json_error(response, 401)
     assert response["WWW-Authenticate"] == "Token"
-    assert token_client(user).get("/api/questions/").status_code == 200
+    assert token_client(user).get("/api/runs/").status_code == 200
     session = APIClient()
     session.force_login(user)  # the browsable pages and the docs still sign in by session
-    assert session.get("/api/questions/").status_code == 200
+    assert session.get("/api/runs/").status_code == 200
 
 
 def test_the_token_endpoint_gives_a_token_that_works(source):
@@ -162,7 +160,7 @@ def test_the_token_endpoint_gives_a_token_that_works(source):
     )
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
-    assert client.get("/api/questions/").status_code == 200
+    assert client.get("/api/runs/").status_code == 200
     assert Token.objects.get(user=user).key == token
 
 
@@ -228,9 +226,7 @@ def test_well_formed_bodies_still_work_empty_json_and_no_body_included(example):
 def test_a_garbage_multipart_question_or_review_changes_nothing(source):
     asker = make_user("rita", RESEARCHER)
     client = token_client(asker)
-    response = client.generic(
-        "POST", "/api/questions/", GARBAGE, content_type="multipart/form-data; boundary=b"
-    )
+    response = client.generic("POST", "/api/runs/", GARBAGE, content_type="multipart/form-data; boundary=b")
     assert_json_error(response, 400)
     assert not Question.objects.exists()
     run = Run.objects.create(
@@ -239,7 +235,7 @@ def test_a_garbage_multipart_question_or_review_changes_nothing(source):
     )  # fmt: skip
     reviewer = token_client(make_user("rev", REVIEWER))
     response = reviewer.generic(
-        "POST", f"/api/questions/{run.pk}/review/", GARBAGE, content_type="multipart/form-data; boundary=b"
+        "POST", f"/api/runs/{run.pk}/review/", GARBAGE, content_type="multipart/form-data; boundary=b"
     )
     assert_json_error(response, 400)
     run.refresh_from_db()
@@ -324,7 +320,7 @@ def test_the_schema_lists_kind_and_status_values_of_the_library_filters(schema):
 
 @override_settings(ASKDB_QUESTION_MAX_CHARS=2000)
 def test_the_schema_states_the_question_length_nonblank_credentials_and_a_nonempty_import(schema, settings):
-    question = _request_schema(schema, "/api/questions/")["properties"]["question"]
+    question = _request_schema(schema, "/api/runs/")["properties"]["question"]
     assert question["maxLength"] == settings.ASKDB_QUESTION_MAX_CHARS
     token = _request_schema(schema, "/api/token/")
     assert (
@@ -338,10 +334,10 @@ def test_the_schema_states_the_question_length_nonblank_credentials_and_a_nonemp
 def test_a_question_longer_than_the_schema_allows_is_refused(source, settings):
     client = token_client(make_user("rita", RESEARCHER))
     too_long = "How many patients " + "a" * settings.ASKDB_QUESTION_MAX_CHARS
-    assert_json_error(client.post("/api/questions/", {"question": too_long}, format="json"), 400)
+    assert_json_error(client.post("/api/runs/", {"question": too_long}, format="json"), 400)
     assert not Question.objects.exists()
 
 
 def test_list_endpoints_document_their_404_for_a_bad_page(schema):
-    for path in ("/api/questions/", "/api/reviews/", "/api/examples/"):
+    for path in ("/api/runs/", "/api/reviews/", "/api/examples/"):
         assert "404" in schema["paths"][path]["get"]["responses"], path

@@ -31,7 +31,7 @@ def client_for(user) -> APIClient:
 
 
 def asked(client, text: str) -> dict:
-    response = client.post("/api/questions/", {"question": text}, format="json")
+    response = client.post("/api/runs/", {"question": text}, format="json")
     assert response.status_code == 202, response.json()
     url, deadline = response.json()["url"], time.monotonic() + 60
     while (detail := client.get(url).json())["status"] in ("queued", "running"):
@@ -58,11 +58,11 @@ def test_the_request_desk_over_http(source, settings):
         second = asked(bob, "count the patients who were diagnosed with atrial fibrillation")
         assert first["status"] == second["status"] == "declined"
         assert (
-            ann.post(f"/api/questions/{second['run']}/request/", {}, format="json").status_code == 404
+            ann.post(f"/api/runs/{second['run']}/request/", {}, format="json").status_code == 404
         )  # not hers
-        made = ann.post(f"/api/questions/{first['run']}/request/", {"note": "AF audit"}, format="json")
+        made = ann.post(f"/api/runs/{first['run']}/request/", {"note": "AF audit"}, format="json")
         assert made.status_code == 201 and made.json()["status"] == "pending"
-        assert bob.post(f"/api/questions/{second['run']}/request/", {}, format="json").status_code == 201
+        assert bob.post(f"/api/runs/{second['run']}/request/", {}, format="json").status_code == 201
         assert ann.get("/api/requests/").status_code == 403
         # the worker reads both (masked, embedded) and the queue shows them as one group of two
         wait_for(
@@ -92,10 +92,10 @@ def test_the_request_desk_over_http(source, settings):
             "grouped request not answered",
         )
 
-    answer = ann.get(f"/api/questions/{first['run']}/").json()
+    answer = ann.get(f"/api/runs/{first['run']}/").json()
     assert answer["status"] == "succeeded" and answer["answered_by"] == "reviewer" and "LIKE" in answer["sql"]
     bobs = AnswerRequest.objects.get(run_id=second["run"])
-    again = bob.get(f"/api/questions/{bobs.answer_run_id}/").json()
+    again = bob.get(f"/api/runs/{bobs.answer_run_id}/").json()
     assert again["answered_by"] == "library" and again["result"]["rows"] == answer["result"]["rows"]
     for client in (ann, bob):
         inbox = client.get("/api/inbox/").json()

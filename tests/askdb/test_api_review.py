@@ -43,7 +43,7 @@ def answered_run(
 
 
 def review_url(run: Run) -> str:
-    return f"/api/questions/{run.pk}/review/"
+    return f"/api/runs/{run.pk}/review/"
 
 
 # --------------------------------------------------------------------------- the queue
@@ -86,7 +86,7 @@ def test_approving_creates_a_library_example_and_shows_on_the_run(source):
     assert example.question == "How many patients are there?" and example.origin_run == run
     assert example.approved_by.username == "rev" and example.status == Example.Status.ACTIVE
 
-    detail = reviewer.get(f"/api/questions/{run.pk}/").json()
+    detail = reviewer.get(f"/api/runs/{run.pk}/").json()
     assert detail["review_status"] == "approved"
     assert [(r["action"], r["reviewer"], r["comment"]) for r in detail["reviews"]] == [
         ("approve", "rev", "looks right")
@@ -178,9 +178,7 @@ def test_researchers_cannot_review_and_unknown_runs_are_404(source):
     run = answered_run(make_user("other", RESEARCHER), source)
     refused = client_for(asker).post(review_url(run), {"action": "approve"}, format="json")
     assert refused.status_code == 403 and not Example.objects.exists()
-    missing = client_for(make_user("rev", REVIEWER)).post(
-        "/api/questions/999999/review/", {"action": "approve"}
-    )
+    missing = client_for(make_user("rev", REVIEWER)).post("/api/runs/999999/review/", {"action": "approve"})
     assert missing.status_code == 404
 
 
@@ -319,7 +317,7 @@ def test_researchers_may_read_the_library_as_on_its_pages_but_not_change_it(libr
 
 @pytest.mark.parametrize(
     ("method", "url"),
-    [("get", "/api/reviews/"), ("post", "/api/questions/1/review/"), ("get", "/api/examples/"),
+    [("get", "/api/reviews/"), ("post", "/api/runs/1/review/"), ("get", "/api/examples/"),
      ("get", "/api/examples/1/"), ("post", "/api/examples/1/retire/"), ("post", "/api/examples/import/")],
 )  # fmt: skip
 def test_anonymous_clients_are_refused(method, url):
@@ -330,7 +328,7 @@ def test_the_schema_documents_the_review_and_library_endpoints():
     schema = client_for(make_user("rev", REVIEWER)).get("/api/schema/", {"format": "json"}).json()
     paths = schema["paths"]
     assert "get" in paths["/api/reviews/"]
-    assert {"200", "400", "403"} <= set(paths["/api/questions/{run_id}/review/"]["post"]["responses"])
+    assert {"200", "400", "403"} <= set(paths["/api/runs/{run_id}/review/"]["post"]["responses"])
     assert {p["name"] for p in paths["/api/examples/"]["get"]["parameters"]} >= {
         "q",
         "table",

@@ -36,7 +36,7 @@ def test_a_question_asked_while_the_broker_is_down_is_answered_when_it_is_back(
     api = APIClient()
     api.force_authenticate(user)
 
-    response = api.post("/api/questions/", {"question": "How many patients are there?"}, format="json")
+    response = api.post("/api/runs/", {"question": "How many patients are there?"}, format="json")
     assert response.status_code == 503, response.content
     body = response.json()
     assert "try again" in body["error"] and "saved" in body["error"] and body["status"] == "queued"

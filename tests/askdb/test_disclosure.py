@@ -68,7 +68,7 @@ def test_with_suppression_alone_the_probe_reveals_one_patient_until_the_limit_re
     assert not any(SUMMARY in r[0]["content"] and "highest" in str(r) for r in scripted_llm.chat_requests())
     data = APIClient()
     data.force_login(ann)
-    body = data.get(f"/api/questions/{refused.pk}/").json()
+    body = data.get(f"/api/runs/{refused.pk}/").json()
     assert body["outcome"] == "privacy_differencing" and not (body.get("result") or {}).get("rows")
 
     # Audited: the probe that was answered, and the run refused.
@@ -113,7 +113,7 @@ def test_rounding_hides_the_difference_everywhere_the_answer_goes(client, source
     assert rows[1] == [str(shown)]
     api = APIClient()
     api.force_login(ann)
-    assert api.get(f"/api/questions/{probe.pk}/").json()["result"]["rows"] == [[shown]]
+    assert api.get(f"/api/runs/{probe.pk}/").json()["result"]["rows"] == [[shown]]
     assert (
         "Counts were rounded to the nearest 5."
         in client.get(f"/runs/{probe.pk}/methods.txt").content.decode()

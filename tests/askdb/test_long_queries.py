@@ -199,17 +199,17 @@ def test_only_the_asker_with_the_right_may_start_a_long_query_of_a_timed_out_run
     # the API: the same rules, as status codes
     api = APIClient()
     api.force_authenticate(aggregate)
-    assert api.post(f"/api/questions/{mine_but_aggregate.pk}/long-query/").status_code == 403
+    assert api.post(f"/api/runs/{mine_but_aggregate.pk}/long-query/").status_code == 403
     api.force_authenticate(researcher)
-    refused = api.post(f"/api/questions/{answered.pk}/long-query/")
+    refused = api.post(f"/api/runs/{answered.pk}/long-query/")
     assert refused.status_code == 409 and "ran out of time" in refused.json()["error"]
-    queued = api.post(f"/api/questions/{run.pk}/long-query/")
+    queued = api.post(f"/api/runs/{run.pk}/long-query/")
     assert queued.status_code == 202, queued.json()
     detail = api.get(queued.json()["url"]).json()
     assert (
         detail["long_query_of"] == run.pk and detail["time_limit_s"] == 600 and detail["status"] == "queued"
     )
-    again = api.post(f"/api/questions/{run.pk}/long-query/")
+    again = api.post(f"/api/runs/{run.pk}/long-query/")
     assert again.status_code == 409 and "already have a long query going" in again.json()["error"]
 
 

@@ -77,7 +77,7 @@ def test_other_helpers_plug_in_their_own_codes():
 def test_the_api_and_history_show_the_same_words(client, source):
     run = a_run(source, status="declined", outcome="no_llm")
     client.force_login(run.question.user)
-    listed = client.get("/api/questions/").json()
+    listed = client.get("/api/runs/").json()
     item = (listed["results"] if isinstance(listed, dict) else listed)[0]
     assert item["outcome_text"]["label"] == "Declined: not in the verified library"
     history = client.get("/runs/").content.decode()

@@ -110,9 +110,9 @@ def test_small_counts_show_as_less_than_k_everywhere(client, source, scripted_ll
 
     api = APIClient()
     api.force_login(ann)
-    data = api.get(f"/api/questions/{run.pk}/").json()
+    data = api.get(f"/api/runs/{run.pk}/").json()
     assert ["OBSERVATION ADMIT", "<11"] in data["result"]["rows"] and data["privacy"]["suppressed"] == 6
-    api_csv = b"".join(api.get(f"/api/questions/{run.pk}/result.csv").streaming_content).decode()
+    api_csv = b"".join(api.get(f"/api/runs/{run.pk}/result.csv").streaming_content).decode()
     assert "OBSERVATION ADMIT,<11" in api_csv and ",9\r\n" not in api_csv
 
     methods = client.get(f"/runs/{run.pk}/methods.txt").content.decode()

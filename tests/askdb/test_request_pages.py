@@ -112,13 +112,13 @@ def test_a_write_request_is_offered_no_did_you_mean_and_the_api_shows_what_the_p
     page = client.get(f"/runs/{write.pk}/").content.decode()
     assert "askdb only reads" in page and 'id="did-you-mean"' not in page
     assert 'id="request-answer"' not in page  # nobody can answer a write
-    assert client.post(f"/api/questions/{write.pk}/request/", {}).status_code == 400
-    assert client.get(f"/api/questions/{write.pk}/").json()["suggestions"] == []
+    assert client.post(f"/api/runs/{write.pk}/request/", {}).status_code == 400
+    assert client.get(f"/api/runs/{write.pk}/").json()["suggestions"] == []
 
     close = ask(ann, "how many patients are there in total?", source)
     if close.status == "succeeded":  # answered from the library: ask something only near it
         close = ask(ann, "how many patients are there who had a stroke?", source)
-    api = client.get(f"/api/questions/{close.pk}/").json()
+    api = client.get(f"/api/runs/{close.pk}/").json()
     page = client.get(f"/runs/{close.pk}/").content.decode()
     for s in api["suggestions"]:
         assert s["score"] >= 0.6 and s["question"] in page

@@ -53,7 +53,7 @@ def test_the_run_page_leads_with_the_answer_and_scales_bars_to_the_score(client,
     assert "The average length of stay was 4.36." in page and "4.364982638888889" not in page
     assert 'style="width: 5%"' in page  # 0.05 draws a 5 % bar, not a full one
     assert [b["type"] for b in response.context["changed_bindings"]] == ["patient_id"]
-    api = client.get(f"/api/questions/{run.pk}/").json()  # the API states the same answer
+    api = client.get(f"/api/runs/{run.pk}/").json()  # the API states the same answer
     assert (
         api["answer"] == "The average length of stay was 4.36." and api["outcome_text"]["label"] == "Answered"
     )

@@ -32,8 +32,8 @@ def test_two_web_processes_count_one_throttle(tmp_path, settings):
         web_process(tmp_path / "web1.log", env) as first,
         web_process(tmp_path / "web2.log", env) as second,
     ):
-        statuses = [request(url + "/api/questions/", headers=headers)[0] for url in [first, second] * 3]
-        status, _, body = request(first + "/api/questions/", headers=headers)
+        statuses = [request(url + "/api/runs/", headers=headers)[0] for url in [first, second] * 3]
+        status, _, body = request(first + "/api/runs/", headers=headers)
     # Five requests in all are allowed, wherever they land; the sixth and seventh are refused.
     assert statuses == [200, 200, 200, 200, 200, 429], statuses
     assert status == 429 and "throttled" in json.loads(body)["error"].lower()

@@ -35,7 +35,7 @@ def test_postgresql_stopped_is_a_503_page_and_a_json_503_on_the_api_even_with_de
         assert not any(marker in body for marker in DEBUG_MARKERS), body[:500]
 
         status, headers, body = request(
-            url + "/api/questions/",
+            url + "/api/runs/",
             method="POST",
             headers={"Authorization": "Token 0123456789abcdef", "Content-Type": "application/json"},
             body=b'{"question": "How many patients are there?"}',
@@ -65,7 +65,7 @@ def _burst(url: str, token: str, n: int, at_once: int = 10) -> list[tuple[int, d
 
     def ask(i: int):
         return request(
-            url + "/api/questions/",
+            url + "/api/runs/",
             method="POST",
             headers=headers,
             body=json.dumps({"question": f"How many patients are older than {i}?"}).encode(),

@@ -54,7 +54,7 @@ def test_the_ask_form_and_the_api_store_nothing(client, source):
     assert client.post("/", {"question": "How many\x00 patients?"}).status_code == 400
     api = APIClient()
     api.force_authenticate(user)
-    response = api.post("/api/questions/", {"question": "How many\x00 patients?"}, format="json")
+    response = api.post("/api/runs/", {"question": "How many\x00 patients?"}, format="json")
     assert response.status_code == 400 and SENTENCE in response.json()["error"]
     assert not Run.objects.exists()
     with pytest.raises(QuestionError, match="NUL"):  # the service too (the `ask` command uses it)

@@ -69,7 +69,7 @@ def test_two_web_processes_and_two_workers_share_one_truth(source, tmp_path, set
 
         # The throttle: six requests allowed in all, whichever process they reach.
         headers = {"Authorization": f"Token {busy}"}
-        statuses = [request(url + "/api/questions/", headers=headers)[0] for url in [first, second] * 4]
+        statuses = [request(url + "/api/runs/", headers=headers)[0] for url in [first, second] * 4]
         assert statuses == [200] * 6 + [429, 429], statuses
 
         # Both workers answer from the library (each has loaded its values and index).
@@ -103,7 +103,7 @@ def test_two_web_processes_and_two_workers_share_one_truth(source, tmp_path, set
 
             # A flag sent through the other web process stops library answers on both workers at once.
             status, _, body = request(
-                f"{second}/api/questions/{warm[0].pk}/review/",
+                f"{second}/api/runs/{warm[0].pk}/review/",
                 method="POST",
                 headers={"Authorization": f"Token {review_token}", "Content-Type": "application/json"},
                 body=b'{"action": "flag", "category": "wrong_values", "comment": "wrong column"}',

@@ -426,3 +426,44 @@ def test_a_large_query_is_announced_before_it_runs_by_the_planner_or_the_table_s
     ports.planned, ports.sizes = (1e12, 1e12), {"mimiciv_hosp.patients": 100}
     _, rec = ask(ports, large_query_rows=10_000_000, large_query_cost=1e6)
     assert "estimate" not in [s.name for s in rec.stages]
+
+
+def test_a_confident_answer_whose_competitor_runs_out_of_time_says_so():
+    """The engine decides with decide_answer (the benchmark's and calibration's decision), and a
+    timeout of either confident reading is reported as a timeout, not as "no match"."""
+    ports = FakePorts(results={OLDER_SQL: Rows(("n",), [(12,)])},
+                      matches=[match(OLDER_SQL, 0.9), match(COUNT_SQL, 0.8, example_id=8)])  # fmt: skip
+    execute = ports.execute
+
+    def slow_count(sql: str):
+        if sql == _generated(COUNT_SQL):
+            raise ExecutionFailure("canceling statement due to statement timeout", "timeout")
+        return execute(sql)
+
+    ports.execute = slow_count
+    outcome, rec = ask(ports)
+    assert (outcome.status, outcome.outcome) == ("failed", "timeout")
+    assert outcome.library_match.example_id == 7 and outcome.library_match.reason_codes[-1] == R.SQL_FAILED
+    assert rec.stage_named("match").status == "failed"
+
+
+def test_a_competitor_that_fails_declines_the_library_answer():
+    ports = FakePorts(results={OLDER_SQL: Rows(("n",), [(12,)])},
+                      matches=[match(OLDER_SQL, 0.9), match(COUNT_SQL, 0.8, example_id=8)])  # fmt: skip
+    outcome, _ = ask(ports)  # COUNT_SQL is unknown to the fake database: it fails
+    assert outcome.outcome == "no_llm" and outcome.library_match.reason_codes[-1] == R.SQL_FAILED
+    assert not outcome.library_match.answered
+
+
+def test_the_release_reads_the_analysis_prepare_sql_made(monkeypatch):
+    """One analysis per statement run (prepare_sql's, on the validated tree): the release reuses
+    it, and still rounds the count it found (ROUND mode, base 5: 12 is released as 10)."""
+    from core import disclosure, privacy
+
+    analysed = []
+    original = privacy.analyse_output
+    monkeypatch.setattr(privacy, "analyse_output", lambda *a, **k: analysed.append(a[0]) or original(*a, **k))
+    ports = FakePorts(results={OLDER_SQL: Rows(("n",), [(12,)])}, matches=[match(OLDER_SQL, 0.9)])
+    outcome, _ = ask(ports, disclosure=disclosure.DisclosurePolicy(mode=disclosure.ROUND, round_base=5))
+    assert outcome.outcome == "answered" and outcome.result.rows == [[10]]
+    assert len(analysed) == 1 and outcome.privacy["disclosure"]["mode"] == disclosure.ROUND

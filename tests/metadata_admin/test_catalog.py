@@ -229,6 +229,34 @@ def test_value_linking_finds_real_values_and_codes(source):
 
 
 @pytest.mark.django_db
+def test_semantic_value_search_answers_every_term_in_one_statement(source, django_assert_num_queries):
+    """The terms of a question are searched together (one round trip), each with the values it
+    would get alone, in the order of the terms; sensitive columns stay out."""
+    from infra.adapters import catalog_search
+    from infra.providers.embeddings import get_embedder
+
+    embedder = get_embedder()
+    terms = ["hgb", "lactate", "vanco"]
+    vectors = embedder.embed(terms)
+
+    def search(ts, vs):
+        return catalog_search.values_semantic(source_id=source.pk, terms=ts, vectors=vs, model=embedder.model,
+                                              floor=0.0)  # fmt: skip
+
+    with django_assert_num_queries(1):
+        together = search(terms, vectors)
+    alone = [v for term, vector in zip(terms, vectors, strict=True) for v in search([term], [vector])]
+    assert together == alone and [v.term for v in together] == sorted(
+        (v.term for v in together), key=terms.index
+    )
+    assert len(together) == 2 * len(terms)  # per_term values each
+    sensitive = set(
+        ColumnDoc.objects.filter(table__source=source, sensitive=True).values_list("name", flat=True)
+    )
+    assert not {v.column for v in together} & sensitive
+
+
+@pytest.mark.django_db
 def test_retrieve_command_prints_json(source):
     out = StringIO()
     call_command("retrieve", "average hemoglobin by sex", "--json", stdout=out)

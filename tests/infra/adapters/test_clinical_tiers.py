@@ -157,3 +157,58 @@ def test_a_statement_smuggled_after_the_query_never_runs(tiers):
     """The executor sends one statement (a cursor over a query), so a second one is refused."""
     with pytest.raises(ExecutionError):
         _run(tiers[embedded.RESTRICTED_READER_ROLE], f'SELECT 1; SET ROLE "{embedded.READER_ROLE}"')
+
+
+def test_a_reader_keeps_its_connection_warm_and_drops_one_whose_statement_failed(tiers):
+    """Each question makes new executors: the reader's connection outlives them (no connect per
+    statement), and a connection whose statement failed is closed, never kept."""
+    import os
+
+    from infra.adapters.clinical import _IdleConnections
+
+    url = tiers[embedded.RESTRICTED_READER_ROLE].url
+    _IdleConnections.clear()
+    PostgresExecutor(url).execute("SELECT 1", timeout_s=5, row_cap=1)
+    [kept] = _IdleConnections._idle[(os.getpid(), url)]
+    PostgresExecutor(url).execute("SELECT gender FROM mimiciv_hosp.patients", timeout_s=5, row_cap=1)
+    assert _IdleConnections._idle[(os.getpid(), url)] == [kept]
+    with pytest.raises(ExecutionError):
+        _run(PostgresExecutor(url), "SELECT dod FROM mimiciv_hosp.patients")  # refused by the grants
+    assert kept.closed and _IdleConnections._idle[(os.getpid(), url)] == []
+
+
+def test_nothing_a_statement_leaves_on_its_session_reaches_the_next_user(tiers, clinical_data):
+    """A session advisory lock survives a rollback; a kept connection is DISCARDed, so the next
+    statement on it (another question, another user) finds none, and the lock is not held on."""
+    import os
+
+    from infra.adapters.clinical import _IdleConnections
+
+    url = tiers[embedded.READER_ROLE].url
+    _IdleConnections.clear()
+    try:
+        PostgresExecutor(url).execute("SELECT pg_advisory_lock(4242)", timeout_s=5, row_cap=1)
+        assert len(_IdleConnections._idle[(os.getpid(), url)]) == 1  # it ran, and its session was kept
+    except ExecutionError:
+        pass  # the reader may not take one at all: nothing to carry over either
+    with psycopg.connect(embedded.pg_dsn(embedded.CLINICAL_DB), autocommit=True) as admin:
+        held = admin.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242")
+        assert held.fetchone()[0] == 0
+
+
+def test_a_forked_process_inherits_no_warm_connection(tiers):
+    """Celery's prefork pool forks after the warm-up: the child must not share the parent's
+    sockets (closing them in the child would end the parent's sessions)."""
+    import os
+
+    from infra.adapters.clinical import _IdleConnections
+
+    url = tiers[embedded.READER_ROLE].url
+    _run(PostgresExecutor(url), "SELECT 1")
+    [kept] = _IdleConnections._idle[(os.getpid(), url)]
+    pid = os.fork()
+    if pid == 0:  # the child: exit at once, without running pytest's teardown
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert kept.closed and not _IdleConnections._idle.get((os.getpid(), url))
+    assert _run(PostgresExecutor(url), "SELECT 1").rows == [(1,)]  # and connects again when asked
