@@ -189,13 +189,14 @@ def calibrate(lib: Library, runner: Runner, *, cost: float, progress: bool = Tru
 
 def evaluate(lib: Library, runner: Runner, risk, lookup, items, *, progress: bool = True):
     """Every question through the match stage; ItemScores and per-question details."""
-    from core.match import decide_answer, mask_question, match_library
+    from core.match import correct_spelling, decide_answer, mask_question, match_library
     from evaluation import metrics
 
     scores, details, latency = [], [], []
     lib.embedder.embed(["warm up"])
     for n, (ident, question, gold) in enumerate(items, start=1):
         t0 = time.perf_counter()
+        question = correct_spelling(question, lib.index, values=lib.values)  # as the app reads it
         masked = mask_question(question, lib.values)
         vector = lib.embedder.embed([masked])[0]
         found = match_library(question, vector, lib.index, lookup=lookup, values=lib.values, risk=risk,

@@ -82,7 +82,8 @@ def outcomes(ports) -> dict[str, list[str]]:
         best = match.decide_answer(results, threshold, ports.execute, failure=ExecutionFailure,
                                    rows_of=lambda result: result.rows).best  # fmt: skip
         if best is None:
-            out["declined" if expected_sql else "right"].append(question)
+            why = ",".join(results[0].reason_codes) if results else "no template"
+            out["declined" if expected_sql else "right"].append(f"{question} [{why}]")
         elif expected_sql is None:
             out["wrong"].append(f"{question} -> {best.example_question}")
         elif same_answer(ports.execute(best.sql), ports.execute(_fill(ports, expected_sql))):
