@@ -114,6 +114,20 @@ class ValueIndex:
         """This index and the other names of its values the library's questions use (value_names)."""
         return _NamedValues(self, names) if len(names) else self
 
+    def longer(self, column: str, value: str, limit: int = 5) -> list[str]:
+        """Values of `column` that contain `value` as whole words and are longer ("potassium, whole
+        blood" for "potassium"), shortest first: what else a question naming `value` may mean."""
+        col, text = bare_column(column), " ".join(value.lower().split())
+        if not text:
+            return []
+        word = re.compile(r"(?<![a-z0-9])" + re.escape(text) + r"(?![a-z0-9])")
+        found = {
+            hit[col]
+            for t, hit in self._by_text.items()
+            if col in hit and len(t) > len(text) and text in t and word.search(t)
+        }
+        return sorted(found, key=lambda v: (len(v), v))[:limit]
+
 
 class _NamedValues(ValueIndex):
     """A value index and a small one of other names for its values, read as one; a database
@@ -126,6 +140,9 @@ class _NamedValues(ValueIndex):
 
     def __len__(self) -> int:
         return len(self.base)
+
+    def longer(self, column: str, value: str, limit: int = 5) -> list[str]:
+        return self.base.longer(column, value, limit)
 
     def _all(self, question: str) -> list[tuple[int, int, dict[str, str]]]:
         own = self.base._all(question)
