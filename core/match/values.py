@@ -70,6 +70,7 @@ class ValueIndex:
         self.max_len = max((len(t) for t in self._by_text), default=0)
         self.columns = {c for d in self._by_text.values() for c in d}
         self._cache: dict[str, list[tuple[int, int, dict[str, str]]]] = {}
+        self._longer: dict[tuple[str, str], list[str]] = {}
 
     def __len__(self) -> int:
         return len(self._by_text)
@@ -120,13 +121,17 @@ class ValueIndex:
         col, text = bare_column(column), " ".join(value.lower().split())
         if not text:
             return []
-        word = re.compile(r"(?<![a-z0-9])" + re.escape(text) + r"(?![a-z0-9])")
-        found = {
-            hit[col]
-            for t, hit in self._by_text.items()
-            if col in hit and len(t) > len(text) and text in t and word.search(t)
-        }
-        return sorted(found, key=lambda v: (len(v), v))[:limit]
+        if (col, text) not in self._longer:  # one scan of the index per value asked: values recur
+            word = re.compile(r"(?<![a-z0-9])" + re.escape(text) + r"(?![a-z0-9])")
+            found = {
+                hit[col]
+                for t, hit in self._by_text.items()
+                if col in hit and len(t) > len(text) and text in t and word.search(t)
+            }
+            if len(self._longer) > 20000:
+                self._longer.clear()
+            self._longer[(col, text)] = sorted(found, key=lambda v: (len(v), v))
+        return self._longer[(col, text)][:limit]
 
 
 class _NamedValues(ValueIndex):

@@ -36,9 +36,14 @@ TIME_WORDS = re.compile(
 
 
 def value(reading: Reading, candidate: TemplateCandidate, bound: Bound) -> list[R.Reason]:
-    """The reverse of `time`: "what was the heart rate of patient X at the first measurement" is not
-    answered with the time of that measurement (issue 26's third wrong answer)."""
-    if answer_kind(candidate.template) == "time" and not TIME_WORDS.search(reading.lowered):
+    """The reverse of `time`: "what was the first lab test of patient X" is not answered with the
+    time of that test when the verified wording asks for a time ("what was the time of …"); a
+    paraphrase the library approved without a time word ("what was the first input of …") may be."""
+    if (
+        answer_kind(candidate.template) == "time"
+        and not TIME_WORDS.search(reading.lowered)
+        and TIME_WORDS.search(candidate.question.lower())  # the library never asked it without one
+    ):
         return [
             R.Reason(R.ASKS_VALUE, "This question asks for a value, the verified question returns a time.")
         ]

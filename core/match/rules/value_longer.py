@@ -28,15 +28,19 @@ def check(reading: Reading, candidate: TemplateCandidate, bound: Bound) -> list[
     longer_of = getattr(reading.values, "longer", None)
     if bound.probe is None or bound.sql is None or longer_of is None:
         return []
-    slots = [s for s in template.slots if s.type == VALUE and s.column and s.name in bound.bindings]
-    if not slots or bound.probe(answers_something(bound.sql, template.dialect)):
-        return []
+    longer = {
+        s.name: longer_of(s.column, bound.bindings[s.name].value, LONGER_TRIED)
+        for s in template.slots
+        if s.type == VALUE and s.column and s.name in bound.bindings
+    }
+    if not any(longer.values()) or bound.probe(answers_something(bound.sql, template.dialect)):
+        return []  # nothing longer to mean (no query asked), or the answer has something
     values = {n: b.value for n, b in bound.bindings.items()}
-    for slot in slots:
-        value = bound.bindings[slot.name].value
-        for other in longer_of(slot.column, value, LONGER_TRIED):
+    for name, others in longer.items():
+        value = bound.bindings[name].value
+        for other in others:
             try:
-                sql = bind_sql(template, values | {slot.name: other})
+                sql = bind_sql(template, values | {name: other})
             except BindError:
                 continue
             if bound.probe(answers_something(sql, template.dialect)):
@@ -54,7 +58,8 @@ def answers_something(sql: str, dialect: str) -> str:
     except SqlglotError:
         return sql
     first = tree.selects[0] if isinstance(tree, exp.Query) and tree.selects else None
-    name = first.alias_or_name if first is not None else ""
+    # Only a column or an alias has a name every engine gives the outer query; else any row will do.
+    name = first.alias_or_name if isinstance(first, exp.Alias | exp.Column) else ""
     query = exp.select(exp.Literal.number(1)).from_(tree.subquery("answer"))
     if name and name != "*":
         query = query.where(exp.column(name, table="answer").is_(exp.null()).not_())
