@@ -14,6 +14,7 @@ returns the numbers, so other benchmarks can share the library it builds (`build
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -50,9 +51,10 @@ class Library:
     build_s: float
 
 
-def load_split(name: str) -> list[tuple[str, str, str]]:
-    """(id, question, gold SQL or "") of one split."""
-    folder = DATA / name
+def load_split(name: str, data: Path | None = None) -> list[tuple[str, str, str]]:
+    """(id, question, gold SQL or "") of one split of `data` (EHRSQL's layout: SPLIT/data.json,
+    SPLIT/label.json and mimic_iv.sqlite beside them; default ../shared/ehrsql-2024-dev)."""
+    folder = (data or DATA) / name
     data = json.loads((folder / "data.json").read_text())["data"]
     labels = json.loads((folder / "label.json").read_text())
     return [
@@ -68,14 +70,14 @@ def value_index(executor) -> object:
     return load_values(executor, tables, "sqlite")
 
 
-def build(train: list[tuple[str, str, str]], *, progress: bool = True) -> Library:
+def build(train: list[tuple[str, str, str]], *, progress: bool = True, data: Path | None = None) -> Library:
     """The library of `train`: templates, value index, masked-question vectors (one batch)."""
     from core.match import LibraryIndex, build_template, entry_for, mask_question
     from infra.adapters.clinical import SqliteExecutor
     from infra.providers.embeddings import get_embedder
 
     start = time.perf_counter()
-    executor = SqliteExecutor(str(DATA / "mimic_iv.sqlite"))
+    executor = SqliteExecutor(str((data or DATA) / "mimic_iv.sqlite"))
     values = value_index(executor)
     entries, skipped = [], 0
     for n, (_ident, question, sql) in enumerate(train):
@@ -189,13 +191,14 @@ def calibrate(lib: Library, runner: Runner, *, cost: float, progress: bool = Tru
 
 def evaluate(lib: Library, runner: Runner, risk, lookup, items, *, progress: bool = True):
     """Every question through the match stage; ItemScores and per-question details."""
-    from core.match import decide_answer, mask_question, match_library
+    from core.match import correct_spelling, decide_answer, mask_question, match_library
     from evaluation import metrics
 
     scores, details, latency = [], [], []
     lib.embedder.embed(["warm up"])
     for n, (ident, question, gold) in enumerate(items, start=1):
         t0 = time.perf_counter()
+        question = correct_spelling(question, lib.index, values=lib.values)  # as the app reads it
         masked = mask_question(question, lib.values)
         vector = lib.embedder.embed([masked])[0]
         found = match_library(question, vector, lib.index, lookup=lookup, values=lib.values, risk=risk,
@@ -285,7 +288,14 @@ def _cv_row(entry, found, idx, key_of: dict, fold_risk, threshold: float, runner
     }  # fmt: skip
 
 
-def cross_validated(*, cost: float = 10.0, progress: bool = True, dump: Path | None = None) -> dict:
+def cross_validated(
+    *,
+    cost: float = 10.0,
+    progress: bool = True,
+    dump: Path | None = None,
+    data: Path | None = None,
+    library: str = "train",
+) -> dict:
     """Error analysis on the library itself (train): grouped CV, every held-out question's outcome and
     miss cause, each answer judged by a risk model fitted without its fold. The only place to tune
     the matcher on; valid is measured, never read."""
@@ -293,7 +303,7 @@ def cross_validated(*, cost: float = 10.0, progress: bool = True, dump: Path | N
 
     _setup_django()
     started = time.perf_counter()
-    lib = build(load_split("train"), progress=progress)
+    lib = build(load_split(library, data), progress=progress, data=data)
     runner = Runner(lib.executor)
     observed: list = []
     risk, cv, _lookup = calibrate(
@@ -358,16 +368,26 @@ def _misses(lib: Library, risk, runner: Runner, scores: list, details: list) -> 
 
 
 def run(
-    *, cost: float = 10.0, limit: int | None = None, progress: bool = True, decisions: Path | None = None
+    *,
+    cost: float = 10.0,
+    limit: int | None = None,
+    progress: bool = True,
+    decisions: Path | None = None,
+    data: Path | None = None,
+    library: str = "train",
+    questions: str = "valid",
+    samples: tuple[float, ...] = (),
 ) -> dict:
+    """The library of split `library` asked every question of split `questions`; with `samples`, also
+    the same with libraries of those shares of the library's templates (sample_efficiency)."""
     from evaluation import metrics
 
     _setup_django()
     started = time.perf_counter()
-    train, valid = load_split("train"), load_split("valid")
+    train, valid = load_split(library, data), load_split(questions, data)
     if limit:
         valid = valid[:limit]
-    lib = build(train, progress=progress)
+    lib = build(train, progress=progress, data=data)
     runner = Runner(lib.executor)
     observed: list = []
     risk, cv, lookup = calibrate(
@@ -387,7 +407,7 @@ def run(
     rs = metrics.reliability_scores(scores)
     if decisions:  # ids and decisions only: never the valid questions' text
         write_decisions(decisions, lib, risk, cv, observed, details)
-    return {
+    result = {
         "questions": len(scores), "answerable": len(answerable), "answered": len(answered),
         "coverage": len(answered) / len(scores), "precision": correct / len(answered) if answered else None,
         "execution_accuracy": correct / len(answerable) if answerable else None, "rs": rs,
@@ -397,7 +417,85 @@ def run(
         "threshold": risk.threshold, "cv": {k: v for k, v in cv.items() if k != "fold_risks"}, "risk": risk.to_dict(), "seconds": time.perf_counter() - started,
         "library": {"examples": len(lib.index.entries), "templates": len(lib.index.families),
                     "not_templated": lib.entries_skipped, "build_s": round(lib.build_s, 1)},
+        "splits": {"library": library, "questions": questions},
     }  # fmt: skip
+    if progress and samples:  # the main numbers before the longer sampled runs
+        print(table(result), file=sys.stderr)
+    result["samples"] = sample_efficiency(lib, runner, valid, shares=samples, cost=cost, progress=progress)
+    return result
+
+
+SEEDS = (0, 1, 2)  # libraries sampled per share
+
+
+def sample_library(lib: Library, share: float, seed: int) -> Library:
+    """A library of `share` of `lib`'s templates, whole (every paraphrase of a template sampled goes in),
+    and the same share of its unanswerable examples: where a new hospital starts."""
+    import random
+
+    from core.match import UNANSWERABLE
+
+    rng = random.Random(seed)
+    keys = sorted(k for k in lib.index.members if k != UNANSWERABLE)
+    chosen = set(rng.sample(keys, max(1, round(share * len(keys)))))
+    unanswerable = list(lib.index.members.get(UNANSWERABLE, []))
+    keep = [i for k in sorted(chosen) for i in lib.index.members[k]]
+    keep += rng.sample(unanswerable, round(share * len(unanswerable)))
+    return dataclasses.replace(lib, index=lib.index.subset(sorted(keep)))
+
+
+def sample_efficiency(
+    lib: Library,
+    runner: Runner,
+    items: list,
+    *,
+    shares: tuple[float, ...],
+    cost: float,
+    progress: bool = True,
+) -> list[dict]:
+    """Coverage, precision and RS(10) with libraries of `shares` of the templates (SEEDS each), each
+    calibrated by its own grouped cross-validation: how askdb does from a small start."""
+    from evaluation import metrics
+
+    out = []
+    for share in shares:
+        for seed in SEEDS:
+            sub = sample_library(lib, share, seed)
+            risk, _cv, lookup = calibrate(sub, runner, cost=cost, progress=False)
+            scores, _details, _latency = evaluate(sub, runner, risk, lookup, items, progress=False)
+            answered = [s for s in scores if not s.abstained]
+            right = sum(1 for s in answered if s.answerable and s.correct)
+            row = {
+                "share": share, "seed": seed, "examples": len(sub.index.entries), "templates": len(sub.index.families),
+                "coverage": len(answered) / len(scores), "precision": right / len(answered) if answered else None,
+                "rs10": metrics.reliability_scores(scores)["10"], "threshold": risk.threshold,
+            }  # fmt: skip
+            if progress:
+                print(f"sample {share:.0%} seed {seed}: {row}", file=sys.stderr)
+            out.append(row)
+    return out
+
+
+def samples_table(rows: list[dict]) -> str:
+    """Per share: the mean (and range) over seeds of coverage, precision and RS(10)."""
+    lines = [
+        "| library (share of templates) | examples | coverage | precision | RS(10) |",
+        "|---|---|---|---|---|",
+    ]
+    for share in sorted({r["share"] for r in rows}):
+        group = [r for r in rows if r["share"] == share]
+        precisions = [r["precision"] for r in group if r["precision"] is not None]
+
+        def mean(xs: list) -> float:
+            return sum(xs) / len(xs) if xs else float("nan")
+
+        lines.append(
+            f"| {share:.0%} ({len(group)} seeds) | {mean([r['examples'] for r in group]):.0f} "
+            f"| {100 * mean([r['coverage'] for r in group]):.1f} % "
+            f"| {100 * mean(precisions):.2f} % | {mean([r['rs10'] for r in group]):.1f} "
+            f"({min(r['rs10'] for r in group):.1f} … {max(r['rs10'] for r in group):.1f}) |"
+        )
+    return "\n".join(lines)
 
 
 def write_decisions(path: Path, lib: Library, risk, cv: dict, observed: list, details: list) -> None:
@@ -438,11 +536,11 @@ def table(result: dict) -> str:
     rs = result["rs"]
     ans = result["answerability"]
     rows = [
-        ("questions (valid)", result["questions"]),
+        (f"questions ({result['splits']['questions']})", result["questions"]),
         ("answerable", result["answerable"]),
         ("library: examples / templates", f"{result['library']['examples']} / {result['library']['templates']}"),
         ("threshold P(correct) ≥ c/(c+1)", f"{result['threshold']:.3f}"),
-        ("cross-validated on train: coverage / precision", f"{result['cv']['coverage']} / {result['cv']['precision']}"),
+        (f"cross-validated on {result['splits']['library']}: coverage / precision", f"{result['cv']['coverage']} / {result['cv']['precision']}"),
         ("answered (coverage)", f"{result['answered']} ({100 * result['coverage']:.1f} %)"),
         ("precision of answers", f"{100 * result['precision']:.2f} %" if result["precision"] is not None else "-"),
         ("execution accuracy (answerable)", f"{100 * result['execution_accuracy']:.1f} %"),
@@ -460,7 +558,19 @@ def table(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cost", type=float, default=float(os.environ.get("ASKDB_WRONG_ANSWER_COST", 10)))
-    parser.add_argument("--limit", type=int, default=None, help="only the first N valid questions")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N questions")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=DATA,
+        help="a folder in EHRSQL's layout (SPLIT/data.json, SPLIT/label.json, mimic_iv.sqlite)",
+    )
+    parser.add_argument("--library", default="train", help="the split the library is made of")
+    parser.add_argument("--questions", default="valid", help="the split whose questions are asked")
+    parser.add_argument(
+        "--samples", default=os.environ.get("ASKDB_BENCH_SAMPLES", "0.1,0.3"),
+        help="also libraries of these shares of the templates (3 seeds each); '' for none",
+    )  # fmt: skip
     parser.add_argument(
         "--json", type=Path, default=None, help="also write the numbers (and wrong answers) here"
     )
@@ -480,15 +590,23 @@ def main(argv: list[str] | None = None) -> int:
         from core.match import calibrate
 
         calibrate.TEMPLATE_HOLDOUT = args.template_holdout
-    if not (DATA / "train" / "label.json").is_file():
-        print(f"EHRSQL data not found at {DATA}", file=sys.stderr)
+    if not (args.data / args.library / "label.json").is_file():
+        print(f"EHRSQL data not found at {args.data / args.library}", file=sys.stderr)
         return 1
     if args.cv:
-        print(json.dumps(cross_validated(cost=args.cost, dump=args.json), indent=1))
+        found = cross_validated(cost=args.cost, dump=args.json, data=args.data, library=args.library)
+        print(json.dumps(found, indent=1))
         return 0
-    result = run(cost=args.cost, limit=args.limit, decisions=args.decisions)
+    samples = tuple(float(x) for x in args.samples.split(",") if x.strip())
+    result = run(cost=args.cost, limit=args.limit, decisions=args.decisions, data=args.data,
+                 library=args.library, questions=args.questions, samples=samples)  # fmt: skip
     print(f"running on: {targets.machine()}\n")
     print(table(result))
+    if result["samples"]:
+        print(
+            f"\nsample efficiency (library: shares of {args.library}'s templates; questions: {args.questions})\n"
+        )
+        print(samples_table(result["samples"]))
     for w in result["wrong"][:20]:
         print(
             f"WRONG: {w['question']}\n  gold: {w['gold'][:300]}\n  sql:  {(w['sql'] or '')[:300]}",

@@ -144,6 +144,8 @@ class DjangoPorts:
         self.problems.extend(LIBRARY.value_problems(self.source))
         if not index.entries:
             return [], risk.threshold
+        # Typos read as the library spells them ("mnay femal patients"), before anything reads the question.
+        question = match.correct_spelling(question, index, values=values, catalog=self._catalog)
         masked = match.mask_question(question, values)
         masked_vector = self.embedder.embed([masked])[0]
         found = match.match_library(

@@ -3,6 +3,7 @@
 Read it in this order; each module says why it is as it is:
 
     words, spans, operators   how a question is read (word lists, value spans, operator words: data)
+    spelling                  typos corrected to the library's and the catalog's spelling, before reading
     reading                   the question read ONCE: a frozen `Reading` every rule looks at
     template, build           an approved example's SQL with typed slots; building one from an example
     values                    the database values a question names (the value index)
@@ -45,6 +46,7 @@ from core.match.risk import (
     out_of_fold,
 )
 from core.match.rules import RULES
+from core.match.spelling import correct_spelling
 from core.match.template import (
     TEMPLATE_VERSION,
     BindError,
@@ -80,6 +82,7 @@ __all__ = [
     "bind_sql",
     "build_template",
     "calibrate_library",
+    "correct_spelling",
     "cross_validate",
     "decide",
     "decide_answer",

@@ -15,14 +15,12 @@ from core.match.operators import operator_signature, opposite, ops_key, question
 from core.match.spans import VALUE, blank, periods
 from core.match.template import Template, template_key
 from core.match.values import ValueIndex, bare_column, columns_naming, value_names
-from core.match.words import NEUTRAL_WORDS, guard_sequence, guard_words, same_stem, stem
+from core.match.words import NEUTRAL_WORDS, NUMBER_WORDS, guard_sequence, guard_words, same_stem, stem
 
 UNANSWERABLE = "unanswerable"  # the key of the library's unanswerable examples
 # Number words are values ("top three" vs "top five"), never mere wording.
 NEUTRAL_STEMS = frozenset(map(stem, NEUTRAL_WORDS))
-NEVER_NEUTRAL = frozenset(
-    "zero one two three four five six seven eight nine ten eleven twelve twenty hundred".split()
-)
+NEVER_NEUTRAL = frozenset(NUMBER_WORDS) | {"one", "zero"}
 CORE_SHARE = 1.0  # a word this share of a template's paraphrases say is its subject: the question must say it
 OPTIONAL_TEMPLATES = 3  # a word some paraphrases leave out, in this many templates, is only wording
 SUBJECT_SHARE = 0.8  # a word this share of a template's paraphrases say is what it is about…

@@ -169,6 +169,9 @@ _ASKS_NAME = re.compile(
 _ASKS_TIME = re.compile(
     r"\b(?:what|which)\b[^?,]*?\b[a-z]+(?<!first)(?<!last)(?<!same)(?<!the)(?<!what)(?<!any) (?:time|date)\b(?!s)"
 )
+# "what was the time of the first heart rate measurement", "at what time …": the time is what is asked
+# for, though no word stands before "time" (issue 26: such a question was answered with the value).
+_ASKS_THE_TIME = re.compile(r"^(?:at )?what time\b|\b(?:what|which) (?:is|was|were) the (?:time|date)\b")
 _NOT_ASKING_TIME = re.compile(r"\bhow many\b|\bfor the (?:\w+ )?time\b|\bat the same time\b")
 
 
@@ -180,7 +183,8 @@ def asks_for_name(question: str) -> bool:
 def asks_for_time(question: str) -> bool:
     """Whether the question asks for a time as the thing it wants ("the last prescription time")."""
     text = " ".join(question.lower().replace("\u2019", "'").split())
-    return bool(_ASKS_TIME.search(text)) and not _NOT_ASKING_TIME.search(text)
+    asked = _ASKS_TIME.search(text) or _ASKS_THE_TIME.search(text)
+    return bool(asked) and not _NOT_ASKING_TIME.search(text)
 
 
 def unit_of_word(word: str) -> str:

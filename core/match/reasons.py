@@ -30,6 +30,9 @@ CONTRARY_WORDS = "contrary_words"
 WORDS_MISSING = "words_missing"
 WORDS_UNEXPLAINED = "words_unexplained"
 SQL_INVALID = "sql_invalid"
+SUBJECT_TABLE = "subject_table"  # about diagnoses, the template reads procedures (or the reverse)
+ASKS_VALUE = "asks_for_value"  # asks for a value, the template returns a time
+VALUE_LONGER = "value_longer"  # the bound value has no rows, a longer value of the same item has
 # Set by the engine after matching.
 GATE_DECLINED = "gate_declined"
 DISAGREE = "templates_disagree"

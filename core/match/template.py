@@ -42,9 +42,7 @@ from core.match.spans import (
 from core.match.words import INT_RE, NUMBER_RE
 
 # Bump when the algorithm changes so that stored templates (Example.template) are rebuilt.
-TEMPLATE_VERSION = (
-    6  # 6: periods ("last year") are slots; a number inside a name is part of it; 85.0 stays real
-)
+TEMPLATE_VERSION = 7  # 7: ICU care units are values; 6: periods ("last year") are slots; a number inside a name is part of it
 
 # Columns whose values the value index holds (metadata_admin.docs.VALUE_COLUMNS), by bare table name.
 # The pipeline core cannot import metadata_admin, so callers with a catalog pass `value_columns`.
@@ -63,6 +61,8 @@ DEFAULT_VALUE_COLUMNS = frozenset(
         ("microbiologyevents", "test_name"),
         ("prescriptions", "route"),
         ("transfers", "careunit"),
+        ("icustays", "first_careunit"),
+        ("icustays", "last_careunit"),
         ("admissions", "admission_location"),
         ("admissions", "admission_type"),
         ("admissions", "discharge_location"),

@@ -70,6 +70,7 @@ class ValueIndex:
         self.max_len = max((len(t) for t in self._by_text), default=0)
         self.columns = {c for d in self._by_text.values() for c in d}
         self._cache: dict[str, list[tuple[int, int, dict[str, str]]]] = {}
+        self._longer: dict[tuple[str, str], list[str]] = {}
 
     def __len__(self) -> int:
         return len(self._by_text)
@@ -114,6 +115,24 @@ class ValueIndex:
         """This index and the other names of its values the library's questions use (value_names)."""
         return _NamedValues(self, names) if len(names) else self
 
+    def longer(self, column: str, value: str, limit: int = 5) -> list[str]:
+        """Values of `column` that contain `value` as whole words and are longer ("potassium, whole
+        blood" for "potassium"), shortest first: what else a question naming `value` may mean."""
+        col, text = bare_column(column), " ".join(value.lower().split())
+        if not text:
+            return []
+        if (col, text) not in self._longer:  # one scan of the index per value asked: values recur
+            word = re.compile(r"(?<![a-z0-9])" + re.escape(text) + r"(?![a-z0-9])")
+            found = {
+                hit[col]
+                for t, hit in self._by_text.items()
+                if col in hit and len(t) > len(text) and text in t and word.search(t)
+            }
+            if len(self._longer) > 20000:
+                self._longer.clear()
+            self._longer[(col, text)] = sorted(found, key=lambda v: (len(v), v))
+        return self._longer[(col, text)][:limit]
+
 
 class _NamedValues(ValueIndex):
     """A value index and a small one of other names for its values, read as one; a database
@@ -126,6 +145,9 @@ class _NamedValues(ValueIndex):
 
     def __len__(self) -> int:
         return len(self.base)
+
+    def longer(self, column: str, value: str, limit: int = 5) -> list[str]:
+        return self.base.longer(column, value, limit)
 
     def _all(self, question: str) -> list[tuple[int, int, dict[str, str]]]:
         own = self.base._all(question)

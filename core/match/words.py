@@ -18,7 +18,7 @@ FUNCTION_WORDS = frozenset(
     """a an the of to for in on at by with from and or as is are was were be been being am has have had do does
     did what which who whom whose how when where why this that these those it its their his her him he she they
     them there s me my i you your we our us can could would should will please tell show give list find display
-    get let know want like any all some one""".split()
+    get let know want like any all some one database dataset db""".split()
 )
 # Words the operator signature already compares exactly; they are neutral in word overlap so that
 # "count the number of" and "how many" paraphrase each other when their operators agree.
@@ -33,11 +33,19 @@ OPERATOR_WORDS = frozenset(
 )
 NEUTRAL_WORDS = FUNCTION_WORDS | OPERATOR_WORDS
 
-# Number words questions use for counts and ranks ("one" is left out: "which one", "any one").
+# Number words questions use for counts, ranks and thresholds ("one" is left out: "which one", "any
+# one"): "the ten most common", "older than fifty", "more than twenty-five days".
+_UNITS = "zero one two three four five six seven eight nine".split()
+_TEENS = "ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split()
+_TENS = {
+    w: 10 * n for n, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), start=2)
+}
 NUMBER_WORDS = {
-    w: n
-    for n, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve".split())
-    if n >= 2
+    **{w: n for n, w in enumerate(_UNITS) if n >= 2},
+    **{w: n for n, w in enumerate(_TEENS, start=10)},
+    **_TENS,
+    **{f"{t}-{u}": n + k for t, n in _TENS.items() for k, u in enumerate(_UNITS) if k >= 1},
+    "hundred": 100,
 }
 
 # "/" joins digits to digits ("1/2", "12/2100") and letters to letters ("po/ng"), not "05/this".
@@ -87,6 +95,8 @@ _SYNONYMS = {
     word: group[0]
     for group in (
         ("lab", "laboratory"),
+        # "the 10 most common diagnoses" is "the top 10 most frequent diagnoses"
+        ("frequent", "frequently", "common", "commonly", "prevalent", "popular"),
         ("amount", "volume", "quantity"),
         ("procedure", "procedur", "surgery", "surgeri", "operation"),
         ("cost", "price", "bill", "charge", "expens", "expense", "expenditure", "spend", "spent", "paid"),

@@ -35,6 +35,8 @@ from core.match.rules import (
     asks_for,
     contrary_words,
     operators,
+    subject_table,
+    value_longer,
     value_placement,
     value_together,
     words_missing,
@@ -58,6 +60,8 @@ RULES: tuple[Rule, ...] = (
     Rule("operators", QUESTION, operators.check, alone=False),
     Rule("asks_for_name", QUESTION, asks_for.name),
     Rule("asks_for_time", QUESTION, asks_for.time),
+    Rule("asks_for_value", QUESTION, asks_for.value),
+    Rule("subject_table", QUESTION, subject_table.check),
     Rule("anchor", TEMPLATE, anchors.anchor, alone=False),
     Rule("fixed_value", TEMPLATE, anchors.fixed_value, alone=False),
     Rule("contrary_words", BOUND, contrary_words.check),
@@ -65,6 +69,7 @@ RULES: tuple[Rule, ...] = (
     Rule("words_unexplained", BOUND, words_unexplained.check),
     Rule("value_placement", SQL, value_placement.check),
     Rule("value_together", SQL, value_together.check),
+    Rule("value_longer", SQL, value_longer.check),
 )
 
 _BY_STAGE = {stage: tuple(r for r in RULES if r.stage == stage) for stage in (QUESTION, TEMPLATE, BOUND, SQL)}

@@ -3,6 +3,8 @@ answered with the time of the input, nor "what was the last prescription time" w
 
 from __future__ import annotations
 
+import re
+
 from core.match import reasons as R
 from core.match.binding import Bound
 from core.match.candidate import TemplateCandidate
@@ -23,4 +25,26 @@ def time(reading: Reading, candidate: TemplateCandidate, bound: Bound) -> list[R
     if reading.asks_time and (kind := answer_kind(candidate.template)) != "time":
         text = f"This question asks for a time, the verified question returns {KIND_WORDS.get(kind, kind)}."
         return [R.Reason(R.ASKS_TIME, text)]
+    return []
+
+
+# Words that say a time is wanted or at least talked of: a template that returns a time answers only
+# a question that says one of them ("when", "what time", "the date of", "how many days").
+TIME_WORDS = re.compile(
+    r"\b(?:when|whenever|time|times|timestamp|date|dates|day|days|hour|hours|moment|year|month|week)\b"
+)
+
+
+def value(reading: Reading, candidate: TemplateCandidate, bound: Bound) -> list[R.Reason]:
+    """The reverse of `time`: "what was the first lab test of patient X" is not answered with the
+    time of that test when the verified wording asks for a time ("what was the time of …"); a
+    paraphrase the library approved without a time word ("what was the first input of …") may be."""
+    if (
+        answer_kind(candidate.template) == "time"
+        and not TIME_WORDS.search(reading.lowered)
+        and TIME_WORDS.search(candidate.question.lower())  # the library never asked it without one
+    ):
+        return [
+            R.Reason(R.ASKS_VALUE, "This question asks for a value, the verified question returns a time.")
+        ]
     return []

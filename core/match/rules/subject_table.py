@@ -1,0 +1,68 @@
+"""The question's subject must be the template's table: a question about diagnoses is not answered
+from procedures, nor input events from output events, however its words fit the template's paraphrases.
+
+Why: EHRSQL's paraphrases are loose ("diagnosed with" is said of some procedure templates), and
+procedure and diagnosis titles overlap, so the meaning guard can pass a sibling template over the other
+table (issue 26: a procedure template answered a question about diagnoses). The words are read
+outside the question's named values ("drainage …, diagnostic" is a procedure's title, "bariatric
+surgery status" a diagnosis'), and only a question that names one side and not the other is judged.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+
+from core.match import reasons as R
+from core.match.binding import Bound
+from core.match.candidate import TemplateCandidate
+from core.match.reading import Reading
+from core.match.template import parse_sql
+
+# subject -> (what the question says of it, the tables that hold it); each pair is one choice.
+SUBJECTS = (
+    (
+        ("diagnoses", re.compile(r"\bdiagnos[a-z]*"), frozenset({"diagnoses_icd", "d_icd_diagnoses"})),
+        (
+            "procedures",
+            re.compile(r"\b(?:procedur[a-z]*|surger(?:y|ies)|surgical|operations?)\b"),
+            frozenset({"procedures_icd", "d_icd_procedures"}),
+        ),
+    ),
+    (
+        ("input events", re.compile(r"\b(?:inputs?|intakes?)\b"), frozenset({"inputevents"})),
+        ("output events", re.compile(r"\b(?:outputs?)\b"), frozenset({"outputevents"})),
+    ),
+)
+
+
+def check(reading: Reading, candidate: TemplateCandidate, bound: Bound) -> list[R.Reason]:
+    template = candidate.template
+    tables = template_tables(template.sql_template, template.dialect)
+    text = re.sub(r"\{[^}]*\}", " ", reading.masked.lower())  # named values out
+    for pair in SUBJECTS:
+        said = [s for s in pair if s[1].search(text)]
+        if len(said) != 1:
+            continue
+        name, _, own = said[0]
+        (other, _, theirs) = next(s for s in pair if s is not said[0])
+        if tables & theirs and not tables & own:
+            return [
+                R.Reason(
+                    R.SUBJECT_TABLE, f"This question is about {name}, the verified question about {other}."
+                )
+            ]
+    return []
+
+
+@functools.lru_cache(maxsize=4096)
+def template_tables(sql: str, dialect: str) -> frozenset[str]:
+    """The (unqualified, lower-case) tables a template's SQL reads."""
+    try:
+        tree = parse_sql(sql, dialect)
+    except (SqlglotError, ValueError, RecursionError):
+        return frozenset()
+    return frozenset(t.name.lower() for t in tree.find_all(exp.Table))

@@ -1,0 +1,186 @@
+"""Reading that tolerates how people write (spelling, number words) and the guard checks of issue 26's
+three wrong answers: each guard with the question that would get around it."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from core import match as L
+from core.match import mask_question
+from core.match import reasons as R
+from core.match.spans import extract_typed_spans
+from core.match.spelling import Speller, correct_spelling
+from tests.core.match.test_library import build_index, embed
+
+LIBRARY = [
+    "how many female patients are in the database?",
+    "count the number of patients older than 65.",
+    "how many times was patient 10001 admitted to the hospital?",
+    "what was the last potassium value of patient 10001?",
+]
+
+
+@pytest.mark.parametrize(
+    ("typed", "read"),
+    [
+        ("how mnay femal patients are in teh databse?", "how many female patients are in the database?"),
+        ("cuont the number of patients older than 60.", "count the number of patients older than 60."),
+        ("how many times was patient 10002 admited?", "how many times was patient 10002 admitted?"),
+        ("What was the LAST potasium value?", "What was the LAST potassium value?"),
+    ],
+)
+def test_misspelt_words_are_read_as_the_library_spells_them(typed, read):
+    assert Speller(LIBRARY).correct(typed) == read
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "what is the median age of patients?",  # a word, though one edit from nothing the library says
+        "how many patients older than 65 had sepsis?",  # a word the library does not use stays
+        "how many patients got ten doses?",  # "ten" and "the" are both near "teh", but "ten" is a word
+        "what was the last potasium value?".replace("potasium", "xq"),  # too short to guess
+    ],
+)
+def test_words_are_never_corrected_into_other_words(question):
+    assert Speller(LIBRARY).correct(question) == question
+
+
+def test_two_equally_near_spellings_are_not_chosen_between():
+    speller = Speller(["the cost of a visit", "the cast of a visit"])
+    assert speller.suggest("cxst") is None
+
+
+def test_a_database_value_the_question_names_is_kept_as_written():
+    values = L.ValueIndex({"prescriptions.drug": ["potasium chlorid"]})
+    index = build_index([(LIBRARY[3], "SELECT 1")])
+    question = "was potasium chlorid given to patient 10002?"
+    assert correct_spelling(question, index, values=values) == question
+
+
+@pytest.mark.parametrize(
+    ("question", "number"),
+    [("the ten most common diagnoses", "10"), ("patients older than fifty", "50"),
+     ("stays longer than twenty-five days", "25"), ("the top three drugs", "3")],
+)  # fmt: skip
+def test_number_words_are_numbers(question, number):
+    assert [s.value for s in extract_typed_spans(question)] == [number]
+
+
+# --- the guard checks of issue 26 ----------------------------------------------------------------
+
+DIAGNOSES = "SELECT COUNT(DISTINCT di.subject_id) FROM diagnoses_icd AS di JOIN d_icd_diagnoses AS d ON d.icd_code = di.icd_code WHERE d.long_title = '{v}'"
+PROCEDURES = "SELECT COUNT(DISTINCT pi.subject_id) FROM procedures_icd AS pi JOIN d_icd_procedures AS d ON d.icd_code = pi.icd_code WHERE d.long_title = '{v}'"
+TITLES = L.ValueIndex(
+    {
+        "d_icd_procedures.long_title": ["venous catheterization", "insertion of stent"],
+        "d_icd_diagnoses.long_title": ["atrial fibrillation", "bariatric surgery status"],
+    }
+)
+
+
+def exact(values: dict[str, list[str]]):
+    def lookup(column: str, text: str):
+        column = ".".join(column.lower().split(".")[-2:])
+        return [(v, 1.0) for v in values.get(column, []) if v.lower() == text.lower()]
+
+    return lookup
+
+
+def ask(index, question, values, lookup, probe=None):
+    vector = embed([mask_question(question, values)])[0]
+    return L.match_library(question, vector, index, lookup=lookup, values=values, probe=probe).best
+
+
+def test_a_question_about_diagnoses_is_not_answered_from_procedures():
+    index = build_index(
+        [
+            (
+                "how many patients were diagnosed with venous catheterization?",
+                PROCEDURES.format(v="venous catheterization"),
+            ),
+            ("how many patients underwent insertion of stent?", PROCEDURES.format(v="insertion of stent")),
+        ]
+    )
+    lookup = exact({"d_icd_procedures.long_title": ["venous catheterization", "insertion of stent"]})
+    best = ask(index, "how many patients were diagnosed with insertion of stent?", TITLES, lookup)
+    assert not best.hard_ok and R.SUBJECT_TABLE in best.reason_codes, best.reasons
+    # a procedure question is answered, and a diagnosis title that says "surgery" is no procedure
+    assert ask(index, "how many patients underwent venous catheterization?", TITLES, lookup).hard_ok
+
+
+def test_a_diagnosis_title_that_says_surgery_is_still_about_diagnoses():
+    index = build_index(
+        [
+            (
+                "how many patients were diagnosed with atrial fibrillation?",
+                DIAGNOSES.format(v="atrial fibrillation"),
+            ),
+            (
+                "count the patients diagnosed with atrial fibrillation.",
+                DIAGNOSES.format(v="atrial fibrillation"),
+            ),
+        ]
+    )
+    lookup = exact({"d_icd_diagnoses.long_title": ["atrial fibrillation", "bariatric surgery status"]})
+    best = ask(index, "how many patients were diagnosed with bariatric surgery status?", TITLES, lookup)
+    assert best.hard_ok, best.reasons
+
+
+TIME_SQL = "SELECT charttime FROM labevents WHERE subject_id = {p} ORDER BY charttime ASC LIMIT 1"
+
+
+def test_a_question_asking_for_a_value_is_not_answered_with_a_time():
+    index = build_index(
+        [
+            # paraphrases that say "time" only as a word no operator reads ("the time of")
+            ("what was the time of the first lab test of patient 10001?", TIME_SQL.format(p=10001)),
+            ("what was the first lab test time of patient 10003?", TIME_SQL.format(p=10003)),
+        ]
+    )
+    best = ask(index, "what was the first lab test of patient 10002?", TITLES, exact({}))
+    assert not best.hard_ok and R.ASKS_VALUE in best.reason_codes, best.reasons
+    assert ask(index, "what was the time of the first lab test of patient 10002?", TITLES, exact({})).hard_ok
+
+
+LAST_VALUE = (
+    "SELECT l.valuenum FROM labevents AS l JOIN d_labitems AS d ON d.itemid = l.itemid "
+    "WHERE l.subject_id = {p} AND d.label = '{v}' ORDER BY l.charttime DESC LIMIT 1"
+)
+LABELS = {"d_labitems.label": ["potassium", "potassium, whole blood", "glucose"]}
+
+
+@pytest.fixture
+def lab_db():
+    db = sqlite3.connect(":memory:")
+    db.executescript(
+        """
+        CREATE TABLE d_labitems (itemid INTEGER, label TEXT);
+        CREATE TABLE labevents (subject_id INTEGER, itemid INTEGER, charttime TEXT, valuenum REAL);
+        INSERT INTO d_labitems VALUES (1, 'potassium'), (2, 'potassium, whole blood'), (3, 'glucose');
+        INSERT INTO labevents VALUES (10002, 2, '2100-01-01', 4.1), (10003, 1, '2100-01-02', 3.9),
+                                     (10004, 3, '2100-01-03', 99);
+        """
+    )
+    return lambda sql: bool(db.execute(sql).fetchall())
+
+
+def test_a_value_with_no_rows_is_refused_when_a_longer_value_has_them(lab_db):
+    index = build_index(
+        [
+            (
+                "what was the last potassium value of patient 10001?",
+                LAST_VALUE.format(p=10001, v="potassium"),
+            ),
+            ("what was the last glucose value of patient 10005?", LAST_VALUE.format(p=10005, v="glucose")),
+        ]
+    )
+    values, lookup = L.ValueIndex(LABELS), exact(LABELS)
+    best = ask(index, "what was the last potassium value of patient 10002?", values, lookup, lab_db)
+    assert not best.hard_ok and R.VALUE_LONGER in best.reason_codes, best.reasons
+    assert "'potassium, whole blood'" in best.reasons[best.reason_codes.index(R.VALUE_LONGER)]
+    # the value has rows: answered; no longer value has rows either: an empty answer is the answer
+    assert ask(index, "what was the last potassium value of patient 10003?", values, lookup, lab_db).hard_ok
+    assert ask(index, "what was the last glucose value of patient 10002?", values, lookup, lab_db).hard_ok
