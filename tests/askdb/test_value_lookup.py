@@ -10,11 +10,15 @@ import sqlite3
 import psycopg
 import pytest
 from django.conf import settings as django_settings
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from askdb.adapters.library_cache import values_load
 from askdb.adapters.ports import DjangoPorts, source_probe, value_lookup
+from askdb.models import Run, StageEvent
+from askdb.services.examples import example_upsert
+from askdb.services.runs import question_submit_sync
 from metadata_admin.models import LinkableValue
 from metadata_admin.services import (
     clinical_source_refresh,
@@ -23,6 +27,7 @@ from metadata_admin.services import (
     source_introspect,
     source_register,
 )
+from tests.factories import make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -181,3 +186,26 @@ def test_a_sqlite_source_gets_the_same_value_table(tmp_path):
     assert value_lookup(source, executor, "prescriptions.drug", "insulin") == [("Insulin", 1.0)]
     assert executor.statements == []
     assert LinkableValue.objects.get(source=source, value="Heparin").frequency == 2
+
+
+def test_a_run_whose_value_lookup_ran_out_of_time_says_so_in_its_match_stage(source, settings):
+    """End to end: the library has a template for the question, the column's values are not kept
+    (an older load), and the clinical table is busy: the run's match stage names the lookup that
+    ran out of time instead of reading it as "no such drug"."""
+    settings.LLM_MODEL = ""
+    settings.ASKDB_VALUE_LOOKUP_TIMEOUT_S = settings.ASKDB_PROBE_TIMEOUT_S = 0.3
+    settings.ASKDB_VALUE_SCAN_TIMEOUT_S = settings.CLINICAL_STATEMENT_TIMEOUT_S = 0.3
+    reviewer = get_user_model().objects.filter(username="vl-rev").first() or make_user("vl-rev", "reviewer")
+    example_upsert(source=source, question="how many prescriptions of Acetaminophen are there?",
+                   sql="SELECT count(*) AS n FROM mimiciv_hosp.prescriptions WHERE drug = 'Acetaminophen'",
+                   approved_by=reviewer)  # fmt: skip
+    LinkableValue.objects.filter(source=source, key="prescriptions.drug").delete()
+    with locked("mimiciv_hosp.prescriptions", dsn=django_settings.CLINICAL_ADMIN_DATABASE_URL):
+        run = question_submit_sync(user=make_user("vl-ask", "researcher"), source=source,
+                                   text="how many prescriptions of Docusate Sodium are there?")  # fmt: skip
+    run = Run.objects.get(pk=run.pk)
+    assert run.answered_by != "library"
+    problems = StageEvent.objects.get(run=run, name="match").detail["value_problems"]
+    assert any(
+        "scanning mimiciv_hosp.prescriptions.drug for 'Docusate Sodium' failed" in p for p in problems
+    ), problems
