@@ -275,7 +275,12 @@ def test_a_long_query_runs_in_a_worker_answers_is_followed_cancelled_and_times_o
     assert AuditEvent.objects.filter(action="run.cancelled", target_id=str(cancelled.pk)).exists()
 
     assert (timed_out.status, timed_out.outcome) == ("failed", "timeout")
-    assert "rows of labevents and needed more than 0.5 s (the statement timeout)" in timed_out.message
+    assert "rows of labevents and needed more than 0.5 s (the long-query limit)" in timed_out.message
+    said = run_outcome(timed_out)
+    assert (
+        said.label == "Failed: the long query took too long"
+        and "ASKDB_LONG_QUERY_TIMEOUT_S" in said.next_step
+    )
     assert selectors.long_query_allowed(run=timed_out, user=user) != ""  # not again, at the same limit
 
 
