@@ -138,6 +138,17 @@ def test_a_large_query_is_announced_on_the_run_page_before_it_runs(source, llm, 
     assert estimate["sentence"] in client.get(f"/runs/{run.pk}/").content.decode()
 
 
+def test_a_large_query_on_sqlite_is_announced_from_the_table_sizes(sqlite_source, llm, settings):
+    settings.ASKDB_LARGE_QUERY_ROWS = 5000  # labevents' 6,000 rows count as large here
+    answerable(llm)
+    script_sql(llm, "SELECT count(*) AS n FROM labevents")
+    run = ask("How many lab results are there?", sqlite_source)
+    assert run.outcome == "answered", run.message
+    estimate = run.stages.get(name="estimate").detail
+    assert estimate["basis"] == "table sizes" and estimate["planner_cost"] is None
+    assert estimate["sentence"] == "This question reads about 6,000 rows of labevents: it may take a while."
+
+
 def test_a_small_query_over_a_small_table_is_not_planned_nor_announced(source, llm, settings):
     answerable(llm)
     script_sql(llm, "SELECT count(*) AS n FROM mimiciv_hosp.patients")
