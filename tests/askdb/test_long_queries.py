@@ -278,6 +278,8 @@ def test_a_long_query_runs_in_a_worker_answers_is_followed_cancelled_and_times_o
     assert answered.message.startswith("Answered by a long query in ")
     page = client.get(f"/runs/{answered.pk}/").content.decode()
     assert 'id="long-query"' in page and f"run {pairs.pk}</a>, which ran out of time" in page
+    page = client.get(f"/runs/{pairs.pk}/").content.decode()  # the timed-out run links to it
+    assert 'id="long-query-latest"' in page and f"run {answered.pk}</a> (answered)" in page
     actions = set(AuditEvent.objects.filter(target_id=str(answered.pk)).values_list("action", flat=True))
     assert {"run.long_query_started", "run.succeeded"} <= actions, actions
     assert AuditEvent.objects.filter(action="sql.executed", detail__purpose="long_query").exists()
