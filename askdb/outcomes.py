@@ -232,6 +232,14 @@ for _code, _kw in {
         tone="error",
         plain_message=True,  # the run's message names the limit it hit
     ),
+    "long_query_timeout": dict(  # a timeout of a long query (services.long_queries), refined below
+        label="Failed: the long query took too long",
+        sentence="The long query took longer than its limit and was stopped.",
+        next_step="Narrow the question: a shorter period, fewer patients, one measurement; or ask an admin "
+        "about a longer limit for long queries (ASKDB_LONG_QUERY_TIMEOUT_S).",
+        tone="error",
+        plain_message=True,  # the run's message names the limit and the query's size
+    ),
     "time_limit": dict(
         label="Failed: took too long",
         sentence="Answering took longer than askdb allows and was stopped.",
@@ -298,6 +306,8 @@ def run_outcome_code(run) -> str:
         return "read_only"
     if code == "ambiguous" and _mostly_failed(run.candidates):
         return "candidates_failed"
+    if code == "timeout" and getattr(run, "long_query_of_id", None):
+        return "long_query_timeout"
     return code
 
 

@@ -749,9 +749,11 @@ def long_query_allowed(*, run: Run, user) -> str:
 
 def long_query_progress(*, run: Run) -> dict:
     """What the run page says of a long query: of which run, its limit and how long it has run
-    (until now while it runs); {} for any other run."""
+    (until now while it runs). For a timed-out run, its latest long query ({"latest": run});
+    {} for any other run."""
     if run.long_query_of_id is None:
-        return {}
+        latest = run.long_queries.order_by("-pk").first() if run.outcome == "timeout" else None
+        return {"latest": latest} if latest is not None else {}
     end = run.finished_at or timezone.now()
     elapsed = (end - run.started_at).total_seconds() if run.started_at else 0.0
     return {"of_run": run.long_query_of_id, "limit_s": run.time_limit_s or 0, "elapsed_s": round(elapsed)}

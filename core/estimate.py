@@ -89,14 +89,16 @@ class QueryEstimate:
         }
 
 
-def timed_out_message(timeout_s: float, estimate: QueryEstimate | None = None) -> str:
+def timed_out_message(
+    timeout_s: float, estimate: QueryEstimate | None = None, limit: str = "the statement timeout"
+) -> str:
     """What a researcher reads when the question's query ran out of time: how big it is (when
     askdb knows), the limit it hit, and that the query's size, not the question's meaning,
     stopped it."""
     size = estimate.reads() if estimate is not None and estimate.known else ""
     head = (
-        f"This question {size} and needed more than {timeout_s:g} s (the statement timeout), so it was stopped"
+        f"This question {size} and needed more than {timeout_s:g} s ({limit}), so it was stopped"
         if size
-        else f"This question's query needed more than {timeout_s:g} s (the statement timeout) and was stopped"
+        else f"This question's query needed more than {timeout_s:g} s ({limit}) and was stopped"
     )
     return f"{head}: it reads more rows than fit in that time. This says nothing about whether the data can answer it."

@@ -142,7 +142,9 @@ def _long_query_run(run: Run, cancel: threading.Event) -> Run:
         if code == "cancelled" or cancel.is_set():
             return _ended(run, "cancelled", "", started)
         if code == "timeout":
-            return _ended(run, "timeout", timed_out_message(limit, _estimate(run)), started)
+            return _ended(
+                run, "timeout", timed_out_message(limit, _estimate(run), "the long-query limit"), started
+            )
         return _ended(run, "execution_error", str(exc), started)
     seconds = (timezone.now() - started).total_seconds()
     fields = dict(

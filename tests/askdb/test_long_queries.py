@@ -138,6 +138,17 @@ def test_a_large_query_is_announced_on_the_run_page_before_it_runs(source, llm, 
     assert estimate["sentence"] in client.get(f"/runs/{run.pk}/").content.decode()
 
 
+def test_a_large_query_on_sqlite_is_announced_from_the_table_sizes(sqlite_source, llm, settings):
+    settings.ASKDB_LARGE_QUERY_ROWS = 5000  # labevents' 6,000 rows count as large here
+    answerable(llm)
+    script_sql(llm, "SELECT count(*) AS n FROM labevents")
+    run = ask("How many lab results are there?", sqlite_source)
+    assert run.outcome == "answered", run.message
+    estimate = run.stages.get(name="estimate").detail
+    assert estimate["basis"] == "table sizes" and estimate["planner_cost"] is None
+    assert estimate["sentence"] == "This question reads about 6,000 rows of labevents: it may take a while."
+
+
 def test_a_small_query_over_a_small_table_is_not_planned_nor_announced(source, llm, settings):
     answerable(llm)
     script_sql(llm, "SELECT count(*) AS n FROM mimiciv_hosp.patients")
@@ -267,6 +278,8 @@ def test_a_long_query_runs_in_a_worker_answers_is_followed_cancelled_and_times_o
     assert answered.message.startswith("Answered by a long query in ")
     page = client.get(f"/runs/{answered.pk}/").content.decode()
     assert 'id="long-query"' in page and f"run {pairs.pk}</a>, which ran out of time" in page
+    page = client.get(f"/runs/{pairs.pk}/").content.decode()  # the timed-out run links to it
+    assert 'id="long-query-latest"' in page and f"run {answered.pk}</a> (answered)" in page
     actions = set(AuditEvent.objects.filter(target_id=str(answered.pk)).values_list("action", flat=True))
     assert {"run.long_query_started", "run.succeeded"} <= actions, actions
     assert AuditEvent.objects.filter(action="sql.executed", detail__purpose="long_query").exists()
@@ -275,7 +288,12 @@ def test_a_long_query_runs_in_a_worker_answers_is_followed_cancelled_and_times_o
     assert AuditEvent.objects.filter(action="run.cancelled", target_id=str(cancelled.pk)).exists()
 
     assert (timed_out.status, timed_out.outcome) == ("failed", "timeout")
-    assert "rows of labevents and needed more than 0.5 s (the statement timeout)" in timed_out.message
+    assert "rows of labevents and needed more than 0.5 s (the long-query limit)" in timed_out.message
+    said = run_outcome(timed_out)
+    assert (
+        said.label == "Failed: the long query took too long"
+        and "ASKDB_LONG_QUERY_TIMEOUT_S" in said.next_step
+    )
     assert selectors.long_query_allowed(run=timed_out, user=user) != ""  # not again, at the same limit
 
 
