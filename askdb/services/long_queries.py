@@ -153,9 +153,16 @@ def _long_query_run(run: Run, cancel: threading.Event) -> Run:
         outcome="answered" if result.row_count else "no_rows",
         message=f"Answered by a long query in {seconds:.0f} s (limit {limit:g} s).",
     )  # fmt: skip
-    if Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).exists():
-        _run_finish(run, status=Run.Status.SUCCEEDED, **fields)
+    _finish_if_running(run, status=Run.Status.SUCCEEDED, **fields)
     return Run.objects.get(pk=run.pk)
+
+
+def _finish_if_running(run: Run, **fields) -> None:
+    """End the run as `fields` say, unless it already ended (a cancel, the reaper): the row is
+    locked first, so a cancel at this moment is never overwritten by an answer."""
+    with transaction.atomic():
+        if Run.objects.select_for_update().filter(pk=run.pk, status=Run.Status.RUNNING).exists():
+            _run_finish(run, **fields)
 
 
 def _ended(run: Run, outcome: str, message: str, started) -> Run:
@@ -166,8 +173,8 @@ def _ended(run: Run, outcome: str, message: str, started) -> Run:
         audit_record(
             action="run.long_query_cancelled", target=run, message=f"statement stopped after {seconds:.0f} s"
         )
-    elif Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).exists():
-        _run_finish(run, status=Run.Status.FAILED, outcome=outcome, message=message, sql=run.sql)
+    else:
+        _finish_if_running(run, status=Run.Status.FAILED, outcome=outcome, message=message, sql=run.sql)
     return Run.objects.get(pk=run.pk)
 
 
