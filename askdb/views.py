@@ -120,6 +120,7 @@ def _run_context(request: HttpRequest, run: Run) -> dict:
         "result": _result_page(request, run),
         "answer": (answer := selectors.run_answer(run=run)),
         "single_value": _single_value(run, answer) if succeeded else None,
+        "single_label": (selectors.run_labels(run=run) or [None])[0] if succeeded else None,
         "chart": selectors.run_chart_spec(run=run) if succeeded else None,
         "changed_bindings": _changed_bindings(run),
         "can_cancel": not run.is_terminal and _may_act(request, run),
@@ -214,9 +215,15 @@ def _result_page(request: HttpRequest, run: Run) -> dict:
         page = int(request.GET.get("page", "1"))
     except ValueError:
         page = 1
-    return selectors.run_result_page(
+    result = selectors.run_result_page(
         run=run, page=page, sort=request.GET.get("sort", ""), descending=request.GET.get("desc") == "1"
     )
+    # The page reads labels and formatted cells; the names stay the sort keys (and the API's).
+    labels = selectors.run_labels(run=run)
+    result["headings"] = list(zip(result["columns"], labels, strict=False))
+    formats = [label.format for label in labels]
+    result["cells"] = [list(zip(row, formats, strict=False)) for row in result["rows"]]
+    return result
 
 
 @require_GET
@@ -269,7 +276,8 @@ def run_xlsx(request: HttpRequest, run_id: int) -> HttpResponse:
     run_export_record(run=run, user=request.user, fmt="xlsx", ip=_ip(request))
     book = Workbook(write_only=True)
     sheet = book.create_sheet("result")
-    sheet.append(list(run.result_columns))
+    sheet.append([label.heading for label in selectors.run_labels(run=run)])
+    sheet.append(list(run.result_columns))  # the names the SQL gives, for a script that reads the sheet
     for row in run.result_rows:
         sheet.append(list(row))
     info = book.create_sheet("query")
