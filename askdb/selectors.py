@@ -169,8 +169,10 @@ def run_result_page(
     }
 
 
-def run_result_csv_lines(*, run):
-    """The full stored result as CSV lines, for a streaming download."""
+def run_result_csv_lines(*, run, labels: bool = False):
+    """The full stored result as CSV lines, for a streaming download. With `labels` (the page's
+    download, for a person) the header reads the columns' labels and units; without (the API's,
+    for a script) the names the SQL gives."""
     buffer = io.StringIO()
     writer = csv.writer(buffer)
 
@@ -180,7 +182,7 @@ def run_result_csv_lines(*, run):
         writer.writerow(["" if v is None else v for v in values])
         return buffer.getvalue()
 
-    yield line([label.heading for label in run_labels(run=run)])  # the raw names are in the SQL
+    yield line([label.heading for label in run_labels(run=run)] if labels else (run.result_columns or []))
     for row in run.result_rows or []:
         yield line(row)
 
@@ -288,8 +290,9 @@ def run_labels(*, run) -> list[ColumnLabel]:
     columns = list(run.result_columns or [])
     labels: list[ColumnLabel] = []
     if columns:
-        dialect = getattr(run.source, "dialect", "") or "postgres"
-        catalog = column_labels(source=run.source, tables=sql_tables(run.sql, dialect)) if run.sql else {}
+        source = run.question.source
+        dialect = source.dialect or "postgres"
+        catalog = column_labels(source=source, tables=sql_tables(run.sql, dialect)) if run.sql else {}
         labels = result_labels(columns, sql=run.sql or "", dialect=dialect, catalog=catalog)
     run._column_labels = labels
     return labels

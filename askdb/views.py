@@ -262,7 +262,9 @@ def run_csv(request: HttpRequest, run_id: int) -> HttpResponse:
     if not run.result_columns:
         return _NO_RESULT()
     run_export_record(run=run, user=request.user, fmt="csv", ip=_ip(request))
-    response = StreamingHttpResponse(selectors.run_result_csv_lines(run=run), content_type="text/csv")
+    response = StreamingHttpResponse(
+        selectors.run_result_csv_lines(run=run, labels=True), content_type="text/csv"
+    )
     response["Content-Disposition"] = f'attachment; filename="askdb-run-{run.pk}.csv"'
     return response
 

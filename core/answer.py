@@ -92,9 +92,16 @@ def answer_sentence(question: str, columns: Sequence[str], rows: Sequence[Sequen
         return _one_value_sentence(question, labels[0], rows[0][0])
     if len(rows) == 1:
         return _one_row_sentence(labels, rows[0])
-    if len(columns) == 2 and all(_is_number(r[1]) or _is_suppressed(r[1]) for r in rows):
-        return _group_sentence(question, labels, rows, total)
+    if len(columns) > 1 and _is_group_table(rows):
+        # a group table: a category, then its numbers; the first number is the one stated
+        return _group_sentence(question, labels[:2], [r[:2] for r in rows], total)
     return _list_sentence(labels, rows, total)
+
+
+def _is_group_table(rows: Sequence[Sequence]) -> bool:
+    return all(_is_number(r[1]) or _is_suppressed(r[1]) for r in rows) and not all(
+        _is_number(r[0]) for r in rows
+    )
 
 
 def _is_number(value) -> bool:

@@ -233,7 +233,10 @@ def _same_word(a: str, b: str) -> bool:
         return True
     if min(len(a), len(b)) < 6 or abs(len(a) - len(b)) > 1:
         return False
-    return sum(x != y for x, y in zip(a, b, strict=False)) + abs(len(a) - len(b)) <= 1
+    if len(a) == len(b):
+        return sum(x != y for x, y in zip(a, b, strict=True)) <= 1
+    short, long = sorted((a, b), key=len)
+    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))  # one letter left out
 
 
 def value_is_mentioned(question: str, linked: LinkedValue, common: frozenset[str]) -> bool:
@@ -257,4 +260,4 @@ def value_is_mentioned(question: str, linked: LinkedValue, common: frozenset[str
     if said:
         return False
     term = linked.term.strip().lower()
-    return linked.method == "semantic" and " " not in term and term not in common
+    return linked.method == "semantic" and " " not in term and term not in common and term not in STOPWORDS
