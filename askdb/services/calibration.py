@@ -198,14 +198,21 @@ def library_suggestions_check(*, source, limit: int = SUGGESTIONS_CHECKED) -> st
 
 
 def answer_is_usable(rows: list) -> bool:
-    """Rows a person can read something from: one cell that is a value, not withheld ("<11"),
-    and not a lone 0 or empty result."""
+    """Rows a person can read something from: not empty, not a lone 0 or empty value, and not a
+    column of numbers all withheld as small cells ("<11")."""
     cells = [c for row in rows for c in row]
     if not cells:
         return False
     if len(cells) == 1 and (cells[0] in (0, None, "") or isinstance(cells[0], bool)):
         return False
-    return any(c is not None and not (isinstance(c, str) and SUPPRESSED.fullmatch(c.strip())) for c in cells)
+    withheld = {j for row in rows for j, c in enumerate(row) if _withheld(c)}
+    if any(all(_withheld(row[j]) or row[j] is None for row in rows) for j in withheld):
+        return False  # the numbers asked for are all withheld: three "<11" and no chart
+    return any(c is not None for c in cells)
+
+
+def _withheld(cell) -> bool:
+    return isinstance(cell, str) and bool(SUPPRESSED.fullmatch(cell.strip()))
 
 
 def _seed_rows(source, sql: str) -> int:
