@@ -15,6 +15,7 @@ from openpyxl import load_workbook
 from askdb.models import Question, Review, Run
 from askdb.roles import ADMIN, RESEARCHER, REVIEWER
 from askdb.selectors import methods_paragraph, run_provenance
+from askdb.services.runs import question_submit_sync
 from metadata_admin.models import ColumnDoc
 from metadata_admin.selectors import link_values
 from tests.factories import make_user
@@ -117,3 +118,19 @@ def test_an_icu_length_of_stay_question_links_no_values(source):
     assert linked == [], [(v.value, v.term, v.method) for v in linked]
     linked = link_values(source=source, question="How many patients got palliative care?")
     assert "Encounter for palliative care" in {v.value for v in linked}
+
+
+def test_how_askdb_got_this_lists_no_values_for_an_icu_length_of_stay_question(client, source):
+    """End to end (no LLM): the question is asked, retrieval records what it linked, the run page
+    shows it under "How askdb got this"."""
+    ann = make_user("ann", RESEARCHER)
+    run = question_submit_sync(
+        user=ann, text="What is the average ICU length of stay by care unit?", source=source
+    )
+    run = Run.objects.get(pk=run.pk)
+    assert run.retrieval["tables"] and run.retrieval["values"] == []
+    client.force_login(ann)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert "Values mentioned" not in page
+    for shouting in ("Encounter for palliative care", "Height", "Subendocardial infarction"):
+        assert shouting not in page
