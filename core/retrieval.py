@@ -244,20 +244,23 @@ def value_is_mentioned(question: str, linked: LinkedValue, common: frozenset[str
 
     `common` is the catalog's vocabulary: the words its table and column documentation uses
     ("care", "length", "unit", "height"). A value is linked when the question says all of its
-    words, more than one of them, or one the catalog does not use in general (a clinical term:
-    "palliative", "sepsis"); a semantic match that shares no word is linked only for a word
-    outside that vocabulary (an abbreviation: "hgb" → Hemoglobin). One common word inside a
-    long title ("care" in "Encounter for palliative care") or a near word ("length" ~ "Height")
-    is not a mention.
+    words, more than one of them, or its head term (its first word) when that is not an everyday
+    word of the catalog ("sepsis" → "Sepsis, unspecified organism", "sodium" → "Sodium, Whole
+    Blood", not "Docusate Sodium"); a semantic match that shares no word is linked only for a word
+    outside that vocabulary (an abbreviation: "hgb" → Hemoglobin). One word inside a long title
+    ("care" in "Encounter for palliative care", "via" in "Drainage … Via Natural Opening") or a
+    near word ("length" ~ "Height") is not a mention.
     """
     asked = content_words(question)
     words = content_words(linked.value)
     if not words:
         return linked.value.strip().lower() in question.lower()
     said = {w for w in words if any(_same_word(w, q) for q in asked)}
-    if said == set(words) or len(said) > 1 or any(w not in common for w in said):
+    if said == set(words) or len(said) > 1:
+        return True
+    if said == {words[0]} and words[0] not in common:  # the value's head term: "Sepsis, unspecified organism"
         return True
     if said:
         return False
     term = linked.term.strip().lower()
-    return linked.method == "semantic" and " " not in term and term not in common and term not in STOPWORDS
+    return linked.method == "semantic" and " " not in term and term not in common | STOPWORDS

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -338,15 +339,16 @@ def column_labels(*, source: ClinicalSource, tables: list[str]) -> dict[str, Col
     return out
 
 
+COMMON_IN_DOCS = 3  # docs (a table's, or a column's meaning) that use a word before it is everyday
 _VOCABULARY: dict[int, tuple[tuple, frozenset[str]]] = {}
 _VOCABULARY_LOCK = threading.Lock()
 
 
 def catalog_vocabulary(*, source: ClinicalSource) -> frozenset[str]:
-    """The words a source's documentation uses (descriptions, purposes, grains, synonyms, column
-    names and meanings): the everyday words of this schema, against which value linking judges
-    whether a question's word names a value or just talks about the data. Cached per process
-    until a table doc changes (an edit saves its table doc)."""
+    """The words a source's documentation uses again and again (in descriptions, purposes,
+    grains, synonyms, column names and meanings): the everyday words of this schema, against
+    which value linking judges whether a question's word names a value or just talks about the
+    data. Cached per process until a table doc changes (an edit saves its table doc)."""
     stamp = tuple(
         TableDoc.objects.filter(source=source).aggregate(n=Count("id"), at=Max("updated_at")).values()
     )
@@ -354,13 +356,16 @@ def catalog_vocabulary(*, source: ClinicalSource) -> frozenset[str]:
         cached = _VOCABULARY.get(source.pk)
         if cached is not None and cached[0] == stamp:
             return cached[1]
-    words: set[str] = set()
+    # A word is everyday when several docs use it ("care", "stay", "unit"); a clinical term one
+    # table's doc names as an example ("sodium", "GCS") is still a term.
+    seen: Counter[str] = Counter()
     for row in TableDoc.objects.filter(source=source).values_list(
         "name", "description", "purpose", "grain", "synonyms"
     ):
-        words.update(content_words(" ".join(str(part) for part in row).replace("_", " ")))
+        seen.update(set(content_words(" ".join(str(part) for part in row).replace("_", " "))))
     for row in ColumnDoc.objects.filter(table__source=source).values_list("name", "meaning"):
-        words.update(content_words(" ".join(row).replace("_", " ")))
+        seen.update(set(content_words(" ".join(row).replace("_", " "))))
+    words = {w for w, n in seen.items() if n >= COMMON_IN_DOCS}
     vocabulary = frozenset(words)
     with _VOCABULARY_LOCK:
         _VOCABULARY[source.pk] = (stamp, vocabulary)

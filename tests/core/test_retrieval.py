@@ -120,6 +120,7 @@ def test_an_icu_length_of_stay_question_links_no_title_and_no_item():
         ("Height", "length", "semantic"),
         ("Subendocardial infarction", "icu", "semantic"),
         ("Hypertensive chronic kidney disease", "unit", "semantic"),
+        ("Encounter for palliative care", "palliative", "fuzzy"),  # a word inside it, not its head
     ]:
         assert not value_is_mentioned(question, _lv(value, term, method), COMMON), value
 
@@ -127,7 +128,7 @@ def test_an_icu_length_of_stay_question_links_no_title_and_no_item():
 def test_a_value_is_linked_when_the_question_says_it():
     said = [
         ("How many patients got palliative care?", "Encounter for palliative care", "palliative care"),
-        ("patients with sepsis", "Sepsis, unspecified organism", "sepsis"),  # a word the docs never use
+        ("patients with sepsis", "Sepsis, unspecified organism", "sepsis"),  # its head term, not everyday
         ("average height of patients", "Height", "height"),  # the whole value
         (
             "patients with chronic kidney disease",
@@ -145,5 +146,7 @@ def test_a_value_is_linked_when_the_question_says_it():
         assert value_is_mentioned(question, _lv(value, term), COMMON), value
     # an abbreviation the catalog does not use is linked by meaning ("hgb" → Hemoglobin) …
     assert value_is_mentioned("lowest hgb of patient 7", _lv("Hemoglobin", "hgb", "semantic"), COMMON)
-    # … but one common word is not a mention of a longer value, even spelled out
+    # … but one common word is not a mention of a longer value, even spelled out, nor a word inside it
     assert not value_is_mentioned("heart rate of patient 7", _lv("Heart failure", "heart"), COMMON)
+    assert not value_is_mentioned("sodium below 130", _lv("Docusate Sodium", "sodium"), COMMON)
+    assert value_is_mentioned("sodium below 130", _lv("Sodium, Whole Blood", "sodium"), COMMON)
