@@ -194,7 +194,8 @@ def library_suggestions_check(*, source, limit: int = SUGGESTIONS_CHECKED) -> st
             usable = answer_is_usable(result.rows)
         good, bad = good + usable, bad + (not usable)
         Example.objects.filter(pk=example.pk).update(answers_as_is=usable)
-    return f"{good} suggested questions checked to answer on this data ({bad} that return nothing usable not shown)"
+    return (f"{good + bad} library questions asked on the data: {good} answer and may be suggested, "
+            f"{bad} return nothing to read (0, no rows or only small cells) and are not")  # fmt: skip
 
 
 def answer_is_usable(rows: list) -> bool:
