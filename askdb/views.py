@@ -23,6 +23,7 @@ from django.utils.html import format_html
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from openpyxl import Workbook
+from openpyxl.cell import WriteOnlyCell
 
 from askdb import health, selectors, selectors_requests
 from askdb.models import Review, Run
@@ -278,8 +279,8 @@ def run_xlsx(request: HttpRequest, run_id: int) -> HttpResponse:
     run_export_record(run=run, user=request.user, fmt="xlsx", ip=_ip(request))
     book = Workbook(write_only=True)
     sheet = book.create_sheet("result")
-    sheet.append([label.heading for label in selectors.run_labels(run=run)])
-    sheet.append(list(run.result_columns))  # the names the SQL gives, for a script that reads the sheet
+    sheet.append(_text_cells(sheet, [label.heading for label in selectors.run_labels(run=run)]))
+    sheet.append(_text_cells(sheet, run.result_columns))  # the SQL's names, for a script that reads the sheet
     for row in run.result_rows:
         sheet.append(list(row))
     info = book.create_sheet("query")
@@ -296,6 +297,16 @@ def run_xlsx(request: HttpRequest, run_id: int) -> HttpResponse:
         filename=f"askdb-run-{run.pk}.xlsx",
         content_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
     )
+
+
+def _text_cells(sheet, values) -> list[WriteOnlyCell]:
+    """Header cells written as text: openpyxl writes a string starting with "=" as a formula."""
+    cells = []
+    for value in values:
+        cell = WriteOnlyCell(sheet, value=str(value))
+        cell.data_type = "s"
+        cells.append(cell)
+    return cells
 
 
 @require_POST

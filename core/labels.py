@@ -142,10 +142,12 @@ class ColumnLabel:
 
     @property
     def heading(self) -> str:
-        """The label with its unit, for a table header or a chart axis."""
-        if self.unit and f"({self.unit})" not in self.label:
-            return f"{self.label} ({self.unit})"
-        return self.label
+        """The label with its unit, for a table header or a chart axis (never starting like a
+        spreadsheet formula: "=", "+", "-", "@")."""
+        label = self.label.lstrip("=+-@ \t\r\n") or self.name
+        if self.unit and f"({self.unit})" not in label:
+            return f"{label} ({self.unit})"
+        return label
 
 
 def draft_label(name: str, meaning: str = "", *, table: str = "") -> ColumnLabel:

@@ -333,8 +333,10 @@ def column_labels(*, source: ClinicalSource, tables: list[str]) -> dict[str, Col
         if key in out:
             continue
         draft = draft_label(c.name, c.meaning, table=c.table.name)
+        # A spreadsheet reads a header starting with "=", "+", "-" or "@" as a formula: never write one.
+        label = (c.label or "").lstrip("=+-@ \t\r\n") or draft.label
         out[key] = ColumnLabel(
-            c.name, c.label or draft.label, c.unit or draft.unit, c.display_format or draft.format
+            c.name, label, c.unit.lstrip("=+-@ ") or draft.unit, c.display_format or draft.format
         )
     return out
 

@@ -134,3 +134,22 @@ def test_how_askdb_got_this_lists_no_values_for_an_icu_length_of_stay_question(c
     assert "Values mentioned" not in page
     for shouting in ("Encounter for palliative care", "Height", "Subendocardial infarction"):
         assert shouting not in page
+
+
+def test_a_curated_label_cannot_become_a_spreadsheet_formula(client, source):
+    """Attack on the labels: an admin's label (or a SQL alias) starting with "=" would be a formula
+    in the Excel download and the CSV opened in a spreadsheet."""
+    ColumnDoc.objects.filter(table__name="icustays", name="first_careunit").update(
+        label='=HYPERLINK("http://evil.example","click")'
+    )
+    ann = make_user("ann", RESEARCHER)
+    client.force_login(ann)
+    run = _run(source, ann)
+    headers = next(
+        csv.reader(io.StringIO(b"".join(client.get(f"/runs/{run.pk}/result.csv").streaming_content).decode()))
+    )
+    assert not any(h.startswith(("=", "+", "-", "@")) for h in headers), headers
+    book = load_workbook(io.BytesIO(b"".join(client.get(f"/runs/{run.pk}/result.xlsx").streaming_content)))
+    first, second = list(book["result"].iter_rows(min_row=1, max_row=2))
+    assert all(c.data_type == "s" for c in (*first, *second))
+    assert first[0].value == 'HYPERLINK("http://evil.example","click")'
