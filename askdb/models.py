@@ -259,6 +259,10 @@ class Example(models.Model):
     template_key = models.CharField(max_length=16, blank=True, db_index=True)
     masked_embedding = VectorField(null=True, blank=True)
     origin = models.CharField(max_length=16, default="review")  # review | correction | import | demo
+    # Asked as it stands on its source, does it return an answer a person can read (rows, not all
+    # withheld as small cells)? None: not checked. Only a True example is offered as a suggestion
+    # once any is checked (askdb.services.calibration.library_suggestions_check).
+    answers_as_is = models.BooleanField(null=True, blank=True)
     origin_run = models.ForeignKey(
         Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="library_examples"
     )

@@ -25,10 +25,12 @@ from askdb.models import Example, Review, Run
 from askdb.roles import ADMIN, user_role
 from core import disclosure, privacy
 from core.answer import answer_sentence
+from core.labels import ColumnLabel, result_labels, sql_tables
 from core.match.spans import ADMISSION_ID, PATIENT_ID, STAY_ID
 from core.validation import SqlValidationError, referenced_tables
 from infra.audit.models import AuditEvent
 from metadata_admin.models import TableDoc
+from metadata_admin.selectors import column_labels
 
 IDENTIFIER_SLOTS = {PATIENT_ID, ADMISSION_ID, STAY_ID}
 
@@ -167,8 +169,10 @@ def run_result_page(
     }
 
 
-def run_result_csv_lines(*, run):
-    """The full stored result as CSV lines, for a streaming download."""
+def run_result_csv_lines(*, run, labels: bool = False):
+    """The full stored result as CSV lines, for a streaming download. With `labels` (the page's
+    download, for a person) the header reads the columns' labels and units; without (the API's,
+    for a script) the names the SQL gives."""
     buffer = io.StringIO()
     writer = csv.writer(buffer)
 
@@ -178,7 +182,7 @@ def run_result_csv_lines(*, run):
         writer.writerow(["" if v is None else v for v in values])
         return buffer.getvalue()
 
-    yield line(run.result_columns or [])
+    yield line([label.heading for label in run_labels(run=run)] if labels else (run.result_columns or []))
     for row in run.result_rows or []:
         yield line(row)
 
@@ -257,8 +261,10 @@ def run_chart_spec(*, run) -> dict | None:
         return None
     else:
         kind = "bar"
+    labels = run_labels(run=run)
     return {"type": kind, "labels": ["NULL" if x is None else str(x) for x in xs], "values": ys,
-            "x": columns[xi], "y": columns[yi], "suppressed": len(hidden)}  # fmt: skip
+            "x": labels[xi].heading, "y": labels[yi].heading, "x_name": columns[xi], "y_name": columns[yi],
+            "suppressed": len(hidden)}  # fmt: skip
 
 
 def run_answer(*, run) -> str:
@@ -269,7 +275,27 @@ def run_answer(*, run) -> str:
     if run.summary:
         return run.summary
     rows = (run.result_rows or [])[:50]
-    return answer_sentence(run.question.text, run.result_columns, rows, row_count=run.row_count)
+    return answer_sentence(
+        run.question.text, run.result_columns, rows, row_count=run.row_count, labels=run_labels(run=run)
+    )
+
+
+def run_labels(*, run) -> list[ColumnLabel]:
+    """How each result column is shown (label, unit, format): the catalog's labels of the columns
+    the SQL reads, an aggregate's word before its column's label, drafts for the rest. Kept on the
+    run object, so a page that shows the table, the chart and the sentence asks the catalog once."""
+    cached = getattr(run, "_column_labels", None)
+    if cached is not None:
+        return cached
+    columns = list(run.result_columns or [])
+    labels: list[ColumnLabel] = []
+    if columns:
+        source = run.question.source
+        dialect = source.dialect or "postgres"
+        catalog = column_labels(source=source, tables=sql_tables(run.sql, dialect)) if run.sql else {}
+        labels = result_labels(columns, sql=run.sql or "", dialect=dialect, catalog=catalog)
+    run._column_labels = labels
+    return labels
 
 
 def run_may_act(*, user, run) -> bool:
@@ -523,11 +549,11 @@ def run_provenance(*, run) -> Provenance:
     action, reviewer, reviewed_at = "", "", None
     if approval is not None:
         action = approval.action
-        reviewer = approval.reviewer.get_username() if approval.reviewer else "(deleted user)"
+        reviewer = _person(approval.reviewer) if approval.reviewer else "(deleted user)"
         reviewed_at = approval.created_at
     elif run.answered_by == "library" and run.example is not None and run.example.approved_at:
         action = "example"
-        reviewer = run.example.approved_by.get_username() if run.example.approved_by else ""
+        reviewer = _person(run.example.approved_by) if run.example.approved_by else ""
         reviewed_at = run.example.approved_at
     source = run.question.source
 
@@ -564,6 +590,11 @@ def run_provenance(*, run) -> Provenance:
     )
 
 
+def _person(user) -> str:
+    """A user as a paper names them: the full name when set, else the username."""
+    return (user.get_full_name() or "").strip() or user.get_username()
+
+
 def methods_paragraph(p: Provenance) -> str:
     """A paragraph for a paper's methods section: where the data came from, which SQL, how the
     query was made and who verified it. Says plainly when nothing verified it."""
@@ -589,11 +620,11 @@ def methods_paragraph(p: Provenance) -> str:
     if p.review_status == "flagged":
         checked = "was flagged as wrong by a reviewer and should not be relied on"
     elif p.review_action == "approve":
-        checked = f"approved by reviewer {p.reviewer}{when}"
+        checked = f"approved by {p.reviewer or 'a reviewer'}{when}"
     elif p.review_action == "correct":
-        checked = f"corrected and approved by reviewer {p.reviewer}{when}"
+        checked = f"corrected and approved by {p.reviewer or 'a reviewer'}{when}"
     elif p.review_action == "example":
-        checked = f"that example was approved by reviewer {p.reviewer}{when}"
+        checked = f"that example was approved by {p.reviewer or 'a reviewer'}{when}"
     elif p.review_status == "pending":
         checked = "it has not been reviewed yet"
     else:
@@ -633,13 +664,16 @@ def library_suggestions(
     whole population come first: one about a given patient, admission or stay returns nothing on
     a source that lacks that individual (the demo's synthetic patients are not the library's).
     With the asker's `policy`, only questions whose answer they may see (an aggregate-only user
-    is offered no listing)."""
+    is offered no listing). Once the library was asked on the source (library_suggestions_check,
+    when the demo loads), only questions that answered with something to read."""
     examples = list(
         Example.objects.filter(source=source, kind=Example.Kind.ANSWERABLE, status=Example.Status.ACTIVE)
         .exclude(template={})
         .defer("embedding")
         .order_by("id")[:400]
     )
+    if any(e.answers_as_is is not None for e in examples):  # checked on this data: offer what answers
+        examples = [e for e in examples if e.answers_as_is]
     examples.sort(key=_names_an_individual)  # stable: library order within each kind
     seen: set[tuple[str, ...]] = set()
     first = []  # one per set of tables first, then the rest in order

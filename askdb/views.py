@@ -23,6 +23,7 @@ from django.utils.html import format_html
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from openpyxl import Workbook
+from openpyxl.cell import WriteOnlyCell
 
 from askdb import health, selectors, selectors_requests
 from askdb.models import Review, Run
@@ -121,6 +122,7 @@ def _run_context(request: HttpRequest, run: Run) -> dict:
         "result": _result_page(request, run),
         "answer": (answer := selectors.run_answer(run=run)),
         "single_value": _single_value(run, answer) if succeeded else None,
+        "single_label": (selectors.run_labels(run=run) or [None])[0] if succeeded else None,
         "chart": selectors.run_chart_spec(run=run) if succeeded else None,
         "changed_bindings": _changed_bindings(run),
         "can_cancel": not run.is_terminal and _may_act(request, run),
@@ -220,9 +222,15 @@ def _result_page(request: HttpRequest, run: Run) -> dict:
         page = int(request.GET.get("page", "1"))
     except ValueError:
         page = 1
-    return selectors.run_result_page(
+    result = selectors.run_result_page(
         run=run, page=page, sort=request.GET.get("sort", ""), descending=request.GET.get("desc") == "1"
     )
+    # The page reads labels and formatted cells; the names stay the sort keys (and the API's).
+    labels = selectors.run_labels(run=run)
+    result["headings"] = list(zip(result["columns"], labels, strict=False))
+    formats = [label.format for label in labels]
+    result["cells"] = [list(zip(row, formats, strict=False)) for row in result["rows"]]
+    return result
 
 
 @require_GET
@@ -261,7 +269,9 @@ def run_csv(request: HttpRequest, run_id: int) -> HttpResponse:
     if not run.result_columns:
         return _NO_RESULT()
     run_export_record(run=run, user=request.user, fmt="csv", ip=_ip(request))
-    response = StreamingHttpResponse(selectors.run_result_csv_lines(run=run), content_type="text/csv")
+    response = StreamingHttpResponse(
+        selectors.run_result_csv_lines(run=run, labels=True), content_type="text/csv"
+    )
     response["Content-Disposition"] = f'attachment; filename="askdb-run-{run.pk}.csv"'
     return response
 
@@ -275,7 +285,8 @@ def run_xlsx(request: HttpRequest, run_id: int) -> HttpResponse:
     run_export_record(run=run, user=request.user, fmt="xlsx", ip=_ip(request))
     book = Workbook(write_only=True)
     sheet = book.create_sheet("result")
-    sheet.append(list(run.result_columns))
+    sheet.append(_text_cells(sheet, [label.heading for label in selectors.run_labels(run=run)]))
+    sheet.append(_text_cells(sheet, run.result_columns))  # the SQL's names, for a script that reads the sheet
     for row in run.result_rows:
         sheet.append(list(row))
     info = book.create_sheet("query")
@@ -292,6 +303,16 @@ def run_xlsx(request: HttpRequest, run_id: int) -> HttpResponse:
         filename=f"askdb-run-{run.pk}.xlsx",
         content_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
     )
+
+
+def _text_cells(sheet, values) -> list[WriteOnlyCell]:
+    """Header cells written as text: openpyxl writes a string starting with "=" as a formula."""
+    cells = []
+    for value in values:
+        cell = WriteOnlyCell(sheet, value=str(value))
+        cell.data_type = "s"
+        cells.append(cell)
+    return cells
 
 
 @require_POST

@@ -215,3 +215,52 @@ def _shortest_path(a: str, b: str, neighbours: dict[str, set[str]]) -> list[str]
                 prev[n] = node
                 queue.append(n)
     return []
+
+
+# --------------------------------------------------------------------------- value linking: what a question says
+
+_VALUE_WORD = re.compile(r"[a-z0-9]+")
+
+
+def content_words(text: str) -> list[str]:
+    """The words of a text that can name a value: lower case, no stopwords, no one-letter words."""
+    return [w for w in _VALUE_WORD.findall(text.lower()) if len(w) > 1 and w not in STOPWORDS]
+
+
+def _same_word(a: str, b: str) -> bool:
+    """One word, allowing a plural and a typo in a long word ("hemoglobn" is "hemoglobin")."""
+    if a == b or a.rstrip("s") == b.rstrip("s"):
+        return True
+    if min(len(a), len(b)) < 6 or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        return sum(x != y for x, y in zip(a, b, strict=True)) <= 1
+    short, long = sorted((a, b), key=len)
+    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))  # one letter left out
+
+
+def value_is_mentioned(question: str, linked: LinkedValue, common: frozenset[str]) -> bool:
+    """Whether the question says this value, not just brushes against it.
+
+    `common` is the catalog's vocabulary: the words its table and column documentation uses
+    ("care", "length", "unit", "height"). A value is linked when the question says all of its
+    words, more than one of them, or its head term (its first word) when that is not an everyday
+    word of the catalog ("sepsis" → "Sepsis, unspecified organism", "sodium" → "Sodium, Whole
+    Blood", not "Docusate Sodium"); a semantic match that shares no word is linked only for a word
+    outside that vocabulary (an abbreviation: "hgb" → Hemoglobin). One word inside a long title
+    ("care" in "Encounter for palliative care", "via" in "Drainage … Via Natural Opening") or a
+    near word ("length" ~ "Height") is not a mention.
+    """
+    asked = content_words(question)
+    words = content_words(linked.value)
+    if not words:
+        return linked.value.strip().lower() in question.lower()
+    said = {w for w in words if any(_same_word(w, q) for q in asked)}
+    if said == set(words) or len(said) > 1:
+        return True
+    if said == {words[0]} and words[0] not in common:  # the value's head term: "Sepsis, unspecified organism"
+        return True
+    if said:
+        return False
+    term = linked.term.strip().lower()
+    return linked.method == "semantic" and " " not in term and term not in common | STOPWORDS

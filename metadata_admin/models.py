@@ -14,6 +14,8 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from pgvector.django import VectorField
 
+from core.labels import FORMATS
+
 
 class DisclosureMode(models.TextChoices):
     SUPPRESS = "suppress", "suppress small cells"
@@ -190,6 +192,13 @@ class ColumnDoc(models.Model):
     sensitive = models.BooleanField(default=False)
     # Distinct values of this column go into the value index (value linking).
     value_index = models.BooleanField(default=False)
+    # How results show this column (core/labels.py): blank = drafted from the name and meaning.
+    label = models.CharField(max_length=200, blank=True, help_text="display name, e.g. “ICU length of stay”")
+    unit = models.CharField(max_length=32, blank=True, help_text="unit of its values, e.g. “days”")
+    display_format = models.CharField(
+        max_length=16, blank=True, choices=[(f, f or "by type") for f in FORMATS],
+        help_text="how values are written: integer, decimal, percent, date, code (as is) or by type",
+    )  # fmt: skip
 
     class Meta:
         ordering = ["table", "position", "name"]

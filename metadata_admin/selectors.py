@@ -5,20 +5,24 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.db import connection, transaction
-from django.db.models import Count, Prefetch, Q
+from django.db.models import Count, Max, Prefetch, Q
 
+from core.labels import ColumnLabel, draft_label
 from core.retrieval import (
     Edge,
     LinkedValue,
     RankedTable,
     TableProfile,
     Weights,
+    content_words,
     question_terms,
     rank_tables,
+    value_is_mentioned,
 )
 from core.types import CatalogSchema, ColumnContext, TableContext, TableSchema
 from infra.adapters import catalog_search
@@ -209,8 +213,11 @@ def link_values(
             found += catalog_search.values_semantic(
                 source_id=source.pk, terms=loose, vectors=embedder.embed(loose), model=embedder.model
             )
+    common = catalog_vocabulary(source=source)
     best: dict[tuple[str, str, str], LinkedValue] = {}
     for lv in found:
+        if not value_is_mentioned(question, lv, common):
+            continue
         key = (lv.table, lv.column, lv.value)
         if key not in best or lv.score > best[key].score:
             best[key] = lv
@@ -362,3 +369,60 @@ def linkable_values_all(*, source: ClinicalSource) -> dict[str, list[str]]:
     for table, column, value in rows.values_list("table", "column", "value").iterator(chunk_size=20_000):
         out.setdefault(f"{table}.{column}", []).append(value)
     return out
+
+
+def column_labels(*, source: ClinicalSource, tables: list[str]) -> dict[str, ColumnLabel]:
+    """The display label, unit and format of every column of these tables (bare table names), by
+    column name: the curated ones, else the draft from the name and meaning (core/labels.py).
+    A name in several tables takes the first curated label."""
+    out: dict[str, ColumnLabel] = {}
+    columns = (
+        ColumnDoc.objects.filter(table__source=source, table__name__in=[t.lower() for t in tables])
+        .select_related("table")
+        .order_by("-label", "table__name", "position")
+        .only("name", "meaning", "label", "unit", "display_format", "table__name")
+    )
+    for c in columns:
+        key = c.name.lower()
+        if key in out:
+            continue
+        draft = draft_label(c.name, c.meaning, table=c.table.name)
+        # A spreadsheet reads a header starting with "=", "+", "-" or "@" as a formula: never write one.
+        label = (c.label or "").lstrip("=+-@ \t\r\n") or draft.label
+        out[key] = ColumnLabel(
+            c.name, label, c.unit.lstrip("=+-@ ") or draft.unit, c.display_format or draft.format
+        )
+    return out
+
+
+COMMON_IN_DOCS = 3  # docs (a table's, or a column's meaning) that use a word before it is everyday
+_VOCABULARY: dict[int, tuple[tuple, frozenset[str]]] = {}
+_VOCABULARY_LOCK = threading.Lock()
+
+
+def catalog_vocabulary(*, source: ClinicalSource) -> frozenset[str]:
+    """The words a source's documentation uses again and again (in descriptions, purposes,
+    grains, synonyms, column names and meanings): the everyday words of this schema, against
+    which value linking judges whether a question's word names a value or just talks about the
+    data. Cached per process until a table doc changes (an edit saves its table doc)."""
+    stamp = tuple(
+        TableDoc.objects.filter(source=source).aggregate(n=Count("id"), at=Max("updated_at")).values()
+    )
+    with _VOCABULARY_LOCK:
+        cached = _VOCABULARY.get(source.pk)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+    # A word is everyday when several docs use it ("care", "stay", "unit"); a clinical term one
+    # table's doc names as an example ("sodium", "GCS") is still a term.
+    seen: Counter[str] = Counter()
+    for row in TableDoc.objects.filter(source=source).values_list(
+        "name", "description", "purpose", "grain", "synonyms"
+    ):
+        seen.update(set(content_words(" ".join(str(part) for part in row).replace("_", " "))))
+    for row in ColumnDoc.objects.filter(table__source=source).values_list("name", "meaning"):
+        seen.update(set(content_words(" ".join(row).replace("_", " "))))
+    words = {w for w, n in seen.items() if n >= COMMON_IN_DOCS}
+    vocabulary = frozenset(words)
+    with _VOCABULARY_LOCK:
+        _VOCABULARY[source.pk] = (stamp, vocabulary)
+    return vocabulary

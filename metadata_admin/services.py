@@ -231,6 +231,9 @@ def table_doc_snapshot(doc: TableDoc) -> dict:
                 "foreign": c.is_foreign_key,
                 "sensitive": c.sensitive,
                 "value_index": c.value_index,
+                "label": c.label,
+                "unit": c.unit,
+                "display_format": c.display_format,
             }
             for c in doc.columns.all()
         ],
@@ -395,7 +398,8 @@ def docs_export(*, source: ClinicalSource) -> dict[str, str]:
     return {schema or "main": dump_docs(tables) for schema, tables in by_schema.items()}
 
 
-COLUMN_FIELDS = {"meaning": str, "example_values": str, "sensitive": bool}
+COLUMN_FIELDS = {"meaning": str, "example_values": str, "sensitive": bool, "label": str, "unit": str,
+                 "display_format": str}  # fmt: skip
 
 
 @transaction.atomic

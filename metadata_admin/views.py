@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
+from core.labels import FORMATS, draft_label
 from infra.providers.embeddings import EmbeddingError
 from metadata_admin import selectors
 from metadata_admin.models import ClinicalSource, Relationship, TableDoc
@@ -91,6 +92,10 @@ def _score_bars(retrieval: selectors.Retrieval) -> list[dict]:
 # --------------------------------------------------------------------------- curation
 
 
+def _format(value: str) -> str:
+    return value if value in FORMATS else ""
+
+
 def _lines(text: str) -> list[str]:
     return [line.strip() for line in (text or "").splitlines() if line.strip()]
 
@@ -155,6 +160,9 @@ def table_doc_edit(request: HttpRequest, doc_id: int) -> HttpResponse:
                     "meaning": post.get(f"col-{c.name}-meaning", c.meaning).strip(),
                     "example_values": post.get(f"col-{c.name}-example_values", c.example_values).strip(),
                     "sensitive": bool(post.get(f"col-{c.name}-sensitive")),
+                    "label": post.get(f"col-{c.name}-label", c.label).strip()[:200],
+                    "unit": post.get(f"col-{c.name}-unit", c.unit).strip()[:32],
+                    "display_format": _format(post.get(f"col-{c.name}-display_format", c.display_format)),
                 }
                 for c in columns
             },
@@ -171,9 +179,12 @@ def table_doc_edit(request: HttpRequest, doc_id: int) -> HttpResponse:
         for c in columns:
             for key, value in data["columns"][c.name].items():
                 setattr(c, key, value)
+    for c in columns:  # what a blank label shows: the draft from the name and meaning (core/labels.py)
+        c.draft = draft_label(c.name, c.meaning, table=doc.name)
     context = {
         "doc": doc,
         "columns": columns,
+        "formats": FORMATS,
         "joins": joins,
         "new_join": len(joins),
         "tables": tables,

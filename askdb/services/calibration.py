@@ -14,6 +14,7 @@ from askdb.adapters.library_cache import LIBRARY
 from askdb.adapters.ports import source_probe, value_lookup
 from askdb.models import Example
 from askdb.services.exports import examples_import
+from askdb.services.privacy import privacy_policy
 from askdb.services.sql import ReviewError, sql_check
 from core import match
 from core.compare import results_match
@@ -56,13 +57,16 @@ def library_seed_demo(*, source, path, approved_by=None) -> str:
         for i in json.loads(path.read_text())
     ]
     items, remapped = _seed_patients_present(source, items)
+    items, years = _seed_years_present(source, items)
     # Validation only: pairs that read tables this source lacks fail validation and are reported.
     report = examples_import(
         source=source, items=items, approved_by=approved_by, execute=False, origin="demo"
     )
     calibration = library_calibrate(source=source)
     moved = f"; {remapped} patient ids the data lacks replaced by patients it has" if remapped else ""
-    return f"{report.summary()} from {path.name}{moved}; {calibration_summary(calibration)}"
+    moved += f"; {years} years the data lacks replaced by years it has" if years else ""
+    checked = library_suggestions_check(source=source)
+    return f"{report.summary()} from {path.name}{moved}; {checked}; {calibration_summary(calibration)}"
 
 
 def calibration_summary(report: dict) -> str:
@@ -89,6 +93,7 @@ def calibration_summary(report: dict) -> str:
     )
 
 
+SUPPRESSED = re.compile(r"<\d+")  # a small count withheld (core/privacy.py)
 _PATIENT_ID = re.compile(r"\bsubject_id\s*=\s*(\d+)\b")
 _CANDIDATES_TRIED = 6
 
@@ -126,6 +131,89 @@ def _seed_patients_present(source, items: list[dict]) -> tuple[list[dict], int]:
             item = _seed_moved(item, old, new)
         out.append(item)
     return out, len(mapping)
+
+
+_YEAR = re.compile(r"\b(2[01]\d\d)\b")  # MIMIC's shifted years: 2100-2199 in the seed
+
+
+def _seed_years_present(source, items: list[dict]) -> tuple[list[dict], int]:
+    """Rewrite the seed's years in which the loaded data has no admissions to years it has.
+
+    The seed's questions name years of the MIMIC-IV release ("how many admissions were there in
+    2150?"); the synthetic demo data spreads its patients over other years, so those examples
+    would answer 0. Each such year becomes one of the data's busiest years (the same one in every
+    question and SQL naming it, so templates stay whole), chosen as for patients: the one for which
+    most of the examples naming it return rows."""
+    named = sorted({int(y) for item in items for y in _YEAR.findall(item["sql"])})
+    if not named:
+        return items, 0
+    busiest = ("SELECT EXTRACT(YEAR FROM a.admittime) AS y FROM mimiciv_hosp.admissions AS a "
+               "GROUP BY EXTRACT(YEAR FROM a.admittime) ORDER BY COUNT(*) DESC, 1")  # fmt: skip
+    years = _seed_ids(source, busiest)
+    present = set(years)
+    missing = [y for y in named if y not in present]
+    if not missing or not years:
+        return items, 0
+    mapping: dict[int, int] = {}
+    for old in missing:
+        naming = [i for i in items if re.search(rf"\b{old}\b", i["sql"])]
+        free = [y for y in years if y not in mapping.values()] or years
+        mapping[old] = _seed_best_patient(source, naming, old, free)
+    out = []
+    for item in items:
+        for old, new in mapping.items():
+            item = _seed_moved(item, old, new)
+        out.append(item)
+    return out, len(mapping)
+
+
+SUGGESTIONS_CHECKED = 400  # as many as the home page chooses its suggestions from
+
+
+def library_suggestions_check(*, source, limit: int = SUGGESTIONS_CHECKED) -> str:
+    """Ask the library's questions on the source as they stand, and keep on each example whether
+    it answers: rows that are not all withheld as small cells, and not a lone 0 or empty value.
+    The home page then suggests only those (a suggestion that shows "0" or "<11" teaches a
+    newcomer nothing). Run when the demo loads; returns one line for its log."""
+    examples = (
+        Example.objects.filter(source=source, kind=Example.Kind.ANSWERABLE, status=Example.Status.ACTIVE)
+        .exclude(template={})
+        .only("id", "sql")
+        .order_by("id")[:limit]
+    )
+    # A researcher's view: rows allowed, small cells withheld.
+    policy = privacy_policy(source=source, user=None, evaluation=True)
+    good = bad = 0
+    for example in examples:
+        try:
+            _, result = sql_check(source=source, sql=example.sql, row_cap=200, policy=policy,
+                                  purpose="suggestion check")  # fmt: skip
+        except ReviewError:
+            usable = False
+        else:
+            usable = answer_is_usable(result.rows)
+        good, bad = good + usable, bad + (not usable)
+        Example.objects.filter(pk=example.pk).update(answers_as_is=usable)
+    return (f"{good + bad} library questions asked on the data: {good} answer and may be suggested, "
+            f"{bad} return nothing to read (0, no rows or only small cells) and are not")  # fmt: skip
+
+
+def answer_is_usable(rows: list) -> bool:
+    """Rows a person can read something from: not empty, not a lone 0 or empty value, and not a
+    column of numbers all withheld as small cells ("<11")."""
+    cells = [c for row in rows for c in row]
+    if not cells:
+        return False
+    if len(cells) == 1 and (cells[0] in (0, None, "") or isinstance(cells[0], bool)):
+        return False
+    withheld = {j for row in rows for j, c in enumerate(row) if _withheld(c)}
+    if any(all(_withheld(row[j]) or row[j] is None for row in rows) for j in withheld):
+        return False  # the numbers asked for are all withheld: three "<11" and no chart
+    return any(c is not None for c in cells)
+
+
+def _withheld(cell) -> bool:
+    return isinstance(cell, str) and bool(SUPPRESSED.fullmatch(cell.strip()))
 
 
 def _seed_rows(source, sql: str) -> int:

@@ -124,13 +124,16 @@ def _merge_fields(
     now = timezone.now()
     if _normalized(duplicate.question) != _normalized(question) and question not in duplicate.paraphrases:
         duplicate.paraphrases = [*duplicate.paraphrases, question]
-    rebuild = sql != duplicate.sql or not template_is_current(duplicate.template)
+    new_sql = sql != duplicate.sql
+    rebuild = new_sql or not template_is_current(duplicate.template)
     duplicate.sql, duplicate.tables, duplicate.columns = sql, tables, columns
     duplicate.approved_by, duplicate.approved_at = approved_by, now
     duplicate.status, duplicate.validation_error, duplicate.validated_at = Example.Status.ACTIVE, "", now
     duplicate.note = note or duplicate.note
     if rebuild:  # the template depends only on the question and the SQL
         duplicate.template = example_template(duplicate)
+    if new_sql:
+        duplicate.answers_as_is = None  # what it answered was of the old SQL
 
 
 def _embed_later(example_id: int) -> None:

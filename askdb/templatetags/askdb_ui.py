@@ -11,9 +11,10 @@ register = template.Library()
 
 
 @register.filter
-def cell(value) -> str:
-    """A result cell: numbers rounded sensibly, NULL spelled out (the download keeps every digit)."""
-    return format_cell(value)
+def cell(value, fmt: str = "") -> str:
+    """A result cell: numbers rounded sensibly (or as the catalog's format for its column says),
+    NULL spelled out (the download keeps every digit)."""
+    return format_cell(value, fmt)
 
 
 @register.filter

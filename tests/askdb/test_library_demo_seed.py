@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from askdb.models import Example, Run
-from askdb.services.calibration import library_seed_demo
+from askdb.selectors import library_suggestions
+from askdb.services.calibration import answer_is_usable, library_seed_demo
+from askdb.services.privacy import privacy_policy
 from askdb.services.runs import question_submit_sync
 from askdb.services.sql import sql_check
 from tests.factories import make_user
@@ -42,6 +44,38 @@ def test_seeded_patient_questions_name_patients_the_demo_data_has(source):
     with_rows = sum(sql_check(source=source, sql=e.sql, row_cap=1)[1].row_count > 0 for e in personal)
     assert with_rows >= 0.8 * len(personal), (with_rows, len(personal))
 
+    # The seed's years are years the data has admissions in (the synthetic data spreads its patients
+    # over 2110-2210, not MIMIC-IV's years), in the question and the SQL alike.
+    assert "years the data lacks replaced by years it has" in summary, summary
+    _, years = sql_check(
+        source=source, sql="SELECT DISTINCT EXTRACT(YEAR FROM a.admittime) FROM mimiciv_hosp.admissions AS a"
+    )
+    years = {str(int(row[0])) for row in years.rows}
+    for example in Example.objects.filter(source=source):
+        named = set(re.findall(r"\b(2[01]\d\d)\b", example.sql))
+        assert named <= years and named <= set(re.findall(r"\d+", example.question)), (
+            example.question,
+            example.sql,
+        )
+
+    # Every suggestion the home page offers was asked on the data and answers with something to read:
+    # no "0", no empty list, not only "<11".
+    assert re.search(r"\d+ library questions asked on the data: \d+ answer and may be suggested", summary), (
+        summary
+    )
+    suggested = library_suggestions(source=source)
+    assert len(suggested) == 6 and all(e.answers_as_is for e in suggested)
+    assert Example.objects.filter(source=source, answers_as_is=False).exists()  # some were left out
+    policy = privacy_policy(source=source, user=None, evaluation=True)
+    for example in suggested:
+        rows = sql_check(source=source, sql=example.sql, policy=policy)[1].rows
+        assert answer_is_usable(rows), (example.question, rows)
+    # "top diagnoses" counts patients, not diagnosis rows
+    top = Example.objects.get(
+        source=source, question="what are the top 3 diagnoses of patients aged 80 or older?"
+    )
+    assert "COUNT(DISTINCT di.subject_id) AS n_patients" in top.sql
+
     # Asked as is, with no LLM, the seeded question is answered from the library with rows.
     gender = next(e for e in personal if e.question.startswith("what is the gender of patient"))
     asker = make_user("demo-newcomer", "researcher")
@@ -58,3 +92,12 @@ def test_ids_the_data_has_are_kept(source, tmp_path):
     summary = library_seed_demo(source=source, path=seed)
     assert "replaced" not in summary
     assert Example.objects.get(source=source).question == f"what is the gender of patient {patient}?"
+
+
+@pytest.mark.parametrize(
+    ("rows", "usable"),
+    [([], False), ([[0]], False), ([[None]], False), ([["<11"]], False), ([["a", "<11"], ["b", "<11"]], False), ([["a", "<11"], ["b", 12]], True),
+     ([[None, "<11"], [None, "<11"]], False), ([[42]], True), ([["F"]], True), ([[1, 2.5]], True)],
+)  # fmt: skip
+def test_a_suggestion_must_answer_with_something_to_read(rows, usable):
+    assert answer_is_usable(rows) is usable

@@ -94,11 +94,12 @@ def test_csv_and_excel_exports_hold_the_full_result(client, source):
     response = client.get(f"/runs/{run.pk}/result.csv")
     assert response["Content-Disposition"] == f'attachment; filename="askdb-run-{run.pk}.csv"'
     lines = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
-    assert lines == [["care_unit", "stays"], ["MICU", "12"], ["CCU", "5"], ["SICU", ""], ["TSICU", "9"]]
+    # A person's download reads labels; the XLSX keeps the SQL's names in a second header row.
+    assert lines == [["Care unit", "Stays"], ["MICU", "12"], ["CCU", "5"], ["SICU", ""], ["TSICU", "9"]]
     response = client.get(f"/runs/{run.pk}/result.xlsx")
     sheet = load_workbook(io.BytesIO(b"".join(response.streaming_content)))["result"]
     assert [list(r) for r in sheet.iter_rows(values_only=True)] == [
-        ["care_unit", "stays"], ["MICU", 12], ["CCU", 5], ["SICU", None], ["TSICU", 9],
+        ["Care unit", "Stays"], ["care_unit", "stays"], ["MICU", 12], ["CCU", 5], ["SICU", None], ["TSICU", 9],
     ]  # fmt: skip
 
 

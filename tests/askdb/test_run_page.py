@@ -34,7 +34,9 @@ def test_more_than_two_columns_still_chart_a_label_and_a_number(source):
     run = a_run(source, status="succeeded", result_columns=["care_unit", "stays", "avg_los"],
                 result_rows=[["MICU", 10, 3.2], ["SICU", 4, 2.5]])  # fmt: skip
     chart = selectors.run_chart_spec(run=run)
-    assert (chart["type"], chart["x"], chart["y"], chart["values"]) == ("bar", "care_unit", "stays", [10, 4])
+    assert (chart["type"], chart["values"]) == ("bar", [10, 4])
+    assert (chart["x_name"], chart["y_name"]) == ("care_unit", "stays")
+    assert (chart["x"], chart["y"]) == ("Care unit", "Stays")  # the axes read labels, not names
 
 
 def test_the_run_page_leads_with_the_answer_and_scales_bars_to_the_score(client, source):

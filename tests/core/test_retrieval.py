@@ -6,9 +6,11 @@ from core.retrieval import (
     Edge,
     LinkedValue,
     TableProfile,
+    content_words,
     lexical_score,
     question_terms,
     rank_tables,
+    value_is_mentioned,
 )
 
 H, ICU = "mimiciv_hosp", "mimiciv_icu"
@@ -92,3 +94,59 @@ def test_noise_below_the_value_floor_is_ignored():
     weak = LinkedValue(f"{ICU}.d_items", "label", "Rate", "1", 0.3, "rate", "fuzzy")
     ranked = rank_tables("admissions per year", doc, PROFILES, linked_values=[weak], edges=EDGES, k=1)
     assert names(ranked)[0] == f"{H}.admissions"
+
+
+# --------------------------------------------------------------------------- value linking: a mention, not a brush
+
+# The catalog's everyday words (its docs say "care", "length", "unit", "height", "stay" …).
+COMMON = frozenset(content_words(
+    "ICU length of stay in fractional days; care unit; height and weight charted; encounter; infarction of the heart; "
+    "blood pressure; chronic kidney disease; heart failure"
+))  # fmt: skip
+
+
+def _lv(value: str, term: str, method: str = "fuzzy") -> LinkedValue:
+    return LinkedValue("mimiciv_hosp.d_icd_diagnoses", "long_title", value, "", 0.8, term, method)
+
+
+def test_an_icu_length_of_stay_question_links_no_title_and_no_item():
+    """The issue's case: "Encounter for palliative care, Height, Subendocardial infarction" were listed
+    for an ICU length-of-stay question (semantic neighbours of common words, one common word inside a
+    long title)."""
+    question = "What is the average ICU length of stay by care unit?"
+    for value, term, method in [
+        ("Encounter for palliative care", "care", "fuzzy"),
+        ("Encounter for palliative care", "stay", "semantic"),
+        ("Height", "length", "semantic"),
+        ("Subendocardial infarction", "icu", "semantic"),
+        ("Hypertensive chronic kidney disease", "unit", "semantic"),
+        ("Encounter for palliative care", "palliative", "fuzzy"),  # a word inside it, not its head
+    ]:
+        assert not value_is_mentioned(question, _lv(value, term, method), COMMON), value
+
+
+def test_a_value_is_linked_when_the_question_says_it():
+    said = [
+        ("How many patients got palliative care?", "Encounter for palliative care", "palliative care"),
+        ("patients with sepsis", "Sepsis, unspecified organism", "sepsis"),  # its head term, not everyday
+        ("average height of patients", "Height", "height"),  # the whole value
+        (
+            "patients with chronic kidney disease",
+            "Chronic kidney disease, unspecified",
+            "chronic kidney disease",
+        ),
+        ("patients with hemoglobn below 7", "Hemoglobin", "hemoglobn"),  # a typo of a long word
+        (
+            "heart failure admissions",
+            "Congestive heart failure, unspecified",
+            "heart failure",
+        ),  # two common words
+    ]
+    for question, value, term in said:
+        assert value_is_mentioned(question, _lv(value, term), COMMON), value
+    # an abbreviation the catalog does not use is linked by meaning ("hgb" → Hemoglobin) …
+    assert value_is_mentioned("lowest hgb of patient 7", _lv("Hemoglobin", "hgb", "semantic"), COMMON)
+    # … but one common word is not a mention of a longer value, even spelled out, nor a word inside it
+    assert not value_is_mentioned("heart rate of patient 7", _lv("Heart failure", "heart"), COMMON)
+    assert not value_is_mentioned("sodium below 130", _lv("Docusate Sodium", "sodium"), COMMON)
+    assert value_is_mentioned("sodium below 130", _lv("Sodium, Whole Blood", "sodium"), COMMON)
