@@ -4,7 +4,7 @@
 // browser, again after each swap and resize: a box that scrolls is made a labelled, focusable
 // region (tabindex=0, role=region, aria-label); one that no longer scrolls is given back.
 (function () {
-  const BOXES = "pre, .scroll, .candidate-preview, .cm-scroller";
+  const BOXES = "pre, pre > code, .scroll, .candidate-preview, .cm-scroller";
   function scrolls(el) {
     const style = getComputedStyle(el);
     const x = /(auto|scroll)/.test(style.overflowX) && el.scrollWidth > el.clientWidth + 1;
@@ -13,7 +13,7 @@
   }
   function labelFor(el) {
     const table = el.querySelector("table");
-    if (el.querySelector("code.language-sql") || el.classList.contains("cm-scroller")) return "SQL";
+    if (el.matches("code.language-sql") || el.querySelector("code.language-sql") || el.classList.contains("cm-scroller")) return "SQL";
     if (el.classList.contains("diff")) return el.getAttribute("aria-label") || "SQL diff";
     if (table) {
       const caption = table.querySelector("caption");
@@ -34,6 +34,10 @@
     return table ? "Table" : "Text";
   }
   function reach(root) {
+    // CodeMirror's editable area is the textbox a screen reader lands on: it takes the editor's name.
+    document.querySelectorAll(".cm-editor .cm-content:not([aria-label])").forEach((el) => {
+      el.setAttribute("aria-label", el.closest(".cm-editor").getAttribute("aria-label") || "SQL");
+    });
     (root || document).querySelectorAll(BOXES).forEach((el) => {
       const ours = el.dataset.reach === "1";
       if (scrolls(el)) {
@@ -53,6 +57,7 @@
   let pending = null;
   const soon = () => { clearTimeout(pending); pending = setTimeout(() => reach(document), 100); };
   document.addEventListener("DOMContentLoaded", () => reach(document));
+  window.addEventListener("load", () => reach(document)); // after the deferred scripts drew their boxes
   document.addEventListener("htmx:afterSettle", soon);
   document.addEventListener("toggle", soon, true); // a <details> opened: its boxes now have a size
   window.addEventListener("resize", soon);
