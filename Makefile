@@ -18,13 +18,13 @@ $(STAMP): pyproject.toml
 	@py=$$(command -v $(PYTHON) || command -v python3); \
 	  $$py -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' || { echo "askdb: Python 3.11 is required, found $$($$py --version); set PYTHON=/path/to/python3.11"; exit 1; }; \
 	  echo "askdb: installing into $(VENV) (a few minutes the first time; the full output goes to $(INSTALL_LOG))"; \
-	  [ -x $(PY) ] || $$py $(STEP) "virtualenv created" $(INSTALL_LOG) -- $$py -m venv $(VENV) || { echo "askdb: could not create $(VENV); install the python3-venv package"; exit 1; }
-	@$(PY) $(STEP) "pip upgraded" $(INSTALL_LOG) -- $(PIP) --upgrade pip
+	  [ -x $(PY) ] || $$py $(STEP) "creating the virtualenv $(VENV)" $(INSTALL_LOG) -- $$py -m venv $(VENV) || { echo "askdb: could not create $(VENV); install the python3-venv package"; exit 1; }
+	@$(PY) $(STEP) "upgrading pip" $(INSTALL_LOG) -- $(PIP) --upgrade pip
 	@# The CPU build of torch first, so sentence-transformers does not pull a CUDA build.
-	@$(PY) $(STEP) "torch (CPU build) installed" $(INSTALL_LOG) -- $(PIP) torch==2.13.0
-	@$(PY) $(STEP) "askdb and its dependencies installed" $(INSTALL_LOG) -- $(PIP) -e '.[dev]'
+	@$(PY) $(STEP) "installing torch (CPU build)" $(INSTALL_LOG) -- $(PIP) torch==2.13.0
+	@$(PY) $(STEP) "installing askdb and its dependencies" $(INSTALL_LOG) -- $(PIP) -e '.[dev]'
 	@# medspaCy without its spaCy < 3.8 cap (see pyproject.toml): the rest of its needs are pinned there.
-	@$(PY) $(STEP) "medspaCy installed" $(INSTALL_LOG) -- $(PIP) --no-deps medspacy==1.3.1 PyRuSH==1.0.13
+	@$(PY) $(STEP) "installing medspaCy" $(INSTALL_LOG) -- $(PIP) --no-deps medspacy==1.3.1 PyRuSH==1.0.13
 	@touch $(STAMP)
 
 install: $(STAMP)

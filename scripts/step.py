@@ -2,7 +2,8 @@
 works, and the full output kept in a log instead of on the screen.
 
 Called by the Makefile before the virtualenv exists, so it uses the standard library only:
-    python3 scripts/step.py "installing torch (CPU)" LOG -- pip install ...
+    python3 scripts/step.py "installing torch (CPU build)" LOG -- pip install ...
+prints "[ 93.2s] installing torch (CPU build) — done" (or "— FAILED" and the log's last lines).
 A step that fails prints the last lines of its log and exits with the command's code.
 """
 
@@ -70,9 +71,9 @@ def run(label: str, log: Path, cmd: list[str]) -> int:
     if tty:
         sys.stdout.write("\r\033[K")
     if proc.returncode == 0:
-        print(f"[{elapsed}] {label}", flush=True)
+        print(f"[{elapsed}] {label} — done", flush=True)
         return 0
-    print(f"[{elapsed}] {label}: FAILED (exit {proc.returncode}); the last lines of {log}:", flush=True)
+    print(f"[{elapsed}] {label} — FAILED (exit {proc.returncode}); the last lines of {log}:", flush=True)
     with open(log, encoding="utf-8", errors="replace") as f:
         f.seek(start)
         lines = f.read().splitlines()
