@@ -101,7 +101,7 @@ def _says_what_it_does(result: subprocess.CompletedProcess) -> None:
     library = next(line for line in steps if "example library:" in line)
     # "119 verified questions loaded from train.json; 15 skipped because their SQL needs tables or
     # columns the demo data lacks — listed in …/log/library-seed.txt"
-    found = re.search(r"(\d+) verified questions loaded.*; (\d+) skipped .*— listed in (\S+)$", library)
+    found = re.search(r"(\d+) verified questions loaded.*; (\d+) skipped .*— listed in ([^;\s]+)", library)
     assert found, library
     skipped_file = ROOT / found.group(3)  # relative to where the demo ran, or absolute
     listed = [line for line in skipped_file.read_text().splitlines() if line.startswith("- ")]
