@@ -93,6 +93,21 @@ FOCUS_RING_JS = """() => {
   return bad.slice(0, 8);
 }"""
 
+# In the page: every box that scrolls can be reached by Tab and says what it holds.
+SCROLL_REACH_JS = """() => {
+  const out = [];
+  for (const el of document.body.querySelectorAll('*')) {
+    const s = getComputedStyle(el);
+    const x = /(auto|scroll)/.test(s.overflowX) && el.scrollWidth > el.clientWidth + 1;
+    const y = /(auto|scroll)/.test(s.overflowY) && el.scrollHeight > el.clientHeight + 1;
+    if (!(x || y) || !el.getClientRects().length || el.matches('textarea, select, input')) continue;  // a form field has its label
+    const named = el.getAttribute('aria-label') || el.getAttribute('aria-labelledby');
+    const focusable = el.tabIndex >= 0 || el.querySelector('a[href], button, input, select, textarea, [tabindex]');
+    if (!focusable || !named) out.push(`${el.tagName.toLowerCase()}${el.id ? '#' + el.id : ''}.${[...el.classList].join('.')} scrolls but is ${focusable ? '' : 'not focusable'}${!focusable && !named ? ' and ' : ''}${named ? '' : 'unnamed'}`);
+  }
+  return out.slice(0, 5);
+}"""
+
 AXE_JS = """async () => {
   const result = await axe.run(document, {runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']},
                                           resultTypes: ['violations']});
@@ -184,6 +199,7 @@ def _check(page, where: str, size: dict, label: str, failures: list[str], ring: 
     where = f"{where} @{label}"
     failures += [f"{where}: {f}" for f in page.evaluate(TOO_WIDE_JS)]
     failures += [f"{where}: axe {v}" for v in page.evaluate(AXE_JS)]
+    failures += [f"{where}: {f}" for f in page.evaluate(SCROLL_REACH_JS)]
     if ring:
         page.keyboard.press("Tab")  # the keyboard is in use: a focused element shows its ring
         failures += [f"{where}: {f}" for f in page.evaluate(FOCUS_RING_JS)]
