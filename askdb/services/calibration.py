@@ -47,7 +47,7 @@ def library_seed_demo(*, source, path, approved_by=None, log_dir: Path | None = 
     covers and politely declines the rest. A library that holds anything is left alone.
     """
     if Example.objects.filter(source=source).exists():
-        return f"library already holds {Example.objects.filter(source=source).count()} examples"
+        return f"{Example.objects.filter(source=source).count()} verified questions, loaded earlier"
     path = Path(path)
     if not path.is_file():
         return f"no seed file at {path}; the library starts empty"
