@@ -40,9 +40,13 @@ def run(label: str, log: Path, cmd: list[str]) -> int:
     with open(log, "a", encoding="utf-8", errors="replace") as out:
         out.write(f"\n=== {label}: {' '.join(cmd)}\n")
         out.flush()
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
-        )
+        try:
+            proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+            )
+        except OSError as exc:  # no such program, not executable
+            print(f"[{_fmt(0)}] {label} — FAILED: cannot run {cmd[0]} ({exc.strerror})", flush=True)
+            return 127
 
         def pump() -> None:
             assert proc.stdout is not None
