@@ -48,8 +48,13 @@ TOO_WIDE_JS = """() => {
     const spills = getComputedStyle(el).overflowX === 'visible' && el.scrollWidth > el.clientWidth + 1 && el.clientWidth > 0
       ? r.left + el.scrollWidth : r.right;
     if (Math.max(r.right, spills) <= W + 0.5 && r.width <= W + 0.5) continue;
+    // Allowed only inside a box that scrolls (the user can reach it), or text hidden for screen
+    // readers (a 1 px clip): a box that just hides the overflow cuts the page off, and is caught.
     let p = el.parentElement, inBox = false;
-    for (; p && p !== document.body; p = p.parentElement) if (getComputedStyle(p).overflowX !== 'visible') { inBox = true; break; }
+    for (; p && p !== document.body; p = p.parentElement) {
+      const o = getComputedStyle(p).overflowX;
+      if (/(auto|scroll)/.test(o) || (o !== 'visible' && p.getBoundingClientRect().width <= 2)) { inBox = true; break; }
+    }
     if (!inBox) out.push(`${name(el)} is ${Math.round(r.width)} px wide, its content ends at ${Math.round(Math.max(r.right, spills))} px`);
   }
   if (out.length === 1) {  // the page is too wide, but no box is: name what reaches furthest right
@@ -246,6 +251,21 @@ def _log_in(page, username: str) -> None:
     page.wait_for_url("**/")
 
 
+# Each check, cheated as a page could cheat it: a wide box hidden by `overflow: hidden` (no scroll
+# bar, the content cut off), a box that scrolls but takes no focus, the old amber ring on white.
+CHEATS = (
+    """<!doctype html><html lang="en"><head><title>cheats</title><style>
+  :focus-visible { outline: 3px solid #ffbf47; outline-offset: 2px; }
+</style></head><body><main>
+  <div style="overflow-x:hidden"><table id="cut"><tr><td style="min-width:900px">wide</td></tr></table></div>
+  <div id="stuck" style="overflow-x:auto"><pre style="margin:0">"""
+    + "x" * 300
+    + """</pre></div>
+  <a href="#">a link</a>
+</main></body></html>"""
+)
+
+
 def test_every_page_fits_a_phone_is_reachable_by_keyboard_and_passes_axe(
     browser, live_server, source, settings
 ):
@@ -269,3 +289,14 @@ def test_every_page_fits_a_phone_is_reachable_by_keyboard_and_passes_axe(
             _phone_header(page)
         context.close()
     assert not failures, "\n".join(failures)
+
+
+def test_the_checks_catch_what_they_are_there_for(browser):
+    context = browser.new_context(viewport=PHONE)
+    page = context.new_page()
+    page.set_content(CHEATS)
+    assert any("table#cut" in f for f in page.evaluate(TOO_WIDE_JS))
+    assert any("div#stuck" in f and "not focusable" in f for f in page.evaluate(SCROLL_REACH_JS))
+    page.keyboard.press("Tab")
+    assert any("focus ring rgb(255, 191, 71) is 1.6" in f for f in page.evaluate(FOCUS_RING_JS))
+    context.close()
