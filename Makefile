@@ -6,6 +6,10 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Each set-up step prints one line with its time; pip's own output goes to this log.
+STEP := scripts/step.py
+INSTALL_LOG := $(or $(ASKDB_HOME),.askdb)/log/install.log
+PIP := $(PY) -m pip install --disable-pip-version-check --progress-bar off
 
 .PHONY: demo test install lint format smoke services-stop bench bench-ehrsql bench-answerability bench-scale clean browser editor
 
@@ -13,13 +17,14 @@ $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || command -v python3 >/dev/null 2>&1 || { echo "askdb: Python 3.11 is required (python3.11 not found); install it and retry"; exit 1; }
 	@py=$$(command -v $(PYTHON) || command -v python3); \
 	  $$py -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' || { echo "askdb: Python 3.11 is required, found $$($$py --version); set PYTHON=/path/to/python3.11"; exit 1; }; \
-	  [ -x $(PY) ] || $$py -m venv $(VENV) || { echo "askdb: could not create $(VENV); install the python3-venv package"; exit 1; }
-	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	# The CPU build of torch first, so sentence-transformers does not pull a CUDA build.
-	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-	# medspaCy without its spaCy < 3.8 cap (see pyproject.toml): the rest of its needs are pinned there.
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps medspacy==1.3.1 PyRuSH==1.0.13
+	  echo "askdb: installing into $(VENV) (a few minutes the first time; the full output goes to $(INSTALL_LOG))"; \
+	  [ -x $(PY) ] || $$py $(STEP) "creating the virtualenv $(VENV)" $(INSTALL_LOG) -- $$py -m venv $(VENV) || { echo "askdb: could not create $(VENV); install the python3-venv package"; exit 1; }
+	@$(PY) $(STEP) "upgrading pip" $(INSTALL_LOG) -- $(PIP) --upgrade pip
+	@# The CPU build of torch first, so sentence-transformers does not pull a CUDA build.
+	@$(PY) $(STEP) "installing torch (CPU build)" $(INSTALL_LOG) -- $(PIP) torch==2.13.0
+	@$(PY) $(STEP) "installing askdb and its dependencies" $(INSTALL_LOG) -- $(PIP) -e '.[dev]'
+	@# medspaCy without its spaCy < 3.8 cap (see pyproject.toml): the rest of its needs are pinned there.
+	@$(PY) $(STEP) "installing medspaCy" $(INSTALL_LOG) -- $(PIP) --no-deps medspacy==1.3.1 PyRuSH==1.0.13
 	@touch $(STAMP)
 
 install: $(STAMP)

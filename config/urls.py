@@ -41,6 +41,7 @@ urlpatterns = [
     path("evaluations/", include("evaluation.urls")),
     path("phenotypes/", include("phenotypes.urls")),
     path("library/", include("askdb.library_urls")),
+    path("users/", include("askdb.user_urls")),
     path("admin/", admin.site.urls),
     path("api/phenotypes/", include("phenotypes.api_urls")),
     path("api/", include("askdb.api_urls")),

@@ -8,6 +8,7 @@ check that nothing is left running afterwards.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -72,6 +73,43 @@ def test_smoke_sets_everything_up_sends_a_question_and_stops_everything(home):
     assert "anchor_age > 70" in out and "smoke test passed" in out
     assert embedded.status(home) == {"postgresql": False, "redis": False}
     assert not (home / "smoke.pid").exists()
+    _says_what_it_does(result)
+
+
+STEP = re.compile(r"^\[\s*\d+\.\d+s\]\s+\S")
+NOISE = (
+    "INFO",
+    "WARNING",
+    "Warning",
+    "Loading weights",
+    "it/s]",
+    "!!",
+    "****",
+    "Traceback",
+    "sentence_transformers",
+)
+
+
+def _says_what_it_does(result: subprocess.CompletedProcess) -> None:
+    """One line per set-up step with its time, the library step in plain words, and none of the
+    libraries' log lines, warnings or progress bars on the screen (they go to the log folder)."""
+    out = result.stdout
+    steps = [line for line in out.splitlines() if STEP.match(line)]
+    for step in ("services ready", "database migrated", "generating synthetic", "clinical data ready",
+                 "demo users ready", "example library:", "answerability gate", "Celery worker answering"):  # fmt: skip
+        assert any(step in line for line in steps), (step, out)
+    library = next(line for line in steps if "example library:" in line)
+    # "119 verified questions loaded from train.json; 15 skipped because their SQL needs tables or
+    # columns the demo data lacks — listed in …/log/library-seed.txt"
+    found = re.search(r"(\d+) verified questions loaded.*; (\d+) skipped .*— listed in ([^;\s]+)", library)
+    assert found, library
+    skipped_file = ROOT / found.group(3)  # relative to where the demo ran, or absolute
+    listed = [line for line in skipped_file.read_text().splitlines() if line.startswith("- ")]
+    assert len(listed) == int(found.group(2)) > 0, skipped_file.read_text()
+    assert "grouped cross-validation" not in library and "precision" not in library  # in the file instead
+    screen = out + result.stderr
+    leaked = [line for line in screen.splitlines() if any(n in line for n in NOISE)]
+    assert leaked == [], leaked
 
 
 def test_port_in_use_gives_one_actionable_line_and_leaves_nothing_running(home):

@@ -41,14 +41,14 @@ def library_calibrate(*, source, items: list[dict] | None = None, progress=None)
     return report
 
 
-def library_seed_demo(*, source, path, approved_by=None) -> str:
+def library_seed_demo(*, source, path, approved_by=None, log_dir: Path | None = None) -> str:
     """Seed an empty library with our benchmark's train split, then calibrate the matcher on it.
 
     Only for the demo: a fresh demo with no LLM then answers the common questions the library
     covers and politely declines the rest. A library that holds anything is left alone.
     """
     if Example.objects.filter(source=source).exists():
-        return f"library already holds {Example.objects.filter(source=source).count()} examples"
+        return f"{Example.objects.filter(source=source).count()} verified questions, loaded earlier"
     path = Path(path)
     if not path.is_file():
         return f"no seed file at {path}; the library starts empty"
@@ -66,7 +66,53 @@ def library_seed_demo(*, source, path, approved_by=None) -> str:
     moved = f"; {remapped} patient ids the data lacks replaced by patients it has" if remapped else ""
     moved += f"; {years} years the data lacks replaced by years it has" if years else ""
     checked = library_suggestions_check(source=source)
-    return f"{report.summary()} from {path.name}{moved}; {checked}; {calibration_summary(calibration)}"
+    return f"{_seed_line(report, calibration, path, log_dir)}{moved}; {checked}"
+
+
+def _seed_line(report, calibration: dict, path: Path, log_dir: Path | None) -> str:
+    """'119 verified questions loaded; 15 skipped because …': what a newcomer needs to know, with the
+    details (each skipped question and its reason, the calibration) in a file for whoever asks."""
+    loaded = f"{len(report.created)} verified questions loaded from {path.name}"
+    if report.merged:
+        loaded += f" ({len(report.merged)} more as other wordings of them)"
+    log = None
+    if log_dir is not None:
+        log = Path(log_dir) / "library-seed.txt"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        lines = [
+            f"Seeded from {path}: {report.summary()}.",
+            "",
+            "Calibration: " + calibration_summary(calibration),
+        ]
+        lines += ["", f"Skipped ({len(report.failed)}):"]
+        lines += [
+            f"- {f.get('id') or '?'}: {f.get('question', '')}\n    {f.get('error', '')}"
+            for f in report.failed
+        ]
+        log.write_text("\n".join(lines) + "\n")
+    if not report.failed:
+        return loaded + (f" (details in {_shown(log)})" if log else "")
+    errors = [str(f.get("error", "")).lower() for f in report.failed]
+    tables = sum(1 for e in errors if re.search(r"\btable `", e))
+    columns = sum(1 for e in errors if re.search(r"\bcolumn `", e) and not re.search(r"\btable `", e))
+    lacking, other = tables + columns, len(errors) - tables - columns
+    needs = "tables" if not columns else "columns" if not tables else "tables or columns"
+    reasons = {f"because their SQL needs {needs} the demo data lacks": lacking,
+               "because their SQL does not pass the checks": other}  # fmt: skip
+    said = [(why, n) for why, n in reasons.items() if n]
+    skipped = (
+        f"{len(report.failed)} skipped {said[0][0]}" if len(said) == 1
+        else f"{len(report.failed)} skipped ({lacking} {said[0][0]}, {other} {said[1][0]})"
+    )  # fmt: skip
+    return f"{loaded}; {skipped}" + (f" — listed in {_shown(log)}" if log else "")
+
+
+def _shown(path: Path) -> str:
+    """A path as a newcomer would type it: relative to where they ran `make demo`, when inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def calibration_summary(report: dict) -> str:

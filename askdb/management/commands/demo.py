@@ -9,6 +9,7 @@ what came back, stops everything and exits 0 or 1.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -44,6 +45,44 @@ def _who_listens(port: int) -> str:
     except (psutil.Error, OSError):
         pass
     return ""
+
+
+class _Timed:
+    """A stdout for the steps inside a step (generating data, embedding docs…): each line gets the
+    time since the demo started, like the demo's own step lines."""
+
+    def __init__(self, out, t0: float) -> None:
+        self.out, self.t0 = out, t0
+
+    def write(self, text: str) -> None:
+        for line in text.splitlines():
+            if line.strip():
+                self.out.write(f"[{time.monotonic() - self.t0:6.1f}s]   {line.strip()}")
+
+
+def quiet_console(log: Path) -> None:
+    """Keep the newcomer's screen to the demo's own lines: library log lines (INFO
+    sentence_transformers…), Python warnings and progress bars ("Loading weights") go to `log`.
+    Warnings and errors of askdb's own still reach the screen."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when transformers is imported
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    if "transformers" in sys.modules:  # imported already: tell it directly
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    into_file = logging.FileHandler(log, encoding="utf-8")
+    into_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    for handler in root.handlers:
+        if type(handler) is logging.StreamHandler:
+            handler.setLevel(logging.WARNING)
+            handler.addFilter(
+                lambda record: record.name.split(".")[0] in ("askdb", "infra", "metadata_admin", "core")
+            )
+    root.addHandler(into_file)
+    logging.captureWarnings(True)
+    warnings_logger = logging.getLogger("py.warnings")
+    warnings_logger.handlers, warnings_logger.propagate = [into_file], False
 
 
 class Supervisor:
@@ -101,6 +140,7 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
+        quiet_console(settings.ASKDB_HOME / "log" / ("smoke.log" if smoke else "demo.log"))
         t0 = time.monotonic()
         ok, claimed = False, False
         try:
@@ -207,8 +247,10 @@ class Command(BaseCommand):
             or Path(settings.BASE_DIR) / "benchmarks/data/mimiciv/train.json"
         )
         reviewer = get_user_model().objects.filter(username="reviewer").first()
-        summary = library_seed_demo(source=source_get(None), path=path, approved_by=reviewer)
-        self._step(f"example library ready ({summary})", t0)
+        summary = library_seed_demo(
+            source=source_get(None), path=path, approved_by=reviewer, log_dir=settings.ASKDB_HOME / "log"
+        )
+        self._step(f"example library: {summary}", t0)
 
     def _train_gate(self, t0: float) -> None:
         """Train the answerability gate on the seeded library once, so the first unanswerable
@@ -220,7 +262,7 @@ class Command(BaseCommand):
 
         source = source_get(None)
         if store.current_version(source.name):
-            self._step(f"answerability model {store.current_version(source.name)} ready", t0)
+            self._step("answerability gate ready (trained earlier)", t0)
             return
         try:
             report = answerability_train(source=source)
@@ -228,12 +270,16 @@ class Command(BaseCommand):
             self._step(f"answerability model not trained ({exc}); the gate's rules still run", t0)
             return
         f1 = report.metrics["unanswerable"]["f1"]
-        self._step(f"answerability model {report.version} trained (grouped-CV F1 {f1:.2f})", t0)
+        self._step(
+            f"answerability gate trained: it tells questions the data cannot answer apart "
+            f"(F1 {f1:.2f} on held-out library questions)",
+            t0,
+        )
 
     def _load_demo_data(self, t0: float) -> None:
         from metadata_admin.services import clinical_demo_ensure
 
-        summary = clinical_demo_ensure(stdout=self.stdout)
+        summary = clinical_demo_ensure(stdout=_Timed(self.stdout, t0))
         self._step(f"clinical data ready ({summary})", t0)
 
     def _smoke(self, question: str, t0: float) -> bool:
