@@ -137,6 +137,7 @@ def match_info(match: MatchResult, threshold: float) -> MatchInfo:
         reason_codes=tuple(match.reason_codes),
         bindings=tuple(MatchBinding(b.slot, b.type, b.old, b.new, b.value, b.score, b.fuzzy, b.column)
                        for b in match.bindings),
+        composed_from=tuple(match.composed_from), composed_with=match.composed_with,
     )  # fmt: skip
 
 
@@ -153,7 +154,8 @@ def _about(info: MatchInfo, match: MatchResult) -> MatchInfo:
     """The match info now about `match` (the one answered), the threshold and reasons kept."""
     other = match_info(match, info.threshold)
     return replace(info, example_id=other.example_id, example_question=other.example_question,
-                   confidence=other.confidence, sql=other.sql, bindings=other.bindings)  # fmt: skip
+                   confidence=other.confidence, sql=other.sql, bindings=other.bindings,
+                   composed_from=other.composed_from, composed_with=other.composed_with)  # fmt: skip
 
 
 @dataclass
@@ -275,7 +277,9 @@ class Pipeline:
             return self._execution_failed(library, info.sql if info else "", NO_GATE, library_match=info)
         if library is not None:  # a verified example, values rebound: no gate, no generation, no sampling
             sql, result, best = library
-            return self._answered(req, sql, result, NO_GATE, answered_by="library", example_id=best.example_id,
+            # A composed answer is no verified one: it says so, and waits for a reviewer.
+            by = "composed" if best.composed_from else "library"
+            return self._answered(req, sql, result, NO_GATE, answered_by=by, example_id=best.example_id,
                                   library_match=info)  # fmt: skip
 
         gate = self._gate_stage(req, view, table_names, seen)
@@ -426,7 +430,7 @@ class Pipeline:
                 f"The verified question's SQL with this question's values failed: {exc.message}",
             )
         st.note(answered=True, rows=result.row_count, now_as_of=req.as_of or "the database clock")
-        self.rec.attempt(number=1, sql=best.sql, origin="example", valid=True)
+        self.rec.attempt(number=1, sql=best.sql, origin="composed" if best.composed_from else "example", valid=True)
         return (best.sql, result, best), replace(_about(info, best), answered=True)
 
     def _release(self, sql: str, req: PipelineRequest, result) -> privacy.ProtectedResult:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from core.match.candidate import MatchResult, TemplateCandidate
+from core.match.compose import compose_results, match_composed
 from core.match.index import UNANSWERABLE, LibraryIndex
 from core.match.matcher import match_one
 from core.match.reading import Reading, cached_lookup, read_question
@@ -89,7 +90,8 @@ def match_library(
     )
     lookup = cached_lookup(lookup)
     results: list[MatchResult] = []
-    for rank, key, share in _templates_to_try(reading, vote, index):
+    tried = _templates_to_try(reading, vote, index)
+    for rank, key, share in tried:
         members = sorted(index.members[key], key=lambda i: -vote.sims[i])[:MEMBERS_TRIED]
         result = _try_members(
             reading, index, key, members, vote, lookup=lookup, catalog=catalog, values=values, probe=probe
@@ -100,6 +102,9 @@ def match_library(
         }
         confidence = round(risk.predict(features), 4) if result.hard_ok else 0.0
         results.append(dataclasses.replace(result, features=features, confidence=confidence))
+    if not any(r.hard_ok for r in results):  # composed from verified parts only where no template fits
+        match = match_composed(reading, lookup=lookup, catalog=catalog, values=values, probe=probe)
+        results += compose_results(reading, index, tried, vote, risk=risk, match=match)
     results = refuse_ambiguous_values(results)
     if isinstance(values, ValueIndex):
         results = refuse_unlike_library(results, index, values)
