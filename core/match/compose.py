@@ -51,6 +51,7 @@ PHRASE_LEFT = frozenset(
     "older younger than over under above below at least most more less greater fewer aged age in "
     "during after before since from between equal to exceeding the with for who were was are is".split()
 )
+PHRASE_OPENING = frozenset("the who were was are is".split())  # never a phrase's first word
 PHRASE_RIGHT = frozenset("or older younger more less above below over under years year old".split())
 PHRASE_REACH = 3  # words a phrase reaches on either side of its slot
 BASES_TRIED = 5  # best voted templates a condition is added to (or dropped from)
@@ -140,11 +141,14 @@ def _plans(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[
     said = _said_types(reading)
     has = _slot_types(base.template)
     tables = set(_tables(base.template).values())
+    used = _columns(base.template)
     plans: list[Composed] = []
     for kind in CONDITION_TYPES:
         if said.get(kind, 0) > has.get(kind, 0):
             for cond in _conditions(index, kind, vote):
-                if cond.table in tables and cond.ident not in _idents(base.template):
+                # A column the template already reads is not free to be narrowed: "diagnosed with X"
+                # and "… with sepsis" on one diagnosis row, or the gender asked for, is another question.
+                if cond.table in tables and not _columns_of(cond.conjunct) & used:
                     plans.append(Composed(members[0], key, cond, drop=False))
         elif has.get(kind, 0) > said.get(kind, 0):
             plans += [
@@ -171,8 +175,13 @@ def _slot_types(template: Template) -> dict[str, int]:
     return counts
 
 
-def _idents(template: Template) -> set[str]:
-    return {c.ident for c in conditions_of(None, template)}
+def _columns(template: Template) -> set[str]:
+    """Every column name the template's SQL reads, anywhere in it."""
+    return _columns_of(parsed_sql(template.sql_template, template.dialect))
+
+
+def _columns_of(node: exp.Expr) -> set[str]:
+    return {c.name.lower() for c in node.find_all(exp.Column)}
 
 
 def _conditions(index: LibraryIndex, kind: str, vote: Vote) -> list[Condition]:
@@ -273,10 +282,14 @@ def _phrase(question: str, start: int, end: int) -> tuple[int, int]:
     tokens = tokenize(question)
     before = [t for t in tokens if t.end <= start][::-1]
     after = [t for t in tokens if t.start >= end]
+    reached = []
     for token in before[:PHRASE_REACH]:
         if token.lower not in PHRASE_LEFT:
             break
-        start = token.start
+        reached.append(token)
+    while reached and reached[-1].lower in PHRASE_OPENING:  # "are older than 65" is "older than 65"
+        reached.pop()
+    start = reached[-1].start if reached else start
     for token in after[:PHRASE_REACH]:
         if token.lower not in PHRASE_RIGHT:
             break
