@@ -193,6 +193,16 @@ def test_a_confident_library_match_answers_without_the_llm():
         outcome.sql = "SELECT 1"  # type: ignore[misc]
 
 
+def test_a_composed_match_answers_as_composed_never_as_verified():
+    ports = FakePorts(results={OLDER_SQL: Rows(("n",), [(12,)])},
+                      matches=[match(OLDER_SQL, 0.9, composed_from=(7, 9), composed_with="female")])  # fmt: skip
+    outcome, rec = ask(ports)
+    assert (outcome.status, outcome.answered_by, outcome.example_id) == ("succeeded", "composed", 7)
+    info = outcome.library_match.to_json()
+    assert info["composed_from"] == [7, 9] and info["composed_with"] == "female" and info["answered"]
+    assert rec.attempts[0]["origin"] == "composed"
+
+
 def test_a_match_under_the_threshold_is_kept_with_its_reasons_and_not_answered():
     ports = FakePorts(results={OLDER_SQL: Rows(("n",), [(12,)])},
                       matches=[match(OLDER_SQL, 0.2, reasons=("too far",), reason_codes=("far",))])  # fmt: skip
@@ -290,17 +300,19 @@ def test_a_confident_library_answer_is_not_vetoed_by_the_model_or_the_floor(verd
     ],
 )
 @pytest.mark.parametrize("chat", [None, "llm"], ids=["no_llm", "llm"])
-def test_a_decisive_rule_still_declines_a_confident_library_answer(kind, category, evidence, chat):
+@pytest.mark.parametrize("composed", [(), (7, 9)], ids=["verified", "composed"])
+def test_a_decisive_rule_still_declines_a_confident_library_answer(kind, category, evidence, chat, composed):
     """The rule kinds are about what is asked, not whether the data holds it: a close template
     does not answer a question about the future, for advice, to identify a person, or off topic.
-    The model may even think it answerable; the rule alone declines it."""
+    The model may even think it answerable; the rule alone declines it. A composed answer (two
+    verified questions' parts) is held to the same rules: never shown where the plain one is not."""
     verdict = AnswerabilityVerdict.from_json({
         "answerable": False, "category": category, "kind": kind, "probability": 0.0, "model_probability": 0.93,
         "reason": f"Declined: {evidence}.", "findings": [_rule(kind, evidence)],
     })  # fmt: skip
     llm = FakeChat() if chat else None
-    ports = FakePorts(chat=llm, results={OLDER_SQL: Rows(("n",), [(12,)])}, matches=[match(OLDER_SQL, 0.9)],
-                      verdict=verdict)  # fmt: skip
+    ports = FakePorts(chat=llm, results={OLDER_SQL: Rows(("n",), [(12,)])},
+                      matches=[match(OLDER_SQL, 0.9, composed_from=composed)], verdict=verdict)  # fmt: skip
     outcome, rec = ask(ports)
     assert (outcome.status, outcome.outcome, outcome.message) == (
         "declined",
