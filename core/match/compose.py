@@ -29,7 +29,7 @@ from sqlglot.errors import SqlglotError
 
 from core.match.build import build_template
 from core.match.candidate import MatchResult, TemplateCandidate
-from core.match.index import Entry, Family, LibraryIndex, entry_for
+from core.match.index import UNANSWERABLE, Entry, Family, LibraryIndex, entry_for
 from core.match.matcher import match_one
 from core.match.reading import Reading
 from core.match.risk import Calibration
@@ -81,6 +81,7 @@ class Composed:
     key: str  # base template key
     condition: Condition
     drop: bool
+    source: int = -1  # index of the entry the condition comes from (the base's own when dropped)
 
 
 def compose_results(
@@ -103,7 +104,7 @@ def compose_results(
                 continue
             features = {
                 **result.features,
-                **vote.features(key, rank, share, plan.base, index.families[key].size),
+                **_vote_features(vote, index, plan, rank, share),
                 "composed": 1.0,
             }
             confidence = round(risk.predict(features), 4) if result.hard_ok else 0.0
@@ -129,6 +130,25 @@ def match_composed(
     return match
 
 
+def _vote_features(vote: Vote, index: LibraryIndex, plan: Composed, rank: int, share: float) -> dict[str, float]:
+    """The vote as the risk model reads it, for a composition: the question's neighbours are both
+    parts' paraphrases, so the vote for the two templates together, the nearer part's similarity."""
+    features = vote.features(plan.key, rank, share, plan.base, index.families[plan.key].size)
+    if plan.drop or plan.source < 0:
+        return features
+    parts = {plan.key, index.entries[plan.source].key}
+    together = min(1.0, sum(s for k, s in vote.ranked if k in parts))
+    others = [s for k, s in vote.ranked if k not in parts]
+    nearer = max(float(vote.sims[plan.base]), float(vote.sims[plan.source]))
+    ranks = [r for r, (k, _) in enumerate(p for p in vote.ranked if p[0] != UNANSWERABLE) if k in parts]
+    return features | {
+        "vote_rank": float(min(ranks, default=rank)),
+        "vote_share": round(together, 4),
+        "vote_margin": round(together - (others[0] if others else 0.0), 4),
+        "member_similarity": round(nearer, 4),
+    }
+
+
 # --- what to compose ------------------------------------------------------------------------------
 
 
@@ -145,14 +165,14 @@ def _plans(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[
     plans: list[Composed] = []
     for kind in CONDITION_TYPES:
         if said.get(kind, 0) > has.get(kind, 0):
-            for cond in _conditions(index, kind, vote):
+            for source, cond in _conditions(index, kind, vote):
                 # A column the template already reads is not free to be narrowed: "diagnosed with X"
                 # and "… with sepsis" on one diagnosis row, or the gender asked for, is another question.
                 if cond.table in tables and not _columns_of(cond.conjunct) & used:
-                    plans.append(Composed(members[0], key, cond, drop=False))
+                    plans.append(Composed(members[0], key, cond, drop=False, source=source))
         elif has.get(kind, 0) > said.get(kind, 0):
             plans += [
-                Composed(members[0], key, c, drop=True)
+                Composed(members[0], key, c, drop=True, source=members[0])
                 for c in conditions_of(base.example_id, base.template)
                 if c.slot_type == kind
             ]
@@ -184,10 +204,11 @@ def _columns_of(node: exp.Expr) -> set[str]:
     return {c.name.lower() for c in node.find_all(exp.Column)}
 
 
-def _conditions(index: LibraryIndex, kind: str, vote: Vote) -> list[Condition]:
-    """The library's conditions of one slot type, one per kind of conjunct, the one whose question
-    is nearest to this question first (its wording is likeliest to be this question's)."""
-    best: dict[str, tuple[float, Condition]] = {}
+def _conditions(index: LibraryIndex, kind: str, vote: Vote) -> list[tuple[int, Condition]]:
+    """The library's conditions of one slot type (with the entry each comes from), one per kind of
+    conjunct, the one whose question is nearest to this question first (its wording is likeliest
+    to be this question's)."""
+    best: dict[str, tuple[float, int, Condition]] = {}
     for i, entry in enumerate(index.entries):
         if entry.template is None:
             continue
@@ -196,8 +217,8 @@ def _conditions(index: LibraryIndex, kind: str, vote: Vote) -> list[Condition]:
                 continue
             sim = float(vote.sims[i])
             if cond.ident not in best or sim > best[cond.ident][0]:
-                best[cond.ident] = (sim, cond)
-    return [c for _, c in sorted(best.values(), key=lambda p: -p[0])]
+                best[cond.ident] = (sim, i, cond)
+    return [(i, c) for _, i, c in sorted(best.values(), key=lambda p: -p[0])]
 
 
 # --- conditions of a template ---------------------------------------------------------------------
