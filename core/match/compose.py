@@ -44,6 +44,9 @@ if TYPE_CHECKING:  # the vote is library.py's, and library.py calls this module
 
 # Slot types a condition may carry: a condition with an id ("of patient 10004235") is another question.
 CONDITION_TYPES = (GENDER, NUMBER, VALUE, YEAR)
+# Conditions that may be left out: without its named value ("potassium") a template reads every item
+# of its table, which is never what the shorter question means; a gender, a threshold or a year is.
+DROPPABLE_TYPES = (GENDER, NUMBER, YEAR)
 # Words a condition's phrase extends over, left and right of its slot ("older than 65", "aged 80 or
 # older", "in the Coronary Care Unit", "for elective"): comparison words and prepositions, never a
 # word that says what is asked ("how many", "average"), so a phrase adds a condition and nothing else.
@@ -170,7 +173,7 @@ def _plans(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[
                 # and "… with sepsis" on one diagnosis row, or the gender asked for, is another question.
                 if cond.table in tables and not _columns_of(cond.conjunct) & used:
                     plans.append(Composed(members[0], key, cond, drop=False, source=source))
-        elif has.get(kind, 0) > said.get(kind, 0):
+        elif has.get(kind, 0) > said.get(kind, 0) and kind in DROPPABLE_TYPES:
             plans += [
                 Composed(members[0], key, c, drop=True, source=members[0])
                 for c in conditions_of(base.example_id, base.template)
