@@ -74,6 +74,20 @@ class PipelineRequest:
     question: str
     dialect: str = "postgres"
     as_of: str = ""
+    # A follow-up: the earlier question and the SQL that answered it are its context (the LLM's
+    # prompt; with no LLM, a condition the follow-up adds is composed on that SQL).
+    earlier_question: str = ""
+    earlier_sql: str = ""
+
+    @property
+    def prompt_question(self) -> str:
+        """The question as the LLM reads it: a follow-up with its earlier question and SQL."""
+        if not self.earlier_sql:
+            return self.question
+        return (
+            f"Earlier question: {self.earlier_question}\nThe SQL that answered it:\n```sql\n{self.earlier_sql}\n```\n"
+            f"Follow-up question, to answer in the context of the earlier one: {self.question}"
+        )
 
 
 @dataclass(frozen=True)
@@ -103,6 +117,9 @@ class Ports(Protocol):
         self, question: str, vector: list[float], k: int, examples: list[ExampleContext]
     ) -> RetrievalView: ...
     def library_match(self, question: str, vector: list[float]) -> tuple[list[MatchResult], float]: ...
+    def follow_up_match(
+        self, question: str, vector: list[float], earlier_question: str, earlier_sql: str
+    ) -> tuple[list[MatchResult], float]: ...
     def answerability(self, question: str, values: list[LinkedValue]) -> AnswerabilityVerdict | None: ...
     def table_context(self, tables: list[str]) -> list[TableContext]: ...
     def catalog(self) -> CatalogSchema: ...
@@ -294,7 +311,7 @@ class Pipeline:
         with self._stage("prompt") as st:
             contexts = self.ports.table_context(table_names)
             messages = prompts.sql_messages(
-                question=req.question, tables=contexts, examples=examples, values=view.values,
+                question=req.prompt_question, tables=contexts, examples=examples, values=view.values,
                 dialect=req.dialect, as_of=req.as_of,
             )  # fmt: skip
             st.note(version=prompts.PROMPT_VERSION, tables=table_names, examples=len(examples),
@@ -393,7 +410,10 @@ class Pipeline:
         every other confident template that binds to different SQL must return the same result;
         otherwise the question goes on to the LLM (or, without one, is declined).
         """
-        results, threshold = self.ports.library_match(req.question, vector)
+        if req.earlier_sql:  # a follow-up: only the earlier SQL with what it adds, never its words alone
+            results, threshold = self.ports.follow_up_match(req.question, vector, req.earlier_question, req.earlier_sql)
+        else:
+            results, threshold = self.ports.library_match(req.question, vector)
         if not results:
             st.note(matched=False, reason="no verified example with a template is close to this question")
             st.finish("skipped")
@@ -714,7 +734,7 @@ class Pipeline:
     def _gate(self, req: PipelineRequest, table_names: list[str]) -> GateVerdict:
         contexts = self.ports.table_context(table_names)
         reply = self._chat(
-            "gate", prompts.gate_messages(question=req.question, tables=contexts, as_of=req.as_of)
+            "gate", prompts.gate_messages(question=req.prompt_question, tables=contexts, as_of=req.as_of)
         )
         try:
             data = extract_json_object(reply.text)

@@ -117,6 +117,58 @@ def compose_results(
     return out
 
 
+def compose_follow_up(
+    reading: Reading,
+    index: LibraryIndex,
+    earlier: Entry,
+    vote: Vote,
+    *,
+    risk: Calibration,
+    match: Callable[[TemplateCandidate], MatchResult],
+) -> list[MatchResult]:
+    """A follow-up that adds a condition ("and how many of them were over 80?"), composed on the
+    earlier question's SQL (`earlier`: its question and SQL as a library entry, example id None).
+
+    `reading` reads the earlier question and the follow-up together, so binding finds the earlier
+    values and the new one, and the guard judges every word of both against the earlier question's
+    wording plus the condition's. The earlier question is the base itself, so the vote reads as a
+    perfect match for it; only the condition comes from the library."""
+    template = earlier.template
+    if template is None or not template.usable or not index.families:
+        return []
+    library_family = next(iter(index.families.values()))  # wording, synonyms, subjects: library-wide
+    said, has = _said_types(reading), _slot_types(template)
+    tables, used = set(_tables(template).values()), _columns(template)
+    out: list[MatchResult] = []
+    for kind in CONDITION_TYPES:
+        if said.get(kind, 0) <= has.get(kind, 0):
+            continue
+        for source, cond in _conditions(index, kind, vote):
+            if cond.table not in tables or _columns_of(cond.conjunct) & used:
+                continue
+            made = _compose_one(earlier, Composed(-1, earlier.key, cond, drop=False, source=source))
+            entry = _entry(earlier, made)
+            if entry is None:
+                continue
+            family = _family([entry], library_family)
+            result = match(TemplateCandidate(None, entry.template, 1.0, entry.question, family))  # type: ignore[arg-type]
+            features = {**result.features, **_FOLLOW_UP_VOTE, "composed": 1.0}
+            confidence = round(risk.predict(features), 4) if result.hard_ok else 0.0
+            out.append(dataclasses.replace(
+                result, features=features, confidence=confidence, example_question=earlier.question,
+                composed_from=(cond.example_id,), composed_with=cond.phrase,
+            ))  # fmt: skip
+            if len(out) >= COMPOSED_TRIED:
+                return out
+    out.sort(key=lambda r: (-int(r.hard_ok), -r.confidence))
+    return out
+
+
+# The vote for a follow-up's base: the earlier question is the base itself.
+_FOLLOW_UP_VOTE = {"vote_share": 1.0, "vote_margin": 1.0, "vote_rank": 0.0, "top_similarity": 1.0,
+                   "member_similarity": 1.0, "unanswerable_share": 0.0, "family_size": 0.6931}  # fmt: skip
+
+
 def match_composed(
     reading: Reading,
     *,
@@ -360,15 +412,20 @@ def _composed_entries(plan: Composed, index: LibraryIndex, vote: Vote) -> list[E
         entry = index.entries[i]
         assert entry.template is not None
         made = _compose_one(entry, plan)
-        if made is None:
-            continue
-        question, sql = made
-        template = build_template(question, sql, dialect=entry.template.dialect)
-        composed = entry_for(entry.example_id, question, sql, template)
-        if composed is not None and composed.template is not None:
+        composed = _entry(entry, made)
+        if composed is not None:
             out.append(composed)
     keys = {e.key for e in out}
     return [e for e in out if e.key == out[0].key] if len(keys) > 1 else out
+
+
+def _entry(entry: Entry, made: tuple[str, str] | None) -> Entry | None:
+    """The composed (question, SQL) as a library entry of its own template, or None."""
+    if made is None or entry.template is None:
+        return None
+    question, sql = made
+    composed = entry_for(entry.example_id, question, sql, build_template(question, sql, dialect=entry.template.dialect))
+    return composed if composed is not None and composed.template is not None else None
 
 
 def _compose_one(entry: Entry, plan: Composed) -> tuple[str, str] | None:
