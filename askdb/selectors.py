@@ -515,6 +515,20 @@ def sql_sha256(sql: str) -> str:
     return hashlib.sha256(sql.encode()).hexdigest()
 
 
+THREAD_DEPTH = 20  # earlier questions of a follow-up shown at most
+
+
+def run_thread(*, run) -> list:
+    """The earlier runs a follow-up builds on, oldest first (its question's follow_up_of chain)."""
+    out, seen = [], {run.pk}
+    earlier = run.question.follow_up_of
+    while earlier is not None and earlier.pk not in seen and len(out) < THREAD_DEPTH:
+        out.append(earlier)
+        seen.add(earlier.pk)
+        earlier = earlier.question.follow_up_of
+    return out[::-1]
+
+
 def run_provenance(*, run) -> Provenance:
     """Gather a run's provenance: the SQL and its hash, data, catalog, model, examples, approval."""
     approval = (
