@@ -15,7 +15,8 @@ from askdb.models import Example, Run
 from askdb.services.calibration import library_cross_validate
 from askdb.services.exports import examples_import
 from askdb.services.reviews import review_approve
-from askdb.services.runs import question_submit_sync
+from askdb.services.runs import question_submit_sync, run_execute
+from infra.audit.models import AuditEvent
 from core.compare import results_match
 from infra import embedded
 from tests.factories import make_user
@@ -98,3 +99,41 @@ def test_a_question_one_step_beyond_a_composition_is_not_answered(source, demo):
     for question in NOT_COMPOSED:
         run = ask(source, question)
         assert run.answered_by == "" and run.status == "declined", (question, run.sql, run.library_match)
+
+
+def test_a_follow_up_adds_a_condition_to_the_earlier_answer_and_shows_the_thread(client, source, demo):
+    asker = make_user("asker", "researcher")
+    first = ask(source, "how many female patients are in the database?", asker)
+    assert first.answered_by == "library"
+    client.force_login(asker)
+    assert 'id="follow-up"' in client.get(f"/runs/{first.pk}/").content.decode()
+
+    response = client.post(f"/runs/{first.pk}/follow-up/", {"question": "and how many of them were over 80?"})
+    follow = Run.objects.exclude(pk=first.pk).get(question__text="and how many of them were over 80?")
+    assert response.status_code == 302 and response["Location"] == f"/runs/{follow.pk}/"
+    assert follow.question.follow_up_of == first
+    asked = AuditEvent.objects.filter(action="question.asked", target_id=str(follow.pk)).get()
+    assert asked.detail["follow_up_of"] == first.pk
+    follow = run_execute(run_id=follow.pk, worker="test")  # no worker in this test: run it here
+
+    assert (follow.status, follow.answered_by) == ("succeeded", "composed"), follow.library_match
+    gold = "SELECT COUNT(*) FROM mimiciv_hosp.patients WHERE gender = 'F' AND anchor_age > 80"
+    assert results_match(clinical_rows(follow.sql), clinical_rows(gold)), follow.sql
+    assert follow.library_match["composed_from"] == [demo["count the number of patients older than 65."]]
+    page = client.get(f"/runs/{follow.pk}/").content.decode()
+    assert 'id="thread"' in page and f'href="/runs/{first.pk}/"' in page and first.question.text in page
+
+    # A follow-up adding nothing the library knows is declined, not read as a question of its own.
+    other = question_submit_sync(user=asker, text="and how many of them had sepsis?", follow_up_of=first)
+    assert (other.status, other.answered_by) == ("declined", ""), other.sql
+
+
+def test_only_an_answered_run_can_be_followed_up_and_only_by_who_may_act_on_it(client, source, demo):
+    asker = make_user("asker", "researcher")
+    declined = ask(source, "how many female patients over 80 who died in the hospital?", asker)
+    client.force_login(asker)
+    response = client.post(f"/runs/{declined.pk}/follow-up/", {"question": "and of them?"}, follow=True)
+    assert "Only an answered question can be followed up" in response.content.decode()
+    answered = ask(source, "how many female patients are in the database?", asker)
+    client.force_login(make_user("other", "researcher"))
+    assert client.post(f"/runs/{answered.pk}/follow-up/", {"question": "and over 80?"}).status_code == 404

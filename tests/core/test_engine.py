@@ -352,6 +352,26 @@ def test_the_llm_writes_sql_that_is_checked_and_run():
     assert rec.calls == ["gate", "generate"] and rec.attempts[0]["valid"]
 
 
+def test_a_follow_up_gives_the_llm_the_earlier_question_and_sql_and_no_plain_library_match():
+    """A follow-up is read with its context: the LLM's gate and prompt see the earlier question and
+    SQL; the library answers it only by composing on the earlier SQL (follow_up_match), never by the
+    follow-up's words alone (library_match, which would read "how many of them" as all patients)."""
+    chat = FakeChat('{"category": "answerable", "reason": "ok"}', f"```sql\n{COUNT_SQL}\n```")
+    ports = FakePorts(chat=chat, results={COUNT_SQL: Rows(("n",), [(100,)]), OLDER_SQL: Rows(("n",), [(12,)])},
+                      matches=[match(OLDER_SQL, 0.99)])  # fmt: skip
+    asked = []
+    ports.follow_up_match = lambda question, vector, eq, esql: (asked.append((question, eq, esql)) or [], 0.5)
+    request = PipelineRequest("and how many of them were over 80?", earlier_question="how many female patients?",
+                              earlier_sql="SELECT COUNT(*) FROM patients WHERE gender = 'F'")  # fmt: skip
+    outcome = Pipeline(ports, FakeRecorder(), PipelineConfig(summarize=False)).run(request)
+    assert outcome.answered_by == "llm" and outcome.result.rows == [[100]]  # the plain match was not used
+    assert asked == [("and how many of them were over 80?", "how many female patients?",
+                      "SELECT COUNT(*) FROM patients WHERE gender = 'F'")]  # fmt: skip
+    for messages in chat.asked:  # the gate and the generation
+        last = messages[-1]["content"]
+        assert "how many female patients?" in last and "gender = 'F'" in last and "over 80" in last
+
+
 def test_the_llm_gate_declines_in_its_own_words():
     chat = FakeChat('{"category": "non_medical", "reason": "About the weather."}')
     outcome, _ = ask(FakePorts(chat=chat))
