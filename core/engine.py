@@ -411,7 +411,9 @@ class Pipeline:
         otherwise the question goes on to the LLM (or, without one, is declined).
         """
         if req.earlier_sql:  # a follow-up: only the earlier SQL with what it adds, never its words alone
-            results, threshold = self.ports.follow_up_match(req.question, vector, req.earlier_question, req.earlier_sql)
+            results, threshold = self.ports.follow_up_match(
+                req.question, vector, req.earlier_question, req.earlier_sql
+            )
         else:
             results, threshold = self.ports.library_match(req.question, vector)
         if not results:
@@ -450,7 +452,9 @@ class Pipeline:
                 f"The verified question's SQL with this question's values failed: {exc.message}",
             )
         st.note(answered=True, rows=result.row_count, now_as_of=req.as_of or "the database clock")
-        self.rec.attempt(number=1, sql=best.sql, origin="composed" if best.composed_from else "example", valid=True)
+        self.rec.attempt(
+            number=1, sql=best.sql, origin="composed" if best.composed_from else "example", valid=True
+        )
         return (best.sql, result, best), replace(_about(info, best), answered=True)
 
     def _release(self, sql: str, req: PipelineRequest, result) -> privacy.ProtectedResult:

@@ -5,15 +5,20 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('askdb', '0010_desk_requests'),
+        ("askdb", "0010_desk_requests"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='question',
-            name='follow_up_of',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='follow_ups', to='askdb.run'),
+            model_name="question",
+            name="follow_up_of",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="follow_ups",
+                to="askdb.run",
+            ),
         ),
     ]

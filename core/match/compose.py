@@ -185,7 +185,9 @@ def match_composed(
     return match
 
 
-def _vote_features(vote: Vote, index: LibraryIndex, plan: Composed, rank: int, share: float) -> dict[str, float]:
+def _vote_features(
+    vote: Vote, index: LibraryIndex, plan: Composed, rank: int, share: float
+) -> dict[str, float]:
     """The vote as the risk model reads it, for a composition: the question's neighbours are both
     parts' paraphrases, so the vote for the two templates together, the nearer part's similarity."""
     features = vote.features(plan.key, rank, share, plan.base, index.families[plan.key].size)
@@ -424,7 +426,9 @@ def _entry(entry: Entry, made: tuple[str, str] | None) -> Entry | None:
     if made is None or entry.template is None:
         return None
     question, sql = made
-    composed = entry_for(entry.example_id, question, sql, build_template(question, sql, dialect=entry.template.dialect))
+    composed = entry_for(
+        entry.example_id, question, sql, build_template(question, sql, dialect=entry.template.dialect)
+    )
     return composed if composed is not None and composed.template is not None else None
 
 

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from core.match.candidate import MatchResult, TemplateCandidate
 from core.match.build import build_template
+from core.match.candidate import MatchResult, TemplateCandidate
 from core.match.compose import compose_follow_up, compose_results, match_composed
 from core.match.index import UNANSWERABLE, LibraryIndex, entry_for
 from core.match.matcher import match_one
@@ -133,7 +133,9 @@ def match_follow_up(
 
     `vector` embeds the masked follow-up: it orders the library's conditions by how near their
     questions are to it."""
-    earlier = entry_for(None, earlier_question, earlier_sql, build_template(earlier_question, earlier_sql, dialect=dialect))
+    earlier = entry_for(
+        None, earlier_question, earlier_sql, build_template(earlier_question, earlier_sql, dialect=dialect)
+    )
     if earlier is None or not index.entries:
         return []
     values = values.with_names(index.names) if values is not None else None
@@ -144,7 +146,9 @@ def match_follow_up(
     )  # fmt: skip
     lookup = cached_lookup(lookup)
     match = match_composed(reading, lookup=lookup, catalog=catalog, values=values, probe=probe)
-    return compose_follow_up(reading, index, earlier, Vote.of(vector, index), risk=risk or DEFAULT_RISK, match=match)
+    return compose_follow_up(
+        reading, index, earlier, Vote.of(vector, index), risk=risk or DEFAULT_RISK, match=match
+    )
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ from askdb.services.calibration import library_cross_validate
 from askdb.services.exports import examples_import
 from askdb.services.reviews import review_approve
 from askdb.services.runs import question_submit_sync, run_execute
-from infra.audit.models import AuditEvent
 from core.compare import results_match
 from infra import embedded
+from infra.audit.models import AuditEvent
 from tests.factories import make_user
 
 pytestmark = pytest.mark.django_db
@@ -64,7 +64,9 @@ def demo(source, settings):
 def ask(source, text, user=None):
     from django.contrib.auth import get_user_model
 
-    user = user or get_user_model().objects.filter(username="asker").first() or make_user("asker", "researcher")
+    user = (
+        user or get_user_model().objects.filter(username="asker").first() or make_user("asker", "researcher")
+    )
     return Run.objects.get(pk=question_submit_sync(user=user, text=text, source=source).pk)
 
 
@@ -73,7 +75,10 @@ def test_the_demo_questions_are_composed_right_shown_as_composed_and_queued(clie
     for question, (gold, parts) in COMPOSED.items():
         run = ask(source, question, asker)
         assert (run.status, run.answered_by) == ("succeeded", "composed"), (question, run.library_match)
-        assert results_match(clinical_rows(run.sql), clinical_rows(gold)), (question, run.sql)  # before suppression
+        assert results_match(clinical_rows(run.sql), clinical_rows(gold)), (
+            question,
+            run.sql,
+        )  # before suppression
         assert set(run.library_match["composed_from"]) == {demo[q] for q in parts}
         assert run.review_status == Run.Review.PENDING  # composed: a reviewer must look, whatever the policy
 

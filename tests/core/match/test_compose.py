@@ -28,7 +28,9 @@ def demo():
         entry = entry_for(n, item["question"], sql, build_template(item["question"], sql) if sql else None)
         if entry is not None:
             entries.append(entry)
-    index = LibraryIndex(entries, embed([e.template.masked_question if e.template else e.question for e in entries]))
+    index = LibraryIndex(
+        entries, embed([e.template.masked_question if e.template else e.question for e in entries])
+    )
     return index, {e.question: e.example_id for e in entries}
 
 
@@ -64,7 +66,8 @@ def test_a_condition_another_verified_question_expresses_is_added_on_the_tree(de
     assert where(best.sql) == {"p.anchor_age > 80", "p.gender = 'F'"}
     assert best.sql.startswith("SELECT COUNT(*)")
     assert set(best.composed_from) == {
-        ids["count the number of patients older than 65."], ids["how many female patients are in the database?"]
+        ids["count the number of patients older than 65."],
+        ids["how many female patients are in the database?"],
     }
     assert best.composed_with == "female" and best.features["composed"] == 1.0
 
