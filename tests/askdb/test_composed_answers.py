@@ -91,11 +91,20 @@ def test_the_demo_questions_are_composed_right_shown_as_composed_and_queued(clie
         assert "composed by askdb from verified example" in page  # the methods paragraph says so too
 
 
-def test_a_reviewer_turns_a_composed_answer_into_a_verified_question_with_one_approval(source, demo):
+def test_a_reviewer_turns_a_composed_answer_into_a_verified_question_with_one_approval(client, source, demo):
+    dropped = ask(source, "what is the average age of patients?")
     run = ask(source, "how many female patients over 80?")
-    review_approve(run=run, reviewer=make_user("rev2", "reviewer"))
+    reviewer = make_user("rev2", "reviewer")
+    client.force_login(reviewer)
+    queue = client.get("/review/").content.decode()
+    assert f"/runs/{run.pk}/" in queue and "composed from verified questions" in queue
+    page = client.get(f"/runs/{run.pk}/review/").content.decode()
+    assert 'id="composed-note"' in page and "the condition “female” added" in page
+    assert "a condition left out" in client.get(f"/runs/{dropped.pk}/review/").content.decode()
+
+    review_approve(run=run, reviewer=reviewer)
     example = Example.objects.get(source=source, question="how many female patients over 80?")
-    assert example.sql == run.sql and example.approved_by.username == "rev2"
+    assert example.sql == run.sql and example.approved_by.username == "rev2"  # one click: now verified
     again = ask(source, "how many female patients over 80?")
     assert again.answered_by == "library" and again.example_id == example.pk
 
@@ -142,3 +151,4 @@ def test_only_an_answered_run_can_be_followed_up_and_only_by_who_may_act_on_it(c
     answered = ask(source, "how many female patients are in the database?", asker)
     client.force_login(make_user("other", "researcher"))
     assert client.post(f"/runs/{answered.pk}/follow-up/", {"question": "and over 80?"}).status_code == 404
+
