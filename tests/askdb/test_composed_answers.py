@@ -151,4 +151,3 @@ def test_only_an_answered_run_can_be_followed_up_and_only_by_who_may_act_on_it(c
     answered = ask(source, "how many female patients are in the database?", asker)
     client.force_login(make_user("other", "researcher"))
     assert client.post(f"/runs/{answered.pk}/follow-up/", {"question": "and over 80?"}).status_code == 404
-
