@@ -19,6 +19,7 @@ Composition is tried only when no verified template passes the rules: it never c
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -265,17 +266,33 @@ def _conditions(index: LibraryIndex, kind: str, vote: Vote) -> list[tuple[int, C
     """The library's conditions of one slot type (with the entry each comes from), one per kind of
     conjunct, the one whose question is nearest to this question first (its wording is likeliest
     to be this question's)."""
-    best: dict[str, tuple[float, int, Condition]] = {}
+    memo = vote.__dict__.setdefault("_conditions", {})  # one question: each kind picked once
+    if kind not in memo:
+        entries, conds = _library_conditions(index).get(kind, ((), ()))
+        picked: dict[str, tuple[int, Condition]] = {}
+        if conds:
+            order = np.argsort(-vote.sims[np.asarray(entries)], kind="stable")
+            for k in order:  # nearest first: the first of each kind of conjunct is its nearest
+                picked.setdefault(conds[k].ident, (entries[k], conds[k]))
+        memo[kind] = list(picked.values())
+    return memo[kind]
+
+
+def _library_conditions(index: LibraryIndex) -> dict[str, tuple[tuple[int, ...], tuple[Condition, ...]]]:
+    """Every condition of the library by slot type, with its entry: read once per library (a
+    question must not read 5,000 templates' conditions again)."""
+    cached = getattr(index, "_compose_conditions", None)
+    if cached is not None:
+        return cached
+    by_kind: dict[str, tuple[list[int], list[Condition]]] = {}
     for i, entry in enumerate(index.entries):
-        if entry.template is None:
-            continue
-        for cond in conditions_of(entry.example_id, entry.template):
-            if cond.slot_type != kind:
-                continue
-            sim = float(vote.sims[i])
-            if cond.ident not in best or sim > best[cond.ident][0]:
-                best[cond.ident] = (sim, i, cond)
-    return [(i, c) for _, i, c in sorted(best.values(), key=lambda p: -p[0])]
+        for cond in conditions_of(entry.example_id, entry.template) if entry.template else ():
+            entries, conds = by_kind.setdefault(cond.slot_type, ([], []))
+            entries.append(i)
+            conds.append(cond)
+    out = {kind: (tuple(e), tuple(c)) for kind, (e, c) in by_kind.items()}
+    index._compose_conditions = out  # type: ignore[attr-defined]
+    return out
 
 
 # --- conditions of a template ---------------------------------------------------------------------
@@ -426,10 +443,15 @@ def _entry(entry: Entry, made: tuple[str, str] | None) -> Entry | None:
     if made is None or entry.template is None:
         return None
     question, sql = made
-    composed = entry_for(
-        entry.example_id, question, sql, build_template(question, sql, dialect=entry.template.dialect)
-    )
+    composed = entry_for(entry.example_id, question, sql, _template(question, sql, entry.template.dialect))
     return composed if composed is not None and composed.template is not None else None
+
+
+@functools.lru_cache(maxsize=8192)
+def _template(question: str, sql: str, dialect: str) -> Template:
+    """A composition's template, built once: the same compositions come back question after question
+    (and fold after fold in a calibration). Templates are frozen; callers never change one."""
+    return build_template(question, sql, dialect=dialect)
 
 
 def _compose_one(entry: Entry, plan: Composed) -> tuple[str, str] | None:
