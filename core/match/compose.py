@@ -327,7 +327,7 @@ def _conditions_of(example_id: int | None, template: Template) -> list[Condition
     for conjunct in _conjuncts(tree.args["where"].this):
         if conjunct.find(exp.Select) is not None:
             continue
-        aliases = {c.table for c in conjunct.find_all(exp.Column)}
+        aliases = {c.table or _only(tables) for c in conjunct.find_all(exp.Column)}
         if len(aliases) != 1 or next(iter(aliases)) not in tables:
             continue
         inside = {literals[id(lit)] for lit in conjunct.find_all(exp.Literal)}
@@ -349,6 +349,11 @@ def _conditions_of(example_id: int | None, template: Template) -> list[Condition
             f"{tables[next(iter(aliases))]}:{masked.sql(dialect=template.dialect)}",
         ))  # fmt: skip
     return out
+
+
+def _only(tables: dict[str, str]) -> str:
+    """The one table's alias of a one-table SELECT (its columns need no qualifier), else ""."""
+    return next(iter(tables)) if len(tables) == 1 else ""
 
 
 def _conjuncts(node: exp.Expr) -> list[exp.Expr]:

@@ -118,3 +118,16 @@ def test_conditions_are_one_table_one_slot_conjuncts_with_their_wording():
     found = {c.slot_type: c for c in conditions_of(1, template)}
     assert found["gender"].phrase == "female" and found["gender"].table == "patients"
     assert found["number"].phrase == "older than 65"
+
+
+def test_a_one_table_query_needs_no_qualifier_for_its_condition():
+    template = build_template(
+        "how many patients are older than 65?",
+        "SELECT count(*) FROM mimiciv_hosp.patients WHERE anchor_age > 65",
+    )
+    (cond,) = conditions_of(2, template)
+    assert (cond.table, cond.phrase, cond.ident) == (
+        "patients",
+        "older than 65",
+        "patients:anchor_age > number",
+    )
