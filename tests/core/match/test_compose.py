@@ -131,3 +131,37 @@ def test_a_one_table_query_needs_no_qualifier_for_its_condition():
         "older than 65",
         "patients:anchor_age > number",
     )
+
+
+def test_the_calibration_composes_for_held_out_templates_so_the_risk_learns_compositions():
+    """Every template is held out whole in some pass (the sibling pass, or the ordinary folds' share):
+    a held-out template that is another one plus a condition comes back composed, scored right or
+    wrong against its own SQL, and these samples are what P(correct) is fitted on."""
+    from core.match import calibrate_library
+
+    sqls = {
+        "older": "SELECT COUNT(*) FROM mimiciv_hosp.patients AS p WHERE p.anchor_age > {n}",
+        "female": "SELECT COUNT(*) FROM mimiciv_hosp.patients AS p WHERE p.gender = 'F'",
+        "both": "SELECT COUNT(*) FROM mimiciv_hosp.patients AS p WHERE p.gender = 'F' AND p.anchor_age > {n}",
+    }
+    questions = [
+        ("older", "how many patients are older than {n}?"), ("older", "count the patients older than {n}."),
+        ("female", "how many female patients are there?"), ("female", "count the female patients."),
+        ("both", "how many female patients are older than {n}?"), ("both", "count the female patients older than {n}."),
+    ]  # fmt: skip
+    entries = []
+    for n, (kind, text) in enumerate(questions * 2, start=1):
+        age = str(60 + n)
+        question, sql = text.format(n=age), sqls[kind].format(n=age)
+        entries.append(entry_for(n, question, sql, build_template(question, sql)))
+    index = LibraryIndex(entries, embed([e.template.masked_question for e in entries]))
+
+    def right(entry, best):
+        return where(best.sql) == where(entry.template.sql)
+
+    found = calibrate_library(
+        index, lambda held: index.matrix[held], is_correct=right, lookup=lambda c, t: [], wrong_answer_cost=10
+    )
+    composed_samples = [(x, ok) for x, ok in found.samples + found.siblings if x.get("composed")]
+    assert composed_samples and any(ok for _, ok in composed_samples)
+    assert "composed" in found.risk.weights or not found.risk.samples  # a feature the risk model reads
