@@ -42,6 +42,10 @@ class Question(models.Model):
     # Where it came from. Evaluation questions are kept out of history and the review queue.
     channel = models.CharField(max_length=16, default="web", db_index=True)  # web | api | cli | evaluation
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # A follow-up on an earlier answer: that run's question and SQL are this question's context.
+    follow_up_of = models.ForeignKey(
+        "Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="follow_ups"
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -526,6 +526,8 @@ class Provenance:
         ""  # "Counts below 11 were suppressed …", "Counts were rounded to the nearest 5.", or ""
     )
     privacy_notes: tuple[str, ...] = ()  # where askdb could not tell whether a number is a small cell
+    composed_from: tuple[int, ...] = ()  # a composed answer: the verified examples it was composed from
+    composed_with: str = ""  # …and the condition's words ("female", "without male")
 
 
 def askdb_version() -> str:
@@ -537,6 +539,20 @@ def askdb_version() -> str:
 
 def sql_sha256(sql: str) -> str:
     return hashlib.sha256(sql.encode()).hexdigest()
+
+
+THREAD_DEPTH = 20  # earlier questions of a follow-up shown at most
+
+
+def run_thread(*, run) -> list:
+    """The earlier runs a follow-up builds on, oldest first (its question's follow_up_of chain)."""
+    out, seen = [], {run.pk}
+    earlier = run.question.follow_up_of
+    while earlier is not None and earlier.pk not in seen and len(out) < THREAD_DEPTH:
+        out.append(earlier)
+        seen.add(earlier.pk)
+        earlier = earlier.question.follow_up_of
+    return out[::-1]
 
 
 def run_provenance(*, run) -> Provenance:
@@ -587,12 +603,24 @@ def run_provenance(*, run) -> Provenance:
             if s
         ),
         privacy_notes=tuple((run.privacy or {}).get("notes") or ()),
+        composed_from=_composed_from(run),
+        composed_with=str((run.library_match or {}).get("composed_with") or "")
+        if run.answered_by == "composed"
+        else "",
     )
 
 
 def _person(user) -> str:
     """A user as a paper names them: the full name when set, else the username."""
     return (user.get_full_name() or "").strip() or user.get_username()
+
+
+def _composed_from(run) -> tuple[int, ...]:
+    """The verified examples a composed answer was composed from (none for any other answer)."""
+    if run.answered_by != "composed":
+        return ()
+    ids = (run.library_match or {}).get("composed_from") or ()
+    return tuple(dict.fromkeys(int(i) for i in ids if str(i).isdigit()))
 
 
 def methods_paragraph(p: Provenance) -> str:
@@ -603,7 +631,13 @@ def methods_paragraph(p: Provenance) -> str:
         f"Data were extracted from {p.source}{as_of} with askdb {p.askdb_version} using the SQL below "
         f"(SHA-256 {p.sha256})"
     )
-    if p.answered_by == "library":
+    if p.answered_by == "composed":
+        made = (
+            "the query was composed by askdb from "
+            + (" and ".join(f"verified example {i}" for i in p.composed_from) or "verified examples")
+            + " of the askdb example library (the composition itself is not a verified example)"
+        )
+    elif p.answered_by == "library":
         made = "the query was adapted from " + (
             f"verified example {p.example_id} of the askdb example library"
             if p.example_id

@@ -384,7 +384,8 @@ class RunDetailSerializer(RunListSerializer):
     )
     reviews = RunReviewSerializer(many=True, help_text="Newest first.")
     answered_by = serializers.CharField(
-        help_text='"llm", "library" (a verified example), "reviewer" (a request a reviewer answered), or empty.'
+        help_text='"llm", "library" (a verified example), "composed" (composed from verified examples, not itself '
+        'verified), "reviewer" (a request a reviewer answered), or empty.'
     )
     example = serializers.IntegerField(
         source="example_id", allow_null=True, help_text="The library example a library answer came from."

@@ -132,6 +132,8 @@ def _run_context(request: HttpRequest, run: Run) -> dict:
         and not selectors.long_query_allowed(run=run, user=request.user),
         "long_query": selectors.long_query_progress(run=run),
         "long_query_limit_s": settings.ASKDB_LONG_QUERY_TIMEOUT_S,
+        "can_follow_up": succeeded and bool(run.sql) and _may_act(request, run),
+        "thread": selectors.run_thread(run=run),
         # The request desk: send a declined run to the reviewers; who answered it.
         "answer_requests": selectors_requests.requests_for_run(run=run) if run.is_terminal else [],
         "can_request": run.is_terminal and run_requestable(run) and run.question.user_id == request.user.pk,
@@ -313,6 +315,26 @@ def _text_cells(sheet, values) -> list[WriteOnlyCell]:
         cell.data_type = "s"
         cells.append(cell)
     return cells
+
+
+@require_POST
+@permission_required("askdb.ask_questions", raise_exception=True)
+def run_follow_up_view(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Ask a follow-up on an answered run: a new question whose context is this run's question and SQL."""
+    run = _run_or_404(request, run_id)
+    if not _may_act(request, run):
+        raise Http404("no such run")
+    try:
+        new = question_submit(
+            user=request.user, text=request.POST.get("question", ""), ip=_ip(request), follow_up_of=run
+        )
+    except (QuestionError, ValueError) as exc:
+        messages.error(request, str(exc))
+        return redirect("run_detail", run_id=run.pk)
+    except QueueUnavailable as exc:
+        messages.warning(request, str(exc))
+        return redirect("run_detail", run_id=run.pk)
+    return redirect("run_detail", run_id=new.pk)
 
 
 @require_POST

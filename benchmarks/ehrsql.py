@@ -217,7 +217,8 @@ def evaluate(lib: Library, runner: Runner, risk, lookup, items, *, progress: boo
         ))  # fmt: skip
         details.append({"id": ident, "question": question, "gold": gold, "answered": answered_sql,
                         "correct": correct, "top": top, "top_correct": top_correct, "votes": found.votes,
-                        "results": found.results})  # fmt: skip
+                        "results": found.results,
+                        "composed": bool(answer.best is not None and answer.best.composed_from)})  # fmt: skip
         if progress and n % 200 == 0:
             print(f"  valid {n}/{len(items)}", file=sys.stderr)
     return scores, details, latency
@@ -413,6 +414,9 @@ def run(
         "execution_accuracy": correct / len(answerable) if answerable else None, "rs": rs,
         "answerability": metrics.answerability(scores), "misses": dict(causes.most_common()),
         "wrong": [{"question": d["question"], "gold": d["gold"], "sql": d["answered"]} for d in wrong],
+        # answers composed from verified parts (core/match/compose.py): how many, how many right
+        "composed": {"answered": sum(1 for d in details if d["composed"]),
+                     "right": sum(1 for d in details if d["composed"] and d["correct"])},
         "p50_ms": metrics.percentile(latency, 50), "p95_ms": metrics.percentile(latency, 95),
         "threshold": risk.threshold, "cv": {k: v for k, v in cv.items() if k != "fold_risks"}, "risk": risk.to_dict(), "seconds": time.perf_counter() - started,
         "library": {"examples": len(lib.index.entries), "templates": len(lib.index.families),
@@ -542,6 +546,7 @@ def table(result: dict) -> str:
         ("threshold P(correct) ≥ c/(c+1)", f"{result['threshold']:.3f}"),
         (f"cross-validated on {result['splits']['library']}: coverage / precision", f"{result['cv']['coverage']} / {result['cv']['precision']}"),
         ("answered (coverage)", f"{result['answered']} ({100 * result['coverage']:.1f} %)"),
+        ("composed answers: answered / right", f"{result['composed']['answered']} / {result['composed']['right']}"),
         ("precision of answers", f"{100 * result['precision']:.2f} %" if result["precision"] is not None else "-"),
         ("execution accuracy (answerable)", f"{100 * result['execution_accuracy']:.1f} %"),
         *[(f"RS({k})", f"{v:.1f}" if v is not None else "-") for k, v in rs.items()],

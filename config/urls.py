@@ -25,6 +25,7 @@ urlpatterns = [
     path("runs/<int:run_id>/cancel/", views.run_cancel_view, name="run_cancel"),
     path("runs/<int:run_id>/retry/", views.run_retry_view, name="run_retry"),
     path("runs/<int:run_id>/long/", views.run_long_query_view, name="run_long_query"),
+    path("runs/<int:run_id>/follow-up/", views.run_follow_up_view, name="run_follow_up"),
     path("runs/<int:run_id>/pick/", views.run_pick_candidate_view, name="run_pick_candidate"),
     path("runs/<int:run_id>/review/", views.run_review, name="run_review"),
     path("runs/<int:run_id>/request/", views_requests.run_request_create, name="run_request"),

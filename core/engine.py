@@ -79,6 +79,20 @@ class PipelineRequest:
     question: str
     dialect: str = "postgres"
     as_of: str = ""
+    # A follow-up: the earlier question and the SQL that answered it are its context (the LLM's
+    # prompt; with no LLM, a condition the follow-up adds is composed on that SQL).
+    earlier_question: str = ""
+    earlier_sql: str = ""
+
+    @property
+    def prompt_question(self) -> str:
+        """The question as the LLM reads it: a follow-up with its earlier question and SQL."""
+        if not self.earlier_sql:
+            return self.question
+        return (
+            f"Earlier question: {self.earlier_question}\nThe SQL that answered it:\n```sql\n{self.earlier_sql}\n```\n"
+            f"Follow-up question, to answer in the context of the earlier one: {self.question}"
+        )
 
 
 @dataclass(frozen=True)
@@ -108,6 +122,9 @@ class Ports(Protocol):
         self, question: str, vector: list[float], k: int, examples: list[ExampleContext]
     ) -> RetrievalView: ...
     def library_match(self, question: str, vector: list[float]) -> tuple[list[MatchResult], float]: ...
+    def follow_up_match(
+        self, question: str, vector: list[float], earlier_question: str, earlier_sql: str
+    ) -> tuple[list[MatchResult], float]: ...
     def answerability(self, question: str, values: list[LinkedValue]) -> AnswerabilityVerdict | None: ...
     def table_context(self, tables: list[str]) -> list[TableContext]: ...
     def catalog(self) -> CatalogSchema: ...
@@ -144,6 +161,7 @@ def match_info(match: MatchResult, threshold: float) -> MatchInfo:
         reason_codes=tuple(match.reason_codes),
         bindings=tuple(MatchBinding(b.slot, b.type, b.old, b.new, b.value, b.score, b.fuzzy, b.column)
                        for b in match.bindings),
+        composed_from=tuple(match.composed_from), composed_with=match.composed_with,
     )  # fmt: skip
 
 
@@ -151,7 +169,8 @@ def _about(info: MatchInfo, match: MatchResult) -> MatchInfo:
     """The match info now about `match` (the one answered), the threshold and reasons kept."""
     other = match_info(match, info.threshold)
     return replace(info, example_id=other.example_id, example_question=other.example_question,
-                   confidence=other.confidence, sql=other.sql, bindings=other.bindings)  # fmt: skip
+                   confidence=other.confidence, sql=other.sql, bindings=other.bindings,
+                   composed_from=other.composed_from, composed_with=other.composed_with)  # fmt: skip
 
 
 @dataclass
@@ -301,7 +320,9 @@ class Pipeline:
             return self._execution_failed(library, info.sql if info else "", NO_GATE, req, library_match=info)
         if library is not None:  # a verified example, values rebound: no gate, no generation, no sampling
             sql, result, best, prepared = library
-            return self._answered(req, sql, result, NO_GATE, analysis=prepared.analysis, answered_by="library",
+            # A composed answer is no verified one: it says so, and waits for a reviewer.
+            by = "composed" if best.composed_from else "library"
+            return self._answered(req, sql, result, NO_GATE, analysis=prepared.analysis, answered_by=by,
                                   example_id=best.example_id, library_match=info)  # fmt: skip
 
         gate = self._gate_stage(req, view, table_names, seen)
@@ -316,7 +337,7 @@ class Pipeline:
         with self._stage("prompt") as st:
             contexts = self.ports.table_context(table_names)
             messages = prompts.sql_messages(
-                question=req.question, tables=contexts, examples=examples, values=view.values,
+                question=req.prompt_question, tables=contexts, examples=examples, values=view.values,
                 dialect=req.dialect, as_of=req.as_of,
             )  # fmt: skip
             st.note(version=prompts.PROMPT_VERSION, tables=table_names, examples=len(examples),
@@ -415,7 +436,12 @@ class Pipeline:
         every other confident template that binds to different SQL must return the same result;
         otherwise the question goes on to the LLM (or, without one, is declined).
         """
-        results, threshold = self.ports.library_match(req.question, vector)
+        if req.earlier_sql:  # a follow-up: only the earlier SQL with what it adds, never its words alone
+            results, threshold = self.ports.follow_up_match(
+                req.question, vector, req.earlier_question, req.earlier_sql
+            )
+        else:
+            results, threshold = self.ports.library_match(req.question, vector)
         # A value lookup or check that failed or ran out of time is said here, never read as "no
         # such value" in silence (an optional port: in-memory ports have nothing to report).
         problems = getattr(self.ports, "value_problems", list)()
@@ -450,7 +476,9 @@ class Pipeline:
             return self._library_failed(answer.error, info, best, st)
         prepared, result = answer.rows
         st.note(answered=True, rows=result.row_count, now_as_of=req.as_of or "the database clock")
-        self.rec.attempt(number=1, sql=best.sql, origin="example", valid=True)
+        self.rec.attempt(
+            number=1, sql=best.sql, origin="composed" if best.composed_from else "example", valid=True
+        )
         return (best.sql, result, best, prepared), replace(_about(info, best), answered=True)
 
     def _library_failed(self, exc: Exception | None, info: MatchInfo, best: MatchResult, st: StageHandle):
@@ -757,7 +785,7 @@ class Pipeline:
     def _gate(self, req: PipelineRequest, table_names: list[str]) -> GateVerdict:
         contexts = self.ports.table_context(table_names)
         reply = self._chat(
-            "gate", prompts.gate_messages(question=req.question, tables=contexts, as_of=req.as_of)
+            "gate", prompts.gate_messages(question=req.prompt_question, tables=contexts, as_of=req.as_of)
         )
         try:
             data = extract_json_object(reply.text)

@@ -98,6 +98,10 @@ class MatchInfo:
     reasons: tuple[str, ...] = ()  # plain sentences
     reason_codes: tuple[str, ...] = ()  # the same, as core.match.reasons codes
     answered: bool = False
+    # A composed match (core.match.compose): the verified questions it was composed from and the
+    # condition's words; never shown as verified.
+    composed_from: tuple[int | None, ...] = ()
+    composed_with: str = ""
 
     def with_reason(self, code: str, text: str) -> MatchInfo:
         """The same match with one more refusal reason."""
@@ -109,6 +113,7 @@ class MatchInfo:
             "confidence": round(self.confidence, 4), "sql": self.sql,
             "bindings": [b.to_json() for b in self.bindings], "threshold": self.threshold,
             "reasons": list(self.reasons), "reason_codes": list(self.reason_codes), "answered": self.answered,
+            "composed_from": list(self.composed_from), "composed_with": self.composed_with,
         }  # fmt: skip
 
 
@@ -127,7 +132,7 @@ class Outcome:
     candidates: Mapping[str, Any] = field(
         default_factory=dict
     )  # the grouped candidates (candidates.to_json())
-    answered_by: str = ""  # "llm" | "library" (a verified example's template, values rebound)
+    answered_by: str = ""  # "llm" | "library" (a verified example's template, values rebound) | "composed"
     example_id: int | None = None  # the verified example a library answer came from
     library_match: MatchInfo | None = None  # the best template match, answered or not
     answerability: AnswerabilityVerdict | None = None  # the answerability gate's verdict

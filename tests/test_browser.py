@@ -502,3 +502,30 @@ def test_a_declined_question_is_requested_answered_in_the_editor_and_the_library
         assert "From a verified question in the library" in cleo.locator("#trust").inner_text()
         other.close()
         reviewer.close()
+
+
+def test_a_follow_up_is_asked_under_the_answer_and_composed_on_its_sql(page, source, library):
+    """No LLM: "and how many of them were over 80?" under "how many patients are there?" adds the
+    age condition a verified question expresses to the earlier SQL; the thread links back; both
+    pages fit a phone (no sideways scroll) and keep the answer above the fold."""
+    from askdb.services.examples import example_upsert
+
+    example_upsert(source=source, question="how many patients are older than 65?", approved_by=library["gender"].approved_by,
+                   sql="SELECT count(*) AS n FROM mimiciv_hosp.patients WHERE anchor_age > 65")  # fmt: skip
+    make_user("fay", "researcher")
+    with running_worker():
+        log_in(page, "fay")
+        first = _ask_in_page(page, "how many patients are there?", "Answered")
+        form = page.locator("#follow-up")
+        assert form.is_visible()
+        _check_layout(page, "run-page-follow-up-form")
+        page.get_by_label("Ask a follow-up").fill("and how many of them were over 80?")
+        form.get_by_role("button", name="Ask").click()
+        page.wait_for_url(lambda url: not url.rstrip("/").endswith(f"/{first}"))
+        page.locator("#run-status", has_text="Answered").wait_for(timeout=60_000)
+        assert page.locator(f'#thread a[href="/runs/{first}/"]').is_visible()
+        assert "Composed from verified questions" in page.locator("#trust").inner_text()
+        _check_layout(page, "run-page-follow-up-answer")
+    run = Run.objects.order_by("-pk").first()
+    assert run.answered_by == "composed" and run.question.follow_up_of_id == first
+    assert "anchor_age > 80" in run.sql and "count(" in run.sql.lower()

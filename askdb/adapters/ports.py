@@ -158,6 +158,25 @@ class DjangoPorts:
         """What askdb's own reads for the library match could not do (each once, in order)."""
         return list(dict.fromkeys(self.problems))
 
+    def follow_up_match(
+        self, question: str, vector: list[float], earlier_question: str, earlier_sql: str
+    ) -> tuple[list, float]:
+        """A follow-up on an earlier answer: the earlier SQL with the condition the follow-up adds,
+        composed from the library's verified conditions (core.match.match_follow_up), and the
+        answering threshold. The follow-up's words alone never pick a template."""
+        risk = library_risk(self.source)
+        index, values = LIBRARY.index(
+            self.source, self.executor, self.embedder, version=self._library_version()
+        )
+        if not index.entries:
+            return [], risk.threshold
+        masked_vector = self.embedder.embed([match.mask_question(question, values)])[0]
+        results = match.match_follow_up(
+            question, earlier_question, earlier_sql, masked_vector, index, lookup=self.lookup_value,
+            values=values, catalog=self._catalog, risk=risk, probe=self.probe, dialect=self.source.dialect,
+        )  # fmt: skip
+        return results, risk.threshold
+
     def answerability(self, question: str, values: list) -> AnswerabilityVerdict | None:
         """The answerability gate's verdict: the trained model with its rules, or the rules alone
         when no model is trained for the source (they need no training)."""

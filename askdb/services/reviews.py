@@ -38,6 +38,8 @@ def review_required(run) -> bool:
         return False
     if run.answered_by == "library":  # reviewed through its example; a sampled share is checked again
         return library_answer_sampled(run.pk)
+    if run.answered_by == "composed":  # composed from verified parts, itself verified by nobody yet
+        return True
     policy = settings.ASKDB_REVIEW_POLICY
     if policy == "low_confidence":
         low = run.question.source.confidence_threshold or settings.ASKDB_CONFIDENCE_THRESHOLD

@@ -70,20 +70,28 @@ def _clean_question(text: str) -> str:
     return cleaned
 
 
-def question_submit(*, user, text: str, source=None, ip: str | None = None):
-    """Accept a question and queue its first run; the worker picks it up after commit."""
+def question_submit(*, user, text: str, source=None, ip: str | None = None, follow_up_of=None):
+    """Accept a question and queue its first run; the worker picks it up after commit.
+    `follow_up_of`: the answered run this question follows up (its question and SQL are the context)."""
     with transaction.atomic():
-        run = _question_create(user=user, text=text, source=source, ip=ip)
+        run = _question_create(user=user, text=text, source=source, ip=ip, follow_up_of=follow_up_of)
         transaction.on_commit(lambda: _enqueue(run.pk))
     return run
 
 
-def _question_create(*, user, text: str, source=None, ip: str | None = None):
+def _question_create(*, user, text: str, source=None, ip: str | None = None, follow_up_of=None):
     """A question and its first (queued) run, audited; the caller owns the transaction."""
     cleaned = _clean_question(text)
-    question = Question.objects.create(user=user, source=source or source_get(None), text=cleaned)
+    if follow_up_of is not None:
+        if follow_up_of.status != Run.Status.SUCCEEDED or not follow_up_of.sql:
+            raise QuestionError("Only an answered question can be followed up: ask this one on its own.")
+        source = follow_up_of.question.source
+    question = Question.objects.create(
+        user=user, source=source or source_get(None), text=cleaned, follow_up_of=follow_up_of
+    )
     run = Run.objects.create(question=question)
-    audit_record(action="question.asked", actor=user, target=run, message=cleaned[:500], ip=ip)
+    detail = {"follow_up_of": follow_up_of.pk} if follow_up_of is not None else None
+    audit_record(action="question.asked", actor=user, target=run, message=cleaned[:500], ip=ip, detail=detail)
     return run
 
 
@@ -191,6 +199,7 @@ def run_execute(*, run_id: int, worker: str = ""):
                     question=run.question.text,
                     dialect=source.dialect,
                     as_of=source.as_of.strftime("%Y-%m-%d %H:%M:%S") if source.as_of else "",
+                    **_earlier(run),
                 )
             )
         finally:
@@ -241,6 +250,14 @@ def run_execute(*, run_id: int, worker: str = ""):
         )
     _run_finish(run, status=outcome.status, **fields)
     return run
+
+
+def _earlier(run) -> dict[str, str]:
+    """A follow-up's context: the earlier question and the SQL that answered it."""
+    earlier = run.question.follow_up_of
+    if earlier is None or not earlier.sql:
+        return {}
+    return {"earlier_question": earlier.question.text, "earlier_sql": earlier.sql}
 
 
 def _run_finish(run, *, status: str, **fields) -> None:
@@ -308,10 +325,10 @@ def runs_reap() -> dict[str, int]:
     return {"lost": runs_reap_stale(), **runs_requeue()}
 
 
-def question_submit_sync(*, user, text: str, source=None):
+def question_submit_sync(*, user, text: str, source=None, follow_up_of=None):
     """The same use case as question_submit, run in this process (the `ask` command, benchmarks)."""
     with transaction.atomic():
-        run = _question_create(user=user, text=text, source=source)
+        run = _question_create(user=user, text=text, source=source, follow_up_of=follow_up_of)
     return run_execute(run_id=run.pk, worker="manage.py ask")
 
 

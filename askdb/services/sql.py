@@ -54,19 +54,20 @@ def sql_check(
     if execute and policy is not None:
         prepared, protected = sql_check_protected(source=source, sql=sql, policy=policy, row_cap=row_cap,
                                                   actor=actor, purpose=purpose, run=run,
-                                                  refusal_prefix=refusal_prefix)  # fmt: skip
+                                                  refusal_prefix=refusal_prefix, timeout_s=timeout_s,
+                                                  cancel=cancel)  # fmt: skip
         return prepared.validated, protected
     catalog, executor = _catalog_and_executor(source, sensitive=run is None or _asker_may_read_sensitive(run))
     validated = _validated(sql, catalog)
     if not execute:
         return validated, None
     return validated, _execute_audited(executor, validated.sql, source=source, row_cap=row_cap, actor=actor,
-                                       purpose=purpose, run=run)  # fmt: skip
+                                       purpose=purpose, run=run, timeout_s=timeout_s, cancel=cancel)  # fmt: skip
 
 
 def sql_check_protected(
     *, source, sql: str, policy: privacy.PrivacyPolicy, row_cap: int | None = None, actor=None,
-    purpose: str = "check", run=None, refusal_prefix: str = "",
+    purpose: str = "check", run=None, refusal_prefix: str = "", timeout_s: float | None = None, cancel=None,
 ) -> tuple[PreparedSql, privacy.ProtectedResult]:  # fmt: skip
     """sql_check with `policy`, returning the PreparedSql itself: its output analysis (made once,
     on the validated tree) is what the disclosure release then reads, instead of a second parse."""
@@ -77,7 +78,7 @@ def sql_check_protected(
     except privacy.PrivacyRefusal as exc:
         raise ReviewError(f"{refusal_prefix}{exc.message}") from exc
     result = _execute_audited(executor, prepared.sql, source=source, row_cap=row_cap, actor=actor,
-                              purpose=purpose, run=run)  # fmt: skip
+                              purpose=purpose, run=run, timeout_s=timeout_s, cancel=cancel)  # fmt: skip
     return prepared, protect_prepared(prepared, result, policy)
 
 
@@ -88,7 +89,10 @@ def _validated(sql: str, catalog) -> ValidatedSql:
         raise ReviewError(f"The SQL is not valid: {exc.message}") from exc
 
 
-def _execute_audited(executor, statement: str, *, source, row_cap: int | None, actor, purpose: str, run):
+def _execute_audited(
+    executor, statement: str, *, source, row_cap: int | None, actor, purpose: str, run,
+    timeout_s: float | None = None, cancel=None,
+):  # fmt: skip
     try:
         result = executor.execute(
             statement, timeout_s=timeout_s or settings.CLINICAL_STATEMENT_TIMEOUT_S,

@@ -13,6 +13,8 @@ Read it in this order; each module says why it is as it is:
     matcher                   one template for one question: rules, binding, features
     features, risk            what P(correct) reads, and the logistic model that gives it
     library                   a question against the whole library: the vote, the templates tried
+    compose                   where no template fits: a template with a condition of another added
+                              (or one of its own left out), and follow-ups on an earlier answer
     calibrate                 P(correct) fitted by grouped cross-validation; the decision to answer
 
 Pure: no Django, no database. Callers pass embeddings, the value index, a value lookup and a probe.
@@ -33,7 +35,7 @@ from core.match.calibrate import (
 )
 from core.match.candidate import MatchResult, TemplateCandidate
 from core.match.index import UNANSWERABLE, Entry, LibraryIndex, entry_for, key_hash, sql_group
-from core.match.library import LibraryMatch, match_library
+from core.match.library import LibraryMatch, match_follow_up, match_library
 from core.match.reading import Reading, mask_question, read_question
 from core.match.risk import (
     DEFAULT_RISK,
@@ -94,6 +96,7 @@ __all__ = [
     "key_hash",
     "load_values",
     "mask_question",
+    "match_follow_up",
     "match_library",
     "out_of_fold",
     "read_question",

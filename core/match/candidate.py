@@ -29,6 +29,10 @@ class MatchResult:
     reasons: tuple[str, ...] = ()  # why the confidence was forced to 0 (hard rules), plain sentences
     reason_codes: tuple[str, ...] = ()  # the same, as reasons codes (one per reason)
     masked_question: str = ""  # the new question with its bound spans masked
+    # A composed result (compose.py): the verified questions it was composed from (the template's,
+    # the condition's) and the condition's words ("female", "without male"); empty for a template.
+    composed_from: tuple[int | None, ...] = ()
+    composed_with: str = ""
 
     @property
     def hard_ok(self) -> bool:

@@ -29,8 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from core.match.build import build_template
 from core.match.candidate import MatchResult, TemplateCandidate
-from core.match.index import UNANSWERABLE, LibraryIndex
+from core.match.compose import compose_follow_up, compose_results, match_composed
+from core.match.index import UNANSWERABLE, LibraryIndex, entry_for
 from core.match.matcher import match_one
 from core.match.reading import Reading, cached_lookup, read_question
 from core.match.risk import DEFAULT_RISK, Calibration
@@ -89,7 +91,8 @@ def match_library(
     )
     lookup = cached_lookup(lookup)
     results: list[MatchResult] = []
-    for rank, key, share in _templates_to_try(reading, vote, index):
+    tried = _templates_to_try(reading, vote, index)
+    for rank, key, share in tried:
         members = sorted(index.members[key], key=lambda i: -vote.sims[i])[:MEMBERS_TRIED]
         result = _try_members(
             reading, index, key, members, vote, lookup=lookup, catalog=catalog, values=values, probe=probe
@@ -100,11 +103,52 @@ def match_library(
         }
         confidence = round(risk.predict(features), 4) if result.hard_ok else 0.0
         results.append(dataclasses.replace(result, features=features, confidence=confidence))
+    if not any(r.hard_ok for r in results):  # composed from verified parts only where no template fits
+        match = match_composed(reading, lookup=lookup, catalog=catalog, values=values, probe=probe)
+        results += compose_results(reading, index, tried, vote, risk=risk, match=match)
     results = refuse_ambiguous_values(results)
     if isinstance(values, ValueIndex):
         results = refuse_unlike_library(results, index, values)
     results.sort(key=lambda r: (-int(r.hard_ok), -r.confidence, r.features.get("vote_rank", 0)))
     return LibraryMatch(results, masked_question, vote.ranked[:5])
+
+
+def match_follow_up(
+    question: str,
+    earlier_question: str,
+    earlier_sql: str,
+    vector: Sequence[float] | np.ndarray,
+    index: LibraryIndex,
+    *,
+    lookup: ValueLookup,
+    values: ValueIndex | None = None,
+    catalog: CatalogSchema | None = None,
+    risk: Calibration | None = None,
+    probe: Callable[[str], bool] | None = None,
+    dialect: str = "postgres",
+) -> list[MatchResult]:
+    """A follow-up question on an earlier answer ("and how many of them were over 80?"): the earlier
+    SQL with the condition the follow-up adds, composed from the library's conditions
+    (compose.compose_follow_up), best first; [] when it adds none the library knows.
+
+    `vector` embeds the masked follow-up: it orders the library's conditions by how near their
+    questions are to it."""
+    earlier = entry_for(
+        None, earlier_question, earlier_sql, build_template(earlier_question, earlier_sql, dialect=dialect)
+    )
+    if earlier is None or not index.entries:
+        return []
+    values = values.with_names(index.names) if values is not None else None
+    together = f"{earlier_question.strip().rstrip('?.!').strip()}; {question.strip()}"
+    reading = read_question(
+        together, values,
+        operator_text=blank(together, (values.spans(together) if values else []) + periods(together)),
+    )  # fmt: skip
+    lookup = cached_lookup(lookup)
+    match = match_composed(reading, lookup=lookup, catalog=catalog, values=values, probe=probe)
+    return compose_follow_up(
+        reading, index, earlier, Vote.of(vector, index), risk=risk or DEFAULT_RISK, match=match
+    )
 
 
 @dataclass(frozen=True)

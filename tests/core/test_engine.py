@@ -204,6 +204,16 @@ def test_a_confident_library_match_answers_without_the_llm():
         outcome.sql = "SELECT 1"  # type: ignore[misc]
 
 
+def test_a_composed_match_answers_as_composed_never_as_verified():
+    ports = FakePorts(results={OLDER_SQL: Rows(("n",), [(12,)])},
+                      matches=[match(OLDER_SQL, 0.9, composed_from=(7, 9), composed_with="female")])  # fmt: skip
+    outcome, rec = ask(ports)
+    assert (outcome.status, outcome.answered_by, outcome.example_id) == ("succeeded", "composed", 7)
+    info = outcome.library_match.to_json()
+    assert info["composed_from"] == [7, 9] and info["composed_with"] == "female" and info["answered"]
+    assert rec.attempts[0]["origin"] == "composed"
+
+
 def test_a_match_under_the_threshold_is_kept_with_its_reasons_and_not_answered():
     ports = FakePorts(results={OLDER_SQL: Rows(("n",), [(12,)])},
                       matches=[match(OLDER_SQL, 0.2, reasons=("too far",), reason_codes=("far",))])  # fmt: skip
@@ -301,17 +311,19 @@ def test_a_confident_library_answer_is_not_vetoed_by_the_model_or_the_floor(verd
     ],
 )
 @pytest.mark.parametrize("chat", [None, "llm"], ids=["no_llm", "llm"])
-def test_a_decisive_rule_still_declines_a_confident_library_answer(kind, category, evidence, chat):
+@pytest.mark.parametrize("composed", [(), (7, 9)], ids=["verified", "composed"])
+def test_a_decisive_rule_still_declines_a_confident_library_answer(kind, category, evidence, chat, composed):
     """The rule kinds are about what is asked, not whether the data holds it: a close template
     does not answer a question about the future, for advice, to identify a person, or off topic.
-    The model may even think it answerable; the rule alone declines it."""
+    The model may even think it answerable; the rule alone declines it. A composed answer (two
+    verified questions' parts) is held to the same rules: never shown where the plain one is not."""
     verdict = AnswerabilityVerdict.from_json({
         "answerable": False, "category": category, "kind": kind, "probability": 0.0, "model_probability": 0.93,
         "reason": f"Declined: {evidence}.", "findings": [_rule(kind, evidence)],
     })  # fmt: skip
     llm = FakeChat() if chat else None
-    ports = FakePorts(chat=llm, results={OLDER_SQL: Rows(("n",), [(12,)])}, matches=[match(OLDER_SQL, 0.9)],
-                      verdict=verdict)  # fmt: skip
+    ports = FakePorts(chat=llm, results={OLDER_SQL: Rows(("n",), [(12,)])},
+                      matches=[match(OLDER_SQL, 0.9, composed_from=composed)], verdict=verdict)  # fmt: skip
     outcome, rec = ask(ports)
     assert (outcome.status, outcome.outcome, outcome.message) == (
         "declined",
@@ -349,6 +361,26 @@ def test_the_llm_writes_sql_that_is_checked_and_run():
     assert (outcome.status, outcome.outcome, outcome.answered_by) == ("succeeded", "answered", "llm")
     assert outcome.gate == GateVerdict("answerable", "ok") and outcome.result.rows == [[100]]
     assert rec.calls == ["gate", "generate"] and rec.attempts[0]["valid"]
+
+
+def test_a_follow_up_gives_the_llm_the_earlier_question_and_sql_and_no_plain_library_match():
+    """A follow-up is read with its context: the LLM's gate and prompt see the earlier question and
+    SQL; the library answers it only by composing on the earlier SQL (follow_up_match), never by the
+    follow-up's words alone (library_match, which would read "how many of them" as all patients)."""
+    chat = FakeChat('{"category": "answerable", "reason": "ok"}', f"```sql\n{COUNT_SQL}\n```")
+    ports = FakePorts(chat=chat, results={COUNT_SQL: Rows(("n",), [(100,)]), OLDER_SQL: Rows(("n",), [(12,)])},
+                      matches=[match(OLDER_SQL, 0.99)])  # fmt: skip
+    asked = []
+    ports.follow_up_match = lambda question, vector, eq, esql: (asked.append((question, eq, esql)) or [], 0.5)
+    request = PipelineRequest("and how many of them were over 80?", earlier_question="how many female patients?",
+                              earlier_sql="SELECT COUNT(*) FROM patients WHERE gender = 'F'")  # fmt: skip
+    outcome = Pipeline(ports, FakeRecorder(), PipelineConfig(summarize=False)).run(request)
+    assert outcome.answered_by == "llm" and outcome.result.rows == [[100]]  # the plain match was not used
+    assert asked == [("and how many of them were over 80?", "how many female patients?",
+                      "SELECT COUNT(*) FROM patients WHERE gender = 'F'")]  # fmt: skip
+    for messages in chat.asked:  # the gate and the generation
+        last = messages[-1]["content"]
+        assert "how many female patients?" in last and "gender = 'F'" in last and "over 80" in last
 
 
 def test_the_llm_gate_declines_in_its_own_words():

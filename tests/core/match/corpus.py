@@ -61,7 +61,9 @@ SWAPS = (("first", "last"), ("last", "first"), ("maximum", "minimum"), ("minimum
          ("how many", "what is the average number of"), ("most", "least"))  # fmt: skip
 # Each adds a condition, negates, or swaps an operator relative to one of the demo library's examples
 # ("count the number of patients older than 65" -> "… older than 70 who died in the hospital"):
-# never answered (tests/askdb/test_library_demo_adversarial.py asks them of the app too).
+# never answered wrong (tests/askdb/test_library_demo_adversarial.py asks them of the app too). A few
+# add a condition another verified question expresses: composed answers (core/match/compose.py) may
+# answer those, and only with the SQL in ANSWERED_RIGHT.
 MUST_ABSTAIN = [
     "count the number of patients older than 70 who died in the hospital.",
     "count the number of patients older than 70 with an ICU stay.",
@@ -82,6 +84,19 @@ MUST_ABSTAIN = [
     "how many patients were not prescribed heparin in 2150?",
     "what is the average age of male patients without insurance?",
 ]
+ANSWERED_RIGHT = {
+    "count the number of female patients older than 65.": (
+        "SELECT COUNT(*) AS n_patients FROM mimiciv_hosp.patients AS p WHERE p.anchor_age > 65 AND p.gender = 'F'"
+    ),
+    "how many female patients died in 2155?": (
+        "SELECT COUNT(*) AS n_patients FROM mimiciv_hosp.patients AS p "
+        "WHERE EXTRACT(YEAR FROM p.dod) = 2155 AND p.gender = 'F'"
+    ),
+    "how many times was patient 10014354 admitted to the hospital through the emergency room?": (
+        "SELECT COUNT(*) AS n_admissions FROM mimiciv_hosp.admissions AS a "
+        "WHERE a.subject_id = 10014354 AND a.admission_location = 'EMERGENCY ROOM'"
+    ),
+}
 OTHER_IDS = ("10002428", "10014354", "10019003", "10031404", "10037861")
 
 

@@ -42,9 +42,11 @@ def test_every_case_decides_as_recorded(decided):
     assert not changed, f"{len(changed)} decisions changed:\n" + "\n".join(changed[:40])
 
 
-def test_the_adversarial_questions_are_never_answered(decided):
-    answered = [c["question"] for c in decided if c["kind"] == "adversarial" and "answer" in c]
-    assert not answered
+def test_the_adversarial_questions_are_never_answered_wrong(decided):
+    """Abstain, or (a condition another verified question expresses, composed) answer right."""
+    answered = {c["question"]: c["answer"] for c in decided if c["kind"] == "adversarial" and "answer" in c}
+    wrong = {q: sql for q, sql in answered.items() if corpus.ANSWERED_RIGHT.get(q) != sql}
+    assert not wrong
 
 
 def test_the_library_answers_its_own_questions_with_other_values(decided):

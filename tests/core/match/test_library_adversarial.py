@@ -31,7 +31,9 @@ CASES: list[tuple[str, str, tuple[str, str] | None]] = [
     ("How many patients were given a triiodothyronine (t3) lab test since 1 year ago?",
      "How many patients older than 70 were given a triiodothyronine (t3) lab test since 1 year ago?", None),
     ("Count the number of hospital visits patient 10021118 had since 2100.",
-     "Count the number of hospital visits patient 10021118 had through the emergency room since 2100.", None),
+     # a condition another train question expresses: composed (core/match/compose.py), right or abstain
+     "Count the number of hospital visits patient 10021118 had through the emergency room since 2100.",
+     ("WHERE admissions.subject_id", "WHERE admissions.admission_location = 'emergency room' AND admissions.subject_id")),
     ("Count the number of hospital visits patient 10021118 had since 2100.",
      "Count the number of hospital visits with a sepsis diagnosis patient 10021118 had since 2100.", None),
     ("What was the total vitamin d dose that has been prescribed in 05/2100 to patient 10035185?",

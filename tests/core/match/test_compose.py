@@ -1,0 +1,167 @@
+"""Composed answers from verified parts (core/match/compose.py), on the demo library (the benchmark's
+train split) with a bag-of-words stand-in for the embedder: a condition another verified question
+expresses added on the SQL tree, a condition of the template left out, and the guard that still
+refuses what no verified wording says (pure: no database)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import sqlglot
+from sqlglot import exp
+
+from core.match import LibraryIndex, build_template, entry_for, mask_question, match_library
+from core.match.compose import conditions_of
+from tests.core.match.test_library import embed
+
+TRAIN = Path(__file__).resolve().parents[3] / "benchmarks" / "data" / "mimiciv" / "train.json"
+
+
+@pytest.fixture(scope="module")
+def demo():
+    items = json.loads(TRAIN.read_text())
+    entries = []
+    for n, item in enumerate(items, start=1):
+        sql = item.get("sql") or ""
+        entry = entry_for(n, item["question"], sql, build_template(item["question"], sql) if sql else None)
+        if entry is not None:
+            entries.append(entry)
+    index = LibraryIndex(
+        entries, embed([e.template.masked_question if e.template else e.question for e in entries])
+    )
+    return index, {e.question: e.example_id for e in entries}
+
+
+def ask(index, question):
+    return match_library(question, embed([mask_question(question)])[0], index, lookup=lambda c, t: [])
+
+
+def where(sql: str) -> set[str]:
+    """The WHERE conjuncts of the outer SELECT, as SQL."""
+    tree = sqlglot.parse_one(sql, dialect="postgres")
+    found = tree.args.get("where")
+    if found is None:
+        return set()
+    node, out = found.this, []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, exp.And):
+            stack += [n.left, n.right]
+        else:
+            out.append(n.sql(dialect="postgres"))
+    return set(out)
+
+
+def composed(found):
+    return [r for r in found.results if r.composed_from and r.hard_ok]
+
+
+def test_a_condition_another_verified_question_expresses_is_added_on_the_tree(demo):
+    index, ids = demo
+    found = ask(index, "how many female patients over 80?")
+    best = composed(found)[0]
+    assert where(best.sql) == {"p.anchor_age > 80", "p.gender = 'F'"}
+    assert best.sql.startswith("SELECT COUNT(*)")
+    assert set(best.composed_from) == {
+        ids["count the number of patients older than 65."],
+        ids["how many female patients are in the database?"],
+    }
+    assert best.composed_with == "female" and best.features["composed"] == 1.0
+
+
+def test_a_condition_the_question_leaves_out_is_dropped(demo):
+    index, ids = demo
+    best = composed(ask(index, "what is the average age of patients?"))[0]
+    assert where(best.sql) == set() and "AVG(p.anchor_age)" in best.sql
+    assert best.composed_from == (ids["what is the average age of male patients?"],)
+    assert best.composed_with == "without male"
+
+
+def test_no_composition_where_a_verified_template_fits(demo):
+    index, _ = demo
+    found = ask(index, "what is the average age of female patients?")
+    assert found.best.hard_ok and not found.best.composed_from
+    assert not [r for r in found.results if r.composed_from]
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "how many female patients over 80 who died in the hospital?",  # a condition no verified wording says
+        "how many female patients under 80?",  # the opposite comparison of the verified one
+        "how many female patients were not over 80?",  # a negation
+        "how many female patients over 80 will be admitted next year?",  # the future
+    ],
+)
+def test_the_guard_refuses_a_composition_no_verified_wording_says(demo, question):
+    found = ask(demo[0], question)
+    assert not composed(found), [(r.sql, r.composed_with) for r in composed(found)]
+    assert not any(r.hard_ok for r in found.results)
+
+
+def test_a_hostile_value_in_a_composed_condition_stays_one_literal(demo):
+    index, _ = demo
+    found = ask(index, "how many female patients over 80'; DROP TABLE patients; --?")
+    for r in found.results:
+        if r.sql:
+            assert "DROP" not in r.sql.upper()
+
+
+def test_conditions_are_one_table_one_slot_conjuncts_with_their_wording():
+    template = build_template(
+        "how many female patients are older than 65?",
+        "SELECT COUNT(*) FROM mimiciv_hosp.patients AS p WHERE p.gender = 'F' AND p.anchor_age > 65",
+    )
+    found = {c.slot_type: c for c in conditions_of(1, template)}
+    assert found["gender"].phrase == "female" and found["gender"].table == "patients"
+    assert found["number"].phrase == "older than 65"
+
+
+def test_a_one_table_query_needs_no_qualifier_for_its_condition():
+    template = build_template(
+        "how many patients are older than 65?",
+        "SELECT count(*) FROM mimiciv_hosp.patients WHERE anchor_age > 65",
+    )
+    (cond,) = conditions_of(2, template)
+    assert (cond.table, cond.phrase, cond.ident) == (
+        "patients",
+        "older than 65",
+        "patients:anchor_age > number",
+    )
+
+
+def test_the_calibration_composes_for_held_out_templates_so_the_risk_learns_compositions():
+    """Every template is held out whole in some pass (the sibling pass, or the ordinary folds' share):
+    a held-out template that is another one plus a condition comes back composed, scored right or
+    wrong against its own SQL, and these samples are what P(correct) is fitted on."""
+    from core.match import calibrate_library
+
+    sqls = {
+        "older": "SELECT COUNT(*) FROM mimiciv_hosp.patients AS p WHERE p.anchor_age > {n}",
+        "female": "SELECT COUNT(*) FROM mimiciv_hosp.patients AS p WHERE p.gender = 'F'",
+        "both": "SELECT COUNT(*) FROM mimiciv_hosp.patients AS p WHERE p.gender = 'F' AND p.anchor_age > {n}",
+    }
+    questions = [
+        ("older", "how many patients are older than {n}?"), ("older", "count the patients older than {n}."),
+        ("female", "how many female patients are there?"), ("female", "count the female patients."),
+        ("both", "how many female patients are older than {n}?"), ("both", "count the female patients older than {n}."),
+    ]  # fmt: skip
+    entries = []
+    for n, (kind, text) in enumerate(questions * 2, start=1):
+        age = str(60 + n)
+        question, sql = text.format(n=age), sqls[kind].format(n=age)
+        entries.append(entry_for(n, question, sql, build_template(question, sql)))
+    index = LibraryIndex(entries, embed([e.template.masked_question for e in entries]))
+
+    def right(entry, best):
+        return where(best.sql) == where(entry.template.sql)
+
+    found = calibrate_library(
+        index, lambda held: index.matrix[held], is_correct=right, lookup=lambda c, t: [], wrong_answer_cost=10
+    )
+    composed_samples = [(x, ok) for x, ok in found.samples + found.siblings if x.get("composed")]
+    assert composed_samples and any(ok for _, ok in composed_samples)
+    assert "composed" in found.risk.weights or not found.risk.samples  # a feature the risk model reads
