@@ -202,7 +202,7 @@ def test_small_groups_are_hidden_whole_on_every_channel(client, source, sqlite_s
         body = content(client.get(f"/runs/{run.pk}/result.csv"))
         assert not leaks(body) and "askdb_people" not in body
         rows = list(csv.reader(io.StringIO(body)))
-        assert rows[0] == ["anchor_year_group", "mean_age"]
+        assert rows[0] == ["Anchor year group", "Average age"]  # labels; the people count is not shown
         sheet = load_workbook(
             io.BytesIO(b"".join(client.get(f"/runs/{run.pk}/result.xlsx").streaming_content))
         )["result"]

@@ -338,7 +338,7 @@ def test_the_demo_trains_the_gate_on_its_seeded_library_and_declines_with_a_reas
                     execute=False, origin="demo")  # fmt: skip
     demo = DemoCommand(stdout=io.StringIO())
     demo._train_gate(0.0)
-    assert "answerability model" in demo.stdout.getvalue() and "trained" in demo.stdout.getvalue()
+    assert "answerability gate trained" in demo.stdout.getvalue()
     version = store.current_version(source.name)
     assert version is not None
     demo._train_gate(0.0)  # a second start keeps the trained model

@@ -77,7 +77,7 @@ def test_role_changes_and_deactivation_take_effect_and_are_audited(client, admin
     assert AuditEvent.objects.get(action="user.deactivated").actor_id == admin.pk
     # neither the password nor the API token works any more; the account's records stay
     assert not _signs_in(client, "ann", PASSWORD)
-    api = client.get("/api/questions/", HTTP_AUTHORIZATION=f"Token {token.key}")
+    api = client.get("/api/runs/", HTTP_AUTHORIZATION=f"Token {token.key}")
     assert api.status_code in (401, 403)
 
     client.force_login(admin)
