@@ -51,6 +51,12 @@ def table_texts(source) -> list[TableText]:
     return [TableText(doc.qualified_name, table_doc_embedding_text(doc)) for doc in docs]
 
 
+def _from_values(values: str) -> str:
+    """What an undocumented column holds, drafted from its values when no one (and no LLM) wrote
+    it: the catalog can still be asked about what its values say."""
+    return f"values such as {values}" if values else ""
+
+
 def column_texts(source) -> list[ColumnText]:
     """Every documented column of the source's tables (per-column relevance, absent concepts)."""
     from metadata_admin.models import ColumnDoc
@@ -59,7 +65,11 @@ def column_texts(source) -> list[ColumnText]:
         "table"
     )
     return [
-        ColumnText(f"{c.table.qualified_name}.{c.name}", column_text(c.table.name, c.name, c.meaning))
+        ColumnText(
+            f"{c.table.qualified_name}.{c.name}",
+            column_text(c.table.name, c.name, c.meaning or c.draft_meaning or _from_values(c.example_values)),
+            c.example_values,
+        )
         for c in rows.order_by("table__schema_name", "table__name", "position", "name")
     ]
 
@@ -76,7 +86,8 @@ def docs_catalog(tables) -> tuple[list[TableText], list[ColumnText]]:
         )  # fmt: skip
         table_out.append(TableText(t.qualified, text))
         column_out += [
-            ColumnText(f"{t.qualified}.{c.name}", column_text(t.name, c.name, c.meaning)) for c in t.columns
+            ColumnText(f"{t.qualified}.{c.name}", column_text(t.name, c.name, c.meaning), c.example_values)
+            for c in t.columns
         ]
     return table_out, column_out
 
