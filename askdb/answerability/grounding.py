@@ -27,6 +27,8 @@ _PATIENT = r"(?:the |this |that )?(?:patient|subject)(?: (?:number |no\.? |id )?
 ATTRIBUTE_PATTERNS: tuple[re.Pattern, ...] = tuple(
     re.compile(p)
     for p in (
+        rf"\b(?P<attr>(?:full |first |last )?name of {_PATIENT}'s [a-z-]+(?: [a-z-]+)?)(?: (?:on|in|during|at|for|"
+        r"from|who|that)\b|\?|$)",
         rf"\b(?:what|which|who|when|where) (?:is|was|are|were) (?:the |a |an )?(?P<attr>[a-z' -]{{3,60}}?) "
         rf"(?:of|for) {_PATIENT}\b(?!'s)",
         rf"\b(?:what|which|who) (?:is|was|are|were) {_PATIENT}'s (?P<attr>[a-z' -]{{3,60}}?)(?: (?:on|in|during|at|"
@@ -78,12 +80,37 @@ def stems_of(text: str) -> set[str]:
     return {stem(w) for w in words(text)}
 
 
+# "the name of the drug", "drug name", "lab test names": what a text says has a name.
+_NAMED = re.compile(r"\b(?:name|label|title)s? of (?:the |a |an |each |every )?([a-z]+(?: [a-z]+)?)|"
+                    r"\b([a-z]+) (?:name|label|title)s?\b")  # fmt: skip
+
+
+def named_of(text: str) -> set[str]:
+    """Stems of the things a text says have a name ("Name of the drug" → {drug})."""
+    out = set()
+    for m in _NAMED.finditer(str(text or "").lower().replace("_", " ")):
+        out |= {stem(w) for w in words(m.group(1) or m.group(2)) if w not in GENERIC}
+    return out
+
+
+_COLUMN_NAME = re.compile(r"^[a-z0-9_]+\.([a-z0-9_]+): ")
+
+
 class Vocabulary:
     """Every word stem the catalog's texts use (names split at underscores, docs, synonyms, linked
-    values, approved questions): what the database can be asked about in words."""
+    values, approved questions): what the database can be asked about in words; and the things
+    those texts say have a name (drugs, tests, units; people have none in de-identified data)."""
 
-    def __init__(self, texts: Iterable[str] = (), *, stems: Iterable[str] = ()) -> None:
+    def __init__(
+        self, texts: Iterable[str] = (), *, stems: Iterable[str] = (), named: Iterable[str] = ()
+    ) -> None:
+        texts = list(texts)
         self.stems: frozenset[str] = frozenset(stems).union(*(stems_of(t) for t in texts))
+        self.named: frozenset[str] = frozenset(named).union(*(named_of(t) for t in texts))
+        # A column named for a thing names it ("admissions.insurance: ...", "prescriptions.drug: ...").
+        self.named |= {
+            stem(w) for t in texts for w in words(_COLUMN_NAME.findall(t)[0] if _COLUMN_NAME.match(t) else "")
+        }
 
     def __contains__(self, word: str) -> bool:
         return stem(word) in self.stems or word in self.stems
@@ -108,17 +135,31 @@ def asked_attribute(question: str) -> str:
     for pattern in ATTRIBUTE_PATTERNS:
         m = pattern.search(text)
         if m:
-            return _CLAUSE.sub("", m.group("attr")).strip(" -'")
+            attr = re.sub(rf"^((?:full |first |last )?name of ){_PATIENT}'s ", r"\1", m.group("attr"))
+            return _CLAUSE.sub("", attr).strip(" -'")
     return ""
 
 
+_NAME_OF = re.compile(
+    r"^(?:full |first |last )?name of (?:the |a |an |his |her |their )?(?P<x>.+)$|^(?P<y>.+?)'s (?:full |first |last )?name$"
+)
+
+
 def ground(question: str, vocabulary: Vocabulary) -> Grounding | None:
-    """None when no attribute is read; else the attribute with the words of it the catalog lacks."""
+    """None when no attribute is read; else the attribute with the words of it the catalog lacks.
+    A name is missing when it is asked of something no text says has one ("the name of the family
+    doctor": the data holds de-identified provider ids)."""
     attribute = asked_attribute(question)
     content = [w for w in words(attribute) if w not in GENERIC and len(w) > 2]
     if not content:
         return None
-    return Grounding(attribute, tuple(w for w in content if w not in vocabulary))
+    missing = tuple(w for w in content if w not in vocabulary)
+    m = _NAME_OF.match(attribute)
+    if m and not missing:
+        things = {stem(w) for w in words(m.group("x") or m.group("y")) if len(w) > 2}
+        if things and not things & vocabulary.named:
+            missing = ("name",)
+    return Grounding(attribute, missing)
 
 
 def column_words(name: str, meaning: str, values: str) -> tuple[frozenset[str], tuple[frozenset[str], ...]]:

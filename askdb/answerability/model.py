@@ -600,12 +600,16 @@ def grounding_verdicts(
         [*(t.text for t in tables), *(f"{c.text} {c.values}" for c in columns), *values]
     )
     stems = [grounding.stems_of(q.text) if q.answerable else set() for q in questions]
+    named = [grounding.named_of(q.text) if q.answerable else set() for q in questions]
     out = np.zeros((len(dealings), len(questions)), dtype=bool)
     for r, folds in enumerate(dealings):
         for held in folds:
             inside = set(held)
-            approved = (stems[i] for i in range(len(questions)) if i not in inside)
-            vocabulary = grounding.Vocabulary(stems=catalog.stems.union(*approved))
+            fit = [i for i in range(len(questions)) if i not in inside]
+            vocabulary = grounding.Vocabulary(
+                stems=catalog.stems.union(*(stems[i] for i in fit)),
+                named=catalog.named.union(*(named[i] for i in fit)),
+            )
             for i in held:
                 g = grounding.ground(questions[i].text, vocabulary)
                 out[r, i] = g is not None and not g.grounded
@@ -1007,13 +1011,24 @@ class AnswerabilityModel:
         vec = self.encoder.encode_questions([g.attribute])[0]
         sims = self.column_vectors @ vec if self.column_vectors.size else np.zeros(0)
         near = [(self.column_names[i], float(sims[i])) for i in np.argsort(-sims)[:8]]
-        return rules.Finding("not_in_schema", "ungrounded_attribute", g.attribute,
-                             self._records_instead(g.attribute, near), True)  # fmt: skip
+        reason = (
+            f"The data is de-identified: it holds no names of people (providers and caregivers only as ids), so "
+            f"askdb cannot answer this ({g.attribute})."
+            if g.missing == ("name",)
+            else self._records_instead(g.attribute, near)
+        )
+        return rules.Finding("not_in_schema", "ungrounded_attribute", g.attribute, reason, True)
 
     def _records_instead(self, attribute: str, near: list[tuple[str, float]]) -> str:
         """ "The database records the marital status at admission (admissions.marital_status), not
         wedding date." when a column that records something is near, else that no column does."""
-        usable = [c for c, r in near if r >= NEAR_COLUMN and not _KEY_COLUMN.search(c)]
+        # Near in meaning and sharing a word with the attribute ("insurance card" → admissions.insurance):
+        # the embedding alone put "the surgeon" next to patients.gender.
+        asked = {grounding.stem(w) for w in grounding.words(attribute) if w not in grounding.GENERIC}
+        usable = [
+            c for c, r in near
+            if r >= NEAR_COLUMN and not _KEY_COLUMN.search(c) and asked & grounding.stems_of(f"{c} {self.column_meanings.get(c, '')}")
+        ]  # fmt: skip
         if not usable:
             return f"No column in this database records {attribute}, so askdb cannot answer this."
         column = usable[0]

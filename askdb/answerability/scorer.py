@@ -25,6 +25,7 @@ from askdb.answerability.data import (
     read_labelled_file,
     score_items,
     table_texts,
+    value_texts,
 )
 from askdb.answerability.model import AnswerabilityModel, AnswerabilityScore, Encoder, LocalEncoder
 
@@ -127,6 +128,7 @@ def load_scorer(source, *, version: str | None = None, encoder: Encoder | None =
     model = AnswerabilityModel(
         encoder or shared_encoder(), combiner, threshold, table_texts(source), column_texts(source),
         library_items(source), version=version, as_of_year=as_of_year(source), vector_cache=vectors,
+        values=value_texts(source),
     )  # fmt: skip
     return Scorer(source, model, manifest, signature)
 
