@@ -31,11 +31,11 @@ ATTRIBUTE_PATTERNS: tuple[re.Pattern, ...] = tuple(
         r"from|who|that)\b|\?|$)",
         rf"\b(?:what|which|who|when|where) (?:is|was|are|were) (?:the |a |an )?(?P<attr>[a-z' -]{{3,60}}?) "
         rf"(?:of|for) {_PATIENT}\b(?!'s)",
-        rf"\b(?:what|which|who) (?:is|was|are|were) {_PATIENT}'s (?P<attr>[a-z' -]{{3,60}}?)(?: (?:on|in|during|at|"
-        r"after|before|for|when|while|with|from)\b|\?|$)",
         rf"\b{_PATIENT}'s (?P<attr>[a-z-]+(?: [a-z-]+){{0,2}}?)(?: (?:is|was|are|were|on|in|during|at|after|before|"
         r"for|when|while|with|from|been|have|has|had|located|called|named|written|signed|sent|saved|given|"
         r"addressed|printed|taken|done|by)\b|\?|$)",
+        rf"\b(?:what|which|who) (?:is|was|are|were) {_PATIENT}'s (?P<attr>[a-z' -]{{3,60}}?)(?: (?:on|in|during|at|"
+        r"after|before|for|when|while|with|from)\b|\?|$)",
         rf"\b(?:what|which) (?P<attr>[a-z-]+(?: [a-z-]+){{0,3}}?) (?:does|did|do|has|had|is|was) {_PATIENT}\b",
         rf"\bhow many (?P<attr>[a-z-]+(?: [a-z-]+){{0,2}}?) (?:does|did|do|has|had) {_PATIENT} (?:have|own|had)\b",
         rf"\b(?:does|did|has|had) {_PATIENT} (?:have|has|had|own|owns) (?:a |an |any |the )?(?P<attr>[a-z-]+"
