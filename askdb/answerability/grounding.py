@@ -57,7 +57,8 @@ GENERIC = frozenset(
     hospital stay stays admission admissions visit visits icu during own known given method way reading
     readings measurement measurements result results daily weekly monthly yearly hourly instance aggregate
     accumulated cumulative newly detected discovered found measured month week incident event episode done
-    performed conducted test tests microbiological examination""".split()
+    performed conducted test tests microbiological examination highest lowest largest smallest greatest
+    differ difference change changes""".split()
 )
 
 

@@ -184,6 +184,28 @@ def _absent_concepts(source) -> frozenset[str]:
     return cached[1]
 
 
+_vocabulary: dict[int, tuple[float, Any]] = {}
+
+
+def _grounding_finding(source, question: str):
+    """The grounding decline without a trained model: the catalog, its linked values and the
+    approved library questions are the vocabulary (re-read every RECHECK_S seconds); with no
+    encoder the sentence names no column."""
+    from askdb.answerability import grounding, rules
+
+    cached = _vocabulary.get(source.pk)
+    if cached is None or time.monotonic() - cached[0] > RECHECK_S:
+        texts = [t.text for t in table_texts(source)] + [f"{c.text} {c.values}" for c in column_texts(source)]
+        approved = [q for _, q, answerable in library_items(source) if answerable]
+        cached = (time.monotonic(), grounding.Vocabulary([*texts, *value_texts(source), *approved]))
+        _vocabulary[source.pk] = cached
+    g = grounding.ground(question, cached[1])
+    if g is None or g.grounded:
+        return None
+    return rules.Finding("not_in_schema", "ungrounded_attribute", g.attribute,
+                         f"No column in this database records {g.attribute}, so askdb cannot answer this.", True)  # fmt: skip
+
+
 def gate_verdict(source, question: str) -> dict:
     """What the gate decides about one question, as JSON for the run: the trained model with
     its rules when there is one, else the rules alone (no training needed, never blocks on a
@@ -194,6 +216,9 @@ def gate_verdict(source, question: str) -> dict:
     if scorer is not None:
         return scorer.score(question).to_json()
     found = rules.findings(question, absent=_absent_concepts(source), as_of_year=as_of_year(source))
+    ungrounded = _grounding_finding(source, question)
+    if ungrounded is not None:
+        found = rules.ordered([*found, ungrounded])
     decisive = [f for f in found if f.decisive]
     kind = decisive[0].kind if decisive else ""
     return {
