@@ -184,20 +184,22 @@ def _absent_concepts(source) -> frozenset[str]:
     return cached[1]
 
 
-_vocabulary: dict[int, tuple[float, Any]] = {}
+_vocabulary: dict[int, tuple[tuple, Any]] = {}
 
 
 def _grounding_finding(source, question: str):
     """The grounding decline without a trained model: the catalog, its linked values and the
     approved library questions are the vocabulary (re-read every RECHECK_S seconds); with no
-    encoder the sentence names no column."""
+    encoder the sentence names no column. Rebuilt when an example or a doc changes, so a newly
+    approved question grounds the next one."""
     from askdb.answerability import grounding, rules
 
+    signature = _signature(source)
     cached = _vocabulary.get(source.pk)
-    if cached is None or time.monotonic() - cached[0] > RECHECK_S:
+    if cached is None or cached[0] != signature:
         texts = [t.text for t in table_texts(source)] + [f"{c.text} {c.values}" for c in column_texts(source)]
         approved = [q for _, q, answerable in library_items(source) if answerable]
-        cached = (time.monotonic(), grounding.Vocabulary([*texts, *value_texts(source), *approved]))
+        cached = (signature, grounding.Vocabulary([*texts, *value_texts(source), *approved]))
         _vocabulary[source.pk] = cached
     g = grounding.ground(question, cached[1])
     if g is None or g.grounded:

@@ -173,3 +173,18 @@ def test_cross_validation_never_lets_a_held_out_question_ground_itself():
         ["what is the race of patient 1?", "what is the room of patient 1?"], TABLES, COLUMNS, []
     )
     assert held.tolist() == [True, False]
+
+
+def test_a_grounding_decline_does_not_veto_a_confident_library_answer_but_a_rule_does():
+    """Issue 28 item 2: a verified example that binds and runs shows the database holds what is
+    asked; only the rule kinds (future, advice, private, out of scope, absent concepts) still
+    decline it."""
+    from core.outcome import AnswerabilityVerdict
+
+    model = _model()
+    wedding = AnswerabilityVerdict.from_json(model.score("what is the wedding date of patient 7?").to_json())
+    assert not wedding.answerable and wedding.category == "not_in_schema" and wedding.rule_kind == ""
+    future = AnswerabilityVerdict.from_json(
+        model.score("what will the wedding date of patient 7 be?").to_json()
+    )
+    assert future.rule_kind == "future"
