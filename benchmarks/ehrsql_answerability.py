@@ -24,11 +24,12 @@ import targets
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT.parent / "shared" / "ehrsql-2024-dev"
 
-TARGETS = {
-    "f1": 0.88,
+TARGETS = {  # issue #28
+    "f1": 0.90,
     "auc": 0.95,
-    "answerable_blocked": 0.02,
-    "train_seconds": 600.0,
+    "answerable_blocked": 0.01,
+    "cv_f1": 0.88,
+    "train_seconds": 300.0,
     "peak_memory_mb": 1536.0,
 }
 AS_OF_YEAR = 2100  # EHRSQL's "now" is 2100-12-31 23:59
@@ -38,6 +39,31 @@ def _items(data_dir: Path, split: str) -> list[dict]:
     from askdb.answerability.data import read_labelled_file
 
     return read_labelled_file(data_dir / split / "data.json", data_dir / split / "label.json")
+
+
+# The columns a source's value index links (metadata_admin's ValueEntry): names researchers type.
+LINKED_VALUES = (
+    ("d_labitems", "label"), ("d_items", "label"), ("prescriptions", "drug"), ("d_icd_diagnoses", "long_title"),
+    ("d_icd_procedures", "long_title"), ("microbiologyevents", "spec_type_desc"),
+    ("microbiologyevents", "test_name"), ("microbiologyevents", "org_name"),
+)  # fmt: skip
+
+
+def linked_values(data_dir: Path) -> list[str]:
+    """The values askdb's value index would hold for EHRSQL's database (its SQLite copy), which
+    the gate's grounding reads as the catalog's words."""
+    import sqlite3
+
+    path = data_dir / "mimic_iv.sqlite"
+    if not path.exists():
+        return []
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        return [
+            str(v)
+            for table, column in LINKED_VALUES
+            for (v,) in db.execute(f"SELECT DISTINCT {column} FROM {table}")
+            if v
+        ]
 
 
 def run(data_dir: Path = DEFAULT_DATA, *, threads: int = 2, progress=print) -> dict:
@@ -61,13 +87,16 @@ def run(data_dir: Path = DEFAULT_DATA, *, threads: int = 2, progress=print) -> d
     t0 = time.monotonic()
     encoder = MiniLMEncoder.installed()
     config = TrainConfig(as_of_year=AS_OF_YEAR)
-    result = train(questions, tables, columns, encoder=encoder, config=config, progress=progress)
+    values = linked_values(data_dir)
+    result = train(
+        questions, tables, columns, encoder=encoder, config=config, progress=progress, values=values
+    )
     seconds = time.monotonic() - t0
     memory = peak_memory_mb()
     model = AnswerabilityModel(
         encoder, result.combiner, result.threshold, tables, columns,
         [(q.id, q.text, q.answerable) for q in questions], version="benchmark", as_of_year=AS_OF_YEAR,
-        vector_cache=dict(zip([q.text for q in questions], result.library_vectors, strict=True)),
+        vector_cache=dict(zip([q.text for q in questions], result.library_vectors, strict=True)), values=values,
     )  # fmt: skip
     torch.set_num_threads(1)  # scoring is one short question at a time, as in the worker
     t1 = time.monotonic()
@@ -90,15 +119,19 @@ def _mark(ok: bool) -> str:
 
 def report(numbers: dict) -> str:
     v, t = numbers["valid"], numbers["train"]
-    u = v["unanswerable"]
+    u, cv = v["unanswerable"], t["grouped_cv"]
     rows = [
         ("unanswerable precision", f"{u['precision']:.3f}", "", ""),
         ("unanswerable recall", f"{u['recall']:.3f}", "", ""),
-        ("unanswerable F1", f"{u['f1']:.3f}", "≥ 0.88", _mark(u["f1"] >= TARGETS["f1"])),
+        ("unanswerable F1", f"{u['f1']:.3f}", "≥ 0.90", _mark(u["f1"] >= TARGETS["f1"])),
         ("AUC", f"{v['auc']:.3f}", "≥ 0.95", _mark((v["auc"] or 0) >= TARGETS["auc"])),
-        ("answerable blocked", f"{v['answerable_blocked']:.1%}", "≤ 2 %",
+        ("answerable blocked", f"{v['answerable_blocked']:.1%}", "≤ 1 %",
          _mark(v["answerable_blocked"] <= TARGETS["answerable_blocked"])),
-        (f"training time ({t['questions']} questions, {t['threads']} threads)", f"{t['seconds']:.0f} s", "≤ 600 s",
+        ("train CV, both kinds held out: unanswerable F1", f"{cv['unanswerable']['f1']:.3f}", "≥ 0.88",
+         _mark(cv["unanswerable"]["f1"] >= TARGETS["cv_f1"])),
+        ("train CV, both kinds held out: answerable blocked", f"{1 - cv['answerable']['recall']:.1%}", "", ""),
+        ("gate p50 per question (valid, question encoded too)", f"{v.get('p50_ms', 0):.1f} ms", "", ""),
+        (f"training time ({t['questions']} questions, {t['threads']} threads)", f"{t['seconds']:.0f} s", "≤ 300 s",
          _mark(t["seconds"] <= TARGETS["train_seconds"])),
         ("training peak memory", f"{t['peak_memory_mb']:.0f} MB", "≤ 1536 MB",
          _mark(t["peak_memory_mb"] <= TARGETS["peak_memory_mb"])),
@@ -116,8 +149,9 @@ def report(numbers: dict) -> str:
     g, gm = t["grouped_cv"], t["grouped_cv_model_only"]
     lines += [
         "",
-        f"train, {len(t['selection'])} settings × 5-fold CV holding out whole kinds ({t['kinds']} kinds of "
-        f"unanswerable question), dealt {g.get('dealings', 1)} ways: gate F1 "
+        f"train, {len(t['selection'])} settings × 5-fold CV holding out whole kinds of unanswerable question "
+        f"({t['kinds']} kinds) and whole SQL-template families of answerable ones (each scored against a library "
+        f"without its family), dealt {g.get('dealings', 1)} ways: gate F1 "
         f"{g['unanswerable']['f1']:.3f} AUC {g['auc']:.3f}; learned model alone F1 {gm['unanswerable']['f1']:.3f} "
         f"AUC {gm['auc']:.3f}; threshold {t['threshold']:.3f}",
         "",

@@ -44,9 +44,14 @@ class AnswerabilityVerdict:
 
         Unlike the learned model's verdict (or a kind borrowed from the flagged question it
         resembles), a decisive rule is about what the question asks, so it still declines a
-        confident library answer; the model alone does not."""
+        confident library answer; the model alone does not. Nor does grounding (an attribute whose
+        words the catalog lacks): a verified example that binds and runs shows the database holds it."""
         for finding in self.detail.get("findings") or ():
-            if isinstance(finding, Mapping) and finding.get("decisive"):
+            if (
+                isinstance(finding, Mapping)
+                and finding.get("decisive")
+                and finding.get("rule") != "ungrounded_attribute"
+            ):
                 return str(finding.get("kind") or "not_in_schema")
         return ""
 

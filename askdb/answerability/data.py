@@ -51,6 +51,12 @@ def table_texts(source) -> list[TableText]:
     return [TableText(doc.qualified_name, table_doc_embedding_text(doc)) for doc in docs]
 
 
+def _from_values(values: str) -> str:
+    """What an undocumented column holds, drafted from its values when no one (and no LLM) wrote
+    it: the catalog can still be asked about what its values say."""
+    return f"values such as {values}" if values else ""
+
+
 def column_texts(source) -> list[ColumnText]:
     """Every documented column of the source's tables (per-column relevance, absent concepts)."""
     from metadata_admin.models import ColumnDoc
@@ -59,9 +65,21 @@ def column_texts(source) -> list[ColumnText]:
         "table"
     )
     return [
-        ColumnText(f"{c.table.qualified_name}.{c.name}", column_text(c.table.name, c.name, c.meaning))
+        ColumnText(
+            f"{c.table.qualified_name}.{c.name}",
+            column_text(c.table.name, c.name, c.meaning or c.draft_meaning or _from_values(c.example_values)),
+            c.example_values,
+        )
         for c in rows.order_by("table__schema_name", "table__name", "position", "name")
     ]
+
+
+def value_texts(source) -> list[str]:
+    """The source's linked values (drug, lab, diagnosis names...): words the catalog can be asked
+    about though no doc spells them."""
+    from metadata_admin.models import ValueEntry
+
+    return list(ValueEntry.objects.filter(source=source).values_list("value", flat=True).distinct())
 
 
 def docs_catalog(tables) -> tuple[list[TableText], list[ColumnText]]:
@@ -76,7 +94,8 @@ def docs_catalog(tables) -> tuple[list[TableText], list[ColumnText]]:
         )  # fmt: skip
         table_out.append(TableText(t.qualified, text))
         column_out += [
-            ColumnText(f"{t.qualified}.{c.name}", column_text(t.name, c.name, c.meaning)) for c in t.columns
+            ColumnText(f"{t.qualified}.{c.name}", column_text(t.name, c.name, c.meaning), c.example_values)
+            for c in t.columns
         ]
     return table_out, column_out
 
@@ -230,7 +249,9 @@ def answerability_train(
     )
     check_data(questions, config)
     encoder = encoder or MiniLMEncoder.installed()
-    result = train(questions, tables, columns, encoder=encoder, config=config, progress=say)
+    result = train(
+        questions, tables, columns, encoder=encoder, config=config, progress=say, values=value_texts(source)
+    )
     created = timezone.now()
     snapshot = library_snapshot(source)
     manifest = {
@@ -289,9 +310,11 @@ def score_items(model: AnswerabilityModel, items: Sequence[dict], progress: Prog
     """Precision/recall/F1/AUC of a model on labelled items (unanswerable = positive), at the
     model's threshold, with how each kind of reason was used and questions it got wrong."""
     probabilities, labels, by_kind = [], [], {}
-    missed, blocked = [], []
+    missed, blocked, seconds = [], [], []
     for n, item in enumerate(items, start=1):
+        t0 = time.perf_counter()
         score = model.score(item["question"])
+        seconds.append(time.perf_counter() - t0)
         # The gate's own probability: a decisive rule declines whatever the model says.
         probabilities.append(score.probability if not any(f.decisive for f in score.findings) else 0.0)
         labels.append(item["answerable"])
@@ -310,6 +333,7 @@ def score_items(model: AnswerabilityModel, items: Sequence[dict], progress: Prog
     metrics = classification_metrics(probabilities, labels, model.threshold)
     n_answerable = sum(labels)
     metrics["answerable_blocked"] = round(len(blocked) / n_answerable, 4) if n_answerable else 0.0
+    metrics["p50_ms"] = round(1000 * sorted(seconds)[len(seconds) // 2], 2) if seconds else 0.0
     metrics["by_kind"] = by_kind
     metrics["blocked"] = blocked
     metrics["missed"] = missed

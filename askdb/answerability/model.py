@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from askdb.answerability import rules
+from askdb.answerability import grounding, rules
 
 QUESTION_MAX_TOKENS = 128
 DOC_MAX_TOKENS = 256
@@ -75,10 +75,12 @@ class TableText:
 
 @dataclass(frozen=True)
 class ColumnText:
-    """One documented column: "schema.table.column" and the text it is found by."""
+    """One documented column: "schema.table.column", the text it is found by, and example values
+    (words the catalog can be asked about, for grounding; not embedded)."""
 
     qualified: str
     text: str
+    values: str = ""
 
 
 # -- the encoder -----------------------------------------------------------------------------
@@ -584,9 +586,69 @@ def rule_verdicts(texts: Sequence[str], absent: frozenset[str], as_of_year: int 
     )
 
 
-def gate_probability(p_answerable: np.ndarray, declined_by_rule: np.ndarray) -> np.ndarray:
-    """P(answerable) of the whole gate: a decisive rule sets it to 0."""
-    return np.where(declined_by_rule, 0.0, p_answerable)
+def grounding_verdicts(
+    questions: Sequence[TrainQuestion],
+    tables: Sequence[TableText],
+    columns: Sequence[ColumnText],
+    values: Sequence[str],
+    dealings: Sequence[Sequence[Sequence[int]]],
+) -> np.ndarray:
+    """[dealing, question]: True where the asked-for attribute is not grounded in the catalog and
+    the approved questions of the other folds (a held-out question never grounds itself, nor do
+    its paraphrases or its kind)."""
+    catalog = grounding.Vocabulary(
+        [*(t.text for t in tables), *(f"{c.text} {c.values}" for c in columns), *values]
+    )
+    stems = [grounding.stems_of(q.text) if q.answerable else set() for q in questions]
+    named = [grounding.named_of(q.text) if q.answerable else set() for q in questions]
+    out = np.zeros((len(dealings), len(questions)), dtype=bool)
+    for r, folds in enumerate(dealings):
+        for held in folds:
+            inside = set(held)
+            fit = [i for i in range(len(questions)) if i not in inside]
+            vocabulary = grounding.Vocabulary(
+                stems=catalog.stems.union(*(stems[i] for i in fit)),
+                named=catalog.named.union(*(named[i] for i in fit)),
+            )
+            for i in held:
+                g = grounding.ground(questions[i].text, vocabulary)
+                out[r, i] = g is not None and not g.grounded
+    return out
+
+
+def gate_probability(
+    p_answerable: np.ndarray, declined_by_rule: np.ndarray, held: np.ndarray | None = None
+) -> np.ndarray:
+    """P(answerable) of the whole gate: a decisive rule sets it to 0, an attribute a column
+    records in so many words (and no rule declines) to 1."""
+    p = np.where(declined_by_rule, 0.0, p_answerable)
+    return p if held is None else np.where(held & ~declined_by_rule, 1.0, p)
+
+
+def holding_columns(columns: Sequence[ColumnText]) -> dict[str, Any]:
+    """Each column that records an attribute (keys record none) with its own words, for
+    `grounding.column_holding`."""
+    return {
+        c.qualified: grounding.column_words(
+            c.qualified.rsplit(".", 1)[-1], c.text.partition(": ")[2], c.values
+        )
+        for c in columns
+        if not _KEY_COLUMN.search(c.qualified)
+    }
+
+
+def held_by_column(
+    texts: Sequence[str], tables: Sequence[TableText], columns: Sequence[ColumnText], values: Sequence[str]
+) -> np.ndarray:
+    """True where a column records the asked-for attribute in so many words (the catalog alone
+    decides, so no fold can leak into it)."""
+    vocabulary = grounding.Vocabulary(
+        [*(t.text for t in tables), *(f"{c.text} {c.values}" for c in columns), *values]
+    )
+    own = holding_columns(columns)
+    return np.array(
+        [bool(grounding.column_holding(grounding.ground(t, vocabulary), own)) for t in texts], dtype=bool
+    )
 
 
 def _per_question(metrics: dict[str, Any], y: np.ndarray, dealings: int) -> dict[str, Any]:
@@ -606,6 +668,7 @@ def train(
     encoder: Encoder,
     config: TrainConfig | None = None,
     progress: Callable[[str], None] | None = None,
+    values: Sequence[str] = (),
 ) -> TrainResult:
     """Encode once, then fit and measure the combiner with folds that hold out whole kinds.
 
@@ -662,6 +725,8 @@ def train(
         f"in {flagged_kinds} kinds), {k} folds holding out whole kinds, dealt {config.repeats} ways")  # fmt: skip
     absent = rules.absent_concepts(c.text for c in columns)
     by_rule = rule_verdicts(texts, absent, config.as_of_year)
+    by_gate = by_rule[None, :] | grounding_verdicts(questions, tables, columns, values, dealings)
+    held = held_by_column(texts, tables, columns, values) & ~by_rule
     catalog, _ = catalog_signals(vectors, table_vecs, column_vecs)
     # What a question's nearest-example signals hide while fitting: an unanswerable question its
     # own family, as if it were the first of its kind (a new kind has no flagged paraphrase); an
@@ -696,7 +761,9 @@ def train(
         combiner=combiner,
         threshold=float(threshold),
         metrics=_per_question(
-            classification_metrics(gate_probability(oof, np.tile(by_rule, len(dealings))), y_all, threshold),
+            classification_metrics(
+                gate_probability(oof, by_gate.ravel(), np.tile(held, len(dealings))), y_all, threshold
+            ),
             y,
             len(dealings),
         ),
@@ -785,6 +852,8 @@ class AnswerabilityScore:
     nearest_unanswerable: tuple[Any, float, str] | None
     version: str
     features: dict[str, float] = field(default_factory=dict)
+    asked_attribute: str = ""  # the attribute the question asks for, as grounding read it
+    grounded_column: str = ""  # the column that records it in so many words ("" if none)
 
     @property
     def category(self) -> str:
@@ -812,6 +881,8 @@ class AnswerabilityScore:
             "nearest_unanswerable": near(self.nearest_unanswerable),
             "version": self.version,
             "features": {k: round(v, 4) for k, v in self.features.items()},
+            "asked_attribute": self.asked_attribute,
+            "grounded_column": self.grounded_column,
         }
 
 
@@ -847,7 +918,7 @@ class NeighbourIndex:
 # A decline names the nearest column as what askdb can answer instead only when it is this close
 # (MiniLM cosine; unrelated attributes land near 0.3) and not a key, which records no attribute.
 NEAR_COLUMN = 0.35
-_KEY_COLUMN = re.compile(r"(?:_id|_seq|\.row_id)$", re.IGNORECASE)
+_KEY_COLUMN = re.compile(r"(?:_id|_seq|\.row_id|\.itemid)$", re.IGNORECASE)
 
 
 class AnswerabilityModel:
@@ -865,8 +936,10 @@ class AnswerabilityModel:
         version: str,
         as_of_year: int | None = None,
         vector_cache: dict[str, np.ndarray] | None = None,
+        values: Sequence[str] = (),
     ) -> None:
         self.encoder = encoder
+        self._values = list(values)  # linked values of the source (drug, lab, diagnosis names...)
         self.combiner = combiner
         self.threshold = float(threshold)
         self.version = version
@@ -884,10 +957,19 @@ class AnswerabilityModel:
         self.table_vectors = self.encoder.encode_docs([t.text for t in tables])
         self.column_vectors = self.encoder.encode_docs([c.text for c in columns])
         self.absent = rules.absent_concepts(c.text for c in columns)
+        self._catalog_words = [
+            *(t.text for t in tables),
+            *(f"{c.text} {c.values}" for c in columns),
+            *self._values,
+        ]
+        self._column_words = holding_columns(columns)
 
     def set_library(self, library: Sequence[tuple[Any, str, bool]]) -> None:
-        """Index the library's questions; questions seen before are not encoded again."""
+        """Index the library's questions; questions seen before are not encoded again. Approved
+        questions' words are grounded: a reviewer saw SQL answer them."""
         self.library = NeighbourIndex.build(self.encoder, library, cache=self._question_cache)
+        approved = (t for _, t, a in library if a)
+        self.vocabulary = grounding.Vocabulary([*self._catalog_words, *approved])
 
     def score(self, question: str) -> AnswerabilityScore:
         vec = self.encoder.encode_questions([question])[0][None, :]
@@ -895,14 +977,21 @@ class AnswerabilityModel:
         catalog, col_sims = catalog_signals(vec, self.table_vectors, self.column_vectors)
         probability = float(self.combiner.predict(design_matrix(signals, catalog, vec))[0])
         found = rules.findings(question, absent=self.absent, as_of_year=self.as_of_year)
+        asked = grounding.ground(question, self.vocabulary)
+        ungrounded = self._ungrounded(asked)
+        if ungrounded is not None:
+            found = rules.ordered([*found, ungrounded])
         decisive = [f for f in found if f.decisive]
+        # A column that says in so many words it records the attribute asked for is not vetoed by
+        # the learned model (which knows only the library's kinds); the decisive rules still apply.
+        holding = grounding.column_holding(asked, self._column_words)
         table_sims = (vec @ self.table_vectors.T)[0] if self.table_vectors.size else np.zeros(0)
         per_table = [(self.table_names[i], float(table_sims[i])) for i in np.argsort(-table_sims)]
         col_row = col_sims[0] if self.column_vectors.size else np.zeros(0)
         per_column = [(self.column_names[i], float(col_row[i])) for i in np.argsort(-col_row)[:8]]
         near_a = self._nearest(vec[0], True)
         near_u = self._nearest(vec[0], False)
-        answerable = probability >= self.threshold and not decisive
+        answerable = (probability >= self.threshold or bool(holding)) and not decisive
         kind, reason = "", ""
         if not answerable:
             kind, reason = self._explain(decisive or found, near_u, per_column)
@@ -911,7 +1000,45 @@ class AnswerabilityModel:
             findings=found, per_table=per_table, per_column=per_column, nearest_answerable=near_a,
             nearest_unanswerable=near_u, version=self.version,
             features=dict(zip(SIGNAL_NAMES, (float(v) for v in [*signals[0], *catalog[0]]), strict=True)),
+            asked_attribute=asked.attribute if asked else "", grounded_column=holding,
         )  # fmt: skip
+
+    def _ungrounded(self, g: grounding.Grounding | None) -> rules.Finding | None:
+        """A decisive "not in the schema" when the attribute the question asks for has words no
+        catalog text, linked value or approved question uses, naming the closest column."""
+        if g is None or g.grounded:
+            return None
+        vec = self.encoder.encode_questions([g.attribute])[0]
+        sims = self.column_vectors @ vec if self.column_vectors.size else np.zeros(0)
+        near = [(self.column_names[i], float(sims[i])) for i in np.argsort(-sims)[:8]]
+        reason = (
+            f"The data is de-identified: it holds no names of people (providers and caregivers only as ids), so "
+            f"askdb cannot answer this ({g.attribute})."
+            if g.missing == ("name",)
+            else self._records_instead(g.attribute, near)
+        )
+        return rules.Finding("not_in_schema", "ungrounded_attribute", g.attribute, reason, True)
+
+    def _records_instead(self, attribute: str, near: list[tuple[str, float]]) -> str:
+        """ "The database records the marital status at admission (admissions.marital_status), not
+        wedding date." when a column that records something is near, else that no column does."""
+        # Near in meaning and sharing a word with the attribute ("insurance card" → admissions.insurance):
+        # the embedding alone put "the surgeon" next to patients.gender.
+        asked = {grounding.stem(w) for w in grounding.words(attribute) if w not in grounding.GENERIC}
+        usable = [
+            c for c, r in near
+            if r >= NEAR_COLUMN and not _KEY_COLUMN.search(c) and asked & grounding.stems_of(f"{c} {self.column_meanings.get(c, '')}")
+        ]  # fmt: skip
+        if not usable:
+            return f"No column in this database records {attribute}, so askdb cannot answer this."
+        column = usable[0]
+        meaning = self.column_meanings.get(column, "").split(";")[0].rstrip(". ")
+        short = ".".join(column.split(".")[-2:])
+        if meaning[1:2].islower():  # "Marital status at …" reads "the marital status at …"; "ICU unit" stays
+            meaning = "the " + meaning[:1].lower() + meaning[1:]
+        what = f"{meaning} ({short})" if meaning else short
+        return (f"The database records {what}, not {attribute}, so askdb cannot answer this; it can answer "
+                "questions about that instead.")  # fmt: skip
 
     def _nearest(self, vec: np.ndarray, answerable: bool) -> tuple[Any, float, str] | None:
         mask = self.library.answerable == answerable
@@ -930,7 +1057,9 @@ class AnswerabilityModel:
     ) -> tuple[str, str]:
         """Why the gate declined, in one or two sentences a researcher can check."""
         if found:
-            extra = self._instead(per_column) if found[0].kind == "not_in_schema" else ""
+            # A grounding decline names its column already.
+            named = found[0].kind != "not_in_schema" or found[0].rule == "ungrounded_attribute"
+            extra = "" if named else self._instead(per_column)
             return found[0].kind, found[0].reason + extra
         if near_u is not None:
             # The flagged question it most resembles may itself name the reason.

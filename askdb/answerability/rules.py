@@ -172,7 +172,7 @@ RULES: tuple[Rule, ...] = (
          "This would identify a person ({evidence}); the data is de-identified and askdb will not help "
          "re-identify anyone."),
     Rule("contact", "private",
-         r"\b(?:contact|reach|call|e-?mail|text|locate|track down|get in touch with)\b[^?.]{0,30}\b"
+         r"\b(?:contact|reach|call|e-?mail|text(?! values?\b)|locate|track down|get in touch with)\b[^?.]{0,30}\b"
          r"(?:patient|subject|family|relatives?|next of kin|him|her|them)\b(?![^?.]*\b(?:hospital|icu|ward|"
          r"emergency|careunit)\b)",
          "This asks how to contact or find a person ({evidence}); the data is de-identified and askdb "
@@ -351,8 +351,12 @@ def findings(question: str, *, absent: Iterable[str] = (), as_of_year: int | Non
     date = _future_dates(text, as_of_year)
     if date:
         found.append(date)
-    # Decisive first; among them the most specific kind names the reason ("will the weather be…"
-    # is about the weather before it is about the future).
+    return ordered(found)
+
+
+def ordered(found: Iterable[Finding]) -> list[Finding]:
+    """Decisive first; among them the most specific kind names the reason ("will the weather be…"
+    is about the weather before it is about the future)."""
     return sorted(found, key=lambda f: (not f.decisive, PRIORITY.index(f.kind)))
 
 

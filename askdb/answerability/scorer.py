@@ -25,6 +25,7 @@ from askdb.answerability.data import (
     read_labelled_file,
     score_items,
     table_texts,
+    value_texts,
 )
 from askdb.answerability.model import AnswerabilityModel, AnswerabilityScore, Encoder, LocalEncoder
 
@@ -127,6 +128,7 @@ def load_scorer(source, *, version: str | None = None, encoder: Encoder | None =
     model = AnswerabilityModel(
         encoder or shared_encoder(), combiner, threshold, table_texts(source), column_texts(source),
         library_items(source), version=version, as_of_year=as_of_year(source), vector_cache=vectors,
+        values=value_texts(source),
     )  # fmt: skip
     return Scorer(source, model, manifest, signature)
 
@@ -182,6 +184,30 @@ def _absent_concepts(source) -> frozenset[str]:
     return cached[1]
 
 
+_vocabulary: dict[int, tuple[tuple, Any]] = {}
+
+
+def _grounding_finding(source, question: str):
+    """The grounding decline without a trained model: the catalog, its linked values and the
+    approved library questions are the vocabulary (re-read every RECHECK_S seconds); with no
+    encoder the sentence names no column. Rebuilt when an example or a doc changes, so a newly
+    approved question grounds the next one."""
+    from askdb.answerability import grounding, rules
+
+    signature = _signature(source)
+    cached = _vocabulary.get(source.pk)
+    if cached is None or cached[0] != signature:
+        texts = [t.text for t in table_texts(source)] + [f"{c.text} {c.values}" for c in column_texts(source)]
+        approved = [q for _, q, answerable in library_items(source) if answerable]
+        cached = (signature, grounding.Vocabulary([*texts, *value_texts(source), *approved]))
+        _vocabulary[source.pk] = cached
+    g = grounding.ground(question, cached[1])
+    if g is None or g.grounded:
+        return None
+    return rules.Finding("not_in_schema", "ungrounded_attribute", g.attribute,
+                         f"No column in this database records {g.attribute}, so askdb cannot answer this.", True)  # fmt: skip
+
+
 def gate_verdict(source, question: str) -> dict:
     """What the gate decides about one question, as JSON for the run: the trained model with
     its rules when there is one, else the rules alone (no training needed, never blocks on a
@@ -192,6 +218,9 @@ def gate_verdict(source, question: str) -> dict:
     if scorer is not None:
         return scorer.score(question).to_json()
     found = rules.findings(question, absent=_absent_concepts(source), as_of_year=as_of_year(source))
+    ungrounded = _grounding_finding(source, question)
+    if ungrounded is not None:
+        found = rules.ordered([*found, ungrounded])
     decisive = [f for f in found if f.decisive]
     kind = decisive[0].kind if decisive else ""
     return {

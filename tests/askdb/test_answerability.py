@@ -220,6 +220,11 @@ def test_without_a_model_the_rules_still_decline_with_a_reason(source, home):
     assert run.status == "declined" and run.outcome == "advice" and not run.llm_calls.exists()
     assert "advice" in run.gate_reason and run.answerability["rules_only"] is True
     assert run.gate_label == "asks for advice or an opinion"
+    # the catalog grounds the asked-for attribute without a model too
+    run = Run.objects.get(pk=question_submit_sync(
+        user=asker, text="What is the wedding date of patient 10002428?", source=source).pk)  # fmt: skip
+    assert run.status == "declined" and run.outcome == "not_in_schema" and not run.llm_calls.exists()
+    assert run.gate_reason == "No column in this database records wedding date, so askdb cannot answer this."
 
 
 def test_a_trained_model_that_says_unanswerable_does_not_veto_a_confident_library_answer(
@@ -246,6 +251,7 @@ def test_a_trained_model_that_says_unanswerable_does_not_veto_a_confident_librar
     scorer = scorer_module.get_scorer(library)
     assert scorer is not None
     scorer.model.threshold = 1.01  # the model now declines every question
+    scorer.model._column_words = {}  # and no column's words hold an attribute, so nothing overrides it
 
     def ask(text: str) -> Run:
         return Run.objects.get(pk=question_submit_sync(user=asker, text=text, source=library).pk)

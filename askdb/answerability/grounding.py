@@ -1,0 +1,191 @@
+"""Grounding the asked-for attribute in the catalog: which thing about a patient a question asks
+for ("the wedding date of patient 10004235"), and whether any column's documentation can hold it.
+
+Why: the rules know a fixed list of concepts and the learned model knows the library's kinds, so
+a question about an attribute nobody wrote a rule or an example for ("the eye colour", "the page
+count of the discharge summary") went through. The catalog already says what the database holds:
+column names, their docs (curated or drafted from the values), the tables' synonyms and example
+questions, the values linked to columns, and the questions reviewers approved. An attribute whose
+words none of those texts use is not in the schema, and the decline names the column closest to
+it, what askdb can answer instead.
+
+It only reads the attribute in the shapes researchers ask for one ("what is the X of patient N",
+"patient N's X", "what X does patient N have"); anything else is left to the learned model. No
+Django here: the texts come in as strings.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+_WORD = re.compile(r"[a-z][a-z'-]*")
+_PATIENT = r"(?:the |this |that )?(?:patient|subject)(?: (?:number |no\.? |id )?\d+)?"
+
+# How a question asks for one attribute of one patient; `attr` is the noun phrase asked for.
+ATTRIBUTE_PATTERNS: tuple[re.Pattern, ...] = tuple(
+    re.compile(p)
+    for p in (
+        rf"\b(?P<attr>(?:full |first |last )?name of {_PATIENT}'s [a-z-]+(?: [a-z-]+)?)(?: (?:on|in|during|at|for|"
+        r"from|who|that)\b|\?|$)",
+        rf"\b(?:what|which|who|when|where) (?:is|was|are|were) (?:the |a |an )?(?P<attr>[a-z' -]{{3,60}}?) "
+        rf"(?:of|for) {_PATIENT}\b(?!'s)",
+        rf"\b{_PATIENT}'s (?P<attr>[a-z-]+(?: [a-z-]+){{0,2}}?)(?: (?:is|was|are|were|on|in|during|at|after|before|"
+        r"for|when|while|with|from|been|have|has|had|located|called|named|written|signed|sent|saved|given|"
+        r"addressed|printed|taken|done|by)\b|\?|$)",
+        rf"\b(?:what|which|who) (?:is|was|are|were) {_PATIENT}'s (?P<attr>[a-z' -]{{3,60}}?)(?: (?:on|in|during|at|"
+        r"after|before|for|when|while|with|from)\b|\?|$)",
+        rf"\b(?:what|which) (?P<attr>[a-z-]+(?: [a-z-]+){{0,3}}?) (?:does|did|do|has|had|is|was) {_PATIENT}\b",
+        rf"\bhow many (?P<attr>[a-z-]+(?: [a-z-]+){{0,2}}?) (?:does|did|do|has|had) {_PATIENT} (?:have|own|had)\b",
+        rf"\b(?:does|did|has|had) {_PATIENT} (?:have|has|had|own|owns) (?:a |an |any |the )?(?P<attr>[a-z-]+"
+        r"(?: [a-z-]+){0,2}?)(?: (?:on|in|during|at|after|before|for|from)\b|\?|$)",
+        rf"\bthe (?P<attr>[a-z-]+(?: [a-z-]+){{0,3}}?) (?:of|for) {_PATIENT}\b(?!'s)",
+    )
+)
+# A relative clause ends the attribute: "the name of the nurse who cared for …".
+_CLAUSE = re.compile(r" (?:who|that|which|whom|whose|when|where)\b.*$")
+
+# Words that say how something is asked, not what: never the attribute's own content.
+GENERIC = frozenset(
+    """a an the of for to in on at by with from and or any all each every this that these those his her
+    their its whose which what who whom when where how many much is was are were be been being do does did
+    has have had patient patients subject subjects person people current currently recent recently recorded
+    record records documented listed list name names number numbers date dates time times day days year
+    years type types kind kinds value values total count amount first last latest earliest most least
+    previous next exact exactly full actual main primary usual overall average mean maximum minimum max min
+    hospital stay stays admission admissions visit visits icu during own known given method way reading
+    readings measurement measurements result results daily weekly monthly yearly hourly instance aggregate
+    accumulated cumulative newly detected discovered found measured month week incident event episode done
+    performed conducted test tests microbiological examination highest lowest largest smallest greatest
+    differ difference change changes""".split()
+)
+
+
+def stem(word: str) -> str:
+    """A light stem so "allergies"/"allergy" and "documents"/"document" meet; over-stemming only
+    joins words, which errs towards grounded (answerable)."""
+    w = word.strip("'-").removesuffix("'s")
+    for suffix, repl, keep in (("ies", "y", 4), ("sses", "ss", 4), ("es", "", 5), ("s", "", 4),
+                               ("ing", "", 5), ("ed", "", 5)):  # fmt: skip
+        if w.endswith(suffix) and len(w) - len(suffix) >= keep - len(repl) and not w.endswith("ss"):
+            return w[: len(w) - len(suffix)] + repl
+    return w
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(str(text or "").lower().replace("_", " "))
+
+
+def stems_of(text: str) -> set[str]:
+    return {stem(w) for w in words(text)}
+
+
+# "the name of the drug", "drug name", "lab test names": what a text says has a name.
+_NAMED = re.compile(r"\b(?:name|label|title)s? of (?:the |a |an |each |every )?([a-z]+(?: [a-z]+)?)|"
+                    r"\b([a-z]+) (?:name|label|title)s?\b")  # fmt: skip
+
+
+def named_of(text: str) -> set[str]:
+    """Stems of the things a text says have a name ("Name of the drug" → {drug})."""
+    out = set()
+    for m in _NAMED.finditer(str(text or "").lower().replace("_", " ")):
+        out |= {stem(w) for w in words(m.group(1) or m.group(2)) if w not in GENERIC}
+    return out
+
+
+_COLUMN_NAME = re.compile(r"^[a-z0-9_]+\.([a-z0-9_]+): ")
+
+
+class Vocabulary:
+    """Every word stem the catalog's texts use (names split at underscores, docs, synonyms, linked
+    values, approved questions): what the database can be asked about in words; and the things
+    those texts say have a name (drugs, tests, units; people have none in de-identified data)."""
+
+    def __init__(
+        self, texts: Iterable[str] = (), *, stems: Iterable[str] = (), named: Iterable[str] = ()
+    ) -> None:
+        texts = list(texts)
+        self.stems: frozenset[str] = frozenset(stems).union(*(stems_of(t) for t in texts))
+        self.named: frozenset[str] = frozenset(named).union(*(named_of(t) for t in texts))
+        # A column named for a thing names it ("admissions.insurance: ...", "prescriptions.drug: ...").
+        self.named |= {
+            stem(w) for t in texts for w in words(_COLUMN_NAME.findall(t)[0] if _COLUMN_NAME.match(t) else "")
+        }
+
+    def __contains__(self, word: str) -> bool:
+        return stem(word) in self.stems or word in self.stems
+
+
+@dataclass(frozen=True)
+class Grounding:
+    """The attribute a question asks for and its words no catalog text uses."""
+
+    attribute: str
+    missing: tuple[str, ...]
+
+    @property
+    def grounded(self) -> bool:
+        return not self.missing
+
+
+def asked_attribute(question: str) -> str:
+    """The noun phrase the question asks for ("wedding date"), or "" when its shape is not one
+    of ATTRIBUTE_PATTERNS."""
+    text = " ".join(str(question or "").lower().replace("’", "'").split())
+    for pattern in ATTRIBUTE_PATTERNS:
+        m = pattern.search(text)
+        if m:
+            attr = re.sub(rf"^((?:full |first |last )?name of ){_PATIENT}'s ", r"\1", m.group("attr"))
+            return _CLAUSE.sub("", attr).strip(" -'")
+    return ""
+
+
+_NAME_OF = re.compile(
+    r"^(?:full |first |last )?name of (?:the |a |an |his |her |their )?(?P<x>.+)$|^(?P<y>.+?)'s (?:full |first |last )?name$"
+)
+
+
+def ground(question: str, vocabulary: Vocabulary) -> Grounding | None:
+    """None when no attribute is read; else the attribute with the words of it the catalog lacks.
+    A name is missing when it is asked of something no text says has one ("the name of the family
+    doctor": the data holds de-identified provider ids)."""
+    attribute = asked_attribute(question)
+    content = [w for w in words(attribute) if w not in GENERIC and len(w) > 2]
+    if not content:
+        return None
+    missing = tuple(w for w in content if w not in vocabulary)
+    m = _NAME_OF.match(attribute)
+    if m and not missing:
+        things = {stem(w) for w in words(m.group("x") or m.group("y")) if len(w) > 2}
+        if things and not things & vocabulary.named:
+            missing = ("name",)
+    return Grounding(attribute, missing)
+
+
+def column_words(name: str, meaning: str, values: str) -> tuple[frozenset[str], tuple[frozenset[str], ...]]:
+    """What a column says it records, for `column_holding`: the stems of its name and doc, and
+    each example value's own words ("BMI (kg/m2)" → {bmi}; "EMERGENCY ROOM" stays one phrase, so
+    it does not say the column records rooms)."""
+    phrases = tuple(
+        frozenset(stem(w) for w in words(re.sub(r"\([^)]*\)", " ", v)))
+        for v in re.split(r"[,;]", values or "")
+    )
+    return frozenset(stems_of(f"{name} {meaning}")), tuple(p for p in phrases if p)
+
+
+def column_holding(
+    grounded: Grounding | None, columns: dict[str, tuple[frozenset[str], tuple[frozenset[str], ...]]]
+) -> str:
+    """The column whose name or doc holds every content word of the asked-for attribute, or one
+    of whose values is that attribute ("race" → admissions.race, "bmi" → omr.result_name); "" when
+    none: the catalog then does not say in so many words that it records it."""
+    if grounded is None or not grounded.grounded:
+        return ""
+    wanted = {stem(w) for w in words(grounded.attribute) if w not in GENERIC and len(w) > 1}
+    if not wanted:
+        return ""
+    for name, (own, values) in columns.items():
+        if wanted <= own or wanted in values:
+            return name
+    return ""
