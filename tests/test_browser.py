@@ -127,7 +127,8 @@ def test_researcher_asks_watches_stages_and_downloads_the_csv(page, source, llm,
     text = Path(download.value.path()).read_text()
     lines = list(csv.reader(io.StringIO(text)))
     run = Run.objects.get()
-    assert lines[0] == ["Care unit", "Number of ICU stays"]  # the catalog's labels (raw names stay in the SQL)
+    # the catalog's labels head the CSV (the raw names stay in the SQL)
+    assert lines[0] == ["Care unit", "Number of ICU stays"]
     assert lines[1:] == [[str(v) for v in row] for row in run.result_rows]
 
     # sorting happens on the server, through htmx

@@ -26,8 +26,9 @@ _LAB = f"{H}.labevents AS l JOIN {H}.d_labitems AS dl ON dl.itemid = l.itemid"
 # (question, hand-written SQL or None for "must decline")
 DEMO_QUESTIONS: list[tuple[str, str | None]] = [
     # --- the questions of issue 26 -------------------------------------------------------------
+    # "Most common diagnoses" are those the most patients have (issue 30), not the most diagnosis rows.
     ("what are the 10 most common diagnoses?",
-     f"SELECT d.long_title, COUNT(*) AS n FROM {_DIAG} GROUP BY d.long_title ORDER BY n DESC, d.long_title LIMIT 10"),
+     f"SELECT d.long_title, COUNT(DISTINCT di.subject_id) AS n FROM {_DIAG} GROUP BY d.long_title ORDER BY n DESC, d.long_title LIMIT 10"),
     ("average length of stay in the ICU by first care unit",
      f"SELECT first_careunit, AVG(los) FROM {I}.icustays GROUP BY first_careunit"),
     ("how many female patients over 80?",
@@ -63,9 +64,9 @@ DEMO_QUESTIONS: list[tuple[str, str | None]] = [
      f"WHERE EXTRACT(YEAR FROM admittime) >= {{year}} GROUP BY y"),
     # --- top N ---------------------------------------------------------------------------------
     ("what are the 10 most frequent diagnoses?",
-     f"SELECT d.long_title, COUNT(*) AS n FROM {_DIAG} GROUP BY d.long_title ORDER BY n DESC, d.long_title LIMIT 10"),
+     f"SELECT d.long_title, COUNT(DISTINCT di.subject_id) AS n FROM {_DIAG} GROUP BY d.long_title ORDER BY n DESC, d.long_title LIMIT 10"),
     ("what are the top 3 most frequent diagnoses?",
-     f"SELECT d.long_title, COUNT(*) AS n FROM {_DIAG} GROUP BY d.long_title ORDER BY n DESC, d.long_title LIMIT 3"),
+     f"SELECT d.long_title, COUNT(DISTINCT di.subject_id) AS n FROM {_DIAG} GROUP BY d.long_title ORDER BY n DESC, d.long_title LIMIT 3"),
     ("what are the three most common procedures?",
      f"SELECT d.long_title, COUNT(*) AS n FROM {_PROC} GROUP BY d.long_title ORDER BY n DESC, d.long_title LIMIT 3"),
     ("what are the 10 most common procedures?",
