@@ -368,6 +368,18 @@ def _misses(lib: Library, risk, runner: Runner, scores: list, details: list) -> 
     return causes, wrong
 
 
+def _rates(scores: list) -> dict:
+    """How many questions, answerable, answered; coverage, precision and execution accuracy."""
+    answerable = [x for x in scores if x.answerable]
+    answered = [x for x in scores if not x.abstained]
+    correct = sum(1 for x in answered if x.answerable and x.correct)
+    return {
+        "questions": len(scores), "answerable": len(answerable), "answered": len(answered),
+        "coverage": len(answered) / len(scores), "precision": correct / len(answered) if answered else None,
+        "execution_accuracy": correct / len(answerable) if answerable else None,
+    }  # fmt: skip
+
+
 def run(
     *,
     cost: float = 10.0,
@@ -401,17 +413,11 @@ def run(
             file=sys.stderr,
         )
     scores, details, latency = evaluate(lib, runner, risk, lookup, valid, progress=progress)
-    answerable = [s for s in scores if s.answerable]
-    answered = [s for s in scores if not s.abstained]
-    correct = sum(1 for s in answered if s.answerable and s.correct)
     causes, wrong = _misses(lib, risk, runner, scores, details)
-    rs = metrics.reliability_scores(scores)
     if decisions:  # ids and decisions only: never the valid questions' text
         write_decisions(decisions, lib, risk, cv, observed, details)
     result = {
-        "questions": len(scores), "answerable": len(answerable), "answered": len(answered),
-        "coverage": len(answered) / len(scores), "precision": correct / len(answered) if answered else None,
-        "execution_accuracy": correct / len(answerable) if answerable else None, "rs": rs,
+        **_rates(scores), "rs": metrics.reliability_scores(scores),
         "answerability": metrics.answerability(scores), "misses": dict(causes.most_common()),
         "wrong": [{"question": d["question"], "gold": d["gold"], "sql": d["answered"]} for d in wrong],
         # answers composed from verified parts (core/match/compose.py): how many, how many right

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+import redis
 from celery.contrib.testing.worker import start_worker
 
 from config.celery import app
@@ -84,9 +85,15 @@ def _hostname() -> str:
 
 def pool_status(worker_name: str, timeout: float = 1.0) -> dict | None:
     """What `askdb_pool` says of one worker's pool processes, or None when it does not answer."""
-    replies = (
-        app.control.broadcast("askdb_pool", destination=[worker_name], reply=True, timeout=timeout) or []
-    )
+    try:
+        replies = (
+            app.control.broadcast("askdb_pool", destination=[worker_name], reply=True, timeout=timeout) or []
+        )
+    except redis.exceptions.ConnectionError:
+        # A broker an earlier test restarted leaves this process's pooled connection broken: drop
+        # it, and the caller's next try connects anew.
+        app.pool.force_close_all()
+        return None
     for reply in replies:
         if worker_name in reply:
             return reply[worker_name]
