@@ -126,7 +126,13 @@ def worker(timeout: float = 1.0) -> Probe:
     answers while every pool process dies at start (it happened) can take no question."""
 
     def probe():
-        replies = current_app.control.broadcast("askdb_pool", reply=True, timeout=timeout) or []
+        # A connection of its own, not the pool's: a pooled one may still point at a broker that
+        # restarted since (a broken pipe, and the probe would call a working worker down).
+        with current_app.connection_for_write() as conn:
+            replies = (
+                current_app.control.broadcast("askdb_pool", reply=True, timeout=timeout, connection=conn)
+                or []
+            )
         pools = {name: info for reply in replies for name, info in reply.items() if isinstance(info, dict)}
         if not pools:
             return False, "no worker answered"

@@ -17,7 +17,6 @@ import sys
 import time
 from pathlib import Path
 
-import redis
 from celery.contrib.testing.worker import start_worker
 
 from config.celery import app
@@ -85,15 +84,15 @@ def _hostname() -> str:
 
 def pool_status(worker_name: str, timeout: float = 1.0) -> dict | None:
     """What `askdb_pool` says of one worker's pool processes, or None when it does not answer."""
-    try:
+    # A connection of its own each time: a pooled one may still point at a broker an earlier test
+    # restarted (a broken pipe).
+    with app.connection_for_write() as conn:
         replies = (
-            app.control.broadcast("askdb_pool", destination=[worker_name], reply=True, timeout=timeout) or []
+            app.control.broadcast(
+                "askdb_pool", destination=[worker_name], reply=True, timeout=timeout, connection=conn
+            )
+            or []
         )
-    except redis.exceptions.ConnectionError:
-        # A broker an earlier test restarted leaves this process's pooled connection broken: drop
-        # it, and the caller's next try connects anew.
-        app.pool.force_close_all()
-        return None
     for reply in replies:
         if worker_name in reply:
             return reply[worker_name]
