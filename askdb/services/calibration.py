@@ -166,9 +166,18 @@ def _seed_patients_present(source, items: list[dict]) -> tuple[list[dict], int]:
     candidates = [i for i in _seed_ids(source, richest) if i not in present]
     if not missing or not candidates:
         return items, 0
+    return _seed_remap(source, items, missing, candidates, lambda i: i["question"] + " " + i["sql"])
+
+
+def _seed_remap(
+    source, items: list[dict], missing: list[int], candidates: list[int], text_of
+) -> tuple[list[dict], int]:
+    """Each missing patient id or year becomes the candidate for which most of the examples
+    naming it (in `text_of(item)`) return rows, a different one each while they last; every
+    question and SQL naming it is rewritten the same way, so templates stay whole."""
     mapping: dict[int, int] = {}
     for old in missing:
-        naming = [i for i in items if re.search(rf"\b{old}\b", i["question"] + " " + i["sql"])]
+        naming = [i for i in items if re.search(rf"\b{old}\b", text_of(i))]
         free = [c for c in candidates if c not in mapping.values()] or candidates
         mapping[old] = _seed_best_patient(source, naming, old, free)
     out = []
@@ -200,17 +209,7 @@ def _seed_years_present(source, items: list[dict]) -> tuple[list[dict], int]:
     missing = [y for y in named if y not in present]
     if not missing or not years:
         return items, 0
-    mapping: dict[int, int] = {}
-    for old in missing:
-        naming = [i for i in items if re.search(rf"\b{old}\b", i["sql"])]
-        free = [y for y in years if y not in mapping.values()] or years
-        mapping[old] = _seed_best_patient(source, naming, old, free)
-    out = []
-    for item in items:
-        for old, new in mapping.items():
-            item = _seed_moved(item, old, new)
-        out.append(item)
-    return out, len(mapping)
+    return _seed_remap(source, items, missing, years, lambda i: i["sql"])
 
 
 SUGGESTIONS_CHECKED = 400  # as many as the home page chooses its suggestions from
