@@ -10,7 +10,7 @@ import math
 import re
 from collections.abc import Sequence
 
-from core.labels import ColumnLabel, draft_label
+from core.labels import ColumnLabel, capfirst, draft_label, lowerfirst
 
 _HOW_MANY = re.compile(r"^\s*how many (?P<rest>.+?)\s*[?.!]*\s*$", re.I)
 _COUNT_THE = re.compile(r"^\s*count (?:the )?(?:total )?number of (?P<rest>.+?)\s*[?.!]*\s*$", re.I)
@@ -138,20 +138,20 @@ def _one_value_sentence(question: str, label: ColumnLabel, value) -> str:
         return _withheld(value, _count_noun(label))
     what = _WHAT_IS.match(question)
     if what:
-        return f"{_capfirst(_sentence_rest(what['rest']))} {what['verb'].lower()} {_shown(value, label)}."
+        return f"{capfirst(_sentence_rest(what['rest']))} {what['verb'].lower()} {_shown(value, label)}."
     if label.label.startswith("Number of ") and _is_number(value):
         return f"{format_number(value)} {label.label[len('Number of ') :]}."
-    return f"The {_lowerfirst(label.label)} is {_shown(value, label)}."
+    return f"The {lowerfirst(label.label)} is {_shown(value, label)}."
 
 
 def _one_row_sentence(labels: Sequence[ColumnLabel], row: Sequence) -> str:
     parts = []
     for label, value in zip(labels, row, strict=False):
         if _is_suppressed(value):
-            parts.append(f"the {_lowerfirst(label.label)} is withheld (fewer than {value.strip()[1:]})")
+            parts.append(f"the {lowerfirst(label.label)} is withheld (fewer than {value.strip()[1:]})")
         else:
-            parts.append(f"the {_lowerfirst(label.label)} is {_shown(value, label)}")
-    return _capfirst(_join(parts)) + "."
+            parts.append(f"the {lowerfirst(label.label)} is {_shown(value, label)}")
+    return capfirst(_join(parts)) + "."
 
 
 def _group_sentence(
@@ -161,23 +161,23 @@ def _group_sentence(
     numbers = [r for r in rows if _is_number(r[1])]
     if not numbers:  # every cell suppressed
         k = rows[0][1].strip()[1:]
-        return (f"Each of the {total} {_plural(_lowerfirst(what.label))} has fewer than {k} "
+        return (f"Each of the {total} {_plural(lowerfirst(what.label))} has fewer than {k} "
                 f"{_count_noun(measure)} — the exact numbers are withheld to protect privacy.")  # fmt: skip
     top_n = _TOP_N.search(question)
     if top_n and len(rows) <= 10:
         listed = _join([f"{'no value' if r[0] is None else r[0]} ({_cell(r[1], measure)})" for r in rows])
-        return f"Top {len(rows)} by {_lowerfirst(measure.heading)}: {listed}."
+        return f"Top {len(rows)} by {lowerfirst(measure.heading)}: {listed}."
     top = max(numbers, key=lambda r: r[1])
     name = top[0] if top[0] is not None else "no value"
     withheld = len(rows) - len(numbers)
     tail = f" ({withheld} withheld as too few to show)" if withheld else ""
-    return (f"Of {total} {_plural(_lowerfirst(what.label))}, {name} has the highest "
-            f"{_lowerfirst(measure.label)}: {_shown(top[1], measure)}{tail}.")  # fmt: skip
+    return (f"Of {total} {_plural(lowerfirst(what.label))}, {name} has the highest "
+            f"{lowerfirst(measure.label)}: {_shown(top[1], measure)}{tail}.")  # fmt: skip
 
 
 def _list_sentence(labels: Sequence[ColumnLabel], rows: Sequence[Sequence], total: int) -> str:
     first = labels[0]
-    noun = _ID_NOUNS.get(first.label) or _plural(_lowerfirst(first.label))
+    noun = _ID_NOUNS.get(first.label) or _plural(lowerfirst(first.label))
     if len(labels) == 1:
         values = [format_cell(r[0]) for r in rows[:3]]
         more = f" and {total - 3} more" if total > 3 else ""
@@ -228,14 +228,3 @@ def _sentence_rest(text: str) -> str:
     "are there" is dropped ("how many patients are there?" → "patients")."""
     text = re.sub(r"\s+", " ", text.strip())
     return re.sub(r" (?:are|were|is|was) there$", "", text, flags=re.I)
-
-
-def _capfirst(text: str) -> str:
-    return text[:1].upper() + text[1:]
-
-
-def _lowerfirst(text: str) -> str:
-    """ "Length of stay" → "length of stay"; "ICU stay" and "ICD code" keep their capitals."""
-    if len(text) > 1 and text[1].isupper():
-        return text
-    return text[:1].lower() + text[1:]

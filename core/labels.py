@@ -169,7 +169,7 @@ def draft_label(name: str, meaning: str = "", *, table: str = "") -> ColumnLabel
         if len(words) > 1 and words[-1] in UNITS:
             unit = unit or UNITS[words[-1]]
             words = words[:-1]
-        label = _capfirst(" ".join(WORDS.get(w, w) for w in words)) or raw or "Value"
+        label = capfirst(" ".join(WORDS.get(w, w) for w in words)) or raw or "Value"
     fmt = "code" if lowered.endswith(("_id", "itemid", "_code")) or lowered == "itemid" else ""
     return ColumnLabel(raw, label, unit, fmt)
 
@@ -220,7 +220,7 @@ def _expression_label(name: str, node, *, catalog, tables) -> ColumnLabel | None
     if len(inner) != 1:
         return None
     source = catalog.get(inner[0].name.lower()) or _name_label(inner[0].name, catalog)
-    return ColumnLabel(name, f"{word} {_lowerfirst(source.label)}", source.unit, "decimal")
+    return ColumnLabel(name, f"{word} {lowerfirst(source.label)}", source.unit, "decimal")
 
 
 def _aggregate_word(node) -> str | None:
@@ -267,7 +267,7 @@ def _name_label(name: str, catalog: Mapping[str, ColumnLabel]) -> ColumnLabel:
         stem = "_".join(words[1:])
         source = catalog.get(stem) or draft_label(stem)
         return ColumnLabel(
-            name, f"{AGGREGATES[words[0]]} {_lowerfirst(source.label)}", unit or source.unit, "decimal"
+            name, f"{AGGREGATES[words[0]]} {lowerfirst(source.label)}", unit or source.unit, "decimal"
         )
     drafted = draft_label(name)
     return drafted
@@ -303,12 +303,14 @@ def sql_tables(sql: str, dialect: str = "postgres") -> list[str]:
     return names
 
 
-def _capfirst(text: str) -> str:
+def capfirst(text: str) -> str:
+    """The text with its first letter a capital (a label starting a sentence)."""
     return text[:1].upper() + text[1:]
 
 
-def _lowerfirst(text: str) -> str:
-    """ "Length of stay" → "length of stay", but "ICU length of stay" keeps its capitals."""
+def lowerfirst(text: str) -> str:
+    """ "Length of stay" → "length of stay", but "ICU length of stay" and "ICD code" keep their
+    capitals (a label inside a sentence)."""
     if len(text) > 1 and text[1].isupper():
         return text
     return text[:1].lower() + text[1:]
