@@ -377,7 +377,10 @@ def _copy(
     counter: _CountingReader,
     bar: tqdm,
 ) -> int:
-    statement = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT csv, HEADER false)").format(
+    # FREEZE: the table was created or emptied in this transaction, so its rows can be written
+    # frozen and its pages marked all-visible. Index-only scans (the covering and year indexes)
+    # then read the index alone; without it they fetch every row from the table until a VACUUM.
+    statement = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT csv, HEADER false, FREEZE true)").format(
         table.ident, sql.SQL(", ").join(map(sql.Identifier, columns))
     )
     newlines = 0
@@ -664,7 +667,11 @@ def build_indexes(dsn: str, *, tables: list[str] | None = None, out: Out = print
                 out(f"created index {table.schema}.{ix.name} in {seconds:.1f} s")
                 built = True
             if built:
-                conn.execute(sql.SQL("ANALYZE {}").format(table.ident))
+                # VACUUM sets the visibility map that index-only scans need (a table loaded by
+                # other means may never have been vacuumed); ANALYZE gives the planner fresh
+                # statistics, of the new expression indexes too.
+                out(f"vacuuming {table.qualified_name} …")
+                conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(table.ident))
     return results
 
 
