@@ -133,7 +133,11 @@ class Table:
                 # Expressions are constants of this module (never input), hence sql.SQL.
                 statements.append(
                     sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING {} ({}){}").format(
-                        sql.Identifier(ix.name), self.ident, sql.SQL(ix.method), sql.SQL(ix.expression), include
+                        sql.Identifier(ix.name),
+                        self.ident,
+                        sql.SQL(ix.method),
+                        sql.SQL(ix.expression),
+                        include,
                     )
                 )
                 continue
