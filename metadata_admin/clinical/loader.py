@@ -587,6 +587,7 @@ def load_release(
             # With progress bars the bar already shows a loaded table; anything else is news.
             if not progress or r.status != "loaded":
                 out(_line(r))
+        keep_summaries(conn, reloaded={r.name for r in results if r.status == "loaded"}, out=out)
 
     skipped_tables = [r.name for r in results if r.status == "skipped"]
     if skipped_tables:
@@ -672,6 +673,49 @@ def build_indexes(dsn: str, *, tables: list[str] | None = None, out: Out = print
                 # statistics, of the new expression indexes too.
                 out(f"vacuuming {table.qualified_name} …")
                 conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(table.ident))
+        if tables is None:
+            results += keep_summaries(conn, out=out)
+    return results
+
+
+def keep_summaries(
+    conn: psycopg.Connection, *, reloaded: Collection[str] = (), out: Out = print
+) -> list[IndexResult]:
+    """Create each summary (schema.SUMMARIES) whose table is loaded and that does not exist yet;
+    refresh the ones whose table is in `reloaded` ('schema.table'). Reported like indexes."""
+    present = _base_tables(conn)
+    views = {
+        (r[0], r[1])
+        for r in conn.execute(
+            "SELECT schemaname, matviewname FROM pg_matviews WHERE schemaname = ANY(%s)",
+            (list(schema.ALL_SCHEMAS),),
+        ).fetchall()
+    }
+    results: list[IndexResult] = []
+    for summary in schema.SUMMARIES:
+        over = f"{summary.schema}.{summary.over}"
+        if (summary.schema, summary.over) not in present:
+            continue
+        exists = (summary.schema, summary.name) in views
+        if exists and over not in reloaded:
+            results.append(IndexResult(over, summary.name, "exists"))
+            continue
+        out(f"{'refreshing' if exists else 'building'} summary {summary.qualified_name} …")
+        started = time.monotonic()
+        try:
+            if exists:
+                conn.execute(sql.SQL("REFRESH MATERIALIZED VIEW {}").format(summary.ident))
+            else:
+                conn.execute(summary.create_sql())
+            conn.execute(sql.SQL("ANALYZE {}").format(summary.ident))
+        except psycopg.Error as exc:
+            message = str(exc).strip().splitlines()[0]
+            results.append(IndexResult(over, summary.name, "failed", message=message))
+            out(f"FAILED  summary {summary.qualified_name}: {message}")
+            continue
+        seconds = round(time.monotonic() - started, 3)
+        results.append(IndexResult(over, summary.name, "created", seconds))
+        out(f"{'refreshed' if exists else 'created'} summary {summary.qualified_name} in {seconds:.1f} s")
     return results
 
 

@@ -545,3 +545,60 @@ def test_the_whole_table_templates_read_their_index_alone_with_the_same_answers(
                 conn.execute(f"DROP INDEX mimiciv_hosp.{index}")
                 without = conn.execute(query).fetchall()
             assert with_index == without and with_index and with_index[0][0] is not None, (index, with_index)
+
+
+_TOP_LABS_SCAN = (
+    "SELECT d.label, COUNT(*) AS n_tests FROM mimiciv_hosp.labevents AS l "
+    "JOIN mimiciv_hosp.d_labitems AS d ON d.itemid = l.itemid GROUP BY d.label ORDER BY n_tests DESC, d.label ASC"
+)
+
+
+def _library_sql(item_id: str) -> str:
+    import json
+
+    train = Path(__file__).resolve().parents[3] / "benchmarks" / "data" / "mimiciv" / "train.json"
+    return next(i["sql"] for i in json.loads(train.read_text()) if i["id"] == item_id)
+
+
+def test_the_loader_keeps_the_lab_test_counts_and_the_library_reads_them_with_the_same_answer(demo):
+    summary = _library_sql("tr-048")
+    assert "labevents_item_counts" in summary and "labevents AS" not in summary
+    with psycopg.connect(demo.dsn) as conn:
+        # The library's SQL over the summary and the scan it replaces give the same answer, every
+        # test of it (not only the top 5), ties ordered alike.
+        whole = summary.replace("LIMIT 5", "")
+        assert conn.execute(whole).fetchall() == conn.execute(_TOP_LABS_SCAN).fetchall()
+        assert len(conn.execute(summary).fetchall()) == 5
+        counted = conn.execute("SELECT sum(n_events) FROM mimiciv_hosp.labevents_item_counts").fetchone()[0]
+        assert counted == conn.execute("SELECT count(*) FROM mimiciv_hosp.labevents").fetchone()[0] > 0
+
+
+def test_the_lab_test_counts_follow_a_reload_and_indexes_only_restores_them(demo):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    def counted() -> int:
+        with psycopg.connect(demo.dsn) as conn:
+            return conn.execute("SELECT sum(n_events) FROM mimiciv_hosp.labevents_item_counts").fetchone()[0]
+
+    rows = _count(demo.dsn, "mimiciv_hosp.labevents")
+    with psycopg.connect(demo.dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM mimiciv_hosp.labevents WHERE labevent_id IN "
+                     "(SELECT labevent_id FROM mimiciv_hosp.labevents LIMIT 10)")  # fmt: skip
+    assert counted() == rows  # stale until the loader refreshes it
+    lines: list[str] = []
+    report = load_release(
+        DEMO, dsn=demo.dsn, replace=True, progress=False, tables=["labevents"], out=lines.append
+    )
+    assert report.result("labevents").status == "loaded"
+    assert "refreshed summary mimiciv_hosp.labevents_item_counts" in "\n".join(lines)
+    assert counted() == _count(demo.dsn, "mimiciv_hosp.labevents") == rows
+
+    # A database loaded by other means: --indexes-only builds the summary it lacks.
+    with psycopg.connect(demo.dsn, autocommit=True) as conn:
+        conn.execute("DROP MATERIALIZED VIEW mimiciv_hosp.labevents_item_counts")
+    out = StringIO()
+    call_command("load_mimic", "--indexes-only", dsn=demo.dsn, stdout=out)
+    assert "created summary mimiciv_hosp.labevents_item_counts" in out.getvalue()
+    assert counted() == rows
