@@ -976,7 +976,8 @@ class Summary:
     schema: str
     name: str
     over: str  # the table it is computed from, in the same schema
-    query: str  # a constant of this module (never input)
+    columns: tuple[str, ...]
+    query: str  # a constant of this module (never input), its columns in that order
 
     @property
     def qualified_name(self) -> str:
@@ -995,6 +996,7 @@ SUMMARIES: tuple[Summary, ...] = (
         HOSP,
         "labevents_item_counts",
         "labevents",
+        ("itemid", "n_events"),
         "SELECT itemid, count(*) AS n_events FROM mimiciv_hosp.labevents GROUP BY itemid",
     ),
 )
