@@ -191,9 +191,13 @@ _DICTIONARY_KEYS: dict[str, str] = {"provider": "provider_id", "caregiver": "car
 # - prescriptions (hadm_id, drug), "the top 3 drugs of patients with atrial fibrillation": the drugs
 #   of those admissions read from the index alone (an index-only scan once VACUUM has set the
 #   visibility map, which the loader runs after COPY), not a heap fetch per prescription.
+# - diagnoses_icd (icd_code, icd_version, subject_id, hadm_id), "patients diagnosed with atrial
+#   fibrillation" (and its admissions' drugs): the few codes a title names, looked up in the index
+#   that also holds who and which admission, not a scan of every diagnosis (AF drugs: 139 -> 45 ms).
 _COMPOSITE_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
     "labevents": (("hadm_id", "itemid"), ("itemid", "valuenum", "subject_id")),
     "prescriptions": (("drug",), ("hadm_id", "drug")),
+    "diagnoses_icd": (("icd_code", "icd_version", "subject_id", "hadm_id"),),
 }
 # The library asks "in 2150" as `EXTRACT(YEAR FROM <time>) = 2150`: its year slot binds a number
 # there, so the SQL keeps that shape and the index matches it instead (an expression index on

@@ -503,6 +503,11 @@ _SCALE_QUERIES = {
         "SELECT COUNT(DISTINCT p.subject_id) FROM mimiciv_hosp.prescriptions AS p "
         "WHERE p.drug = 'Heparin' AND EXTRACT(YEAR FROM p.starttime) = {year}"
     ),
+    "diagnoses_icd_icd_code_icd_version_subject_id_hadm_id_ix": (
+        "SELECT COUNT(DISTINCT di.subject_id) FROM mimiciv_hosp.diagnoses_icd AS di "
+        "JOIN mimiciv_hosp.d_icd_diagnoses AS d ON d.icd_code = di.icd_code AND d.icd_version = di.icd_version "
+        "WHERE LOWER(d.long_title) LIKE '%atrial fibrillation%'"
+    ),
     "prescriptions_hadm_id_drug_ix": (
         "SELECT p.drug, COUNT(*) AS n FROM mimiciv_hosp.prescriptions AS p WHERE p.hadm_id IN ("
         "SELECT di.hadm_id FROM mimiciv_hosp.diagnoses_icd AS di JOIN mimiciv_hosp.d_icd_diagnoses AS d "
