@@ -22,7 +22,8 @@ Targets (a met / NOT met table): at 10,000 patients every template ≤ 200 ms p9
 templates (a subject_id / hadm_id / stay_id = literal) ≤ 50 ms p95; no template whose
 extrapolation passes 5 s. Numbers go to <home>/results/scale.json. Loads are the slow part
 (about 100k rows/s); on 2 cores the 10,000-patient run takes 10–25 minutes, a second run reuses
-the loaded data (`--reload` to load again).
+the loaded data (`--reload` to load again; `--reseed` after a change of the layout or the library's
+SQL: adds the indexes and summaries the loaded data lacks and seeds the library again).
 """
 
 from __future__ import annotations
@@ -242,7 +243,9 @@ def retime(home: Path, repeat: int) -> dict:
         embedded.stop(started)
 
 
-def one_size(home: Path, patients: int, *, repeat: int, questions: int, reload: bool, notes: bool) -> dict:
+def one_size(
+    home: Path, patients: int, *, repeat: int, questions: int, reload: bool, notes: bool, reseed: bool = False
+) -> dict:
     """Measure one size in this process (its own askdb state folder); the numbers as a dict."""
     pipeline.bench_env(home)
     os.environ["LLM_MODEL"] = ""  # a no-LLM deployment: the library answers or the question is declined
@@ -255,6 +258,7 @@ def one_size(home: Path, patients: int, *, repeat: int, questions: int, reload: 
         import django
 
         django.setup()
+        from django.conf import settings
         from django.contrib.auth import get_user_model
         from django.core.management import call_command
 
@@ -264,7 +268,7 @@ def one_size(home: Path, patients: int, *, repeat: int, questions: int, reload: 
         from askdb.services.users import demo_users_ensure
         from askdb.tasks import worker_warm_up
         from metadata_admin.clinical import synthetic
-        from metadata_admin.services import clinical_source_refresh, source_get
+        from metadata_admin.services import clinical_indexes_build, clinical_source_refresh, source_get
 
         call_command("migrate", interactive=False, verbosity=0)
         demo_users_ensure()
@@ -273,6 +277,10 @@ def one_size(home: Path, patients: int, *, repeat: int, questions: int, reload: 
         _, refresh_s = _timed("catalog and value tables (load_mimic's refresh)",
                               lambda: clinical_source_refresh(as_of=as_of, force_values=True))  # fmt: skip
         source = source_get(None)
+        if reseed:  # the library's SQL changed: what the layout adds since the load, then the seed again
+            _timed("indexes and summaries the data lacks (load_mimic --indexes-only)", lambda: clinical_indexes_build(
+                dsn=settings.CLINICAL_ADMIN_DATABASE_URL, out=_log))  # fmt: skip
+            loaded.pop("seeded", None)
         if loaded.get("seeded") != patients or not Example.objects.filter(source=source).exists():
             Example.objects.filter(source=source).delete()
             reviewer = get_user_model().objects.get(username="reviewer")
@@ -408,6 +416,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--retime", action="store_true", help="add indexes the loaded data lacks, time the templates again"
     )
+    parser.add_argument(
+        "--reseed",
+        action="store_true",
+        help="keep the loaded data, add what the layout gained since (indexes, summaries), seed the library again",
+    )
     parser.add_argument("--one-size", type=int, help=argparse.SUPPRESS)  # a child: one size, JSON out
     args = parser.parse_args(argv)
     home = args.home.resolve()
@@ -418,14 +431,14 @@ def main(argv: list[str] | None = None) -> int:
             found = retime(folder, args.repeat)
         else:
             found = one_size(folder, args.one_size, repeat=args.repeat, questions=args.questions,
-                             reload=args.reload, notes=args.notes)  # fmt: skip
+                             reload=args.reload, notes=args.notes, reseed=args.reseed)  # fmt: skip
         (folder / "measured.json").write_text(json.dumps(found, indent=1, default=str))
         return 0
     load_at_start = targets.load_average()
     measured = {}
     for patients in (DEMO_PATIENTS, args.patients):
         cmd = [sys.executable, __file__, "--one-size", str(patients), "--home", str(home), "--repeat",
-               str(args.repeat), "--questions", str(args.questions)] + ["--reload"] * args.reload + ["--notes"] * args.notes + ["--retime"] * args.retime  # fmt: skip
+               str(args.repeat), "--questions", str(args.questions)] + ["--reload"] * args.reload + ["--notes"] * args.notes + ["--retime"] * args.retime + ["--reseed"] * args.reseed  # fmt: skip
         t0 = time.monotonic()
         if subprocess.run(cmd, cwd=ROOT).returncode != 0:
             print(f"the {patients}-patient run failed", file=sys.stderr)

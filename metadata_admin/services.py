@@ -27,6 +27,7 @@ from infra.audit.services import audit_record
 from infra.providers.embeddings import EmbeddingError, get_embedder
 from infra.queue import task_send
 from metadata_admin.clinical import loader, synthetic
+from metadata_admin.clinical import schema as clinical_schema
 from metadata_admin.docs import (
     BUNDLED_DOCS,
     VALUE_COLUMNS,
@@ -880,7 +881,7 @@ def clinical_source_refresh(
         docs_import(source=source)
     else:
         present = {t.qualified for t in source_executor(source).tables()}
-        changed = False
+        changed = _bundled_docs_of_new_tables(source, present, write)
         for doc in TableDoc.objects.filter(source=source):
             if doc.exists_in_source != (doc.qualified_name in present):
                 TableDoc.objects.filter(pk=doc.pk).update(exists_in_source=doc.qualified_name in present)
@@ -902,6 +903,17 @@ def clinical_source_refresh(
     return f"source {source.name}: {tables} tables, as of {source.as_of:%Y-%m-%d}{problems}"
 
 
+def _bundled_docs_of_new_tables(source: ClinicalSource, present: set[str], write) -> bool:
+    """Import the bundled documentation of tables the catalog has never documented that the data now
+    has (a summary the loader added after the catalog was made), leaving curated docs untouched."""
+    known = {f"{s}.{n}" for s, n in TableDoc.objects.filter(source=source).values_list("schema_name", "name")}
+    new = [t for t in read_docs([BUNDLED_DOCS]) if t.qualified not in known and t.qualified in present]
+    if new:
+        write(f"importing the documentation of {', '.join(t.qualified for t in new)} …")
+        docs_import(source=source, tables=new)
+    return bool(new)
+
+
 def clinical_release_load(
     path: Path,
     *,
@@ -921,6 +933,21 @@ def clinical_release_load(
     if dsn != settings.CLINICAL_ADMIN_DATABASE_URL or not source_reader_grants(source):
         loader.grant_read(dsn, urlparse(settings.CLINICAL_DATABASE_URL).username or "askdb_reader")
     return report
+
+
+def clinical_indexes_build(*, dsn: str, tables: list[str] | None = None, out=None) -> list:
+    """`load_mimic --indexes-only`: the indexes and summaries a database loaded by other means lacks.
+    A summary it creates is a new relation: the reader may read it, and the default source's
+    catalog documents it (so the library's SQL that reads it validates)."""
+    results = loader.build_indexes(dsn, tables=tables, out=out or (lambda s: None))
+    summaries = {s.name for s in clinical_schema.SUMMARIES}
+    if any(r.status == "created" and r.name in summaries for r in results):
+        default = dsn == settings.CLINICAL_ADMIN_DATABASE_URL
+        if default and ClinicalSource.objects.filter(url="env:CLINICAL_DATABASE_URL").exists():
+            clinical_source_refresh()  # imports the new table's docs, then grants by its sensitive flags
+        else:
+            loader.grant_read(dsn, urlparse(settings.CLINICAL_DATABASE_URL).username or "askdb_reader")
+    return results
 
 
 def _latest_event(source: ClinicalSource) -> dt.datetime | None:

@@ -26,11 +26,13 @@ DEMO = Path(__file__).resolve().parents[2] / "shared" / "mimic-iv-demo-2.2"
 UNANSWERABLE = frozenset({"out_of_scope", "non_medical", "future_data", "private_data", "missing_field"})
 FIELDS = {"id", "question", "sql", "category", "tables", "paraphrase_of"}
 
-# The demo has no chartevents, so the gold SQL may not use it: the catalog leaves it out.
+# The demo has no chartevents, so the gold SQL may not use it: the catalog leaves it out. The
+# summaries the loader keeps beside the tables (the lab test counts) are part of the layout.
 CATALOG = CatalogSchema(
     tables=tuple(
         TableSchema(t.schema, t.name, t.column_names) for t in schema.TABLES if t.name != "chartevents"
     )
+    + tuple(TableSchema(s.schema, s.name, s.columns) for s in schema.SUMMARIES)
 )
 
 
@@ -138,3 +140,12 @@ def test_every_gold_sql_runs_on_the_demo(scratch_database):
     assert not failures, "\n".join(failures)
     # The values in the questions were picked from the demo so that every gold answer has rows.
     assert not empty, empty
+
+
+def test_each_summary_documents_the_columns_its_query_makes():
+    from metadata_admin.docs import BUNDLED_DOCS, read_docs
+
+    docs = {t.qualified: [c.name for c in t.columns] for t in read_docs([BUNDLED_DOCS])}
+    for summary in schema.SUMMARIES:
+        made = [e.alias_or_name for e in sqlglot.parse_one(summary.query, dialect="postgres").expressions]
+        assert made == list(summary.columns) == docs[summary.qualified_name]

@@ -377,7 +377,10 @@ def _copy(
     counter: _CountingReader,
     bar: tqdm,
 ) -> int:
-    statement = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT csv, HEADER false)").format(
+    # FREEZE: the table was created or emptied in this transaction, so its rows can be written
+    # frozen and its pages marked all-visible. Index-only scans (the covering and year indexes)
+    # then read the index alone; without it they fetch every row from the table until a VACUUM.
+    statement = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT csv, HEADER false, FREEZE true)").format(
         table.ident, sql.SQL(", ").join(map(sql.Identifier, columns))
     )
     newlines = 0
@@ -584,6 +587,7 @@ def load_release(
             # With progress bars the bar already shows a loaded table; anything else is news.
             if not progress or r.status != "loaded":
                 out(_line(r))
+        keep_summaries(conn, reloaded={r.name for r in results if r.status == "loaded"}, out=out)
 
     skipped_tables = [r.name for r in results if r.status == "skipped"]
     if skipped_tables:
@@ -664,7 +668,54 @@ def build_indexes(dsn: str, *, tables: list[str] | None = None, out: Out = print
                 out(f"created index {table.schema}.{ix.name} in {seconds:.1f} s")
                 built = True
             if built:
-                conn.execute(sql.SQL("ANALYZE {}").format(table.ident))
+                # VACUUM sets the visibility map that index-only scans need (a table loaded by
+                # other means may never have been vacuumed); ANALYZE gives the planner fresh
+                # statistics, of the new expression indexes too.
+                out(f"vacuuming {table.qualified_name} …")
+                conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(table.ident))
+        if tables is None:
+            results += keep_summaries(conn, out=out)
+    return results
+
+
+def keep_summaries(
+    conn: psycopg.Connection, *, reloaded: Collection[str] = (), out: Out = print
+) -> list[IndexResult]:
+    """Create each summary (schema.SUMMARIES) whose table is loaded and that does not exist yet;
+    refresh the ones whose table is in `reloaded` ('schema.table'). Reported like indexes."""
+    present = _base_tables(conn)
+    views = {
+        (r[0], r[1])
+        for r in conn.execute(
+            "SELECT schemaname, matviewname FROM pg_matviews WHERE schemaname = ANY(%s)",
+            (list(schema.ALL_SCHEMAS),),
+        ).fetchall()
+    }
+    results: list[IndexResult] = []
+    for summary in schema.SUMMARIES:
+        over = f"{summary.schema}.{summary.over}"
+        if (summary.schema, summary.over) not in present:
+            continue
+        exists = (summary.schema, summary.name) in views
+        if exists and over not in reloaded:
+            results.append(IndexResult(over, summary.name, "exists"))
+            continue
+        out(f"{'refreshing' if exists else 'building'} summary {summary.qualified_name} …")
+        started = time.monotonic()
+        try:
+            if exists:
+                conn.execute(sql.SQL("REFRESH MATERIALIZED VIEW {}").format(summary.ident))
+            else:
+                conn.execute(summary.create_sql())
+            conn.execute(sql.SQL("ANALYZE {}").format(summary.ident))
+        except psycopg.Error as exc:
+            message = str(exc).strip().splitlines()[0]
+            results.append(IndexResult(over, summary.name, "failed", message=message))
+            out(f"FAILED  summary {summary.qualified_name}: {message}")
+            continue
+        seconds = round(time.monotonic() - started, 3)
+        results.append(IndexResult(over, summary.name, "created", seconds))
+        out(f"{'refreshed' if exists else 'created'} summary {summary.qualified_name} in {seconds:.1f} s")
     return results
 
 

@@ -101,3 +101,27 @@ def test_ids_the_data_has_are_kept(source, tmp_path):
 )  # fmt: skip
 def test_a_suggestion_must_answer_with_something_to_read(rows, usable):
     assert answer_is_usable(rows) is usable
+
+
+def test_a_library_seeded_before_gets_the_faster_sql_with_the_same_answer(source, tmp_path):
+    """A demo library seeded before "the top 5 most frequent lab tests" read the lab test counts
+    keeps answering the same, from the counts; an edited example is left as its editor wrote it."""
+    from askdb.services.calibration import _SEED_SUPERSEDED
+
+    item = next(i for i in json.loads(TRAIN.read_text()) if i["id"] == "tr-048")
+    edited = {"id": "x-1", "question": "which lab tests are done most often?",
+              "sql": _SEED_SUPERSEDED["tr-048"].replace("LIMIT 5", "LIMIT 7")}  # fmt: skip
+    older = tmp_path / "train.json"
+    older.write_text(json.dumps([item | {"sql": _SEED_SUPERSEDED["tr-048"]}, edited]))
+    library_seed_demo(source=source, path=older)
+    example = Example.objects.get(source=source, question=item["question"])
+    assert "labevents AS l" in example.sql
+    _, before = sql_check(source=source, sql=example.sql)
+
+    assert "1 made faster with the same answer" in library_seed_demo(source=source, path=TRAIN)
+    example.refresh_from_db()
+    assert "labevents_item_counts" in example.sql and example.template
+    _, after = sql_check(source=source, sql=example.sql)
+    assert after.rows == before.rows and len(after.rows) == 5
+    assert "labevents AS l" in Example.objects.get(source=source, question=edited["question"]).sql
+    assert "made faster" not in library_seed_demo(source=source, path=TRAIN)  # once

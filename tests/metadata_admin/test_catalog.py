@@ -273,3 +273,21 @@ def test_add_source_refuses_an_unreachable_database_with_one_line():
     with pytest.raises(CommandError, match="cannot use"):
         call_command("add_source", "broken", "--url", "postgresql://nobody@/nowhere?host=/nonexistent")
     assert not ClinicalSource.objects.filter(name="broken").exists()
+
+
+@pytest.mark.django_db
+def test_a_refresh_documents_a_table_the_loader_added_and_keeps_curated_text(source):
+    """The lab test counts (a summary load_mimic adds) reach a catalog made before it existed;
+    the docs a curator edited are not overwritten by the bundled ones."""
+    from metadata_admin.services import clinical_source_refresh
+
+    TableDoc.objects.filter(source=source, name="labevents_item_counts").delete()
+    TableDoc.objects.filter(source=source, name="labevents").update(description="curated by us")
+    clinical_source_refresh()
+    doc = TableDoc.objects.get(source=source, schema_name="mimiciv_hosp", name="labevents_item_counts")
+    assert doc.exists_in_source and [c.name for c in doc.columns.order_by("position")] == [
+        "itemid",
+        "n_events",
+    ]
+    assert {r.to_table.name for r in doc.relationships.all()} == {"d_labitems", "labevents"}
+    assert TableDoc.objects.get(source=source, name="labevents").description == "curated by us"

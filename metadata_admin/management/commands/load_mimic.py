@@ -1,7 +1,8 @@
 """`python manage.py load_mimic PATH [--replace] [--tables …]`: a MIMIC-IV release into PostgreSQL.
 
 `load_mimic --indexes-only [--tables …]` adds the indexes of the layout (the community ones and
-the ones researchers' queries need) to a database loaded by other means; safe to re-run."""
+the ones researchers' queries need) and the summaries the loader keeps (schema.SUMMARIES) to a
+database loaded by other means; safe to re-run."""
 
 from pathlib import Path
 
@@ -9,7 +10,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from metadata_admin.clinical import loader
-from metadata_admin.services import clinical_release_load, clinical_source_refresh
+from metadata_admin.services import clinical_indexes_build, clinical_release_load, clinical_source_refresh
 
 
 class Command(BaseCommand):
@@ -54,7 +55,7 @@ class Command(BaseCommand):
 
     def _indexes_only(self, dsn: str, tables: list[str] | None) -> None:
         try:
-            results = loader.build_indexes(dsn, tables=tables, out=self.stdout.write)
+            results = clinical_indexes_build(dsn=dsn, tables=tables, out=self.stdout.write)
         except loader.LoadError as exc:
             raise CommandError(str(exc)) from exc
         created = sum(r.status == "created" for r in results)
