@@ -122,15 +122,7 @@ def question_operators(question: str) -> dict[str, Any]:
     for word in ("today", "yesterday", "tomorrow", "now", "currently"):
         if re.search(rf"\b{word}\b", text):
             periods.add(word)
-    # "the length of stay in days" names the answer's unit: a question that leaves it out asks the same
-    # ("in_units", matched only when said); "in 2 days", "how many days" are units of the question.
-    answer_units = {unit_of_word(m.group(1)) for m in re.finditer(rf"\bin ({_UNITS})\b(?!\s+ago\b)", text)}
-    units = {
-        unit_of_word(m.group(1))
-        for m in re.finditer(rf"\b({_UNITS})\b(?!\s+\d{{4}}\b)", text)
-        if not re.match(r"years?\s+old", text[m.start() :]) and not re.search(r"\bin\s*$", text[: m.start()])
-    }
-    ops["in_units"] = "|".join(sorted(answer_units)) or None
+    ops["in_units"], units = _units(text)
     ops["time"] = "|".join(sorted(time_found)) or None
     ops["period"] = "|".join(sorted(periods)) or None
     ops["units"] = "|".join(sorted(units)) or None
@@ -162,6 +154,18 @@ def question_operators(question: str) -> dict[str, Any]:
         re.search(r"\b(?:not|no|never|without|none|neither|nor|excluding|except)\b|n't\b", text)
     )
     return ops
+
+
+def _units(text: str) -> tuple[str | None, set[str]]:
+    """The answer's unit ("the length of stay in days": a question that leaves it out asks the same,
+    so it is matched only when said) and the question's other time units ("in 2 days", "how many days")."""
+    answer_units = {unit_of_word(m.group(1)) for m in re.finditer(rf"\bin ({_UNITS})\b(?!\s+ago\b)", text)}
+    units = {
+        unit_of_word(m.group(1))
+        for m in re.finditer(rf"\b({_UNITS})\b(?!\s+\d{{4}}\b)", text)
+        if not re.match(r"years?\s+old", text[m.start() :]) and not re.search(r"\bin\s*$", text[: m.start()])
+    }
+    return "|".join(sorted(answer_units)) or None, units
 
 
 # --- group-by wording -----------------------------------------------------------------------------
