@@ -106,15 +106,7 @@ def question_operators(question: str) -> dict[str, Any]:
     # "how many times" counts events; "total number of times" too: both set `times`, not `sum`.
     times_pattern = r"\b(?:how many times|number of times|how often|times)\b"
     times = bool(re.search(times_pattern, text))
-    time_found = set()
-    for phrase, name in _TIME_WORDS.items():
-        if phrase in ("since", "after", "before", "prior to", "until", "till", "within"):
-            # "within the same visit" is "in the same visit": no time limit of its own; "between" is a
-            # time only between times ("the difference between weights …" is none)
-            if re.search(rf"\b{phrase}\b(?!\s+(?:the\s+)?same\b)", text):
-                time_found.add(name)
-        elif re.search(rf"\b{phrase}\s+{_TIME_TARGET if name != 'in' else _TIME_POINT}", text):
-            time_found.add(name)  # "in this year" is "this year": the period says it, not the "in"
+    time_found, sequence = _time_words(text)
     periods = set()
     for m in re.finditer(rf"\b(this|last|past|previous|current|next)\s+(?:(\d+)\s+)?({_UNITS})\b", text):
         which = {"past": "last", "previous": "last", "current": "this"}.get(m.group(1), m.group(1))
@@ -124,6 +116,7 @@ def question_operators(question: str) -> dict[str, Any]:
             periods.add(word)
     ops["in_units"], units = _units(text)
     ops["time"] = "|".join(sorted(time_found)) or None
+    ops["sequence"] = "|".join(sorted(sequence)) or None
     ops["period"] = "|".join(sorted(periods)) or None
     ops["units"] = "|".join(sorted(units)) or None
     ops["ever"] = bool(re.search(r"\bever\b", text))
@@ -154,6 +147,32 @@ def question_operators(question: str) -> dict[str, Any]:
         re.search(r"\b(?:not|no|never|without|none|neither|nor|excluding|except)\b|n't\b", text)
     )
     return ops
+
+
+# "after"/"before" an event ("after the diagnosis of …", "diagnosed with … before"), not a time: the
+# library's paraphrases of one template say it or leave it out ("previously diagnosed", "in the same
+# visit"), so it is its own key, matched only when said, and not read into the time ("after a
+# diagnosis … since 1 year ago" is the time "since").
+_SEQUENCE = ("after", "before", "prior to")
+
+
+def _time_words(text: str) -> tuple[set[str], set[str]]:
+    """The time limits said ("since 2100", "within 2 months", "after 2100") and the order of events
+    ("after the diagnosis", "before").
+    "within the same visit" is "in the same visit": no time limit of its own; "between" is a time
+    only between times ("the difference between weights …" is none)."""
+    time_found, sequence = set(), set()
+    for phrase, name in _TIME_WORDS.items():
+        if phrase in _SEQUENCE:
+            for m in re.finditer(rf"\b{phrase}\b(?!\s+(?:the\s+)?same\b)", text):
+                timed = re.match(rf"\s+(?:{_TIME_TARGET}|\d)", text[m.end() :])
+                (time_found if timed else sequence).add(name)
+        elif phrase in ("since", "until", "till", "within"):
+            if re.search(rf"\b{phrase}\b(?!\s+(?:the\s+)?same\b)", text):
+                time_found.add(name)
+        elif re.search(rf"\b{phrase}\s+{_TIME_TARGET if name != 'in' else _TIME_POINT}", text):
+            time_found.add(name)  # "in this year" is "this year": the period says it, not the "in"
+    return time_found, sequence
 
 
 def _units(text: str) -> tuple[str | None, set[str]]:
@@ -272,8 +291,9 @@ def unit_of_word(word: str) -> str:
 
 
 # Operator keys a question may leave unsaid: "the average length of stay" is the one "in days" (the
-# answer's own unit); said, they must be the template's ("in hours" is not "in days").
-UNSAID_ALLOWED = ("in_units",)
+# answer's own unit), "… diagnosed with X in the same visit" the one "after the diagnosis of X"; said,
+# they must be the template's ("in hours" is not "in days", "before" is not "after").
+UNSAID_ALLOWED = ("in_units", "sequence")
 SOFT_OPERATORS = (
     "aggregate",
     *UNSAID_ALLOWED,

@@ -70,6 +70,11 @@ _OPERATOR_WORDS: dict[str, dict[Any, str]] = {
     "yes_no": {True: "a yes or no"},
     "times": {True: "how many times"},
     "negation": {True: "a negation ('not', 'never', 'without')"},
+    "sequence": {
+        "after": "'after' an event",
+        "before": "'before' an event",
+        "after|before": "'after' and 'before' events",
+    },
     "group": {True: "one answer per group ('by …', 'per …', 'for each …')"},
 }
 _TIME_WORDS = {"in": "a time ('in …')", "since": "'since …'", "from": "'from …'", "after": "'after …'",

@@ -294,3 +294,44 @@ def test_a_value_with_no_rows_is_refused_when_a_longer_value_has_them(lab_db):
     # the value has rows: answered; no longer value has rows either: an empty answer is the answer
     assert ask(index, "what was the last potassium value of patient 10003?", values, lookup, lab_db).hard_ok
     assert ask(index, "what was the last glucose value of patient 10002?", values, lookup, lab_db).hard_ok
+
+
+@pytest.mark.parametrize(
+    ("question", "time", "sequence"),
+    [
+        # train CV misses: "after a … diagnosis … since 1 year ago" is the time "since"
+        (
+            "the drugs prescribed in the same visit after a cachexia diagnosis since 1 year ago",
+            "since",
+            "after",
+        ),
+        ("how many patients were admitted after 2100?", "after", None),
+        ("the drugs prescribed before the icu admission", None, "before"),
+        ("diagnosed with sepsis before in the same hospital visit", None, "before"),
+        ("the drugs prescribed within the same hospital visit", None, None),
+    ],
+)
+def test_after_an_event_is_an_order_of_events_not_a_time(question, time, sequence):
+    ops = question_operators(question)
+    assert (ops["time"], ops["sequence"]) == (time, sequence), question
+
+
+SAME_VISIT = (
+    "SELECT drug FROM prescriptions WHERE hadm_id IN (SELECT hadm_id FROM diagnoses_icd WHERE icd_code = 'x')"
+)
+
+
+def test_an_order_of_events_may_be_left_unsaid_but_not_reversed():
+    index = build_index(
+        [
+            ("what drugs were prescribed after the sepsis diagnosis in the same visit?", SAME_VISIT),
+            ("what drugs were prescribed in the same visit as the sepsis diagnosis?", SAME_VISIT),
+        ]
+    )
+    assert ask(
+        index, "what drugs were prescribed after the sepsis diagnosis in the same visit?", TITLES, exact({})
+    ).hard_ok
+    best = ask(
+        index, "what drugs were prescribed before the sepsis diagnosis in the same visit?", TITLES, exact({})
+    )
+    assert not best.hard_ok and R.OPERATOR in best.reason_codes, best.reasons
