@@ -142,6 +142,7 @@ def question_operators(question: str) -> dict[str, Any]:
         )
     )
     ops["times"] = times
+    ops["manner"] = True if _MANNER.search(text) else None
     ops["group"] = True if groups_by(text) else None  # None, not False: libraries stored before it read alike
     ops["negation"] = bool(
         re.search(r"\b(?:not|no|never|without|none|neither|nor|excluding|except)\b|n't\b", text)
@@ -185,6 +186,15 @@ def _units(text: str) -> tuple[str | None, set[str]]:
         if not re.match(r"years?\s+old", text[m.start() :]) and not re.search(r"\bin\s*$", text[: m.start()])
     }
     return "|".join(sorted(answer_units)) or None, units
+
+
+# "How is nystatin taken?", "how was patient … admitted?": asks in what way (a route, an admission
+# type), not how much ("how much is nystatin?" is its price: train CV answered the one with the other).
+# None, not False, when not said: libraries stored before it read alike.
+_MANNER = re.compile(
+    r"^\s*(?:[^,?]{0,40},\s*)?how (?!much|many|long|old|often|far|big|large|high|low)"
+    r"(?:is|are|was|were|do|does|did|should|can|has|have)\b"
+)
 
 
 # --- group-by wording -----------------------------------------------------------------------------

@@ -75,6 +75,7 @@ _OPERATOR_WORDS: dict[str, dict[Any, str]] = {
         "before": "'before' an event",
         "after|before": "'after' and 'before' events",
     },
+    "manner": {True: "in what way ('how is … taken?')"},
     "group": {True: "one answer per group ('by …', 'per …', 'for each …')"},
 }
 _TIME_WORDS = {"in": "a time ('in …')", "since": "'since …'", "from": "'from …'", "after": "'after …'",

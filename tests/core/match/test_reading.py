@@ -335,3 +335,28 @@ def test_an_order_of_events_may_be_left_unsaid_but_not_reversed():
         index, "what drugs were prescribed before the sepsis diagnosis in the same visit?", TITLES, exact({})
     )
     assert not best.hard_ok and R.OPERATOR in best.reason_codes, best.reasons
+
+
+COST = "SELECT DISTINCT cost FROM cost WHERE event_type = 'prescriptions' AND drug = '{v}'"
+
+
+def test_how_a_drug_is_taken_is_not_answered_with_its_price():
+    # train CV: "How is nystatin oral suspension taken?" was answered with the price ("how much is …?")
+    index = build_index(
+        [
+            ("how much is the drug named aspirin?", COST.format(v="aspirin")),
+            ("what is the price of the drug nacl 0.9%?", COST.format(v="nacl 0.9%")),
+        ]
+    )
+    drugs = ["docusate sodium", "aspirin", "nacl 0.9%"]
+    lookup = exact({"prescriptions.drug": drugs})
+    values = L.ValueIndex({"prescriptions.drug": drugs})
+    best = ask(index, "how is docusate sodium taken?", values, lookup)
+    assert not best.hard_ok and R.OPERATOR in best.reason_codes, best.reasons
+    assert (
+        R.OPERATOR
+        not in ask(index, "how much is the drug named docusate sodium?", values, lookup).reason_codes
+    )
+    assert question_operators("how is insulin taken?")["manner"] is True
+    for question in ("how much is insulin?", "how many patients took insulin?", "how long was the stay?"):
+        assert question_operators(question)["manner"] is None, question
