@@ -3,6 +3,7 @@ count/average/total, in/since/before, which visit, yes/no, negation), read as a 
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -105,15 +106,7 @@ def question_operators(question: str) -> dict[str, Any]:
     # "how many times" counts events; "total number of times" too: both set `times`, not `sum`.
     times_pattern = r"\b(?:how many times|number of times|how often|times)\b"
     times = bool(re.search(times_pattern, text))
-    time_found = set()
-    for phrase, name in _TIME_WORDS.items():
-        if phrase in ("since", "after", "before", "prior to", "until", "till", "within"):
-            # "within the same visit" is "in the same visit": no time limit of its own; "between" is a
-            # time only between times ("the difference between weights …" is none)
-            if re.search(rf"\b{phrase}\b(?!\s+(?:the\s+)?same\b)", text):
-                time_found.add(name)
-        elif re.search(rf"\b{phrase}\s+{_TIME_TARGET if name != 'in' else _TIME_POINT}", text):
-            time_found.add(name)  # "in this year" is "this year": the period says it, not the "in"
+    time_found, sequence = _time_words(text)
     periods = set()
     for m in re.finditer(rf"\b(this|last|past|previous|current|next)\s+(?:(\d+)\s+)?({_UNITS})\b", text):
         which = {"past": "last", "previous": "last", "current": "this"}.get(m.group(1), m.group(1))
@@ -121,12 +114,9 @@ def question_operators(question: str) -> dict[str, Any]:
     for word in ("today", "yesterday", "tomorrow", "now", "currently"):
         if re.search(rf"\b{word}\b", text):
             periods.add(word)
-    units = {
-        unit_of_word(m.group(1))
-        for m in re.finditer(rf"\b({_UNITS})\b(?!\s+\d{{4}}\b)", text)
-        if not re.match(r"years?\s+old", text[m.start() :])
-    }
+    ops["in_units"], units = _units(text)
     ops["time"] = "|".join(sorted(time_found)) or None
+    ops["sequence"] = "|".join(sorted(sequence)) or None
     ops["period"] = "|".join(sorted(periods)) or None
     ops["units"] = "|".join(sorted(units)) or None
     ops["ever"] = bool(re.search(r"\bever\b", text))
@@ -140,6 +130,7 @@ def question_operators(question: str) -> dict[str, Any]:
             r"|\b(?:what|which) (?:is|was|were) the (?:\w+ )?(?:first|last|latest|earliest|initial) time\b",
             text,
         )
+        or _OPENS_WITH_TIME.search(text.strip())
     )
     # A yes/no question ("has patient … been …?", "was … given?") asks whether, not what or how much.
     ops["yes_no"] = bool(
@@ -151,10 +142,96 @@ def question_operators(question: str) -> dict[str, Any]:
         )
     )
     ops["times"] = times
+    ops["manner"] = True if _MANNER.search(text) else None
+    ops["group"] = True if groups_by(text) else None  # None, not False: libraries stored before it read alike
     ops["negation"] = bool(
         re.search(r"\b(?:not|no|never|without|none|neither|nor|excluding|except)\b|n't\b", text)
     )
     return ops
+
+
+# "after"/"before" an event ("after the diagnosis of …", "diagnosed with … before"), not a time: the
+# library's paraphrases of one template say it or leave it out ("previously diagnosed", "in the same
+# visit"), so it is its own key, matched only when said, and not read into the time ("after a
+# diagnosis … since 1 year ago" is the time "since").
+_SEQUENCE = ("after", "before", "prior to")
+
+
+def _time_words(text: str) -> tuple[set[str], set[str]]:
+    """The time limits said ("since 2100", "within 2 months", "after 2100") and the order of events
+    ("after the diagnosis", "before").
+    "within the same visit" is "in the same visit": no time limit of its own; "between" is a time
+    only between times ("the difference between weights …" is none)."""
+    time_found, sequence = set(), set()
+    for phrase, name in _TIME_WORDS.items():
+        if phrase in _SEQUENCE:
+            for m in re.finditer(rf"\b{phrase}\b(?!\s+(?:the\s+)?same\b)", text):
+                timed = re.match(rf"\s+(?:{_TIME_TARGET}|\d)", text[m.end() :])
+                (time_found if timed else sequence).add(name)
+        elif phrase in ("since", "until", "till", "within"):
+            if re.search(rf"\b{phrase}\b(?!\s+(?:the\s+)?same\b)", text):
+                time_found.add(name)
+        elif re.search(rf"\b{phrase}\s+{_TIME_TARGET if name != 'in' else _TIME_POINT}", text):
+            time_found.add(name)  # "in this year" is "this year": the period says it, not the "in"
+    return time_found, sequence
+
+
+def _units(text: str) -> tuple[str | None, set[str]]:
+    """The answer's unit ("the length of stay in days": a question that leaves it out asks the same,
+    so it is matched only when said) and the question's other time units ("in 2 days", "how many days")."""
+    answer_units = {unit_of_word(m.group(1)) for m in re.finditer(rf"\bin ({_UNITS})\b(?!\s+ago\b)", text)}
+    units = {
+        unit_of_word(m.group(1))
+        for m in re.finditer(rf"\b({_UNITS})\b(?!\s+\d{{4}}\b)", text)
+        if not re.match(r"years?\s+old", text[m.start() :]) and not re.search(r"\bin\s*$", text[: m.start()])
+    }
+    return "|".join(sorted(answer_units)) or None, units
+
+
+# "How is nystatin taken?", "how was patient … admitted?": asks in what way (a route, an admission
+# type), not how much ("how much is nystatin?" is its price: train CV answered the one with the other).
+# None, not False, when not said: libraries stored before it read alike.
+_MANNER = re.compile(
+    r"^\s*(?:[^,?]{0,40},\s*)?how (?!much|many|long|old|often|far|big|large|high|low)"
+    r"(?:is|are|was|were|do|does|did|should|can|has|have)\b"
+)
+
+
+# --- group-by wording -----------------------------------------------------------------------------
+
+# "by first care unit", "per year", "for each first care unit", "broken down by gender", "across care
+# units": one answer per group, whichever words say it (issue 26: "… by first care unit" was declined
+# beside the library's "… for each first care unit"). The words themselves are operator words (neutral
+# to the word rules); this key says a group-by was asked, so a question with one is not answered by a
+# template without one, nor the reverse.
+_GROUP_PHRASE = re.compile(
+    r"\b(?:for|in) (?:each|every)\b|\b(?:broken down|grouped|split|stratified|categori[sz]ed) by\b"
+    r"|\bbreakdown by\b"
+    # "across care units", not "across all patients" (all of them together)
+    r"|\bacross (?!all\b|every\b|patients\b|the (?:whole|entire|database)\b)(?:the |different |each )?[a-z]"
+    r"|\bper (?!(?:hr|hour|min|minute|kg|ml|l|mg|dose|cent)\b)[a-z]"
+)
+# A bare "by" groups only before a thing to group by: not "prescribed by", "caused by", "seen by" (a
+# verb before it), "visits by patient 10001", "by 2150", "by the end", "top four diagnoses by frequency".
+_BY = re.compile(r"\b([a-z']+) by (?:the )?([a-z0-9']+)")
+_NOT_GROUPED_BY = frozenset(
+    """patient patients our their his her its a an any other another way far then now means frequency
+    count counts number numbers occurrence occurrences volume amount total value values how end time
+    january february march april may june july august september october november december""".split()
+)
+_VERB_BEFORE_BY = re.compile(r"(?:ed|en|wn)$|^(?:made|done|seen|run|paid|led|set|put|got|went|go|goes)$")
+
+
+def groups_by(text: str) -> bool:
+    """Whether the question asks for one answer per group ("… by first care unit", "per year")."""
+    if _GROUP_PHRASE.search(text):
+        return True
+    for m in _BY.finditer(text):
+        before, after = m.group(1), m.group(2)
+        if _VERB_BEFORE_BY.search(before) or after in _NOT_GROUPED_BY or after[0].isdigit():
+            continue
+        return True
+    return False
 
 
 # --- what a question asks for, what a template returns -------------------------------------------
@@ -173,6 +250,24 @@ _ASKS_TIME = re.compile(
 # for, though no word stands before "time" (issue 26: such a question was answered with the value).
 _ASKS_THE_TIME = re.compile(r"^(?:at )?what time\b|\b(?:what|which) (?:is|was|were) the (?:time|date)\b")
 _NOT_ASKING_TIME = re.compile(r"\bhow many\b|\bfor the (?:\w+ )?time\b|\bat the same time\b")
+# "First time patient 10001 was prescribed a drug in 08/this year?": a question that opens with the
+# occasion and asks nothing else (no what/which/who/how) asks for its time (issue 26: answered with the
+# drug). "First time, what drug was prescribed …" asks for the drug.
+_OPENS_WITH_TIME = re.compile(
+    r"^(?:the )?(?:first|last|latest|earliest|initial|final|most recent) time\b(?![^?]*\b(?:what|which|who|how)\b)"
+)
+# Occasions and periods that say "time", "year" or "day" without asking for a time: "the first time
+# it was measured", "at the same time", "how many times", "this year", "2 days ago", "per day".
+_NOT_A_TIME_ASKED = re.compile(
+    r"\b(?:for |at )?(?:the )?(?:very )?(?:first|last|same|next|latest|earliest|initial|final|\w+est) time\b"
+    r"|\b(?:\w+ )?times\b"
+    r"|\b(?:this|last|current|next|previous|past|that) (?:\d+ )?(?:years?|months?|weeks?|days?|hours?)\b"
+    r"|\b\d+ (?:years?|months?|weeks?|days?|hours?|minutes?)(?: ago)?\b|\bper (?:year|month|week|day|hour)\b"
+    r"|\b(?:years?|months?) old\b|\byear \d{4}\b|\bhow many (?:years?|months?|weeks?|days?|hours?)\b"
+)
+_TIME_WORD = re.compile(
+    r"\b(?:when|whenever|time|timestamp|date|dates|day|days|hour|hours|moment|year|month|week)\b"
+)
 
 
 def asks_for_name(question: str) -> bool:
@@ -183,15 +278,36 @@ def asks_for_name(question: str) -> bool:
 def asks_for_time(question: str) -> bool:
     """Whether the question asks for a time as the thing it wants ("the last prescription time")."""
     text = " ".join(question.lower().replace("\u2019", "'").split())
+    if _OPENS_WITH_TIME.search(text):
+        return True
     asked = _ASKS_TIME.search(text) or _ASKS_THE_TIME.search(text)
     return bool(asked) and not _NOT_ASKING_TIME.search(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def says_time(question: str) -> bool:
+    """Whether a time is asked for or talked of as the answer ("when", "what time", "the date of", "the
+    first time patient … was …"), not only as an occasion or a period ("the first time it was
+    measured", "in 08/this year", "2 days ago"): a template that returns a time answers only such a
+    question, and "what was the heart rate the first time it was measured today?" wants the value."""
+    text = " ".join(question.lower().replace("\u2019", "'").split())
+    if asks_for_time(text) or question_operators(text)["when"]:
+        return True
+    return bool(_TIME_WORD.search(_NOT_A_TIME_ASKED.sub(" ", text)))
 
 
 def unit_of_word(word: str) -> str:
     return word.rstrip("s")
 
 
-SOFT_OPERATORS = ("aggregate",)  # "maximum total cost" and "maximum cost": judged key by key only
+# Operator keys a question may leave unsaid: "the average length of stay" is the one "in days" (the
+# answer's own unit), "… diagnosed with X in the same visit" the one "after the diagnosis of X"; said,
+# they must be the template's ("in hours" is not "in days", "before" is not "after").
+UNSAID_ALLOWED = ("in_units", "sequence")
+SOFT_OPERATORS = (
+    "aggregate",
+    *UNSAID_ALLOWED,
+)  # "maximum total cost" and "maximum cost": judged key by key only
 
 
 def operator_signature(ops: dict[str, Any]) -> tuple:

@@ -70,6 +70,13 @@ _OPERATOR_WORDS: dict[str, dict[Any, str]] = {
     "yes_no": {True: "a yes or no"},
     "times": {True: "how many times"},
     "negation": {True: "a negation ('not', 'never', 'without')"},
+    "sequence": {
+        "after": "'after' an event",
+        "before": "'before' an event",
+        "after|before": "'after' and 'before' events",
+    },
+    "manner": {True: "in what way ('how is … taken?')"},
+    "group": {True: "one answer per group ('by …', 'per …', 'for each …')"},
 }
 _TIME_WORDS = {"in": "a time ('in …')", "since": "'since …'", "from": "'from …'", "after": "'after …'",
                "before": "'before …'", "until": "'until …'", "between": "'between …'", "within": "'within …'"}  # fmt: skip

@@ -29,7 +29,8 @@ OPERATOR_WORDS = frozenset(
     within during ever times often not no never without none neither nor excluding except more less than
     greater fewer older younger over under above below higher lower longer shorter larger exceed exceeds
     exceeded exceeding at past previous current next today yesterday now currently year years month months
-    week weeks day days hour hours minute minutes decade decades time""".split()
+    week weeks day days hour hours minute minutes decade decades time each every per across broken down grouped
+    breakdown stratified""".split()
 )
 NEUTRAL_WORDS = FUNCTION_WORDS | OPERATOR_WORDS
 

@@ -3,11 +3,10 @@ answered with the time of the input, nor "what was the last prescription time" w
 
 from __future__ import annotations
 
-import re
-
 from core.match import reasons as R
 from core.match.binding import Bound
 from core.match.candidate import TemplateCandidate
+from core.match.operators import says_time
 from core.match.reading import Reading
 from core.match.template import answer_kind
 
@@ -28,21 +27,16 @@ def time(reading: Reading, candidate: TemplateCandidate, bound: Bound) -> list[R
     return []
 
 
-# Words that say a time is wanted or at least talked of: a template that returns a time answers only
-# a question that says one of them ("when", "what time", "the date of", "how many days").
-TIME_WORDS = re.compile(
-    r"\b(?:when|whenever|time|times|timestamp|date|dates|day|days|hour|hours|moment|year|month|week)\b"
-)
-
-
 def value(reading: Reading, candidate: TemplateCandidate, bound: Bound) -> list[R.Reason]:
     """The reverse of `time`: "what was the first lab test of patient X" is not answered with the
     time of that test when the verified wording asks for a time ("what was the time of …"); a
-    paraphrase the library approved without a time word ("what was the first input of …") may be."""
+    paraphrase the library approved without a time word ("what was the first input of …") may be.
+    An occasion or a period is no time asked for: "what was the heart rate the first time it was
+    measured in 08/this year?" wants the value (operators.says_time)."""
     if (
         answer_kind(candidate.template) == "time"
-        and not TIME_WORDS.search(reading.lowered)
-        and TIME_WORDS.search(candidate.question.lower())  # the library never asked it without one
+        and not says_time(reading.question)
+        and says_time(candidate.question)  # the library never asked it without one
     ):
         return [
             R.Reason(R.ASKS_VALUE, "This question asks for a value, the verified question returns a time.")

@@ -10,7 +10,7 @@ from core.match import reasons as R
 from core.match.binding import Bound
 from core.match.candidate import TemplateCandidate
 from core.match.index import Family
-from core.match.operators import operator_signature
+from core.match.operators import UNSAID_ALLOWED, operator_signature
 from core.match.reading import Reading
 from core.match.template import Template
 
@@ -29,6 +29,8 @@ def operator_reasons(ops: dict[str, Any], template: Template, family: Family | N
     one reason per operator key that differs, else the combination when no paraphrase has it."""
     reasons = []
     for key in sorted(set(ops) | set(template.operators)):
+        if key in UNSAID_ALLOWED and not ops.get(key):
+            continue
         allowed = family.operators.get(key, frozenset()) if family else {template.operators.get(key)}
         if ops.get(key) not in allowed:
             reasons.append(R.operator_differs(key, ops.get(key), allowed))

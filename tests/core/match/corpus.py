@@ -97,6 +97,35 @@ ANSWERED_RIGHT = {
         "WHERE a.subject_id = 10014354 AND a.admission_location = 'EMERGENCY ROOM'"
     ),
 }
+# How people write what the library says another way (issue 26), and the attacks on each reading:
+# a time asked for is not answered with a value, nor the reverse ("first time patient … was
+# prescribed a drug" wants the time; "the lactate the first time it was measured" the value); group-by
+# said as "by", "per", "for each", "broken down by" reads alike, and a "by" that groups nothing
+# ("prescribed by", "by 2150", "caused by") is no group-by.
+READING = [
+    "first time patient 10014354 was prescribed a drug?",
+    "the first time patient 10020740 was prescribed a drug?",
+    "first time, what drug was prescribed for patient 10014354?",
+    "when was patient 10014354 first prescribed a drug?",
+    "what was the lactate value of patient 10039708 the first time it was measured?",
+    "what was the lactate of patient 10031404 at the first measurement?",
+    "what was the time of the first lactate measurement of patient 10031404?",
+    "when was lactate last measured for patient 10031404?",
+    "what was the last time patient 10020740 was prescribed furosemide?",
+    "what was furosemide last prescribed to patient 10020740?",
+    "average length of stay in the ICU by first care unit",
+    "what was the average ICU length of stay in days per first care unit?",
+    "what was the average ICU length of stay in days broken down by first care unit?",
+    "what was the average ICU length of stay across first care units?",
+    "what was the average ICU length of stay in hours for each first care unit?",
+    "what was the average ICU length of stay in days?",
+    "what is the average age of patients by gender?",
+    "what is the average age of male patients per year?",
+    "how many times was heparin prescribed by the doctor to patient 10004235 since 2150?",
+    "how many patients died by 2155?",
+    "how many patients died in 2155, by any cause?",
+    "how many patients died of causes caused by sepsis in 2155?",
+]
 OTHER_IDS = ("10002428", "10014354", "10019003", "10031404", "10037861")
 
 
@@ -154,6 +183,7 @@ def questions() -> list[tuple[str, str]]:
         if swapped != q:
             out.append(("operator", swapped))
     out += [("adversarial", q) for q in MUST_ABSTAIN]
+    out += [("reading", q) for q in READING]
     return list(dict.fromkeys(out))
 
 

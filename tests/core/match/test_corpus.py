@@ -22,7 +22,7 @@ def test_the_corpus_is_large_and_covers_every_kind_of_case():
     expected = [json.loads(line) for line in corpus.CASES.read_text().splitlines()]
     kinds = {c["kind"] for c in expected}
     assert len(expected) >= 300
-    assert kinds == {"library", "paraphrase", "values", "condition", "operator", "adversarial"}
+    assert kinds == {"library", "paraphrase", "values", "condition", "operator", "adversarial", "reading"}
     assert (
         sum(1 for c in expected if "answer" in c) >= 100 and sum(1 for c in expected if "refused" in c) >= 100
     )

@@ -10,6 +10,7 @@ import pytest
 from core import match as L
 from core.match import mask_question
 from core.match import reasons as R
+from core.match.operators import question_operators, says_time
 from core.match.spans import extract_typed_spans
 from core.match.spelling import Speller, correct_spelling
 from tests.core.match.test_library import build_index, embed
@@ -145,6 +146,115 @@ def test_a_question_asking_for_a_value_is_not_answered_with_a_time():
     assert ask(index, "what was the time of the first lab test of patient 10002?", TITLES, exact({})).hard_ok
 
 
+DRUG_SQL = "SELECT drug FROM prescriptions WHERE subject_id = {p} ORDER BY starttime ASC LIMIT 1"
+
+
+def test_a_question_opening_with_the_first_time_asks_for_the_time():
+    # issue 26's one wrong answer on valid: "First time patient … was prescribed a drug in 08/this
+    # year?" was answered with the drug
+    index = build_index(
+        [
+            ("what was the name of the drug first prescribed to patient 10001?", DRUG_SQL.format(p=10001)),
+            ("first time, what drug was prescribed for patient 10003?", DRUG_SQL.format(p=10003)),
+        ]
+    )
+    for question in (
+        "first time patient 10002 was prescribed a drug?",
+        "The first time patient 10002 was prescribed a drug?",
+        "when was patient 10002 first prescribed a drug?",
+    ):
+        best = ask(index, question, TITLES, exact({}))
+        assert not best.hard_ok and {R.ASKS_TIME, R.OPERATOR} & set(best.reason_codes), (
+            question,
+            best.reasons,
+        )
+    # the attack the other way: the occasion said first, then what is asked
+    assert ask(index, "first time, what drug was prescribed for patient 10002?", TITLES, exact({})).hard_ok
+
+
+@pytest.mark.parametrize(
+    ("question", "says"),
+    [
+        ("what was the heart rate of patient 10001 the first time it was measured in 08/this year?", False),
+        ("what was the weight of patient 10001 at the first measurement since 2 days ago?", False),
+        ("how many times was patient 10001 admitted this year?", False),
+        ("first time, what drug was prescribed for patient 10001 in 07/this year?", False),
+        ("first time patient 10001 was prescribed a drug in 08/this year?", True),
+        ("when was patient 10001 last prescribed aspirin?", True),
+        ("what was the time of the first heart rate measurement of patient 10001?", True),
+        ("what was the last time patient 10001 was prescribed aspirin?", True),
+        ("on what date was patient 10001 admitted?", True),
+    ],
+)
+def test_a_time_is_asked_for_only_where_one_is_wanted(question, says):
+    assert says_time(question) is says, question
+
+
+TIME_OF_VALUE = "SELECT charttime FROM chartevents WHERE subject_id = {p} ORDER BY charttime ASC LIMIT 1"
+
+
+def test_the_value_the_first_time_it_was_measured_is_not_answered_with_the_time():
+    index = build_index(
+        [
+            # one paraphrase says no "when" operator: the operator rule lets the question through
+            ("what was the time of the first heart rate of patient 10001?", TIME_OF_VALUE.format(p=10001)),
+            (
+                "what was the first heart rate measurement time of patient 10003?",
+                TIME_OF_VALUE.format(p=10003),
+            ),
+        ]
+    )
+    for question in (
+        "what was the heart rate of patient 10002 the first time it was measured this year?",
+        "what was the heart rate of patient 10002 at the first measurement this year?",
+    ):
+        best = ask(index, question, TITLES, exact({}))
+        assert not best.hard_ok and R.ASKS_VALUE in best.reason_codes, (question, best.reasons)
+
+
+@pytest.mark.parametrize(
+    ("question", "groups"),
+    [
+        ("average length of stay in the ICU by first care unit", True),
+        ("what was the average ICU length of stay for each first care unit?", True),
+        ("how many hospital admissions were there per year?", True),
+        ("the average age broken down by gender", True),
+        ("the average length of stay across care units", True),
+        # attacks: a "by", "per" or "across" that groups nothing
+        ("how many patients were prescribed heparin by 2150?", False),
+        ("how many drugs were prescribed by the other department?", False),
+        ("how many deaths were caused by sepsis?", False),
+        ("count the hospital visits by patient 10001.", False),
+        ("list the top four diagnoses by frequency.", False),
+        ("what was the maximum urea nitrogen value across all patients?", False),
+        ("what was the average dose per kg of heparin?", False),
+    ],
+)
+def test_group_by_wording_is_one_operator(question, groups):
+    assert question_operators(question)["group"] is (True if groups else None), question
+
+
+GROUPED = "SELECT first_careunit, AVG(los) FROM icustays GROUP BY first_careunit"
+
+
+def test_group_by_read_alike_and_not_answered_without_one():
+    index = build_index(
+        [("what was the average ICU length of stay in days for each first care unit?", GROUPED)]
+    )
+    for question in (
+        "average length of stay in the ICU by first care unit",
+        "what was the average ICU length of stay per first care unit?",
+        "what was the average ICU length of stay in days broken down by first care unit?",
+    ):
+        assert ask(index, question, TITLES, exact({})).hard_ok, question
+    for question in (
+        "what was the average ICU length of stay in days?",  # no group-by
+        "what was the average ICU length of stay in hours for each first care unit?",  # another unit
+    ):
+        best = ask(index, question, TITLES, exact({}))
+        assert not best.hard_ok and R.OPERATOR in best.reason_codes, (question, best.reasons)
+
+
 LAST_VALUE = (
     "SELECT l.valuenum FROM labevents AS l JOIN d_labitems AS d ON d.itemid = l.itemid "
     "WHERE l.subject_id = {p} AND d.label = '{v}' ORDER BY l.charttime DESC LIMIT 1"
@@ -184,3 +294,69 @@ def test_a_value_with_no_rows_is_refused_when_a_longer_value_has_them(lab_db):
     # the value has rows: answered; no longer value has rows either: an empty answer is the answer
     assert ask(index, "what was the last potassium value of patient 10003?", values, lookup, lab_db).hard_ok
     assert ask(index, "what was the last glucose value of patient 10002?", values, lookup, lab_db).hard_ok
+
+
+@pytest.mark.parametrize(
+    ("question", "time", "sequence"),
+    [
+        # train CV misses: "after a … diagnosis … since 1 year ago" is the time "since"
+        (
+            "the drugs prescribed in the same visit after a cachexia diagnosis since 1 year ago",
+            "since",
+            "after",
+        ),
+        ("how many patients were admitted after 2100?", "after", None),
+        ("the drugs prescribed before the icu admission", None, "before"),
+        ("diagnosed with sepsis before in the same hospital visit", None, "before"),
+        ("the drugs prescribed within the same hospital visit", None, None),
+    ],
+)
+def test_after_an_event_is_an_order_of_events_not_a_time(question, time, sequence):
+    ops = question_operators(question)
+    assert (ops["time"], ops["sequence"]) == (time, sequence), question
+
+
+SAME_VISIT = (
+    "SELECT drug FROM prescriptions WHERE hadm_id IN (SELECT hadm_id FROM diagnoses_icd WHERE icd_code = 'x')"
+)
+
+
+def test_an_order_of_events_may_be_left_unsaid_but_not_reversed():
+    index = build_index(
+        [
+            ("what drugs were prescribed after the sepsis diagnosis in the same visit?", SAME_VISIT),
+            ("what drugs were prescribed in the same visit as the sepsis diagnosis?", SAME_VISIT),
+        ]
+    )
+    assert ask(
+        index, "what drugs were prescribed after the sepsis diagnosis in the same visit?", TITLES, exact({})
+    ).hard_ok
+    best = ask(
+        index, "what drugs were prescribed before the sepsis diagnosis in the same visit?", TITLES, exact({})
+    )
+    assert not best.hard_ok and R.OPERATOR in best.reason_codes, best.reasons
+
+
+COST = "SELECT DISTINCT cost FROM cost WHERE event_type = 'prescriptions' AND drug = '{v}'"
+
+
+def test_how_a_drug_is_taken_is_not_answered_with_its_price():
+    # train CV: "How is nystatin oral suspension taken?" was answered with the price ("how much is …?")
+    index = build_index(
+        [
+            ("how much is the drug named aspirin?", COST.format(v="aspirin")),
+            ("what is the price of the drug nacl 0.9%?", COST.format(v="nacl 0.9%")),
+        ]
+    )
+    drugs = ["docusate sodium", "aspirin", "nacl 0.9%"]
+    lookup = exact({"prescriptions.drug": drugs})
+    values = L.ValueIndex({"prescriptions.drug": drugs})
+    best = ask(index, "how is docusate sodium taken?", values, lookup)
+    assert not best.hard_ok and R.OPERATOR in best.reason_codes, best.reasons
+    assert (
+        R.OPERATOR
+        not in ask(index, "how much is the drug named docusate sodium?", values, lookup).reason_codes
+    )
+    assert question_operators("how is insulin taken?")["manner"] is True
+    for question in ("how much is insulin?", "how many patients took insulin?", "how long was the stay?"):
+        assert question_operators(question)["manner"] is None, question
