@@ -51,6 +51,7 @@ def install_counters() -> None:
     from infra.adapters import clinical
 
     _count(sqlglot.parser.Parser, "parse", "sqlglot parses")
+    _count_callers(sqlglot.parser.Parser, "parse", PARSED_BY)
     _count(utils.CursorWrapper, "_execute", "app-database statements")
     _count(utils.CursorWrapper, "_executemany", "app-database statements")
     _count(clinical.PostgresExecutor, "_connect", "clinical connections opened (PostgreSQL)")
@@ -59,6 +60,46 @@ def install_counters() -> None:
     _count(clinical.SqliteExecutor, "execute", "clinical statements")
     _count(core.privacy, "analyse_output", "privacy analyses")
     _count(core.validation, "validate_sql", "validations")
+    _count_embeddings()
+
+
+PARSED_BY: Counter = Counter()  # which of askdb's functions asked sqlglot for a parse
+
+
+def _count_callers(owner, name: str, into: Counter) -> None:
+    """Count calls of owner.name by the nearest caller outside sqlglot (file:function)."""
+    import sys as _sys
+
+    original = getattr(owner, name)
+
+    def counted(*args, **kwargs):
+        frame = _sys._getframe(1)
+        while frame is not None and "sqlglot" in frame.f_code.co_filename:
+            frame = frame.f_back
+        if frame is not None:
+            into[f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_name}"] += 1
+        return original(*args, **kwargs)
+
+    setattr(owner, name, counted)
+
+
+EMBEDDED: list[str] = []  # the texts the model computed a vector for, in order
+
+
+def _count_embeddings() -> None:
+    """Count the texts the embedding model really computes (a text found in the provider's cache
+    costs nothing), and keep them, so a repeated or avoidable embedding can be named."""
+    from infra.providers.minilm import MiniLM
+
+    original = MiniLM.encode
+
+    def counted(self, texts, *args, **kwargs):
+        COUNTS["embedding computations"] += 1
+        COUNTS["texts embedded"] += len(texts)
+        EMBEDDED.extend(texts)
+        return original(self, texts, *args, **kwargs)
+
+    MiniLM.encode = counted
 
 
 def _questions(n: int) -> list[str]:
@@ -134,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     print("per question:")
     for key, value in sorted(COUNTS.items()):
         print(f"  {key}: {value / n:.1f}")
+    print(f"texts embedded (the first 12): {EMBEDDED[:12]}")
+    print("sqlglot parses per question, by caller:")
+    for caller, value in PARSED_BY.most_common():
+        print(f"  {caller}: {value / n:.2f}")
     if args.profile:
         print(f"\ntop {args.top} by own time:\n{_top(profile, 'tottime', args.top)}")
         print(f"\ntop {args.top} by cumulative time:\n{_top(profile, 'cumulative', args.top)}")

@@ -246,6 +246,14 @@ def parsed_sql(sql: str, dialect: str) -> exp.Expr:
     return parse_sql(sql, dialect)
 
 
+@functools.lru_cache(maxsize=1024)
+def read_back(sql: str, dialect: str) -> tuple[exp.Expr, ...]:
+    """The statements of a bound SQL, parsed once: binding reads it back, then the probes and rules
+    read the same tree (shared: callers never change it; sqlglot's builders copy what they take).
+    A parse error is raised each time, never remembered."""
+    return tuple(s for s in sqlglot.parse(sql, dialect=dialect) if s is not None)
+
+
 # --- binding -------------------------------------------------------------------------------------
 
 
