@@ -52,6 +52,8 @@ def install_counters() -> None:
 
     _count(sqlglot.parser.Parser, "parse", "sqlglot parses")
     _count_callers(sqlglot.parser.Parser, "parse", PARSED_BY)
+    _count_callers(utils.CursorWrapper, "_execute", STATEMENTS_BY)
+    _count_callers(utils.CursorWrapper, "_executemany", STATEMENTS_BY)
     _count(utils.CursorWrapper, "_execute", "app-database statements")
     _count(utils.CursorWrapper, "_executemany", "app-database statements")
     _count(clinical.PostgresExecutor, "_connect", "clinical connections opened (PostgreSQL)")
@@ -64,6 +66,7 @@ def install_counters() -> None:
 
 
 PARSED_BY: Counter = Counter()  # which of askdb's functions asked sqlglot for a parse
+STATEMENTS_BY: Counter = Counter()  # which of askdb's functions sent an app-database statement
 
 
 def _count_callers(owner, name: str, into: Counter) -> None:
@@ -74,10 +77,18 @@ def _count_callers(owner, name: str, into: Counter) -> None:
 
     def counted(*args, **kwargs):
         frame = _sys._getframe(1)
-        while frame is not None and "sqlglot" in frame.f_code.co_filename:
+        while frame is not None and (
+            "site-packages" in frame.f_code.co_filename
+            or "/lib/python" in frame.f_code.co_filename
+            or frame.f_code.co_filename == __file__
+        ):
             frame = frame.f_back
-        if frame is not None:
-            into[f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_name}"] += 1
+        names = []
+        while frame is not None and len(names) < 2:  # the caller and its caller
+            names.append(f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_name}")
+            frame = frame.f_back
+        if names:
+            into[" < ".join(names)] += 1
         return original(*args, **kwargs)
 
     setattr(owner, name, counted)
@@ -178,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"texts embedded (the first 12): {EMBEDDED[:12]}")
     print("sqlglot parses per question, by caller:")
     for caller, value in PARSED_BY.most_common():
+        print(f"  {caller}: {value / n:.2f}")
+    print("app-database statements per question, by caller:")
+    for caller, value in STATEMENTS_BY.most_common():
         print(f"  {caller}: {value / n:.2f}")
     if args.profile:
         print(f"\ntop {args.top} by own time:\n{_top(profile, 'tottime', args.top)}")
