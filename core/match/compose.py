@@ -315,8 +315,8 @@ def conditions_of(example_id: int | None, template: Template) -> tuple[Condition
 
 
 def _conditions_of(example_id: int | None, template: Template) -> list[Condition]:
-    if not template.usable:
-        return []
+    if not template.usable or not any(slot.type in CONDITION_TYPES for slot in template.slots):
+        return []  # no slot a condition could carry: no need to read the SQL
     tree = parsed_sql(template.sql_template, template.dialect)
     if not isinstance(tree, exp.Select) or tree.args.get("where") is None:
         return []

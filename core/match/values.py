@@ -71,6 +71,7 @@ class ValueIndex:
         self.columns = {c for d in self._by_text.values() for c in d}
         self._cache: dict[str, list[tuple[int, int, dict[str, str]]]] = {}
         self._longer: dict[tuple[str, str], list[str]] = {}
+        self._by_column: dict[str, list[tuple[str, str]]] | None = None  # made on first use
 
     def __len__(self) -> int:
         return len(self._by_text)
@@ -111,6 +112,16 @@ class ValueIndex:
                 out.append((a, b))
         return sorted(out)
 
+    def _texts_of(self, col: str) -> list[tuple[str, str]]:
+        """(text, value) of one column: `longer` reads one column's values, not every column's."""
+        if self._by_column is None:
+            by_column: dict[str, list[tuple[str, str]]] = defaultdict(list)
+            for t, hit in self._by_text.items():
+                for c, value in hit.items():
+                    by_column[c].append((t, value))
+            self._by_column = dict(by_column)
+        return self._by_column.get(col, [])
+
     def with_names(self, names: ValueIndex) -> ValueIndex:
         """This index and the other names of its values the library's questions use (value_names)."""
         return _NamedValues(self, names) if len(names) else self
@@ -124,9 +135,9 @@ class ValueIndex:
         if (col, text) not in self._longer:  # one scan of the index per value asked: values recur
             word = re.compile(r"(?<![a-z0-9])" + re.escape(text) + r"(?![a-z0-9])")
             found = {
-                hit[col]
-                for t, hit in self._by_text.items()
-                if col in hit and len(t) > len(text) and text in t and word.search(t)
+                value
+                for t, value in self._texts_of(col)
+                if len(t) > len(text) and text in t and word.search(t)
             }
             if len(self._longer) > 20000:
                 self._longer.clear()
