@@ -40,6 +40,7 @@ def bare_column(column: str) -> str:
 # --- database values a question names ------------------------------------------------------------
 
 
+_WORD = re.compile(r"[a-z0-9]+")  # a word as `longer` reads one: letters and digits between others
 MAX_VALUE_CHARS = 300  # ICD titles run to 230 characters ("surgical operation with anastomosis, …")
 
 
@@ -71,7 +72,9 @@ class ValueIndex:
         self.columns = {c for d in self._by_text.values() for c in d}
         self._cache: dict[str, list[tuple[int, int, dict[str, str]]]] = {}
         self._longer: dict[tuple[str, str], list[str]] = {}
-        self._by_column: dict[str, list[tuple[str, str]]] | None = None  # made on first use
+        # Made on first use (`longer`): each column's values, and by each word they hold.
+        self._by_column: dict[str, list[tuple[str, str]]] = {}
+        self._by_word: dict[tuple[str, str], list[tuple[str, str]]] | None = None
 
     def __len__(self) -> int:
         return len(self._by_text)
@@ -112,15 +115,26 @@ class ValueIndex:
                 out.append((a, b))
         return sorted(out)
 
-    def _texts_of(self, col: str) -> list[tuple[str, str]]:
-        """(text, value) of one column: `longer` reads one column's values, not every column's."""
-        if self._by_column is None:
+    def _texts_with(self, col: str, text: str) -> list[tuple[str, str]]:
+        """(text, value) of one column's values that hold every word of `text` as a whole word (a
+        value holding `text` as whole words does): `longer` reads a few values, not a column's
+        thousands. A text with no word: all of the column's values."""
+        words = _WORD.findall(text)
+        if self._by_word is None:
+            by_word: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
             by_column: dict[str, list[tuple[str, str]]] = defaultdict(list)
             for t, hit in self._by_text.items():
+                words_of_t = set(_WORD.findall(t))
                 for c, value in hit.items():
-                    by_column[c].append((t, value))
-            self._by_column = dict(by_column)
-        return self._by_column.get(col, [])
+                    pair = (t, value)  # one tuple, listed under each of its words
+                    by_column[c].append(pair)
+                    for w in words_of_t:
+                        by_word[(c, w)].append(pair)
+            self._by_word, self._by_column = dict(by_word), dict(by_column)
+        if not words:
+            return self._by_column.get(col, [])
+        lists = [self._by_word.get((col, w), []) for w in words]
+        return min(lists, key=len)
 
     def with_names(self, names: ValueIndex) -> ValueIndex:
         """This index and the other names of its values the library's questions use (value_names)."""
@@ -136,7 +150,7 @@ class ValueIndex:
             word = re.compile(r"(?<![a-z0-9])" + re.escape(text) + r"(?![a-z0-9])")
             found = {
                 value
-                for t, value in self._texts_of(col)
+                for t, value in self._texts_with(col, text)
                 if len(t) > len(text) and text in t and word.search(t)
             }
             if len(self._longer) > 20000:
