@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import defaultdict
 from collections.abc import Iterable
@@ -40,7 +41,6 @@ def bare_column(column: str) -> str:
 # --- database values a question names ------------------------------------------------------------
 
 
-_WORD = re.compile(r"[a-z0-9]+")  # a word as `longer` reads one: letters and digits between others
 MAX_VALUE_CHARS = 300  # ICD titles run to 230 characters ("surgical operation with anastomosis, …")
 
 
@@ -72,9 +72,8 @@ class ValueIndex:
         self.columns = {c for d in self._by_text.values() for c in d}
         self._cache: dict[str, list[tuple[int, int, dict[str, str]]]] = {}
         self._longer: dict[tuple[str, str], list[str]] = {}
-        # Made on first use (`longer`): each column's values, and by each word they hold.
-        self._by_column: dict[str, list[tuple[str, str]]] = {}
-        self._by_word: dict[tuple[str, str], list[tuple[str, str]]] | None = None
+        # Made on first use (`longer`): a column's (text, value) pairs, where each starts, all joined.
+        self._by_column: dict[str, tuple[list[tuple[str, str]], list[int], str]] = {}
 
     def __len__(self) -> int:
         return len(self._by_text)
@@ -116,25 +115,22 @@ class ValueIndex:
         return sorted(out)
 
     def _texts_with(self, col: str, text: str) -> list[tuple[str, str]]:
-        """(text, value) of one column's values that hold every word of `text` as a whole word (a
-        value holding `text` as whole words does): `longer` reads a few values, not a column's
-        thousands. A text with no word: all of the column's values."""
-        words = _WORD.findall(text)
-        if self._by_word is None:
-            by_word: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
-            by_column: dict[str, list[tuple[str, str]]] = defaultdict(list)
-            for t, hit in self._by_text.items():
-                words_of_t = set(_WORD.findall(t))
-                for c, value in hit.items():
-                    pair = (t, value)  # one tuple, listed under each of its words
-                    by_column[c].append(pair)
-                    for w in words_of_t:
-                        by_word[(c, w)].append(pair)
-            self._by_word, self._by_column = dict(by_word), dict(by_column)
-        if not words:
-            return self._by_column.get(col, [])
-        lists = [self._by_word.get((col, w), []) for w in words]
-        return min(lists, key=len)
+        """(text, value) of one column's values that contain `text`: found by str.find in the
+        column's values joined by newlines (no value holds one), not by a Python loop over them."""
+        if col not in self._by_column:
+            pairs = [(t, hit[col]) for t, hit in self._by_text.items() if col in hit]
+            starts, at = [], 0
+            for t, _ in pairs:
+                starts.append(at)
+                at += len(t) + 1
+            self._by_column[col] = (pairs, starts, "\n".join(t for t, _ in pairs))
+        pairs, starts, joined = self._by_column[col]
+        found: dict[int, None] = {}
+        at = joined.find(text)
+        while at >= 0:
+            found[bisect.bisect_right(starts, at) - 1] = None
+            at = joined.find(text, at + 1)
+        return [pairs[k] for k in found]
 
     def with_names(self, names: ValueIndex) -> ValueIndex:
         """This index and the other names of its values the library's questions use (value_names)."""

@@ -1,5 +1,5 @@
-"""ValueIndex.longer reads one column's values holding the asked text's words (a word index), not
-every value: it must find exactly what a scan of every value finds."""
+"""ValueIndex.longer finds a column's values containing the asked text with str.find over the column's
+values joined (not a Python loop over every value): it must find exactly what that loop found."""
 
 from __future__ import annotations
 
