@@ -93,7 +93,9 @@ def library_build(source, values, embedder) -> tuple[match.LibraryIndex, list]:
     the refresh service has not stored yet one embedding.
     """
     entries, vectors, changed = library_entries(source, values, embedder)
-    return match.LibraryIndex(entries, [list(v) for v in vectors]), changed
+    index = match.LibraryIndex(entries, [list(v) for v in vectors])
+    index.names  # noqa: B018 -- made with the build (under the cache's lock), not by the first question
+    return index, changed
 
 
 def library_entries(source, values, embedder) -> tuple[list, list, list]:
