@@ -3,7 +3,8 @@
 
 Wall times on a shared machine are noise; counts are not. For each question asked as a run does
 (question_submit_sync, no LLM, after the worker's warm-up) this counts the app-database statements,
-the clinical statements and connections, the sqlglot parses, and the privacy analyses, and prints
+the clinical statements and connections, the sqlglot parses, the privacy analyses and the texts the
+embedding model computes (parses and statements also by caller, so repeated work has a name), and prints
 cProfile's top functions by their own time and by cumulative time. It asks questions of the
 EHRSQL-2024 *train* split against the library made of it (library_scale.py's `ehrsql` source; with
 `--import` it is imported first, timed, with a cProfile of the import written beside the results).
