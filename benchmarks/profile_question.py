@@ -3,7 +3,8 @@
 
 Wall times on a shared machine are noise; counts are not. For each question asked as a run does
 (question_submit_sync, no LLM, after the worker's warm-up) this counts the app-database statements,
-the clinical statements and connections, the sqlglot parses, and the privacy analyses, and prints
+the clinical statements and connections, the sqlglot parses, the privacy analyses and the texts the
+embedding model computes (parses and statements also by caller, so repeated work has a name), and prints
 cProfile's top functions by their own time and by cumulative time. It asks questions of the
 EHRSQL-2024 *train* split against the library made of it (library_scale.py's `ehrsql` source; with
 `--import` it is imported first, timed, with a cProfile of the import written beside the results).
@@ -51,6 +52,9 @@ def install_counters() -> None:
     from infra.adapters import clinical
 
     _count(sqlglot.parser.Parser, "parse", "sqlglot parses")
+    _count_callers(sqlglot.parser.Parser, "parse", PARSED_BY)
+    _count_callers(utils.CursorWrapper, "_execute", STATEMENTS_BY)
+    _count_callers(utils.CursorWrapper, "_executemany", STATEMENTS_BY)
     _count(utils.CursorWrapper, "_execute", "app-database statements")
     _count(utils.CursorWrapper, "_executemany", "app-database statements")
     _count(clinical.PostgresExecutor, "_connect", "clinical connections opened (PostgreSQL)")
@@ -59,6 +63,55 @@ def install_counters() -> None:
     _count(clinical.SqliteExecutor, "execute", "clinical statements")
     _count(core.privacy, "analyse_output", "privacy analyses")
     _count(core.validation, "validate_sql", "validations")
+    _count_embeddings()
+
+
+PARSED_BY: Counter = Counter()  # which of askdb's functions asked sqlglot for a parse
+STATEMENTS_BY: Counter = Counter()  # which of askdb's functions sent an app-database statement
+
+
+def _count_callers(owner, name: str, into: Counter) -> None:
+    """Count calls of owner.name by the nearest caller outside sqlglot (file:function)."""
+    import sys as _sys
+
+    original = getattr(owner, name)
+
+    def counted(*args, **kwargs):
+        frame = _sys._getframe(1)
+        while frame is not None and (
+            "site-packages" in frame.f_code.co_filename
+            or "/lib/python" in frame.f_code.co_filename
+            or frame.f_code.co_filename == __file__
+        ):
+            frame = frame.f_back
+        names = []
+        while frame is not None and len(names) < 2:  # the caller and its caller
+            names.append(f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_name}")
+            frame = frame.f_back
+        if names:
+            into[" < ".join(names)] += 1
+        return original(*args, **kwargs)
+
+    setattr(owner, name, counted)
+
+
+EMBEDDED: list[str] = []  # the texts the model computed a vector for, in order
+
+
+def _count_embeddings() -> None:
+    """Count the texts the embedding model really computes (a text found in the provider's cache
+    costs nothing), and keep them, so a repeated or avoidable embedding can be named."""
+    from infra.providers.minilm import MiniLM
+
+    original = MiniLM.encode
+
+    def counted(self, texts, *args, **kwargs):
+        COUNTS["embedding computations"] += 1
+        COUNTS["texts embedded"] += len(texts)
+        EMBEDDED.extend(texts)
+        return original(self, texts, *args, **kwargs)
+
+    MiniLM.encode = counted
 
 
 def _questions(n: int) -> list[str]:
@@ -134,6 +187,13 @@ def main(argv: list[str] | None = None) -> int:
     print("per question:")
     for key, value in sorted(COUNTS.items()):
         print(f"  {key}: {value / n:.1f}")
+    print(f"texts embedded (the first 12): {EMBEDDED[:12]}")
+    print("sqlglot parses per question, by caller:")
+    for caller, value in PARSED_BY.most_common():
+        print(f"  {caller}: {value / n:.2f}")
+    print("app-database statements per question, by caller:")
+    for caller, value in STATEMENTS_BY.most_common():
+        print(f"  {caller}: {value / n:.2f}")
     if args.profile:
         print(f"\ntop {args.top} by own time:\n{_top(profile, 'tottime', args.top)}")
         print(f"\ntop {args.top} by cumulative time:\n{_top(profile, 'cumulative', args.top)}")

@@ -151,11 +151,15 @@ def source_sensitive_columns(source: ClinicalSource | None) -> list[tuple[str, s
     """(schema, table, column) the catalog marks sensitive; for no source yet (data loaded before
     its docs), the bundled MIMIC-IV docs' flags, so the restricted tier is never granted them even
     for a moment."""
-    if source is not None and ColumnDoc.objects.filter(table__source=source).exists():
+    if source is not None:
         rows = ColumnDoc.objects.filter(table__source=source, sensitive=True).values_list(
             "table__schema_name", "table__name", "name"
         )
-        return sorted((s, t, c) for s, t, c in rows)
+        found = sorted((s, t, c) for s, t, c in rows)
+        # One statement per question when the catalog marks any column: only a catalog that marks
+        # none is asked whether it has docs at all.
+        if found or ColumnDoc.objects.filter(table__source=source).exists():
+            return found
     return sorted(
         (t.schema, t.name, c.name) for t in read_docs([BUNDLED_DOCS]) for c in t.columns if c.sensitive
     )

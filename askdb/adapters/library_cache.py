@@ -19,14 +19,14 @@ from dataclasses import dataclass
 import numpy as np
 import sqlglot.expressions as sx
 from django.conf import settings
-from django.db.models import Count, Max
+from django.db.models import Count, Max, OuterRef, Subquery
 
 from askdb.models import Example, LibraryGeneration
 from core import match
 from core.match import Template, build_template, template_is_current
 from core.match.template import DEFAULT_VALUE_COLUMNS
 from infra.adapters.clinical import ExecutionError
-from metadata_admin.models import TableDoc
+from metadata_admin.models import ClinicalSource, TableDoc
 from metadata_admin.selectors import linkable_values_all
 
 # An example's vectors: not loaded where a run only reads its text (parsing one costs ~0.1 ms).
@@ -48,11 +48,24 @@ class LibraryVersion:
 
 
 def library_version(source) -> LibraryVersion:
-    """Two small queries: the generation row and (count, last update) of the active examples."""
-    gen = LibraryGeneration.objects.filter(source_id=source.pk).values_list("examples", "data").first()
-    active = Example.objects.filter(source=source, status=Example.Status.ACTIVE)
-    fingerprint = tuple(active.aggregate(n=Count("id"), last=Max("updated_at")).values())
-    return LibraryVersion(*(gen or (0, 0)), fingerprint)
+    """One small statement, read once per question: the generation row and (count, last update) of
+    the active examples, as subqueries of the source's row."""
+    gen = LibraryGeneration.objects.filter(source_id=OuterRef("pk"))
+    active = Example.objects.filter(source_id=OuterRef("pk"), status=Example.Status.ACTIVE)
+    per_source = active.order_by().values("source_id")
+    row = (
+        ClinicalSource.objects.filter(pk=source.pk)
+        .annotate(
+            g_examples=Subquery(gen.values("examples")[:1]),
+            g_data=Subquery(gen.values("data")[:1]),
+            n=Subquery(per_source.annotate(x=Count("id")).values("x")),
+            last=Subquery(per_source.annotate(x=Max("updated_at")).values("x")),
+        )
+        .values_list("g_examples", "g_data", "n", "last")
+        .first()
+    )
+    g_examples, g_data, n, last = row or (None, None, None, None)
+    return LibraryVersion(g_examples or 0, g_data or 0, (n or 0, last))
 
 
 def template_of(question: str, sql: str, *, dialect: str, label: object = None) -> Template | None:
@@ -80,7 +93,9 @@ def library_build(source, values, embedder) -> tuple[match.LibraryIndex, list]:
     the refresh service has not stored yet one embedding.
     """
     entries, vectors, changed = library_entries(source, values, embedder)
-    return match.LibraryIndex(entries, [list(v) for v in vectors]), changed
+    index = match.LibraryIndex(entries, [list(v) for v in vectors])
+    index.names  # noqa: B018 -- made with the build (under the cache's lock), not by the first question
+    return index, changed
 
 
 def library_entries(source, values, embedder) -> tuple[list, list, list]:

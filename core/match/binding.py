@@ -8,7 +8,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import sqlglot
 from rapidfuzz import fuzz
 from sqlglot import exp
 
@@ -16,7 +15,7 @@ from core.match import reasons as R
 from core.match.index import Family
 from core.match.reading import Reading
 from core.match.spans import TEXT, VALUE, Span, extract_typed_spans, quoted_spans
-from core.match.template import BindError, Slot, Template, apply_case, bind_sql, interchangeable
+from core.match.template import BindError, Slot, Template, apply_case, bind_sql, interchangeable, read_back
 from core.match.values import ValueFinder, ValueLookup, bare_column
 from core.match.words import (
     FUNCTION_WORDS,
@@ -423,7 +422,7 @@ def bind_and_check(template: Template, work: Bound, catalog: CatalogSchema | Non
         )
         return None
     try:
-        statements = [s for s in sqlglot.parse(sql, dialect=template.dialect) if s is not None]
+        statements = read_back(sql, template.dialect)
     except Exception:  # fail closed: a bound SQL sqlglot cannot read is not run
         work.refuse(
             R.SQL_INVALID, "The verified question's SQL with this question's values cannot be read back."

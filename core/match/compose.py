@@ -35,7 +35,7 @@ from core.match.matcher import match_one
 from core.match.reading import Reading
 from core.match.risk import Calibration
 from core.match.spans import GENDER, NUMBER, VALUE, YEAR
-from core.match.template import Template, parse_sql, parsed_sql
+from core.match.template import Template, parsed_sql
 from core.match.values import ValueLookup
 from core.match.words import tokenize
 from core.types import CatalogSchema
@@ -75,6 +75,7 @@ class Condition:
     start: int = 0  # the phrase's place in its question
     end: int = 0
     ident: str = ""  # the conjunct with its slot literal masked: one condition, however many examples
+    sql: str = ""  # the conjunct as SQL (columns unqualified): what a composition's cache keys on
 
 
 @dataclass(frozen=True)
@@ -144,11 +145,10 @@ def compose_follow_up(
     for kind in CONDITION_TYPES:
         if said.get(kind, 0) <= has.get(kind, 0):
             continue
-        for source, cond in _conditions(index, kind, vote):
+        for _, cond in _conditions(index, kind, vote):
             if cond.table not in tables or _columns_of(cond.conjunct) & used:
                 continue
-            made = _compose_one(earlier, Composed(-1, earlier.key, cond, drop=False, source=source))
-            entry = _entry(earlier, made)
+            entry = _composed_entry(earlier, cond, drop=False)
             if entry is None:
                 continue
             family = _family([entry], library_family)
@@ -315,8 +315,8 @@ def conditions_of(example_id: int | None, template: Template) -> tuple[Condition
 
 
 def _conditions_of(example_id: int | None, template: Template) -> list[Condition]:
-    if not template.usable:
-        return []
+    if not template.usable or not any(slot.type in CONDITION_TYPES for slot in template.slots):
+        return []  # no slot a condition could carry: no need to read the SQL
     tree = parsed_sql(template.sql_template, template.dialect)
     if not isinstance(tree, exp.Select) or tree.args.get("where") is None:
         return []
@@ -347,6 +347,7 @@ def _conditions_of(example_id: int | None, template: Template) -> list[Condition
         out.append(Condition(
             example_id, tables[next(iter(aliases))], plain, slot.type, template.question[start:end], start, end,
             f"{tables[next(iter(aliases))]}:{masked.sql(dialect=template.dialect)}",
+            plain.sql(dialect=template.dialect),
         ))  # fmt: skip
     return out
 
@@ -435,12 +436,30 @@ def _composed_entries(plan: Composed, index: LibraryIndex, vote: Vote) -> list[E
     for i in members:
         entry = index.entries[i]
         assert entry.template is not None
-        made = _compose_one(entry, plan)
-        composed = _entry(entry, made)
+        composed = _composed_entry(entry, plan.condition, drop=plan.drop)
         if composed is not None:
             out.append(composed)
     keys = {e.key for e in out}
     return [e for e in out if e.key == out[0].key] if len(keys) > 1 else out
+
+
+_COMPOSED: dict[tuple, Entry | None] = {}
+
+
+def _composed_entry(entry: Entry, cond: Condition, *, drop: bool) -> Entry | None:
+    """One paraphrase composed with the condition (added, or dropped) as a library entry, or None;
+    made once: the same compositions come back question after question, and fold after fold in a
+    calibration (keyed by content, so a changed library never reads a stale one)."""
+    template = entry.template
+    assert template is not None
+    key = (entry.example_id, template.question, template.sql_template, template.dialect,
+           cond.table, cond.slot_type, cond.phrase, cond.ident, cond.sql, drop)  # fmt: skip
+    if key not in _COMPOSED:
+        if len(_COMPOSED) > 50_000:
+            _COMPOSED.clear()
+        made = _compose_one(entry, Composed(-1, entry.key, cond, drop=drop))
+        _COMPOSED[key] = _entry(entry, made)
+    return _COMPOSED[key]
 
 
 def _entry(entry: Entry, made: tuple[str, str] | None) -> Entry | None:
@@ -478,7 +497,7 @@ def _compose_one(entry: Entry, plan: Composed) -> tuple[str, str] | None:
 
 
 def _with(template: Template, cond: Condition) -> str:
-    tree = parse_sql(template.sql_template, template.dialect)
+    tree = parsed_sql(template.sql_template, template.dialect).copy()  # changed below: a copy
     aliases = [a for a, t in _tables(template).items() if t == cond.table]
     if len(aliases) != 1 or not isinstance(tree, exp.Select):
         return ""
@@ -489,7 +508,7 @@ def _with(template: Template, cond: Condition) -> str:
 
 
 def _without(template: Template, cond: Condition) -> str:
-    tree = parse_sql(template.sql_template, template.dialect)
+    tree = parsed_sql(template.sql_template, template.dialect).copy()  # changed below: a copy
     if not isinstance(tree, exp.Select) or tree.args.get("where") is None:
         return ""
     ident = cond.ident.partition(":")[2]
@@ -508,11 +527,25 @@ def _without(template: Template, cond: Condition) -> str:
     return (tree.where(*keep, copy=False) if keep else tree).sql(dialect=template.dialect)
 
 
+_FAMILIES: dict[tuple, Family] = {}
+
+
+def _own_family(entries: list[Entry]) -> Family:
+    """The composed paraphrases' own family, read once per set of compositions (keyed by content:
+    a composed entry's template is made from its question and SQL alone)."""
+    key = tuple((e.question, e.template.sql_template if e.template else "", e.key) for e in entries)
+    if key not in _FAMILIES:
+        if len(_FAMILIES) > 20_000:
+            _FAMILIES.clear()
+        mini = LibraryIndex(entries, np.zeros((len(entries), 1), dtype=np.float32))
+        _FAMILIES[key] = mini.families[entries[0].key]
+    return _FAMILIES[key]
+
+
 def _family(entries: list[Entry], base: Family) -> Family:
     """The composed paraphrases' family, read as the library reads its own (index.LibraryIndex),
     with the library's wording, synonyms and subjects of the base template's family."""
-    mini = LibraryIndex(entries, np.zeros((len(entries), 1), dtype=np.float32))
-    family = mini.families[entries[0].key]
+    family = _own_family(entries)
     return dataclasses.replace(
         family,
         neutral=base.neutral,

@@ -182,7 +182,12 @@ class LibraryIndex:
         for i, entry in enumerate(self.entries):
             self.members[entry.key].append(i)
         self.families = self._families()
-        self.names = value_names(e.template for e in self.entries if e.template)
+
+    @functools.cached_property
+    def names(self) -> ValueIndex:
+        """The other names the library's questions use for values (value_names): made when first
+        read, so a composition's small index of paraphrases never makes them."""
+        return value_names(e.template for e in self.entries if e.template)
 
     def _families(self) -> dict[str, Family]:
         readings = {i: library_reading(e.template.masked_question, e.template.question,

@@ -11,7 +11,7 @@ from sqlglot import exp
 
 from core.match.binding import Bound
 from core.match.spans import VALUE
-from core.match.template import BindError, Template, bind_sql
+from core.match.template import BindError, Template, bind_sql, read_back
 
 MAX_UNORDERED = 3  # values of one type whose every order is tried (3! = 6 queries at most)
 
@@ -71,7 +71,7 @@ def value_probes(template: Template, sql: str) -> list[str]:
     compute anything (a time window, "last year") are left out: that the patient got no such drug
     last year is an answer ("no", 0), not a sign that the value was misread.
     """
-    tree = sqlglot.parse_one(sql, dialect=template.dialect)
+    tree = read_back(sql, template.dialect)[0]  # binding read it back: only read here, never changed
     literals = list(tree.find_all(exp.Literal))
     slot_literals = {id(literals[u.index]) for s in template.slots for u in s.uses if u.index < len(literals)}
     out: list[str] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import defaultdict
 from collections.abc import Iterable
@@ -71,6 +72,8 @@ class ValueIndex:
         self.columns = {c for d in self._by_text.values() for c in d}
         self._cache: dict[str, list[tuple[int, int, dict[str, str]]]] = {}
         self._longer: dict[tuple[str, str], list[str]] = {}
+        # Made on first use (`longer`): a column's (text, value) pairs, where each starts, all joined.
+        self._by_column: dict[str, tuple[list[tuple[str, str]], list[int], str]] = {}
 
     def __len__(self) -> int:
         return len(self._by_text)
@@ -111,6 +114,24 @@ class ValueIndex:
                 out.append((a, b))
         return sorted(out)
 
+    def _texts_with(self, col: str, text: str) -> list[tuple[str, str]]:
+        """(text, value) of one column's values that contain `text`: found by str.find in the
+        column's values joined by newlines (no value holds one), not by a Python loop over them."""
+        if col not in self._by_column:
+            pairs = [(t, hit[col]) for t, hit in self._by_text.items() if col in hit]
+            starts, at = [], 0
+            for t, _ in pairs:
+                starts.append(at)
+                at += len(t) + 1
+            self._by_column[col] = (pairs, starts, "\n".join(t for t, _ in pairs))
+        pairs, starts, joined = self._by_column[col]
+        found: dict[int, None] = {}
+        at = joined.find(text)
+        while at >= 0:
+            found[bisect.bisect_right(starts, at) - 1] = None
+            at = joined.find(text, at + 1)
+        return [pairs[k] for k in found]
+
     def with_names(self, names: ValueIndex) -> ValueIndex:
         """This index and the other names of its values the library's questions use (value_names)."""
         return _NamedValues(self, names) if len(names) else self
@@ -124,9 +145,9 @@ class ValueIndex:
         if (col, text) not in self._longer:  # one scan of the index per value asked: values recur
             word = re.compile(r"(?<![a-z0-9])" + re.escape(text) + r"(?![a-z0-9])")
             found = {
-                hit[col]
-                for t, hit in self._by_text.items()
-                if col in hit and len(t) > len(text) and text in t and word.search(t)
+                value
+                for t, value in self._texts_with(col, text)
+                if len(t) > len(text) and text in t and word.search(t)
             }
             if len(self._longer) > 20000:
                 self._longer.clear()

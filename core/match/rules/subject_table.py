@@ -20,7 +20,7 @@ from core.match import reasons as R
 from core.match.binding import Bound
 from core.match.candidate import TemplateCandidate
 from core.match.reading import Reading
-from core.match.template import parse_sql
+from core.match.template import parsed_sql
 
 # subject -> (what the question says of it, the tables that hold it); each pair is one choice.
 SUBJECTS = (
@@ -62,7 +62,7 @@ def check(reading: Reading, candidate: TemplateCandidate, bound: Bound) -> list[
 def template_tables(sql: str, dialect: str) -> frozenset[str]:
     """The (unqualified, lower-case) tables a template's SQL reads."""
     try:
-        tree = parse_sql(sql, dialect)
+        tree = parsed_sql(sql, dialect)  # the template's one parse: only read here
     except (SqlglotError, ValueError, RecursionError):
         return frozenset()
     return frozenset(t.name.lower() for t in tree.find_all(exp.Table))

@@ -9,7 +9,6 @@ values it may mean, so the researcher can say which.
 
 from __future__ import annotations
 
-import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
@@ -18,7 +17,7 @@ from core.match.binding import Bound
 from core.match.candidate import TemplateCandidate
 from core.match.reading import Reading
 from core.match.spans import VALUE
-from core.match.template import BindError, bind_sql
+from core.match.template import BindError, bind_sql, read_back
 
 LONGER_TRIED = 3  # longer values probed per slot, shortest first
 
@@ -54,8 +53,8 @@ def answers_something(sql: str, dialect: str) -> str:
     """A query that returns a row only when `sql` returns a row whose first column is not null (a
     count of 0 is an answer; an empty result or a null maximum is not)."""
     try:
-        tree = sqlglot.parse_one(sql, read=dialect)
-    except SqlglotError:
+        tree = read_back(sql, dialect)[0]  # shared: .subquery() below copies it
+    except (SqlglotError, IndexError):
         return sql
     first = tree.selects[0] if isinstance(tree, exp.Query) and tree.selects else None
     # Only a column or an alias has a name every engine gives the outer query; else any row will do.
