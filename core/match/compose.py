@@ -35,6 +35,7 @@ from core.match.matcher import match_one
 from core.match.reading import Reading
 from core.match.risk import Calibration
 from core.match.spans import GENDER, NUMBER, VALUE, YEAR
+from core.match.swap import AggregateSwap, swap_plans
 from core.match.template import Template, parse_sql, parsed_sql
 from core.match.values import ValueLookup
 from core.match.words import tokenize
@@ -86,6 +87,7 @@ class Composed:
     condition: Condition
     drop: bool
     source: int = -1  # index of the entry the condition comes from (the base's own when dropped)
+    swap: AggregateSwap | None = None  # an aggregate swap (swap.py) instead of a condition
 
 
 def compose_results(
@@ -102,7 +104,7 @@ def compose_results(
     `match` (matcher.match_one with the caller's lookup and catalog); confidences from `risk`."""
     out: list[MatchResult] = []
     for rank, key, share in list(tried)[:BASES_TRIED]:
-        for plan in _plans(reading, index, key, vote):
+        for plan in _plans(reading, index, key, vote) + _swaps(reading, index, key, vote):
             result = _try(plan, index, vote, match)
             if result is None:
                 continue
@@ -235,6 +237,18 @@ def _plans(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[
                 if c.slot_type == kind
             ]
     return plans[:COMPOSED_TRIED]
+
+
+def _swaps(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[Composed]:
+    """The aggregate swap the question asks of the base template (swap.py), as a composition whose
+    condition is the swap's wording and whose source is the entry that shows the new word's function."""
+    for base in sorted(index.members[key], key=lambda i: -vote.sims[i])[:MEMBERS_COMPOSED]:
+        plans = swap_plans(reading.question, index, base, vote)
+        if plans:  # the nearest paraphrase that says the base's function in one word
+            source, swap = plans[0]
+            wording = Condition(index.entries[source].example_id, "", exp.true(), "aggregate", swap.phrase)
+            return [Composed(base, key, wording, drop=False, source=source, swap=swap)]
+    return []
 
 
 def _said_types(reading: Reading) -> dict[str, int]:
@@ -463,6 +477,8 @@ def _compose_one(entry: Entry, plan: Composed) -> tuple[str, str] | None:
     """One paraphrase's question and SQL with the condition added (or dropped)."""
     template = entry.template
     assert template is not None
+    if plan.swap is not None:
+        return plan.swap.apply(template)
     if plan.drop:
         own = [c for c in conditions_of(entry.example_id, template) if c.ident == plan.condition.ident]
         if not own:

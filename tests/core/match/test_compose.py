@@ -166,3 +166,68 @@ def test_the_calibration_composes_for_held_out_templates_so_the_risk_learns_comp
     composed_samples = [(x, ok) for x, ok in found.samples + found.siblings if x.get("composed")]
     assert composed_samples and any(ok for _, ok in composed_samples)
     assert "composed" in found.risk.weights or not found.risk.samples  # a feature the risk model reads
+
+
+# --- the aggregate swap (core/match/swap.py) ------------------------------------------------------
+
+
+def swapped(found):
+    return [r for r in composed(found) if "instead of" in r.composed_with]
+
+
+def test_an_aggregate_the_question_asks_for_is_swapped_on_the_tree(demo):
+    index, ids = demo
+    best = swapped(ask(index, "what is the minimum age of male patients?"))[0]
+    assert best.sql.startswith("SELECT MIN(p.anchor_age)") and "AVG" not in best.sql
+    assert where(best.sql) == {"p.gender = 'M'"}
+    # the base template, and the verified question whose wording shows "minimum" is MIN
+    assert best.composed_from == (
+        ids["what is the average age of male patients?"],
+        ids["what was the minimum platelet count of patient 10020740 since 2150?"],
+    )
+    assert best.composed_with == "minimum instead of average" and best.features["composed"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "what is the average count of male patients?",  # two functions: a count and an average of it
+        "what is the minimum average age of male patients?",  # two functions again
+        "what is the lowest average lactate value of patient 10039708?",
+        "how many male patients have the maximum age?",  # a count, never swapped
+    ],
+)
+def test_no_aggregate_swap_where_the_question_says_two_functions(demo, question):
+    found = ask(demo[0], question)
+    assert not swapped(found), [(r.sql, r.composed_with) for r in swapped(found)]
+
+
+def test_the_swap_the_question_does_not_ask_for_is_not_made(demo):
+    """The verified question answers as verified; a question with no aggregate word gets no swap."""
+    index, _ = demo
+    found = ask(index, "what is the average age of male patients?")
+    assert found.best.hard_ok and not found.best.composed_from
+    assert not swapped(ask(index, "what is the age of male patients?"))
+
+
+def _mini(items):
+    entries = [entry_for(n, q, sql, build_template(q, sql)) for n, (q, sql) in enumerate(items, start=1)]
+    return LibraryIndex(entries, embed([e.template.masked_question for e in entries]))
+
+
+def test_no_average_of_a_column_the_library_never_averages():
+    """MAX(admittime) has a word the library maps to AVG beside it, but no average of a time: refused."""
+    index = _mini([
+        ("what was the maximum admission time of patient 10014354?",
+         "SELECT MAX(a.admittime) FROM mimiciv_hosp.admissions AS a WHERE a.subject_id = 10014354"),
+        ("what was the maximum admission time of patient 10004235?",
+         "SELECT MAX(a.admittime) FROM mimiciv_hosp.admissions AS a WHERE a.subject_id = 10004235"),
+        ("what is the average age of male patients?",
+         "SELECT AVG(p.anchor_age) FROM mimiciv_hosp.patients AS p WHERE p.gender = 'M'"),
+        ("what is the minimum age of female patients?",
+         "SELECT MIN(p.anchor_age) FROM mimiciv_hosp.patients AS p WHERE p.gender = 'F'"),
+    ])  # fmt: skip
+    assert not swapped(ask(index, "what was the average admission time of patient 10014354?"))
+    # …while MIN of the same time column, a function it can take, is composed
+    found = swapped(ask(index, "what was the minimum admission time of patient 10014354?"))
+    assert found and found[0].sql.startswith("SELECT MIN(a.admittime)")
