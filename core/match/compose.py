@@ -31,6 +31,7 @@ from sqlglot.errors import SqlglotError
 from core.match.build import build_template
 from core.match.candidate import MatchResult, TemplateCandidate
 from core.match.index import UNANSWERABLE, Entry, Family, LibraryIndex, entry_for
+from core.match.items import ItemSwap, item_plans
 from core.match.matcher import match_one
 from core.match.reading import Reading
 from core.match.risk import Calibration
@@ -87,7 +88,7 @@ class Composed:
     condition: Condition
     drop: bool
     source: int = -1  # index of the entry the condition comes from (the base's own when dropped)
-    swap: AggregateSwap | None = None  # an aggregate swap (swap.py) instead of a condition
+    swap: AggregateSwap | ItemSwap | None = None  # a swap (swap.py, items.py) instead of a condition
 
 
 def compose_results(
@@ -104,7 +105,8 @@ def compose_results(
     `match` (matcher.match_one with the caller's lookup and catalog); confidences from `risk`."""
     out: list[MatchResult] = []
     for rank, key, share in list(tried)[:BASES_TRIED]:
-        for plan in _plans(reading, index, key, vote) + _swaps(reading, index, key, vote):
+        plans = _plans(reading, index, key, vote) + _swaps(reading, index, key, vote)
+        for plan in plans + _item_swaps(reading, index, key, vote):
             result = _try(plan, index, vote, match)
             if result is None:
                 continue
@@ -249,6 +251,17 @@ def _swaps(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[
             wording = Condition(index.entries[source].example_id, "", exp.true(), "aggregate", swap.phrase)
             return [Composed(base, key, wording, drop=False, source=source, swap=swap)]
     return []
+
+
+def _item_swaps(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[Composed]:
+    """The item swaps the question asks of the base template (items.py): a named item of tables the
+    library uses alike, the entry over those tables the source of the wording."""
+    base = max(index.members[key], key=lambda i: vote.sims[i])
+    out = []
+    for source, swap in item_plans(reading.question, reading.values, index, base, vote):
+        wording = Condition(index.entries[source].example_id, "", exp.true(), VALUE, swap.phrase)
+        out.append(Composed(base, key, wording, drop=False, source=source, swap=swap))
+    return out
 
 
 def _said_types(reading: Reading) -> dict[str, int]:

@@ -12,7 +12,7 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from core.match import LibraryIndex, build_template, entry_for, mask_question, match_library
+from core.match import LibraryIndex, ValueIndex, build_template, entry_for, mask_question, match_library
 from core.match.compose import conditions_of
 from tests.core.match.test_library import embed
 
@@ -231,3 +231,71 @@ def test_no_average_of_a_column_the_library_never_averages():
     # …while MIN of the same time column, a function it can take, is composed
     found = swapped(ask(index, "what was the minimum admission time of patient 10014354?"))
     assert found and found[0].sql.startswith("SELECT MIN(a.admittime)")
+
+
+# --- the item swap (core/match/items.py) ----------------------------------------------------------
+
+LAB_LAST = (
+    "what was the last potassium value of patient 10014354?",
+    "SELECT l.valuenum FROM mimiciv_hosp.labevents AS l JOIN mimiciv_hosp.d_labitems AS d ON d.itemid = l.itemid "
+    "WHERE l.subject_id = 10014354 AND d.label = 'Potassium' ORDER BY l.charttime DESC LIMIT 1",
+)
+LAB_FIRST = (
+    "what was the first sodium value of patient 10004235?",
+    "SELECT l.valuenum FROM mimiciv_hosp.labevents AS l JOIN mimiciv_hosp.d_labitems AS d ON d.itemid = l.itemid "
+    "WHERE l.subject_id = 10004235 AND d.label = 'Sodium' ORDER BY l.charttime ASC LIMIT 1",
+)
+CHART_FIRST = (
+    "what was the first heart rate value of patient 10002428?",
+    "SELECT c.valuenum FROM mimiciv_icu.chartevents AS c JOIN mimiciv_icu.d_items AS di ON di.itemid = c.itemid "
+    "WHERE c.subject_id = 10002428 AND di.label = 'Heart Rate' ORDER BY c.charttime ASC LIMIT 1",
+)
+ITEM_VALUES = {
+    "mimiciv_hosp.d_labitems.label": ["Potassium", "Sodium"],
+    "mimiciv_icu.d_items.label": ["Heart Rate", "Respiratory Rate"],
+    "mimiciv_hosp.prescriptions.drug": ["Heparin"],
+}
+
+
+def ask_with_values(index, question):
+    values = ValueIndex(ITEM_VALUES)
+    vector = embed([mask_question(question, values)])[0]
+    return match_library(question, vector, index, lookup=lambda c, t: [], values=values)
+
+
+def items_swapped(found):
+    return [r for r in composed(found) if "instead of" in r.composed_with and "chartevents" in r.sql]
+
+
+def test_an_item_of_tables_the_library_uses_alike_is_swapped_on_the_tree():
+    """Lab and chart values are used alike (the first value of each): the last heart rate is the
+    verified last lab value's SQL over chartevents / d_items, bound to the chart item."""
+    index = _mini([LAB_LAST, LAB_FIRST, CHART_FIRST])
+    found = items_swapped(
+        ask_with_values(index, "what was the last respiratory rate value of patient 10014354?")
+    )
+    best = found[0]
+    assert "mimiciv_icu.chartevents AS l" in best.sql and "mimiciv_icu.d_items AS d" in best.sql
+    assert "d.label = 'Respiratory Rate'" in best.sql and "DESC LIMIT 1" in best.sql
+    assert "labevents" not in best.sql and "d_labitems" not in best.sql
+    assert best.composed_from == (1, 3) and best.composed_with == "respiratory rate instead of potassium"
+
+
+def test_no_item_swap_where_the_library_never_uses_the_tables_alike():
+    index = _mini([LAB_LAST, LAB_FIRST])  # no chart template: nothing shows chart values are used alike
+    assert not items_swapped(
+        ask_with_values(index, "what was the last heart rate value of patient 10014354?")
+    )
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "what was the last heparin value of patient 10014354?",  # a drug: no table used alike holds it
+        "what was the last sodium value of patient 10014354?",  # a lab item: binding fills it, no swap
+        "what was the last sodium heart rate value of patient 10014354?",  # both: the lab slot is named
+    ],
+)
+def test_no_item_swap_for_an_item_of_another_role_or_one_binding_fills(question):
+    index = _mini([LAB_LAST, LAB_FIRST, CHART_FIRST])
+    assert not items_swapped(ask_with_values(index, question))
