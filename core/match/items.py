@@ -19,6 +19,7 @@ pattern written from the question's words) is never swapped.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -87,8 +88,14 @@ def shape_of(template: Template | None) -> tuple[str, tuple[str, ...]]:
     ("", ()) for a template with no value slot (nothing to swap) or SQL that does not parse."""
     if template is None or not template.usable or not any(s.type == VALUE for s in template.slots):
         return "", ()
+    return _shape(template.sql_template, template.dialect)
+
+
+@functools.lru_cache(maxsize=16384)
+def _shape(sql: str, dialect: str) -> tuple[str, tuple[str, ...]]:
+    """Once per SQL: a calibration builds a library per fold from the same templates."""
     try:
-        tree = parsed_sql(template.sql_template, template.dialect).copy()
+        tree = parsed_sql(sql, dialect).copy()
     except (SqlglotError, ValueError, RecursionError):
         return "", ()
     tables = tuple(_name(t) for t in tree.find_all(exp.Table))
@@ -98,7 +105,7 @@ def shape_of(template: Template | None) -> tuple[str, tuple[str, ...]]:
         column.set("table", None)
     for literal in list(tree.find_all(exp.Literal)):
         literal.replace(exp.var("_v"))
-    return tree.sql(dialect=template.dialect), tables
+    return tree.sql(dialect=dialect), tables
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ count of ids has no column an average could read.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -168,8 +169,14 @@ def _function_of(template: Template | None) -> tuple[str, str]:
     """The template's outer aggregate and its column name, or ("", "")."""
     if template is None or not template.usable:
         return "", ""
+    return _function(template.sql_template, template.dialect)
+
+
+@functools.lru_cache(maxsize=16384)
+def _function(sql: str, dialect: str) -> tuple[str, str]:
+    """Once per SQL: a calibration builds a library per fold from the same templates."""
     try:
-        node = outer_aggregate(parsed_sql(template.sql_template, template.dialect))
+        node = outer_aggregate(parsed_sql(sql, dialect))
     except (SqlglotError, ValueError, RecursionError):
         return "", ""
     return (FUNCTIONS[type(node)], node.this.name.lower()) if node is not None else ("", "")
