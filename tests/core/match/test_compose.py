@@ -203,11 +203,14 @@ def test_no_aggregate_swap_where_the_question_says_two_functions(demo, question)
 
 
 def test_the_swap_the_question_does_not_ask_for_is_not_made(demo):
-    """The verified question answers as verified; a question with no aggregate word gets no swap."""
+    """The verified question answers as verified; a question with no aggregate word, or one the
+    library never maps to a function ("median"), gets no swap."""
     index, _ = demo
     found = ask(index, "what is the average age of male patients?")
     assert found.best.hard_ok and not found.best.composed_from
     assert not swapped(ask(index, "what is the age of male patients?"))
+    median = ask(index, "what is the median age of male patients?")
+    assert not swapped(median) and not any(r.hard_ok for r in median.results)
 
 
 def _mini(items):
@@ -299,3 +302,17 @@ def test_no_item_swap_where_the_library_never_uses_the_tables_alike():
 def test_no_item_swap_for_an_item_of_another_role_or_one_binding_fills(question):
     index = _mini([LAB_LAST, LAB_FIRST, CHART_FIRST])
     assert not items_swapped(ask_with_values(index, question))
+
+
+def test_no_item_swap_for_a_like_pattern_written_from_the_question():
+    """'%potassium%' is the question's words as a pattern, not an item: its breadth is no chart item's."""
+    like = (LAB_LAST[0], LAB_LAST[1].replace("d.label = 'Potassium'", "d.label LIKE '%potassium%'"))
+    first = (LAB_FIRST[0], LAB_FIRST[1].replace("d.label = 'Sodium'", "d.label LIKE '%sodium%'"))
+    chart = (
+        CHART_FIRST[0],
+        CHART_FIRST[1].replace("di.label = 'Heart Rate'", "di.label LIKE '%heart rate%'"),
+    )
+    index = _mini([like, first, chart])
+    assert not items_swapped(
+        ask_with_values(index, "what was the last respiratory rate value of patient 10014354?")
+    )
