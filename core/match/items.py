@@ -69,14 +69,27 @@ class ItemSwap:
         literals = list(tree.find_all(exp.Literal))
         for use in slot.uses:
             literals[use.index].replace(exp.Literal.string(use.prefix + self.value + use.suffix))
-        rename = dict(self.rename)
-        for table in tree.find_all(exp.Table):
-            new = rename.get(_name(table))
-            if new is not None:
-                db, _, name = new.rpartition(".")
-                table.set("this", exp.to_identifier(name))
-                table.set("db", exp.to_identifier(db) if db else None)
-        return question, tree.sql(dialect=template.dialect)
+        return question, _renamed(tree, dict(self.rename)).sql(dialect=template.dialect)
+
+
+def _renamed(tree: exp.Expr, rename: dict[str, str]) -> exp.Expr:
+    """Every reference to a renamed table renamed: the table, a column qualified by the table's own
+    name (EHRSQL writes `diagnoses_icd.icd_code`, no alias), and a string naming the table
+    (`cost.event_type = 'diagnoses_icd'`); a column qualified by an alias keeps its alias."""
+    bare = {old.rpartition(".")[2]: new.rpartition(".")[2] for old, new in rename.items()}
+    for table in tree.find_all(exp.Table):
+        new = rename.get(_name(table))
+        if new is not None:
+            db, _, name = new.rpartition(".")
+            table.set("this", exp.to_identifier(name))
+            table.set("db", exp.to_identifier(db) if db else None)
+    for column in tree.find_all(exp.Column):
+        if column.table.lower() in bare:
+            column.set("table", exp.to_identifier(bare[column.table.lower()]))
+    for literal in list(tree.find_all(exp.Literal)):
+        if literal.is_string and literal.this.lower() in bare:
+            literal.replace(exp.Literal.string(bare[literal.this.lower()]))
+    return tree
 
 
 def _name(table: exp.Table) -> str:

@@ -316,3 +316,29 @@ def test_no_item_swap_for_a_like_pattern_written_from_the_question():
     assert not items_swapped(
         ask_with_values(index, "what was the last respiratory rate value of patient 10014354?")
     )
+
+
+def test_an_item_swap_renames_every_reference_to_the_table_not_only_its_from():
+    """EHRSQL qualifies columns by table name and names tables in strings ('diagnoses_icd' as a cost's
+    event type): a swap that renamed the FROM alone read diagnoses_icd's columns from procedures_icd."""
+    from core.match.items import ItemSwap
+
+    cost = (
+        "what is the cost of a diagnosis of sepsis?",
+        "SELECT DISTINCT cost.cost FROM cost WHERE cost.event_type = 'diagnoses_icd' AND cost.event_id IN "
+        "(SELECT diagnoses_icd.row_id FROM diagnoses_icd WHERE diagnoses_icd.icd_code = (SELECT "
+        "d_icd_diagnoses.icd_code FROM d_icd_diagnoses WHERE d_icd_diagnoses.long_title = 'sepsis'))",
+    )
+    template = build_template(*cost)
+    swap = ItemSwap(
+        (("d_icd_diagnoses", "d_icd_procedures"), ("diagnoses_icd", "procedures_icd")),
+        "d_icd_diagnoses.long_title", "d_icd_procedures.long_title", "appendectomy", "appendectomy", "sepsis",
+    )  # fmt: skip
+    question, sql = swap.apply(template)
+    assert question == "what is the cost of a diagnosis of appendectomy?"
+    assert "diagnoses" not in sql, sql
+    assert (
+        "cost.event_type = 'procedures_icd'" in sql
+        and "SELECT procedures_icd.row_id FROM procedures_icd" in sql
+    )
+    assert "d_icd_procedures.long_title = 'appendectomy'" in sql
