@@ -31,10 +31,12 @@ from sqlglot.errors import SqlglotError
 from core.match.build import build_template
 from core.match.candidate import MatchResult, TemplateCandidate
 from core.match.index import UNANSWERABLE, Entry, Family, LibraryIndex, entry_for
+from core.match.items import ItemSwap, item_plans
 from core.match.matcher import match_one
 from core.match.reading import Reading
 from core.match.risk import Calibration
 from core.match.spans import GENDER, NUMBER, VALUE, YEAR
+from core.match.swap import AggregateSwap, swap_plans
 from core.match.template import Template, parsed_sql
 from core.match.values import ValueLookup
 from core.match.words import tokenize
@@ -87,6 +89,7 @@ class Composed:
     condition: Condition
     drop: bool
     source: int = -1  # index of the entry the condition comes from (the base's own when dropped)
+    swap: AggregateSwap | ItemSwap | None = None  # a swap (swap.py, items.py) instead of a condition
 
 
 def compose_results(
@@ -103,7 +106,8 @@ def compose_results(
     `match` (matcher.match_one with the caller's lookup and catalog); confidences from `risk`."""
     out: list[MatchResult] = []
     for rank, key, share in list(tried)[:BASES_TRIED]:
-        for plan in _plans(reading, index, key, vote):
+        plans = _plans(reading, index, key, vote) + _swaps(reading, index, key, vote)
+        for plan in plans + _item_swaps(reading, index, key, vote):
             result = _try(plan, index, vote, match)
             if result is None:
                 continue
@@ -235,6 +239,29 @@ def _plans(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[
                 if c.slot_type == kind
             ]
     return plans[:COMPOSED_TRIED]
+
+
+def _swaps(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[Composed]:
+    """The aggregate swap the question asks of the base template (swap.py), as a composition whose
+    condition is the swap's wording and whose source is the entry that shows the new word's function."""
+    for base in sorted(index.members[key], key=lambda i: -vote.sims[i])[:MEMBERS_COMPOSED]:
+        plans = swap_plans(reading.question, index, base, vote)
+        if plans:  # the nearest paraphrase that says the base's function in one word
+            source, swap = plans[0]
+            wording = Condition(index.entries[source].example_id, "", exp.true(), "aggregate", swap.phrase)
+            return [Composed(base, key, wording, drop=False, source=source, swap=swap)]
+    return []
+
+
+def _item_swaps(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[Composed]:
+    """The item swaps the question asks of the base template (items.py): a named item of tables the
+    library uses alike, the entry over those tables the source of the wording."""
+    base = max(index.members[key], key=lambda i: vote.sims[i])
+    out = []
+    for source, swap in item_plans(reading.question, reading.values, index, base, vote):
+        wording = Condition(index.entries[source].example_id, "", exp.true(), VALUE, swap.phrase)
+        out.append(Composed(base, key, wording, drop=False, source=source, swap=swap))
+    return out
 
 
 def _said_types(reading: Reading) -> dict[str, int]:
@@ -436,7 +463,7 @@ def _composed_entries(plan: Composed, index: LibraryIndex, vote: Vote) -> list[E
     for i in members:
         entry = index.entries[i]
         assert entry.template is not None
-        composed = _composed_entry(entry, plan.condition, drop=plan.drop)
+        composed = _composed_entry(entry, plan.condition, drop=plan.drop, swap=plan.swap)
         if composed is not None:
             out.append(composed)
     keys = {e.key for e in out}
@@ -446,18 +473,20 @@ def _composed_entries(plan: Composed, index: LibraryIndex, vote: Vote) -> list[E
 _COMPOSED: dict[tuple, Entry | None] = {}
 
 
-def _composed_entry(entry: Entry, cond: Condition, *, drop: bool) -> Entry | None:
+def _composed_entry(
+    entry: Entry, cond: Condition, *, drop: bool, swap: AggregateSwap | ItemSwap | None = None
+) -> Entry | None:
     """One paraphrase composed with the condition (added, or dropped) as a library entry, or None;
     made once: the same compositions come back question after question, and fold after fold in a
     calibration (keyed by content, so a changed library never reads a stale one)."""
     template = entry.template
     assert template is not None
     key = (entry.example_id, template.question, template.sql_template, template.dialect,
-           cond.table, cond.slot_type, cond.phrase, cond.ident, cond.sql, drop)  # fmt: skip
+           cond.table, cond.slot_type, cond.phrase, cond.ident, cond.sql, drop, swap)  # fmt: skip
     if key not in _COMPOSED:
         if len(_COMPOSED) > 50_000:
             _COMPOSED.clear()
-        made = _compose_one(entry, Composed(-1, entry.key, cond, drop=drop))
+        made = _compose_one(entry, Composed(-1, entry.key, cond, drop=drop, swap=swap))
         _COMPOSED[key] = _entry(entry, made)
     return _COMPOSED[key]
 
@@ -482,6 +511,8 @@ def _compose_one(entry: Entry, plan: Composed) -> tuple[str, str] | None:
     """One paraphrase's question and SQL with the condition added (or dropped)."""
     template = entry.template
     assert template is not None
+    if plan.swap is not None:
+        return plan.swap.apply(template)
     if plan.drop:
         own = [c for c in conditions_of(entry.example_id, template) if c.ident == plan.condition.ident]
         if not own:

@@ -83,8 +83,17 @@ MUST_ABSTAIN = [
     "what was the minimum platelet count of patient 10020740 before 2150?",
     "how many patients were not prescribed heparin in 2150?",
     "what is the average age of male patients without insurance?",
+    # An aggregate swapped (core/match/swap.py): right where the library maps the word to the function
+    # and the column takes it; never for two functions, nor a total of a column the library never sums.
+    "what is the minimum age of male patients?",
+    "what is the average count of male patients?",
+    "what is the minimum average age of male patients?",
+    "what is the total age of male patients?",
 ]
 ANSWERED_RIGHT = {
+    "what is the minimum age of male patients?": (
+        "SELECT MIN(p.anchor_age) AS min_age FROM mimiciv_hosp.patients AS p WHERE p.gender = 'M'"
+    ),
     "count the number of female patients older than 65.": (
         "SELECT COUNT(*) AS n_patients FROM mimiciv_hosp.patients AS p WHERE p.anchor_age > 65 AND p.gender = 'F'"
     ),

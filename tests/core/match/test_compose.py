@@ -12,7 +12,7 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from core.match import LibraryIndex, build_template, entry_for, mask_question, match_library
+from core.match import LibraryIndex, ValueIndex, build_template, entry_for, mask_question, match_library
 from core.match.compose import conditions_of
 from tests.core.match.test_library import embed
 
@@ -166,3 +166,179 @@ def test_the_calibration_composes_for_held_out_templates_so_the_risk_learns_comp
     composed_samples = [(x, ok) for x, ok in found.samples + found.siblings if x.get("composed")]
     assert composed_samples and any(ok for _, ok in composed_samples)
     assert "composed" in found.risk.weights or not found.risk.samples  # a feature the risk model reads
+
+
+# --- the aggregate swap (core/match/swap.py) ------------------------------------------------------
+
+
+def swapped(found):
+    return [r for r in composed(found) if "instead of" in r.composed_with]
+
+
+def test_an_aggregate_the_question_asks_for_is_swapped_on_the_tree(demo):
+    index, ids = demo
+    best = swapped(ask(index, "what is the minimum age of male patients?"))[0]
+    assert best.sql.startswith("SELECT MIN(p.anchor_age)") and "AVG" not in best.sql
+    assert where(best.sql) == {"p.gender = 'M'"}
+    # the base template, and the verified question whose wording shows "minimum" is MIN
+    assert best.composed_from == (
+        ids["what is the average age of male patients?"],
+        ids["what was the minimum platelet count of patient 10020740 since 2150?"],
+    )
+    assert best.composed_with == "minimum instead of average" and best.features["composed"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "what is the average count of male patients?",  # two functions: a count and an average of it
+        "what is the minimum average age of male patients?",  # two functions again
+        "what is the lowest average lactate value of patient 10039708?",
+        "how many male patients have the maximum age?",  # a count, never swapped
+    ],
+)
+def test_no_aggregate_swap_where_the_question_says_two_functions(demo, question):
+    found = ask(demo[0], question)
+    assert not swapped(found), [(r.sql, r.composed_with) for r in swapped(found)]
+
+
+def test_the_swap_the_question_does_not_ask_for_is_not_made(demo):
+    """The verified question answers as verified; a question with no aggregate word, or one the
+    library never maps to a function ("median"), gets no swap."""
+    index, _ = demo
+    found = ask(index, "what is the average age of male patients?")
+    assert found.best.hard_ok and not found.best.composed_from
+    assert not swapped(ask(index, "what is the age of male patients?"))
+    median = ask(index, "what is the median age of male patients?")
+    assert not swapped(median) and not any(r.hard_ok for r in median.results)
+
+
+def _mini(items):
+    entries = [entry_for(n, q, sql, build_template(q, sql)) for n, (q, sql) in enumerate(items, start=1)]
+    return LibraryIndex(entries, embed([e.template.masked_question for e in entries]))
+
+
+def test_no_average_of_a_column_the_library_never_averages():
+    """MAX(admittime) has a word the library maps to AVG beside it, but no average of a time: refused."""
+    index = _mini([
+        ("what was the maximum admission time of patient 10014354?",
+         "SELECT MAX(a.admittime) FROM mimiciv_hosp.admissions AS a WHERE a.subject_id = 10014354"),
+        ("what was the maximum admission time of patient 10004235?",
+         "SELECT MAX(a.admittime) FROM mimiciv_hosp.admissions AS a WHERE a.subject_id = 10004235"),
+        ("what is the average age of male patients?",
+         "SELECT AVG(p.anchor_age) FROM mimiciv_hosp.patients AS p WHERE p.gender = 'M'"),
+        ("what is the minimum age of female patients?",
+         "SELECT MIN(p.anchor_age) FROM mimiciv_hosp.patients AS p WHERE p.gender = 'F'"),
+    ])  # fmt: skip
+    assert not swapped(ask(index, "what was the average admission time of patient 10014354?"))
+    # …while MIN of the same time column, a function it can take, is composed
+    found = swapped(ask(index, "what was the minimum admission time of patient 10014354?"))
+    assert found and found[0].sql.startswith("SELECT MIN(a.admittime)")
+
+
+# --- the item swap (core/match/items.py) ----------------------------------------------------------
+
+LAB_LAST = (
+    "what was the last potassium value of patient 10014354?",
+    "SELECT l.valuenum FROM mimiciv_hosp.labevents AS l JOIN mimiciv_hosp.d_labitems AS d ON d.itemid = l.itemid "
+    "WHERE l.subject_id = 10014354 AND d.label = 'Potassium' ORDER BY l.charttime DESC LIMIT 1",
+)
+LAB_FIRST = (
+    "what was the first sodium value of patient 10004235?",
+    "SELECT l.valuenum FROM mimiciv_hosp.labevents AS l JOIN mimiciv_hosp.d_labitems AS d ON d.itemid = l.itemid "
+    "WHERE l.subject_id = 10004235 AND d.label = 'Sodium' ORDER BY l.charttime ASC LIMIT 1",
+)
+CHART_FIRST = (
+    "what was the first heart rate value of patient 10002428?",
+    "SELECT c.valuenum FROM mimiciv_icu.chartevents AS c JOIN mimiciv_icu.d_items AS di ON di.itemid = c.itemid "
+    "WHERE c.subject_id = 10002428 AND di.label = 'Heart Rate' ORDER BY c.charttime ASC LIMIT 1",
+)
+ITEM_VALUES = {
+    "mimiciv_hosp.d_labitems.label": ["Potassium", "Sodium"],
+    "mimiciv_icu.d_items.label": ["Heart Rate", "Respiratory Rate"],
+    "mimiciv_hosp.prescriptions.drug": ["Heparin"],
+}
+
+
+def ask_with_values(index, question):
+    values = ValueIndex(ITEM_VALUES)
+    vector = embed([mask_question(question, values)])[0]
+    return match_library(question, vector, index, lookup=lambda c, t: [], values=values)
+
+
+def items_swapped(found):
+    return [r for r in composed(found) if "instead of" in r.composed_with and "chartevents" in r.sql]
+
+
+def test_an_item_of_tables_the_library_uses_alike_is_swapped_on_the_tree():
+    """Lab and chart values are used alike (the first value of each): the last heart rate is the
+    verified last lab value's SQL over chartevents / d_items, bound to the chart item."""
+    index = _mini([LAB_LAST, LAB_FIRST, CHART_FIRST])
+    found = items_swapped(
+        ask_with_values(index, "what was the last respiratory rate value of patient 10014354?")
+    )
+    best = found[0]
+    assert "mimiciv_icu.chartevents AS l" in best.sql and "mimiciv_icu.d_items AS d" in best.sql
+    assert "d.label = 'Respiratory Rate'" in best.sql and "DESC LIMIT 1" in best.sql
+    assert "labevents" not in best.sql and "d_labitems" not in best.sql
+    assert best.composed_from == (1, 3) and best.composed_with == "respiratory rate instead of potassium"
+
+
+def test_no_item_swap_where_the_library_never_uses_the_tables_alike():
+    index = _mini([LAB_LAST, LAB_FIRST])  # no chart template: nothing shows chart values are used alike
+    assert not items_swapped(
+        ask_with_values(index, "what was the last heart rate value of patient 10014354?")
+    )
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "what was the last heparin value of patient 10014354?",  # a drug: no table used alike holds it
+        "what was the last sodium value of patient 10014354?",  # a lab item: binding fills it, no swap
+        "what was the last sodium heart rate value of patient 10014354?",  # both: the lab slot is named
+    ],
+)
+def test_no_item_swap_for_an_item_of_another_role_or_one_binding_fills(question):
+    index = _mini([LAB_LAST, LAB_FIRST, CHART_FIRST])
+    assert not items_swapped(ask_with_values(index, question))
+
+
+def test_no_item_swap_for_a_like_pattern_written_from_the_question():
+    """'%potassium%' is the question's words as a pattern, not an item: its breadth is no chart item's."""
+    like = (LAB_LAST[0], LAB_LAST[1].replace("d.label = 'Potassium'", "d.label LIKE '%potassium%'"))
+    first = (LAB_FIRST[0], LAB_FIRST[1].replace("d.label = 'Sodium'", "d.label LIKE '%sodium%'"))
+    chart = (
+        CHART_FIRST[0],
+        CHART_FIRST[1].replace("di.label = 'Heart Rate'", "di.label LIKE '%heart rate%'"),
+    )
+    index = _mini([like, first, chart])
+    assert not items_swapped(
+        ask_with_values(index, "what was the last respiratory rate value of patient 10014354?")
+    )
+
+
+def test_an_item_swap_renames_every_reference_to_the_table_not_only_its_from():
+    """EHRSQL qualifies columns by table name and names tables in strings ('diagnoses_icd' as a cost's
+    event type): a swap that renamed the FROM alone read diagnoses_icd's columns from procedures_icd."""
+    from core.match.items import ItemSwap
+
+    cost = (
+        "what is the cost of a diagnosis of sepsis?",
+        "SELECT DISTINCT cost.cost FROM cost WHERE cost.event_type = 'diagnoses_icd' AND cost.event_id IN "
+        "(SELECT diagnoses_icd.row_id FROM diagnoses_icd WHERE diagnoses_icd.icd_code = (SELECT "
+        "d_icd_diagnoses.icd_code FROM d_icd_diagnoses WHERE d_icd_diagnoses.long_title = 'sepsis'))",
+    )
+    template = build_template(*cost)
+    swap = ItemSwap(
+        (("d_icd_diagnoses", "d_icd_procedures"), ("diagnoses_icd", "procedures_icd")),
+        "d_icd_diagnoses.long_title", "d_icd_procedures.long_title", "appendectomy", "appendectomy", "sepsis",
+    )  # fmt: skip
+    question, sql = swap.apply(template)
+    assert question == "what is the cost of a diagnosis of appendectomy?"
+    assert "diagnoses" not in sql, sql
+    assert (
+        "cost.event_type = 'procedures_icd'" in sql
+        and "SELECT procedures_icd.row_id FROM procedures_icd" in sql
+    )
+    assert "d_icd_procedures.long_title = 'appendectomy'" in sql
