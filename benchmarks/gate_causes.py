@@ -73,10 +73,8 @@ def cv_causes(cv: dict) -> dict:
     absent = m.rules.absent_concepts(c.text for c in columns)
     by_rule = m.rule_verdicts(texts, absent, AS_OF_YEAR)
     by_ground = m.grounding_verdicts(questions, tables, columns, cv["values"], dealings)
-    held = m.held_by_column(texts, tables, columns, cv["values"]) & ~by_rule
-    gate = m.gate_probability(
-        oof.ravel(), (by_rule[None, :] | by_ground).ravel(), np.tile(held, len(dealings))
-    )
+    held = m.held_verdicts(questions, tables, columns, cv["values"], dealings) & ~by_rule[None, :]
+    gate = m.gate_probability(oof.ravel(), (by_rule[None, :] | by_ground).ravel(), held.ravel())
     metrics = m.classification_metrics(gate, np.tile(y, len(dealings)), threshold)
     model_only = m.classification_metrics(oof.ravel(), np.tile(y, len(dealings)), threshold)
     blocked: Counter = Counter()
@@ -84,11 +82,11 @@ def cv_causes(cv: dict) -> dict:
     for r in range(len(dealings)):
         for i, q in enumerate(questions):
             cause = ("rule" if by_rule[i] else "grounding" if by_ground[r, i]
-                     else "" if held[i] or oof[r, i] >= threshold else "model")  # fmt: skip
+                     else "" if held[r, i] or oof[r, i] >= threshold else "model")  # fmt: skip
             if q.answerable and cause:
                 blocked[(cause, q.text)] += 1
             elif not q.answerable and not cause:
-                let_through[("held by a column" if held[i] else "model", q.text)] += 1
+                let_through[("held" if held[r, i] else "model", q.text)] += 1
     return {"gate": metrics, "model": model_only, "blocked": blocked, "let_through": let_through,
             "dealings": len(dealings)}  # fmt: skip
 

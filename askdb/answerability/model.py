@@ -655,6 +655,29 @@ def held_by_column(
     )
 
 
+def held_verdicts(
+    questions: Sequence[TrainQuestion],
+    tables: Sequence[TableText],
+    columns: Sequence[ColumnText],
+    values: Sequence[str],
+    dealings: Sequence[Sequence[Sequence[int]]],
+) -> np.ndarray:
+    """[dealing, question]: True where the asked-for attribute is held, so the learned model does
+    not veto it: a column records it in so many words (`held_by_column`), or an approved question
+    of another fold asks for the same attribute (a new template family about an attribute the
+    library answers: "what does a procedure called X cost" when drug costs are answered)."""
+    by_column = held_by_column([q.text for q in questions], tables, columns, values)
+    keys = [grounding.attribute_key(q.text) for q in questions]
+    out = np.zeros((len(dealings), len(questions)), dtype=bool)
+    for r, folds in enumerate(dealings):
+        for held in folds:
+            inside = set(held)
+            known = {keys[i] for i in range(len(questions)) if i not in inside and questions[i].answerable}
+            for i in held:
+                out[r, i] = by_column[i] or (bool(keys[i]) and keys[i] in known)
+    return out
+
+
 def _per_question(metrics: dict[str, Any], y: np.ndarray, dealings: int) -> dict[str, Any]:
     """Counts per question, not per (question, dealing): the rates are over all dealings."""
     return {**metrics, "n": int(y.size), "n_unanswerable": int((~y).sum()), "dealings": dealings}
@@ -730,7 +753,7 @@ def train(
     absent = rules.absent_concepts(c.text for c in columns)
     by_rule = rule_verdicts(texts, absent, config.as_of_year)
     by_gate = by_rule[None, :] | grounding_verdicts(questions, tables, columns, values, dealings)
-    held = held_by_column(texts, tables, columns, values) & ~by_rule
+    held = held_verdicts(questions, tables, columns, values, dealings) & ~by_rule[None, :]
     catalog, _ = catalog_signals(vectors, table_vecs, column_vecs)
     # What a question's nearest-example signals hide while fitting: an unanswerable question its
     # own family, as if it were the first of its kind (a new kind has no flagged paraphrase); an
@@ -765,9 +788,7 @@ def train(
         combiner=combiner,
         threshold=float(threshold),
         metrics=_per_question(
-            classification_metrics(
-                gate_probability(oof, by_gate.ravel(), np.tile(held, len(dealings))), y_all, threshold
-            ),
+            classification_metrics(gate_probability(oof, by_gate.ravel(), held.ravel()), y_all, threshold),
             y,
             len(dealings),
         ),
@@ -976,8 +997,9 @@ class AnswerabilityModel:
         self.library = NeighbourIndex.build(self.encoder, library, cache=self._question_cache)
         self._approved_rows = np.nonzero(self.library.answerable)[0]
         self._flagged_rows = np.nonzero(~self.library.answerable)[0]
-        approved = (t for _, t, a in library if a)
+        approved = [t for _, t, a in library if a]
         self.vocabulary = grounding.Vocabulary([*self._catalog_words, *approved])
+        self._library_attributes = {grounding.attribute_key(t) for t in approved} - {frozenset()}
 
     def question_vector(self, question: str, vector: Sequence[float] | None = None) -> np.ndarray:
         """The question's vector as the model was trained on it: the one the pipeline's embed stage
@@ -1028,6 +1050,11 @@ class AnswerabilityModel:
         # A column that says in so many words it records the attribute asked for is not vetoed by
         # the learned model (which knows only the library's kinds); the decisive rules still apply.
         holding = grounding.column_holding(asked, self._column_words)
+        if not holding and asked is not None and asked.grounded:
+            # Approved questions ask for this attribute: a new wording of what the library answers.
+            holding = (
+                "approved questions" if grounding.attribute_key(question) in self._library_attributes else ""
+            )
         table_sims = self.table_vectors @ vec if self.table_vectors.size else np.zeros(0)
         per_table = [(self.table_names[i], float(table_sims[i])) for i in np.argsort(-table_sims)]
         col_row = col_row if self.column_vectors.size else np.zeros(0)
