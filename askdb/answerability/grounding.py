@@ -44,7 +44,7 @@ ASKED_BY_PHRASE: tuple[tuple[re.Pattern, str], ...] = tuple(
         ),
         (
             r"\bhow much (?:does|do|did|is|was|would) (?:[a-z0-9().,/-]+ ){0,12}?(?:cost|charge|pay)\b|\b(?:price|pricing|"
-            r"costs?|charges?) (?:of|for)\b|\bhow much is the (?:drug|procedure|price|cost)\b|\bhow much (?:it )?costs?\b|"
+            r"costs?|charges?) (?:of|for)\b|\bhow much is the (?:drug|procedure|price|cost)\b|\bhow much (?:[a-z0-9().,/-]+ ){0,8}?costs?\b|"
             r"\bout of pocket\b|\bwhat does (?:a |the )?(?:[a-z0-9().,/-]+ ){1,12}?cost\b",
             "cost",
         ),
