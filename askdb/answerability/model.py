@@ -997,6 +997,10 @@ class AnswerabilityModel:
         self.library = NeighbourIndex.build(self.encoder, library, cache=self._question_cache)
         self._approved_rows = np.nonzero(self.library.answerable)[0]
         self._flagged_rows = np.nonzero(~self.library.answerable)[0]
+        # Each class's vectors copied once here: indexing them per question copied the library.
+        self._class_vectors = [
+            np.ascontiguousarray(self.library.vectors[r]) for r in (self._approved_rows, self._flagged_rows)
+        ]
         approved = [t for _, t, a in library if a]
         self.vocabulary = grounding.Vocabulary([*self._catalog_words, *approved])
         self._library_attributes = {grounding.attribute_key(t) for t in approved} - {frozenset()}
@@ -1015,8 +1019,8 @@ class AnswerabilityModel:
         (signals [6], catalog [3], column sims, nearest approved, nearest flagged)."""
         k = min(NEAR_K, len(self.library.ids))
         found = []
-        for rows in (self._approved_rows, self._flagged_rows):
-            sims = self.library.vectors[rows] @ vec if rows.size else np.zeros(0, dtype=np.float32)
+        for rows, vectors in zip((self._approved_rows, self._flagged_rows), self._class_vectors, strict=True):
+            sims = vectors @ vec if rows.size else np.zeros(0, dtype=np.float32)
             top = -np.sort(-np.partition(sims, -min(k, sims.size))[-k:]) if sims.size > k else -np.sort(-sims)
             top = np.pad(top, (0, k - top.size)) if k else np.zeros(1)  # too few: zeros, as in the batch
             top = np.where(top <= -1.0, 0.0, top)
