@@ -251,7 +251,8 @@ def test_a_trained_model_that_says_unanswerable_does_not_veto_a_confident_librar
     scorer = scorer_module.get_scorer(library)
     assert scorer is not None
     scorer.model.threshold = 1.01  # the model now declines every question
-    scorer.model._column_words = {}  # and no column's words hold an attribute, so nothing overrides it
+    scorer.model._column_words = {}  # and no column's words hold an attribute,
+    scorer.model._library_attributes = set()  # nor an approved question's, so nothing overrides it
 
     def ask(text: str) -> Run:
         return Run.objects.get(pk=question_submit_sync(user=asker, text=text, source=library).pk)
