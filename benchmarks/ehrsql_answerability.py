@@ -100,7 +100,8 @@ def run(data_dir: Path = DEFAULT_DATA, *, threads: int = 2, progress=print) -> d
     )  # fmt: skip
     torch.set_num_threads(1)  # scoring is one short question at a time, as in the worker
     t1 = time.monotonic()
-    valid = score_items(model, valid_items, progress)
+    # As in a run: the embed stage embeds the question (timed apart), the gate scores that vector.
+    valid = score_items(model, valid_items, progress, embed=lambda q: encoder.encode_questions([q])[0])
     return {
         "train": {"questions": len(questions), "unanswerable": sum(not q.answerable for q in questions),
                   "families": result.families, "kinds": result.kinds, "seconds": round(seconds, 1), "peak_memory_mb": memory,
@@ -130,7 +131,10 @@ def report(numbers: dict) -> str:
         ("train CV, both kinds held out: unanswerable F1", f"{cv['unanswerable']['f1']:.3f}", "≥ 0.88",
          _mark(cv["unanswerable"]["f1"] >= TARGETS["cv_f1"])),
         ("train CV, both kinds held out: answerable blocked", f"{1 - cv['answerable']['recall']:.1%}", "", ""),
-        ("gate p50 per question (valid, question encoded too)", f"{v.get('p50_ms', 0):.1f} ms", "", ""),
+        ("gate p50 per question (valid, the embed stage's vector)", f"{v.get('p50_ms', 0):.1f} ms", "≤ 15 ms",
+         _mark(v.get("p50_ms", 0) <= 15)),
+        ("embed stage p50 per question (valid, apart)", f"{v.get('embed_p50_ms', 0):.1f} ms", "", ""),
+        ("embed + gate p50 per question", f"{v.get('total_p50_ms', 0):.1f} ms", "", ""),
         (f"training time ({t['questions']} questions, {t['threads']} threads)", f"{t['seconds']:.0f} s", "≤ 300 s",
          _mark(t["seconds"] <= TARGETS["train_seconds"])),
         ("training peak memory", f"{t['peak_memory_mb']:.0f} MB", "≤ 1536 MB",

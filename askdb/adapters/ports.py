@@ -23,11 +23,14 @@ from core.outcome import AnswerabilityVerdict
 from core.types import CatalogSchema, ExampleContext, TableContext
 from infra.adapters.clinical import ExecutionError
 from infra.audit.sql import audit_sql_executed
-from infra.providers.embeddings import get_embedder
+from infra.providers.embeddings import LocalEmbedder, get_embedder
 from metadata_admin.models import ClinicalSource, ColumnDoc
 from metadata_admin.selectors import catalog_snapshot, linkable_values_like, retrieve
 from metadata_admin.services import source_executor
 
+GATE_UNCUT_CHARS = (
+    120  # questions up to this long fit the gate model's 128 word pieces, [CLS] and [SEP] included
+)
 LIBRARY_CANDIDATES = 8  # closest verified examples whose templates the matcher tries
 
 
@@ -72,9 +75,13 @@ class DjangoPorts:
         # What askdb's own reads could not do for this question (a value lookup or check that timed
         # out or failed, a column whose values could not be loaded): shown in the match stage.
         self.problems: list[str] = []
+        self._embedded: tuple[str, list[float]] | None = None  # the question the embed stage embedded
+        self._verdicts: dict[str, AnswerabilityVerdict | None] = {}
 
     def embed(self, question: str) -> list[float]:
-        return self.embedder.embed([question])[0]
+        vector = self.embedder.embed([question])[0]
+        self._embedded = (question, vector)
+        return vector
 
     def _library_version(self) -> LibraryVersion:
         """The library's version, read once per run (the few-shot search and the match share it):
@@ -179,8 +186,21 @@ class DjangoPorts:
 
     def answerability(self, question: str, values: list) -> AnswerabilityVerdict | None:
         """The answerability gate's verdict: the trained model with its rules, or the rules alone
-        when no model is trained for the source (they need no training)."""
-        return AnswerabilityVerdict.from_json(gate_verdict(self.source, question))
+        when no model is trained for the source (they need no training). Decided once per
+        question (the match and the gate stage both ask); the embed stage's vector is reused when
+        the local MiniLM made it (the model was trained on that encoder's vectors), and the
+        catalog's and library's versions this run read already say when the vocabulary is stale."""
+        if question not in self._verdicts:
+            vector = None
+            # A word piece is at least a character: a question this short fits the model's 128
+            # pieces, so the uncut vector is the one it was trained on (a longer one is cut there).
+            local = isinstance(self.embedder, LocalEmbedder) and len(question) <= GATE_UNCUT_CHARS
+            if local and self._embedded and self._embedded[0] == question:
+                vector = self._embedded[1]
+            version = (self.snapshot.stamp, self._library_version())
+            verdict = gate_verdict(self.source, question, vector=vector, version=version)
+            self._verdicts[question] = AnswerabilityVerdict.from_json(verdict)
+        return self._verdicts[question]
 
     def probe(self, sql: str) -> bool:
         """Does this small check query return a row (a bound value under the template's conditions)?"""

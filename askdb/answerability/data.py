@@ -306,15 +306,40 @@ def answerability_train(
                        metrics=result.metrics)  # fmt: skip
 
 
-def score_items(model: AnswerabilityModel, items: Sequence[dict], progress: Progress = None) -> dict:
+def _cause(score) -> str:
+    """What declined a question: a decisive rule (named), the catalog grounding, or the model."""
+    decisive = [f for f in score.findings if f.decisive]
+    if not decisive:
+        return "model"
+    return "grounding" if decisive[0].rule == "ungrounded_attribute" else f"rule:{decisive[0].rule}"
+
+
+def _p50_ms(seconds: Sequence[float]) -> float:
+    return round(1000 * sorted(seconds)[len(seconds) // 2], 2) if seconds else 0.0
+
+
+def score_items(
+    model: AnswerabilityModel,
+    items: Sequence[dict],
+    progress: Progress = None,
+    *,
+    embed: Callable[[str], Any] | None = None,
+) -> dict:
     """Precision/recall/F1/AUC of a model on labelled items (unanswerable = positive), at the
-    model's threshold, with how each kind of reason was used and questions it got wrong."""
+    model's threshold, with how each kind of reason was used and questions it got wrong.
+
+    `embed` plays the pipeline's embed stage: each question is embedded first (timed apart,
+    `embed_p50_ms`) and the gate gets that vector, as in a run (`p50_ms` is then the gate's own
+    time, `total_p50_ms` both); without it the gate encodes the question itself."""
     probabilities, labels, by_kind = [], [], {}
-    missed, blocked, seconds = [], [], []
+    missed, blocked, seconds, embedding = [], [], [], []
     for n, item in enumerate(items, start=1):
         t0 = time.perf_counter()
-        score = model.score(item["question"])
-        seconds.append(time.perf_counter() - t0)
+        vector = embed(item["question"]) if embed is not None else None
+        t1 = time.perf_counter()
+        score = model.score(item["question"], vector=vector)
+        seconds.append(time.perf_counter() - t1)
+        embedding.append(t1 - t0)
         # The gate's own probability: a decisive rule declines whatever the model says.
         probabilities.append(score.probability if not any(f.decisive for f in score.findings) else 0.0)
         labels.append(item["answerable"])
@@ -325,7 +350,7 @@ def score_items(model: AnswerabilityModel, items: Sequence[dict], progress: Prog
             if not item["answerable"] and not k["example"]:
                 k["example"] = f"{item['question']} → {score.reason}"
             if item["answerable"]:
-                blocked.append({"question": item["question"], "reason": score.reason})
+                blocked.append({"question": item["question"], "reason": score.reason, "cause": _cause(score)})
         elif not item["answerable"]:
             missed.append(item["question"])
         if progress and n % 200 == 0:
@@ -333,7 +358,10 @@ def score_items(model: AnswerabilityModel, items: Sequence[dict], progress: Prog
     metrics = classification_metrics(probabilities, labels, model.threshold)
     n_answerable = sum(labels)
     metrics["answerable_blocked"] = round(len(blocked) / n_answerable, 4) if n_answerable else 0.0
-    metrics["p50_ms"] = round(1000 * sorted(seconds)[len(seconds) // 2], 2) if seconds else 0.0
+    metrics["p50_ms"] = _p50_ms(seconds)
+    if embed is not None:
+        metrics["embed_p50_ms"] = _p50_ms(embedding)
+        metrics["total_p50_ms"] = _p50_ms([a + b for a, b in zip(seconds, embedding, strict=True)])
     metrics["by_kind"] = by_kind
     metrics["blocked"] = blocked
     metrics["missed"] = missed

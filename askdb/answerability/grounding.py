@@ -23,10 +23,54 @@ from dataclasses import dataclass
 _WORD = re.compile(r"[a-z][a-z'-]*")
 _PATIENT = r"(?:the |this |that )?(?:patient|subject)(?: (?:number |no\.? |id )?\d+)?"
 
+# Words that start a clause, not a noun phrase: "what was the …", "which is …" read no attribute.
+_NOT_A_NOUN = r"(?:is|was|are|were|the|a|an|of|did|does|do|has|had|have|times?|day|days|many|much)\b"
+# "how tall is patient N" asks for the height; the catalog calls it by the noun.
+HOW_ADJECTIVES = {"tall": "height", "old": "age", "heavy": "weight", "short": "height"}
+
+# Phrasings that ask for an attribute without naming it: "how is nifedipine taken" asks for the
+# route, "how much does ondansetron cost" for the cost, "is patient N male or female" for the
+# gender. The attribute is the noun a catalog documents it by.
+ASKED_BY_PHRASE: tuple[tuple[re.Pattern, str], ...] = tuple(
+    (re.compile(p), attribute)
+    for p, attribute in (
+        (
+            r"\bhow (?:is|are|was|were|should|do|does|can) (?:[a-z0-9().,/-]+ ){1,8}?(?:typically |usually |commonly |"
+            r"normally )?(?:taken|consumed|ingested|administered|given|delivered)\b|\b(?:ways?|methods?|routes?|means)"
+            r" (?:to|for|of) (?:tak|consum|ingest|administ|deliver)\w*|\bconsumption methods?\b|\bmethods? (?:are|is) "
+            r"used to (?:ingest|take|consume|administer)\b|\bcommon method for taking\b|\bintake method\b"
+            r"|\bwhat ways? (?:can|could|should|is|are) (?:[a-z0-9().,/-]+ ){1,8}?be (?:taken|consumed|ingested|administered)\b",
+            "route",
+        ),
+        (
+            r"\bhow much (?:does|do|did|is|was|would) (?:[a-z0-9().,/-]+ ){0,12}?(?:cost|charge|pay)\b|\b(?:price|pricing|"
+            r"costs?|charges?) (?:of|for)\b|\bhow much is the (?:drug|procedure|price|cost)\b|\bhow much (?:[a-z0-9().,/-]+ ){0,8}?costs?\b|"
+            r"\bout of pocket\b|\bwhat does (?:a |the )?(?:[a-z0-9().,/-]+ ){1,12}?cost\b",
+            "cost",
+        ),
+        (r"\b(?:a )?male or (?:a )?female\b|\bfemale or (?:a )?male\b", "gender"),
+    )
+)
+
 # How a question asks for one attribute of one patient; `attr` is the noun phrase asked for.
 ATTRIBUTE_PATTERNS: tuple[re.Pattern, ...] = tuple(
     re.compile(p)
     for p in (
+        # Someone or something around a patient: "which social worker was assigned to patient N",
+        # "which radiologist signed the ct report of patient N", "when did the chaplain visit patient N".
+        rf"\b(?:which|what) (?!{_NOT_A_NOUN})(?P<attr>[a-z-]+(?: [a-z-]+)?) (?:was|were|is|are) (?:[a-z-]+ )?"
+        rf"(?:to|for|with|by|at|of|on) {_PATIENT}\b",
+        rf"\b(?:which|what) (?!{_NOT_A_NOUN})(?P<attr>[a-z-]+(?: [a-z-]+)?) (?!{_NOT_A_NOUN})[a-z]+(?:ed|ote|aw|ent) "
+        rf"(?:the |a |an |his |her )?(?:[a-z-]+ ){{0,3}}?(?:(?:of|for|on|to|about) )?{_PATIENT}\b",
+        rf"\b(?:when|how often|how many times) did (?:the |a |an |his |her |their )?(?P<attr>[a-z-]+(?: [a-z-]+)?) "
+        rf"(?:visit|see|call|examine|meet|check on|talk to|speak (?:to|with)|sign|write|send|fax|print) (?:the |a )?"
+        rf"(?:[a-z-]+ )?(?:of |for |to )?{_PATIENT}\b",
+        # Things counted: "how many elevators does the hospital building have", "how many copies of
+        # patient N's records were printed", "how many windows did patient N's hospital room have".
+        rf"\bhow many (?!{_NOT_A_NOUN})(?P<attr>[a-z-]+(?: [a-z-]+)?) (?:of {_PATIENT}'s [a-z ]+?|does|did|do|has|"
+        r"had|have) ",
+        # How big, how old: the attribute is the adjective's noun ("how tall is patient N" → height).
+        rf"\bhow (?P<attr>{'|'.join(HOW_ADJECTIVES)}) (?:is|was|are|were) {_PATIENT}\b",
         rf"\b(?P<attr>(?:full |first |last )?name of {_PATIENT}'s [a-z-]+(?: [a-z-]+)?)(?: (?:on|in|during|at|for|"
         r"from|who|that)\b|\?|$)",
         rf"\b(?:what|which|who|when|where) (?:is|was|are|were) (?:the |a |an )?(?P<attr>[a-z' -]{{3,60}}?) "
@@ -133,11 +177,15 @@ def asked_attribute(question: str) -> str:
     """The noun phrase the question asks for ("wedding date"), or "" when its shape is not one
     of ATTRIBUTE_PATTERNS."""
     text = " ".join(str(question or "").lower().replace("’", "'").split())
+    for pattern, attribute in ASKED_BY_PHRASE:
+        if pattern.search(text):
+            return attribute
     for pattern in ATTRIBUTE_PATTERNS:
         m = pattern.search(text)
         if m:
             attr = re.sub(rf"^((?:full |first |last )?name of ){_PATIENT}'s ", r"\1", m.group("attr"))
-            return _CLAUSE.sub("", attr).strip(" -'")
+            attr = _CLAUSE.sub("", attr).strip(" -'")
+            return HOW_ADJECTIVES.get(attr, attr)
     return ""
 
 
@@ -161,6 +209,13 @@ def ground(question: str, vocabulary: Vocabulary) -> Grounding | None:
         if things and not things & vocabulary.named:
             missing = ("name",)
     return Grounding(attribute, missing)
+
+
+def attribute_key(question: str) -> frozenset[str]:
+    """The content stems of the attribute a question asks for (empty when none is read): two
+    questions asking for one attribute in other words share it ("how much does X cost", "the
+    price of Y" → {cost})."""
+    return frozenset(stem(w) for w in words(asked_attribute(question)) if w not in GENERIC and len(w) > 2)
 
 
 def column_words(name: str, meaning: str, values: str) -> tuple[frozenset[str], tuple[frozenset[str], ...]]:

@@ -558,6 +558,10 @@ class TrainResult:
     absent: frozenset[str]
     member_l2: dict[str, float] = field(default_factory=dict)  # each member's chosen penalty
     kinds: int = 0  # kinds of unanswerable question the folds held out whole
+    # The learned model's held-out P(answerable) per (dealing, question) and the folds it came from:
+    # what a report needs to list which questions the gate blocks and why, without training again.
+    held_out: np.ndarray | None = None
+    dealings: list[list[list[int]]] = field(default_factory=list)
 
 
 def check_data(questions: Sequence[TrainQuestion], config: TrainConfig) -> None:
@@ -651,6 +655,29 @@ def held_by_column(
     )
 
 
+def held_verdicts(
+    questions: Sequence[TrainQuestion],
+    tables: Sequence[TableText],
+    columns: Sequence[ColumnText],
+    values: Sequence[str],
+    dealings: Sequence[Sequence[Sequence[int]]],
+) -> np.ndarray:
+    """[dealing, question]: True where the asked-for attribute is held, so the learned model does
+    not veto it: a column records it in so many words (`held_by_column`), or an approved question
+    of another fold asks for the same attribute (a new template family about an attribute the
+    library answers: "what does a procedure called X cost" when drug costs are answered)."""
+    by_column = held_by_column([q.text for q in questions], tables, columns, values)
+    keys = [grounding.attribute_key(q.text) for q in questions]
+    out = np.zeros((len(dealings), len(questions)), dtype=bool)
+    for r, folds in enumerate(dealings):
+        for held in folds:
+            inside = set(held)
+            known = {keys[i] for i in range(len(questions)) if i not in inside and questions[i].answerable}
+            for i in held:
+                out[r, i] = by_column[i] or (bool(keys[i]) and keys[i] in known)
+    return out
+
+
 def _per_question(metrics: dict[str, Any], y: np.ndarray, dealings: int) -> dict[str, Any]:
     """Counts per question, not per (question, dealing): the rates are over all dealings."""
     return {**metrics, "n": int(y.size), "n_unanswerable": int((~y).sum()), "dealings": dealings}
@@ -726,7 +753,7 @@ def train(
     absent = rules.absent_concepts(c.text for c in columns)
     by_rule = rule_verdicts(texts, absent, config.as_of_year)
     by_gate = by_rule[None, :] | grounding_verdicts(questions, tables, columns, values, dealings)
-    held = held_by_column(texts, tables, columns, values) & ~by_rule
+    held = held_verdicts(questions, tables, columns, values, dealings) & ~by_rule[None, :]
     catalog, _ = catalog_signals(vectors, table_vecs, column_vecs)
     # What a question's nearest-example signals hide while fitting: an unanswerable question its
     # own family, as if it were the first of its kind (a new kind has no flagged paraphrase); an
@@ -761,9 +788,7 @@ def train(
         combiner=combiner,
         threshold=float(threshold),
         metrics=_per_question(
-            classification_metrics(
-                gate_probability(oof, by_gate.ravel(), np.tile(held, len(dealings))), y_all, threshold
-            ),
+            classification_metrics(gate_probability(oof, by_gate.ravel(), held.ravel()), y_all, threshold),
             y,
             len(dealings),
         ),
@@ -780,6 +805,8 @@ def train(
         library_vectors=vectors,
         absent=absent,
         member_l2={"embedding": l2},
+        held_out=oof.reshape(len(dealings), len(questions)),
+        dealings=[[list(map(int, f)) for f in folds] for folds in dealings],
     )
 
 
@@ -968,14 +995,56 @@ class AnswerabilityModel:
         """Index the library's questions; questions seen before are not encoded again. Approved
         questions' words are grounded: a reviewer saw SQL answer them."""
         self.library = NeighbourIndex.build(self.encoder, library, cache=self._question_cache)
-        approved = (t for _, t, a in library if a)
+        self._approved_rows = np.nonzero(self.library.answerable)[0]
+        self._flagged_rows = np.nonzero(~self.library.answerable)[0]
+        # Each class's vectors copied once here: indexing them per question copied the library.
+        self._class_vectors = [
+            np.ascontiguousarray(self.library.vectors[r]) for r in (self._approved_rows, self._flagged_rows)
+        ]
+        approved = [t for _, t, a in library if a]
         self.vocabulary = grounding.Vocabulary([*self._catalog_words, *approved])
+        self._library_attributes = {grounding.attribute_key(t) for t in approved} - {frozenset()}
 
-    def score(self, question: str) -> AnswerabilityScore:
-        vec = self.encoder.encode_questions([question])[0][None, :]
-        signals, _ = neighbour_signals(vec, self.library.vectors, self.library.answerable)
-        catalog, col_sims = catalog_signals(vec, self.table_vectors, self.column_vectors)
-        probability = float(self.combiner.predict(design_matrix(signals, catalog, vec))[0])
+    def question_vector(self, question: str, vector: Sequence[float] | None = None) -> np.ndarray:
+        """The question's vector as the model was trained on it: the one the pipeline's embed stage
+        computed when it is given (the same MiniLM; a question that fits 128 word pieces gets the
+        same vector cut or not), else encoded here."""
+        if vector is not None and len(vector) == self.table_vectors.shape[-1]:
+            return np.asarray(vector, dtype=np.float32)
+        return self.encoder.encode_questions([question])[0]
+
+    def _signals(self, vec: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple, tuple]:
+        """`neighbour_signals` and `catalog_signals` of one question, from one product per matrix
+        and partial sorts (the library holds thousands of questions; a question needs the top 5):
+        (signals [6], catalog [3], column sims, nearest approved, nearest flagged)."""
+        k = min(NEAR_K, len(self.library.ids))
+        found = []
+        for rows, vectors in zip((self._approved_rows, self._flagged_rows), self._class_vectors, strict=True):
+            sims = vectors @ vec if rows.size else np.zeros(0, dtype=np.float32)
+            top = -np.sort(-np.partition(sims, -min(k, sims.size))[-k:]) if sims.size > k else -np.sort(-sims)
+            top = np.pad(top, (0, k - top.size)) if k else np.zeros(1)  # too few: zeros, as in the batch
+            top = np.where(top <= -1.0, 0.0, top)
+            best = int(rows[int(np.argmax(sims))]) if sims.size else -1
+            near = (
+                (self.library.ids[best], float(sims.max()), self.library.texts[best]) if best >= 0 else None
+            )
+            found.append((top, near))
+        (a, near_a), (u, near_u) = found
+        signals = np.array([a[0], a.mean(), u[0], u.mean(), a[0] - u[0], a.mean() - u.mean()])
+        t = self.table_vectors @ vec if self.table_vectors.size else np.zeros(1)
+        c = self.column_vectors @ vec if self.column_vectors.size else np.zeros(1)
+        top3 = np.partition(c, -3)[-3:] if c.size > 3 else c
+        catalog = np.array([t.max(), c.max(), top3.mean()])
+        return signals, catalog, c, near_a, near_u
+
+    def score(self, question: str, *, vector: Sequence[float] | None = None) -> AnswerabilityScore:
+        """The gate's verdict on one question; `vector` is the question's embedding when the
+        pipeline has computed it already (not encoded a second time)."""
+        vec = self.question_vector(question, vector)
+        signals, catalog, col_row, near_a, near_u = self._signals(vec)
+        probability = float(
+            self.combiner.predict(design_matrix(signals[None, :], catalog[None, :], vec[None, :]))[0]
+        )
         found = rules.findings(question, absent=self.absent, as_of_year=self.as_of_year)
         asked = grounding.ground(question, self.vocabulary)
         ungrounded = self._ungrounded(asked)
@@ -985,12 +1054,16 @@ class AnswerabilityModel:
         # A column that says in so many words it records the attribute asked for is not vetoed by
         # the learned model (which knows only the library's kinds); the decisive rules still apply.
         holding = grounding.column_holding(asked, self._column_words)
-        table_sims = (vec @ self.table_vectors.T)[0] if self.table_vectors.size else np.zeros(0)
+        if not holding and asked is not None and asked.grounded:
+            # Approved questions ask for this attribute: a new wording of what the library answers.
+            holding = (
+                "approved questions" if grounding.attribute_key(question) in self._library_attributes else ""
+            )
+        table_sims = self.table_vectors @ vec if self.table_vectors.size else np.zeros(0)
         per_table = [(self.table_names[i], float(table_sims[i])) for i in np.argsort(-table_sims)]
-        col_row = col_sims[0] if self.column_vectors.size else np.zeros(0)
-        per_column = [(self.column_names[i], float(col_row[i])) for i in np.argsort(-col_row)[:8]]
-        near_a = self._nearest(vec[0], True)
-        near_u = self._nearest(vec[0], False)
+        col_row = col_row if self.column_vectors.size else np.zeros(0)
+        top8 = np.argpartition(-col_row, 8)[:8] if col_row.size > 8 else np.arange(col_row.size)
+        per_column = [(self.column_names[i], float(col_row[i])) for i in top8[np.argsort(-col_row[top8])]]
         answerable = (probability >= self.threshold or bool(holding)) and not decisive
         kind, reason = "", ""
         if not answerable:
@@ -999,7 +1072,7 @@ class AnswerabilityModel:
             probability=probability, threshold=self.threshold, answerable=answerable, kind=kind, reason=reason,
             findings=found, per_table=per_table, per_column=per_column, nearest_answerable=near_a,
             nearest_unanswerable=near_u, version=self.version,
-            features=dict(zip(SIGNAL_NAMES, (float(v) for v in [*signals[0], *catalog[0]]), strict=True)),
+            features=dict(zip(SIGNAL_NAMES, (float(v) for v in [*signals, *catalog]), strict=True)),
             asked_attribute=asked.attribute if asked else "", grounded_column=holding,
         )  # fmt: skip
 
@@ -1039,15 +1112,6 @@ class AnswerabilityModel:
         what = f"{meaning} ({short})" if meaning else short
         return (f"The database records {what}, not {attribute}, so askdb cannot answer this; it can answer "
                 "questions about that instead.")  # fmt: skip
-
-    def _nearest(self, vec: np.ndarray, answerable: bool) -> tuple[Any, float, str] | None:
-        mask = self.library.answerable == answerable
-        if not mask.any():
-            return None
-        rows = np.nonzero(mask)[0]
-        sims = self.library.vectors[rows] @ vec
-        i = int(rows[int(np.argmax(sims))])
-        return self.library.ids[i], float(sims.max()), self.library.texts[i]
 
     def _explain(
         self,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -112,10 +113,11 @@ class Scorer:
     def absent_concepts(self) -> frozenset[str]:
         return self.model.absent
 
-    def score(self, question: str) -> AnswerabilityScore:
-        """The verdict: P(answerable), the rules that fired, and the reason in plain words."""
+    def score(self, question: str, *, vector=None) -> AnswerabilityScore:
+        """The verdict: P(answerable), the rules that fired, and the reason in plain words;
+        `vector` is the question's embedding when the pipeline computed it already."""
         self._refresh_if_stale()
-        return self.model.score(question)
+        return self.model.score(question, vector=vector)
 
     def _refresh_if_stale(self) -> None:
         if time.monotonic() - self._checked < RECHECK_S:
@@ -203,14 +205,15 @@ def _absent_concepts(source) -> frozenset[str]:
 _vocabulary: dict[int, tuple[tuple, Any]] = {}
 
 
-def _grounding_finding(source, question: str):
+def _grounding_finding(source, question: str, version: Hashable | None = None):
     """The grounding decline without a trained model: the catalog, its linked values and the
-    approved library questions are the vocabulary (re-read every RECHECK_S seconds); with no
-    encoder the sentence names no column. Rebuilt when an example or a doc changes, so a newly
-    approved question grounds the next one."""
+    approved library questions are the vocabulary; with no encoder the sentence names no column.
+    Rebuilt when an example or a doc changes, so a newly approved question grounds the next one:
+    `version` is the catalog's and the library's version as the caller read them for this
+    question (the pipeline reads both anyway), so no query is spent on it; without one, two."""
     from askdb.answerability import grounding, rules
 
-    signature = _signature(source)
+    signature = version if version is not None else _signature(source)
     cached = _vocabulary.get(source.pk)
     if cached is None or cached[0] != signature:
         texts = [t.text for t in table_texts(source)] + [f"{c.text} {c.values}" for c in column_texts(source)]
@@ -224,17 +227,19 @@ def _grounding_finding(source, question: str):
                          f"No column in this database records {g.attribute}, so askdb cannot answer this.", True)  # fmt: skip
 
 
-def gate_verdict(source, question: str) -> dict:
+def gate_verdict(source, question: str, *, vector=None, version: Hashable | None = None) -> dict:
     """What the gate decides about one question, as JSON for the run: the trained model with
     its rules when there is one, else the rules alone (no training needed, never blocks on a
-    missing model)."""
+    missing model). `vector`: the question's embedding by the local MiniLM when the pipeline has
+    it (not encoded again); `version`: the catalog's and library's version when the caller has
+    read them (the vocabulary is not checked with queries of its own)."""
     from askdb.answerability import rules
 
     scorer = get_scorer(source)
     if scorer is not None:
-        return scorer.score(question).to_json()
+        return scorer.score(question, vector=vector).to_json()
     found = rules.findings(question, absent=_absent_concepts(source), as_of_year=as_of_year(source))
-    ungrounded = _grounding_finding(source, question)
+    ungrounded = _grounding_finding(source, question, version)
     if ungrounded is not None:
         found = rules.ordered([*found, ungrounded])
     decisive = [f for f in found if f.decisive]

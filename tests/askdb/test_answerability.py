@@ -251,7 +251,8 @@ def test_a_trained_model_that_says_unanswerable_does_not_veto_a_confident_librar
     scorer = scorer_module.get_scorer(library)
     assert scorer is not None
     scorer.model.threshold = 1.01  # the model now declines every question
-    scorer.model._column_words = {}  # and no column's words hold an attribute, so nothing overrides it
+    scorer.model._column_words = {}  # and no column's words hold an attribute,
+    scorer.model._library_attributes = set()  # nor an approved question's, so nothing overrides it
 
     def ask(text: str) -> Run:
         return Run.objects.get(pk=question_submit_sync(user=asker, text=text, source=library).pk)
@@ -355,3 +356,42 @@ def test_the_demo_trains_the_gate_on_its_seeded_library_and_declines_with_a_reas
                                                   source=source).pk)  # fmt: skip
     assert run.status == "declined" and run.outcome == "future_data" and "future" in run.gate_reason
     assert run.answerability["version"] == version
+
+
+def test_the_gate_decides_once_per_question_reusing_the_embedding_and_the_versions_the_run_read(
+    source, home, monkeypatch
+):
+    """The match and the gate stage both ask; the embed stage's vector is passed on (not encoded
+    again) and the catalog's and library's versions the run read already key the vocabulary, so
+    a question's gate spends no query of its own once the vocabulary is built."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from askdb.adapters import ports as ports_module
+    from askdb.adapters.ports import DjangoPorts
+
+    calls = []
+    real = ports_module.gate_verdict
+
+    def counted(source, question, **kwargs):
+        calls.append((question, kwargs))
+        return real(source, question, **kwargs)
+
+    monkeypatch.setattr(ports_module, "gate_verdict", counted)
+    ports = DjangoPorts(source, chat=None, timeout_s=10, row_cap=10)
+    question = "What is the wedding date of patient 10002428?"
+    vector = ports.embed(question)
+    first, again = ports.answerability(question, []), ports.answerability(question, [])
+    assert first is again and len(calls) == 1 and not first.answerable
+    assert calls[0][1]["vector"] == vector
+    assert calls[0][1]["version"] == (ports.snapshot.stamp, ports._library_version())
+    other = "What is the eye colour of patient 10002428?"
+    ports.embed(other)
+    with CaptureQueriesContext(connection) as queries:
+        verdict = ports.answerability(other, [])
+    assert not verdict.answerable and len(queries) == 0, [q["sql"] for q in queries]
+    # a question longer than the gate model's 128 word pieces could be is encoded cut, as trained
+    long = "What is the eye colour of patient 10002428 " + "and then some more words " * 10 + "?"
+    ports.embed(long)
+    ports.answerability(long, [])
+    assert calls[-1][1]["vector"] is None

@@ -1,0 +1,167 @@
+"""Which questions the answerability gate gets wrong, and why: EHRSQL train's grouped
+cross-validation (whole kinds of unanswerable question and whole SQL-template families of
+answerable ones held out, as `make bench-answerability` trains) and the demo set
+(tests/askdb/answerability/demo_set.jsonl, the gate trained on the demo library).
+
+    .venv/bin/python benchmarks/gate_causes.py [--data ../shared/ehrsql-2024-dev] [--list]
+
+Each answerable question blocked is counted under its cause: a decisive `rule` (named), the
+catalog `grounding` (the attribute's missing words) or the learned `model` (below its threshold,
+no column holding the attribute). The similarity floor acts in the pipeline, not here. Valid is
+never read. The learned model's held-out scores do not depend on the rules or the grounding, so
+they are kept in `.askdb/cache/gate_cv.pkl` and a change to the rules or the grounding is
+measured again in seconds (`--retrain` fits them again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DATA = ROOT.parent / "shared" / "ehrsql-2024-dev"
+CACHE = ROOT / ".askdb" / "cache" / "gate_cv.pkl"
+DEMO_SET = ROOT / "tests" / "askdb" / "answerability" / "demo_set.jsonl"
+DEMO_LIBRARY = ROOT / "benchmarks" / "data" / "mimiciv" / "train.json"
+AS_OF_YEAR = 2100
+
+
+def _catalog():
+    from askdb.answerability.data import docs_catalog
+    from metadata_admin.docs import BUNDLED_DOCS, read_docs
+
+    return docs_catalog(read_docs([BUNDLED_DOCS]))
+
+
+def _train_cv(data_dir: Path, retrain: bool, say) -> dict:
+    """The learned model's held-out scores on train (cached: they take minutes)."""
+    if CACHE.exists() and not retrain:
+        return pickle.loads(CACHE.read_bytes())
+    from ehrsql_answerability import _items, linked_values
+
+    from askdb.answerability.model import MiniLMEncoder, TrainConfig, TrainQuestion, train
+
+    tables, columns = _catalog()
+    items = _items(data_dir, "train")
+    questions = [TrainQuestion(i["id"], i["question"], i["answerable"], (), "file", i["sql"]) for i in items]
+    values = linked_values(data_dir)
+    result = train(questions, tables, columns, encoder=MiniLMEncoder.installed(),
+                   config=TrainConfig(as_of_year=AS_OF_YEAR), progress=say, values=values)  # fmt: skip
+    out = {"questions": questions, "values": values, "held_out": result.held_out, "dealings": result.dealings,
+           "threshold": result.threshold, "vectors": result.library_vectors, "combiner": result.combiner}  # fmt: skip
+    CACHE.parent.mkdir(parents=True, exist_ok=True)
+    CACHE.write_bytes(pickle.dumps(out))
+    return out
+
+
+def cv_causes(cv: dict) -> dict:
+    """Gate F1 / answerable blocked over every dealing, and each blocked answerable question and
+    each unanswerable one let through, with its cause, under the current rules and grounding."""
+    from askdb.answerability import model as m
+
+    tables, columns = _catalog()
+    questions, oof, dealings, threshold = cv["questions"], cv["held_out"], cv["dealings"], cv["threshold"]
+    texts = [q.text for q in questions]
+    y = np.array([q.answerable for q in questions], dtype=bool)
+    absent = m.rules.absent_concepts(c.text for c in columns)
+    by_rule = m.rule_verdicts(texts, absent, AS_OF_YEAR)
+    by_ground = m.grounding_verdicts(questions, tables, columns, cv["values"], dealings)
+    held = m.held_verdicts(questions, tables, columns, cv["values"], dealings) & ~by_rule[None, :]
+    gate = m.gate_probability(oof.ravel(), (by_rule[None, :] | by_ground).ravel(), held.ravel())
+    metrics = m.classification_metrics(gate, np.tile(y, len(dealings)), threshold)
+    model_only = m.classification_metrics(oof.ravel(), np.tile(y, len(dealings)), threshold)
+    blocked: Counter = Counter()
+    let_through: Counter = Counter()
+    for r in range(len(dealings)):
+        for i, q in enumerate(questions):
+            cause = ("rule" if by_rule[i] else "grounding" if by_ground[r, i]
+                     else "" if held[r, i] or oof[r, i] >= threshold else "model")  # fmt: skip
+            if q.answerable and cause:
+                blocked[(cause, q.text)] += 1
+            elif not q.answerable and not cause:
+                let_through[("held" if held[r, i] else "model", q.text)] += 1
+    return {"gate": metrics, "model": model_only, "blocked": blocked, "let_through": let_through,
+            "dealings": len(dealings)}  # fmt: skip
+
+
+def demo_causes() -> dict:
+    """The demo set scored by a gate trained on the demo library, as tests/askdb/answerability does."""
+    from askdb.answerability.data import score_items
+    from askdb.answerability.model import AnswerabilityModel, LocalEncoder, TrainConfig, TrainQuestion, train
+    from infra.providers.embeddings import LocalEmbedder
+
+    encoder = LocalEncoder(LocalEmbedder())
+    tables, columns = _catalog()
+    library = [
+        TrainQuestion(i["id"], i["question"], i["category"] == "answerable", tuple(i.get("tables") or ()),
+                      "file", i.get("sql") or "")
+        for i in json.loads(DEMO_LIBRARY.read_text())
+    ]  # fmt: skip
+    result = train(library, tables, columns, encoder=encoder, config=TrainConfig())
+    gate = AnswerabilityModel(
+        encoder, result.combiner, result.threshold, tables, columns, [(q.id, q.text, q.answerable) for q in library],
+        version="demo-set", vector_cache=dict(zip([q.text for q in library], result.library_vectors, strict=True)),
+    )  # fmt: skip
+    items = [json.loads(line) for line in DEMO_SET.read_text().splitlines() if line.strip()]
+    return score_items(gate, items)
+
+
+def _summary(name: str, m: dict, blocked: float) -> str:
+    u = m["unanswerable"]
+    return (f"{name}: unanswerable F1 {u['f1']:.3f} (precision {u['precision']:.3f}, recall {u['recall']:.3f}), "
+            f"answerable blocked {blocked:.1%}")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument(
+        "--retrain", action="store_true", help="fit the learned model's held-out scores again"
+    )
+    parser.add_argument("--list", action="store_true", help="list the questions, not only the counts")
+    parser.add_argument("--skip-demo", action="store_true")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    t0 = time.monotonic()
+    say = lambda s: print(f"[{time.monotonic() - t0:6.1f}s] {s}", flush=True)  # noqa: E731
+    cv = _train_cv(args.data, args.retrain, say)
+    c = cv_causes(cv)
+    print(
+        _summary(
+            f"train CV ({c['dealings']} dealings), gate", c["gate"], 1 - c["gate"]["answerable"]["recall"]
+        )
+    )
+    print(_summary("train CV, model alone", c["model"], 1 - c["model"]["answerable"]["recall"]))
+    for title, counter in (
+        ("answerable blocked", c["blocked"]),
+        ("unanswerable let through", c["let_through"]),
+    ):
+        by_cause = Counter()
+        for (cause, _), n in counter.items():
+            by_cause[cause] += n
+        print(f"{title} (question × dealing): {dict(by_cause)}")
+        if args.list:
+            for (cause, text), n in sorted(counter.items()):
+                print(f"  {cause:>16} ×{n}  {text}")
+    if not args.skip_demo:
+        d = demo_causes()
+        print(_summary("demo set", d, d["answerable_blocked"]) + f", gate p50 {d['p50_ms']:.2f} ms")
+        print(f"demo answerable blocked by cause: {dict(Counter(b['cause'] for b in d['blocked']))}")
+        print(f"demo unanswerable let through: {len(d['missed'])}")
+        if args.list:
+            for b in d["blocked"]:
+                print(f"  blocked {b['cause']:>16}  {b['question']}  → {b['reason']}")
+            for q in d["missed"]:
+                print(f"  let through  {q}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
