@@ -95,6 +95,7 @@ def library_build(source, values, embedder) -> tuple[match.LibraryIndex, list]:
     entries, vectors, changed = library_entries(source, values, embedder)
     index = match.LibraryIndex(entries, [list(v) for v in vectors])
     index.names  # noqa: B018 -- made with the build (under the cache's lock), not by the first question
+    match.compose_ready(index)  # likewise what composing reads from the whole library
     return index, changed
 
 

@@ -28,9 +28,8 @@ from metadata_admin.models import ClinicalSource, ColumnDoc
 from metadata_admin.selectors import catalog_snapshot, linkable_values_like, retrieve
 from metadata_admin.services import source_executor
 
-GATE_UNCUT_CHARS = (
-    120  # questions up to this long fit the gate model's 128 word pieces, [CLS] and [SEP] included
-)
+# Questions up to this long fit the gate model's 128 word pieces, [CLS] and [SEP] included.
+GATE_UNCUT_CHARS = 120
 LIBRARY_CANDIDATES = 8  # closest verified examples whose templates the matcher tries
 
 

@@ -36,6 +36,7 @@ from core.match.calibrate import (
     grouped_folds,
 )
 from core.match.candidate import MatchResult, TemplateCandidate
+from core.match.compose import compose_ready
 from core.match.index import UNANSWERABLE, Entry, LibraryIndex, entry_for, key_hash, sql_group
 from core.match.library import LibraryMatch, match_follow_up, match_library
 from core.match.reading import Reading, mask_question, read_question
@@ -86,6 +87,7 @@ __all__ = [
     "bind_sql",
     "build_template",
     "calibrate_library",
+    "compose_ready",
     "correct_spelling",
     "cross_validate",
     "decide",

@@ -342,3 +342,20 @@ def test_an_item_swap_renames_every_reference_to_the_table_not_only_its_from():
         and "SELECT procedures_icd.row_id FROM procedures_icd" in sql
     )
     assert "d_icd_procedures.long_title = 'appendectomy'" in sql
+
+
+def test_a_ready_library_reads_no_template_again_when_a_question_composes(demo, monkeypatch):
+    """compose_ready reads the whole library with its build (askdb's library cache calls it), so
+    the first question that composes reads only its own candidates, not every template."""
+    import core.match.swap as swap
+    from core.match import compose_ready
+
+    index, _ = demo
+    fresh = LibraryIndex(list(index.entries), index.matrix)
+    compose_ready(fresh)
+    calls = []
+    original = swap._function_of
+    monkeypatch.setattr(swap, "_function_of", lambda t: calls.append(t) or original(t))
+    best = swapped(ask(fresh, "what is the minimum age of male patients?"))[0]
+    assert best.sql.startswith("SELECT MIN(p.anchor_age)")
+    assert 0 < len(calls) < len(fresh.entries) // 4
