@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import re
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from askdb.adapters.library_cache import LIBRARY
 from askdb.adapters.ports import source_probe, value_lookup
 from askdb.models import Example
+from askdb.services import calibration_worker
 from askdb.services.examples import example_upsert
 from askdb.services.exports import examples_import
 from askdb.services.privacy import privacy_policy
@@ -340,7 +344,9 @@ def _seed_best_patient(source, naming: list[dict], old: int, free: list[int]) ->
 CV_FOLDS = match.CV_FOLDS
 
 
-def library_cross_validate(*, source, items: list[dict] | None = None, progress=None) -> dict:
+def library_cross_validate(
+    *, source, items: list[dict] | None = None, progress=None, processes: int | None = None
+) -> dict:
     """P(correct) for library answers, fitted by cross-validation over the library itself.
 
     Whole paraphrase groups (same SQL, or the same unanswerable question) are held out together, and
@@ -351,30 +357,40 @@ def library_cross_validate(*, source, items: list[dict] | None = None, progress=
     (match.cross_validate) adds the wrong answers of sibling templates to what the risk learns from,
     not to the expected coverage and precision.
 
-    Nothing is asked of the database twice: the library's vectors and templates are the stored ones,
-    and value lookups, probes and results are remembered across questions. One process: folds in
-    forked processes once hung CI (a fork inherits the parent's connections and threads), and one
-    process already calibrates 5,000 examples well under a minute.
+    Nothing is asked of the database twice in one process: the library's vectors and templates are
+    the stored ones, and value lookups, probes and results are remembered across questions.
+    `processes` (default ASKDB_CALIBRATION_PROCESSES): this one and workers started with `spawn`
+    (calibration_worker), each reading the library once and doing whole parts (folds, slices of the
+    labelled questions); the samples are put back in order, so the report is the one a single
+    process makes. Never `fork`: folds in forked processes once hung CI (a fork inherits the
+    parent's connections and threads).
     """
-    executor = source_executor(source)
-    catalog, embedder = source_catalog_schema(source), get_embedder()
-    index, values = LIBRARY.index(source, executor, embedder)
+    processes = settings.ASKDB_CALIBRATION_PROCESSES if processes is None else processes
     labelled = [(str(i["question"]), str(i.get("sql") or "")) for i in (items or [])]
-    masked = embedder.embed([match.mask_question(q, values) for q, _ in labelled]) if labelled else []
-    count = [0]
+    pool = _workers(source, processes - 1) if processes > 1 else None
+    try:
+        context = cv_context(source)
+        masked = []
+        if labelled:
+            embedder, values = get_embedder(), context["values"]
+            masked = embedder.embed([match.mask_question(q, values) for q, _ in labelled])
+        count = [0]
 
-    def one_more(_: int) -> None:
-        count[0] += 1
-        if progress:
-            progress(count[0])
+        def one_more(_: int) -> None:
+            count[0] += 1
+            if progress:
+                progress(count[0])
 
-    lookup, probe, same = _cv_callbacks(executor, source)
-    found = match.calibrate_library(
-        index, lambda held: index.matrix[held], is_correct=lambda entry, best: same(best.sql, entry.template.sql),
-        lookup=lookup, values=values, catalog=catalog, probe=probe, progress=one_more,
-        labelled=[(q, gold, v) for (q, gold), v in zip(labelled, masked, strict=True)], same=same,
-        wrong_answer_cost=settings.ASKDB_WRONG_ANSWER_COST,
-    )  # fmt: skip
+        asked = [(q, gold, v) for (q, gold), v in zip(labelled, masked, strict=True)]
+        run_parts = _in_workers(pool, asked, one_more) if pool is not None else None
+        found = match.calibrate_library(
+            **context, progress=one_more, labelled=asked, run_parts=run_parts,
+            wrong_answer_cost=settings.ASKDB_WRONG_ANSWER_COST,
+        )  # fmt: skip
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    index = context["index"]
     samples, siblings, risk, at = found.samples, found.siblings, found.risk, found.expected
     return {
         "risk": risk.to_dict(), "threshold": round(risk.threshold, 4),
@@ -385,6 +401,65 @@ def library_cross_validate(*, source, items: list[dict] | None = None, progress=
         "templates": len(index.families), "examples": len(index.entries),
         "mode": "grouped cross-validation" + (" + file" if labelled else ""), "at": timezone.now().isoformat(),
     }  # fmt: skip
+
+
+def cv_context(source) -> dict[str, Any]:
+    """What one process needs to do parts of a calibration (match.run_part's arguments but the part's
+    own): the library as stored, read once, and the database callbacks of _cv_callbacks."""
+    executor = source_executor(source)
+    catalog, embedder = source_catalog_schema(source), get_embedder()
+    index, values = LIBRARY.index(source, executor, embedder)
+    lookup, probe, same = _cv_callbacks(executor, source)
+    return {
+        "index": index, "vectors_of": lambda held: index.matrix[held], "values": values, "catalog": catalog,
+        "is_correct": lambda entry, best: same(best.sql, entry.template.sql),
+        "lookup": lookup, "probe": probe, "same": same,
+    }  # fmt: skip
+
+
+def _workers(source, n: int) -> ProcessPoolExecutor:
+    """`n` worker processes, started now (spawn) so that they read the library while this one does;
+    on this process's database (a test database in tests)."""
+    pool = ProcessPoolExecutor(
+        max_workers=n, mp_context=multiprocessing.get_context("spawn"), initializer=calibration_worker.start,
+        initargs=(source.pk, connection.settings_dict["NAME"]),
+    )  # fmt: skip
+    for _ in range(n):  # ProcessPoolExecutor starts its processes on the first submit
+        pool.submit(int)
+    return pool
+
+
+def _in_workers(pool: ProcessPoolExecutor, labelled: list, one_more):
+    """match.calibrate_library's `run_parts`: the workers take parts from the last one back, this
+    process from the first one on, each part done by whichever takes it first (a part a worker has
+    not started is cancelled there and done here). Samples come back in the parts' order."""
+
+    def run(parts: list, local) -> list:
+        futures = {}
+        for part in reversed(parts):
+            rows = [tuple(x) for x in labelled[part.start : part.stop]] if part.kind == "labelled" else []
+            futures[part] = pool.submit(calibration_worker.part, part, rows)
+        found: dict = {}
+        reported: set = set()
+
+        def report() -> None:  # the workers' questions, as their parts finish
+            for p, future in futures.items():
+                if p not in found and p not in reported and future.done() and not future.cancelled():
+                    reported.add(p)
+                    for _ in range(future.result()[1]):
+                        one_more(0)
+
+        for part in parts:
+            if futures[part].cancel():
+                found[part] = local(part)
+            report()
+        for part in parts:
+            if part not in found:
+                found[part] = futures[part].result()[0]
+        report()
+        return [found[part] for part in parts]
+
+    return run
 
 
 def _cv_callbacks(executor, source):

@@ -25,3 +25,5 @@ WHITENOISE_AUTOREFRESH = True
 
 # One SQL candidate unless a test asks for sampling: scripted replies stay one per request.
 ASKDB_CANDIDATES = 1
+# Calibration in this process: a test that compares it with worker processes asks for them itself.
+ASKDB_CALIBRATION_PROCESSES = 1

@@ -29,11 +29,13 @@ from core.match.calibrate import (
     CV_FOLDS,
     Answer,
     LibraryCalibration,
+    Part,
     calibrate_library,
     cross_validate,
     decide,
     decide_answer,
     grouped_folds,
+    run_part,
 )
 from core.match.candidate import MatchResult, TemplateCandidate
 from core.match.compose import compose_ready
@@ -78,6 +80,7 @@ __all__ = [
     "LibraryIndex",
     "LibraryMatch",
     "MatchResult",
+    "Part",
     "Reading",
     "Template",
     "TemplateCandidate",
@@ -105,6 +108,7 @@ __all__ = [
     "out_of_fold",
     "read_question",
     "reasons",
+    "run_part",
     "sql_group",
     "template_is_current",
     "template_key",

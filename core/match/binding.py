@@ -24,6 +24,7 @@ from core.match.words import (
     Token,
     canonical,
     content_words,
+    name_pattern,
     norm,
     overlaps,
     stem,
@@ -337,8 +338,7 @@ def _contained_one(
     found = [(a, b, v) for a, b, v in values.contained(question, slot.column) if not overlaps(a, b, taken)]
     own = slot.text.strip()
     if own:
-        pattern = r"(?<![A-Za-z0-9])" + re.escape(own).replace(r"\ ", r"\s+") + r"(?![A-Za-z0-9])"
-        for m in re.finditer(pattern, question, flags=re.I):
+        for m in name_pattern(own).finditer(question):
             if not overlaps(m.start(), m.end(), taken):
                 found.append((m.start(), m.end(), slot.value))
     if not found:

@@ -35,7 +35,7 @@ from core.match.template import (
     parse_sql,
     parsed_sql,
 )
-from core.match.words import FUNCTION_WORDS, Token, overlaps, tokenize
+from core.match.words import FUNCTION_WORDS, Token, name_pattern, overlaps, tokenize
 
 # --- building ------------------------------------------------------------------------------------
 
@@ -389,8 +389,7 @@ def _find_name_span(question: str, core: str, spans: list[Span], claims: dict) -
 
     A number inside the name as written ("closed fracture of seven ribs") is part of the name."""
     taken = [(s.start, s.end) for s in spans] + list(claims)
-    pattern = r"(?<![A-Za-z0-9])" + re.escape(core.strip()).replace(r"\ ", r"\s+") + r"(?![A-Za-z0-9])"
-    for m in re.finditer(pattern, question, flags=re.I):
+    for m in name_pattern(core.strip()).finditer(question):
         cut = [(a, b) for a, b in taken if not (m.start() <= a and b <= m.end())]
         if not overlaps(m.start(), m.end(), list(claims) + cut):
             return m.start(), m.end()

@@ -132,6 +132,73 @@ class LibraryCalibration:
     asked: int  # questions held out: the library's and the labelled ones
 
 
+@dataclass(frozen=True)
+class Part:
+    """One piece of a calibration's work, which any process holding the same library can do alone:
+    an ordinary fold, a fold of the sibling pass, or a slice [start, stop) of the labelled questions.
+    Its samples do not depend on which process does it or in what order, so the pieces can be shared
+    between processes and put back together in order (calibrate_library's `run_parts`)."""
+
+    kind: str  # "fold", "siblings" or "labelled"
+    fold: int = 0
+    start: int = 0
+    stop: int = 0
+
+
+LABELLED_PART = 200  # labelled questions per part: small enough that two processes finish together
+
+
+def calibration_parts(labelled: int) -> list[Part]:
+    """The parts of a calibration with `labelled` labelled questions, in the order their samples go."""
+    parts = [Part("fold", f) for f in range(CV_FOLDS)] + [Part("siblings", f) for f in range(CV_FOLDS)]
+    return parts + [
+        Part("labelled", 0, a, min(a + LABELLED_PART, labelled)) for a in range(0, labelled, LABELLED_PART)
+    ]
+
+
+PartSamples = list[tuple[dict[str, float], bool, int]]  # (features, correct, fold)
+
+
+def run_part(
+    part: Part,
+    index: LibraryIndex,
+    vectors_of: Callable[[list[int]], np.ndarray],
+    *,
+    is_correct: Callable[[Entry, MatchResult], bool],
+    lookup: ValueLookup,
+    values: ValueIndex | None = None,
+    catalog: CatalogSchema | None = None,
+    probe: Callable[[str], bool] | None = None,
+    labelled: Sequence[tuple[str, str, Sequence[float]]] = (),
+    same: Callable[[str, str], bool] | None = None,
+    progress: Callable[[int], None] | None = None,
+    observe: Callable[[Entry, LibraryMatch, LibraryIndex], None] | None = None,
+    details: list | None = None,
+) -> PartSamples:
+    """The held-out samples of one part, each with its fold (see calibrate_library); `progress`,
+    `observe` and `details` see the ordinary folds' questions, `progress` the labelled ones too."""
+    if part.kind == "labelled":
+        samples: PartSamples = []
+        for n in range(part.start, part.stop):
+            question, gold, vector = labelled[n]
+            best = match_library(
+                question, vector, index, lookup=lookup, values=values, catalog=catalog, probe=probe
+            ).best
+            if best is not None and best.hard_ok and best.sql:
+                ok = bool(gold) and same is not None and same(best.sql, gold)
+                samples.append((best.features, ok, n % CV_FOLDS))  # in no fold of the library: spread
+            if progress:
+                progress(0)
+        return samples
+    ordinary = part.kind == "fold"
+    found = cross_validate(
+        index, vectors_of, is_correct=is_correct, lookup=lookup, values=values, catalog=catalog,
+        only=[part.fold], probe=probe, siblings=not ordinary, progress=progress if ordinary else None,
+        observe=observe if ordinary else None, details=details if ordinary else None,
+    )  # fmt: skip
+    return [(x, ok, part.fold) for x, ok in found]
+
+
 def calibrate_library(
     index: LibraryIndex,
     vectors_of: Callable[[list[int]], np.ndarray],
@@ -147,6 +214,7 @@ def calibrate_library(
     progress: Callable[[int], None] | None = None,
     observe: Callable[[Entry, LibraryMatch, LibraryIndex], None] | None = None,
     details: list | None = None,
+    run_parts: Callable[[list[Part], Callable[[Part], PartSamples]], list[PartSamples]] | None = None,
 ) -> LibraryCalibration:
     """P(correct) for library answers, fitted by grouped cross-validation over the library.
 
@@ -155,30 +223,28 @@ def calibrate_library(
     risk, never count in the expected numbers). `labelled`: (question, gold SQL or "", vector of the
     masked question) not in the library, spread over the folds; `same(sql, gold)` judges their answers.
     `progress`, `observe` and `details` see the ordinary folds' questions (error analysis).
+
+    `run_parts(parts, local)`: each part's samples, in the parts' order; by default `local(part)` for
+    each in turn, in this process. A caller may have other processes do some (askdb's calibration
+    service); the fit below sees the same samples in the same order either way.
     """
-    samples, folds = [], []
-    for fold in range(CV_FOLDS):
-        found = cross_validate(
-            index, vectors_of, is_correct=is_correct, lookup=lookup, values=values, catalog=catalog,
-            only=[fold], probe=probe, progress=progress, observe=observe, details=details,
+    parts = calibration_parts(len(labelled))
+
+    def local(part: Part) -> PartSamples:
+        return run_part(
+            part, index, vectors_of, is_correct=is_correct, lookup=lookup, values=values, catalog=catalog,
+            probe=probe, labelled=labelled, same=same, progress=progress, observe=observe, details=details,
         )  # fmt: skip
-        samples, folds = samples + found, folds + [fold] * len(found)
-    siblings, sibling_folds = [], []
-    for fold in range(CV_FOLDS):
-        found = cross_validate(
-            index, vectors_of, is_correct=is_correct, lookup=lookup, values=values, catalog=catalog,
-            only=[fold], probe=probe, siblings=True,
-        )  # fmt: skip
-        siblings, sibling_folds = siblings + found, sibling_folds + [fold] * len(found)
-    for n, (question, gold, vector) in enumerate(labelled):
-        best = match_library(
-            question, vector, index, lookup=lookup, values=values, catalog=catalog, probe=probe
-        ).best
-        if best is not None and best.hard_ok and best.sql:
-            samples.append((best.features, bool(gold) and same is not None and same(best.sql, gold)))
-            folds.append(n % CV_FOLDS)  # the file's questions are in no fold of the library: spread them
-        if progress:
-            progress(0)
+
+    found = run_parts(parts, local) if run_parts is not None else [local(part) for part in parts]
+    samples, folds, siblings, sibling_folds = [], [], [], []
+    for part, got in zip(parts, found, strict=True):
+        if part.kind == "siblings":
+            siblings += [(x, ok) for x, ok, _ in got]
+            sibling_folds += [f for _, _, f in got]
+        else:
+            samples += [(x, ok) for x, ok, _ in got]
+            folds += [f for _, _, f in got]
     risk = fit_risk(samples + siblings, wrong_answer_cost=wrong_answer_cost)
     risks = fold_risks(samples + siblings, folds + sibling_folds, wrong_answer_cost=wrong_answer_cost)
     scored = [(risks[f].predict(x), ok) for (x, ok), f in zip(samples, folds, strict=True)]

@@ -78,6 +78,7 @@ class Condition:
     end: int = 0
     ident: str = ""  # the conjunct with its slot literal masked: one condition, however many examples
     sql: str = ""  # the conjunct as SQL (columns unqualified): what a composition's cache keys on
+    columns: frozenset[str] = dataclasses.field(default=frozenset(), compare=False, repr=False)  # it reads
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ def compose_follow_up(
         if said.get(kind, 0) <= has.get(kind, 0):
             continue
         for _, cond in _conditions(index, kind, vote):
-            if cond.table not in tables or _columns_of(cond.conjunct) & used:
+            if cond.table not in tables or cond.columns & used:
                 continue
             entry = _composed_entry(earlier, cond, drop=False)
             if entry is None:
@@ -239,7 +240,7 @@ def _plans(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[
             for source, cond in _conditions(index, kind, vote):
                 # A column the template already reads is not free to be narrowed: "diagnosed with X"
                 # and "… with sepsis" on one diagnosis row, or the gender asked for, is another question.
-                if cond.table in tables and not _columns_of(cond.conjunct) & used:
+                if cond.table in tables and not cond.columns & used:
                     plans.append(Composed(members[0], key, cond, drop=False, source=source))
         elif has.get(kind, 0) > said.get(kind, 0) and kind in DROPPABLE_TYPES:
             plans += [
@@ -289,9 +290,15 @@ def _slot_types(template: Template) -> dict[str, int]:
     return counts
 
 
-def _columns(template: Template) -> set[str]:
+def _columns(template: Template) -> frozenset[str]:
     """Every column name the template's SQL reads, anywhere in it."""
-    return _columns_of(parsed_sql(template.sql_template, template.dialect))
+    return _sql_columns(template.sql_template, template.dialect)
+
+
+@functools.lru_cache(maxsize=16384)
+def _sql_columns(sql: str, dialect: str) -> frozenset[str]:
+    """Once per SQL: every held-out question that composes asks it of its best voted templates."""
+    return frozenset(_columns_of(parsed_sql(sql, dialect)))
 
 
 def _columns_of(node: exp.Expr) -> set[str]:
@@ -383,7 +390,7 @@ def _conditions_of(example_id: int | None, template: Template) -> list[Condition
         out.append(Condition(
             example_id, tables[next(iter(aliases))], plain, slot.type, template.question[start:end], start, end,
             f"{tables[next(iter(aliases))]}:{masked.sql(dialect=template.dialect)}",
-            plain.sql(dialect=template.dialect),
+            plain.sql(dialect=template.dialect), frozenset(_columns_of(plain)),
         ))  # fmt: skip
     return out
 

@@ -197,14 +197,24 @@ def _templates_to_try(reading: Reading, vote: Vote, index: LibraryIndex) -> list
         (rank, key, share)
         for rank, (key, share) in enumerate((k, s) for k, s in vote.ranked if k != UNANSWERABLE)
     ]
-    fits = [
-        v
-        for v in voted
-        if not operator_reasons(
-            reading.ops, index.entries[index.members[v[1]][0]].template, index.families[v[1]]
-        )
-    ]
+    fits = [v for v in voted if _operators_fit(reading.ops, index, v[1])]
     return (fits + [v for v in voted if v not in fits])[:TEMPLATES_TRIED]
+
+
+def _operators_fit(ops: dict[str, Any], index: LibraryIndex, key: str) -> bool:
+    """Whether the operator words fit the template (no operator reason), remembered on the index per
+    operator words and template: questions share a few operator readings, and every question asks
+    it of the ~50 templates its neighbours vote for (a calibration asked it 250,000 times)."""
+    try:
+        memo_key = (tuple(sorted(ops.items())), key)
+        hash(memo_key)
+    except TypeError:  # an unhashable operator value: judge it afresh
+        return not operator_reasons(ops, index.entries[index.members[key][0]].template, index.families[key])
+    memo = index.__dict__.setdefault("_operators_fit", {})
+    if memo_key not in memo:
+        template = index.entries[index.members[key][0]].template
+        memo[memo_key] = not operator_reasons(ops, template, index.families[key])
+    return memo[memo_key]
 
 
 def _try_members(

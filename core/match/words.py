@@ -216,3 +216,10 @@ def guard_sequence(text: str) -> list[str]:
 def guard_words(text: str) -> list[str]:
     """Content words as the meaning guard compares them: stems, synonyms folded."""
     return [w for w in map(canonical, content_words(text)) if w not in GUARD_FILLER]
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def name_pattern(name: str) -> re.Pattern[str]:
+    """A name as whole words, any case, any spacing between its words. Compiled once per name: re's own
+    cache holds 512 patterns, and a calibration looks up thousands of names (it recompiled them)."""
+    return re.compile(r"(?<![A-Za-z0-9])" + re.escape(name).replace(r"\ ", r"\s+") + r"(?![A-Za-z0-9])", re.I)

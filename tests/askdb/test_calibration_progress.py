@@ -38,3 +38,40 @@ def test_calibration_reports_each_question_and_is_the_same_when_run_again(source
     one, two = ({k: v for k, v in r.items() if k != "at"} for r in reports)
     assert one == two and one["held_out"] == 11 and one["matched"] > 0
     assert counts[0] == counts[1] == list(range(1, 12))  # one step per question asked
+
+
+def _library(source) -> tuple[list[int], list[dict]]:
+    with psycopg.connect(embedded.pg_dsn(embedded.CLINICAL_DB)) as conn:
+        ids = [r[0] for r in conn.execute("SELECT subject_id FROM mimiciv_hosp.patients ORDER BY 1 LIMIT 6")]
+    for i in ids:
+        example_upsert(
+            source=source, question=f"what is the gender of patient {i}?", sql=GENDER_SQL.format(id=i)
+        )
+        example_upsert(source=source, question=f"how many times was patient {i} admitted?",
+                       sql=ADMITS_SQL.format(id=i))  # fmt: skip
+    example_upsert(source=source, question="what will the weather be tomorrow?", sql="", kind="unanswerable")
+    items = [{"question": f"tell me the gender of patient {i}", "sql": GENDER_SQL.format(id=i)} for i in ids]
+    items += [
+        {"question": f"number of admissions of patient {i}", "sql": ADMITS_SQL.format(id=i)} for i in ids
+    ]
+    return ids, [*items, {"question": "which patients will come back next year?", "sql": ""}]
+
+
+@pytest.mark.django_db(transaction=True)  # committed: the worker process reads the library too
+def test_calibration_in_two_processes_is_the_one_of_one_process(source, monkeypatch):
+    """Worker processes (spawn) do whole parts of the cross-validation; the samples come back in
+    order, so the report is exactly the one-process one, and every question is still counted once.
+    Parts small enough that both processes get labelled ones (a slice of the file each)."""
+    monkeypatch.setattr("core.match.calibrate.LABELLED_PART", 2)
+    _, items = _library(source)
+    reports, counts = [], []
+    for processes in (1, 2):
+        seen: list[int] = []
+        reports.append(
+            library_cross_validate(source=source, items=items, progress=seen.append, processes=processes)
+        )
+        counts.append(seen)
+    one, two = ({k: v for k, v in r.items() if k != "at"} for r in reports)
+    assert one["matched"] > 0 and one["held_out"] == 13 + len(items)
+    assert two == one
+    assert counts[0] == counts[1] == list(range(1, one["held_out"] + 1))
