@@ -444,7 +444,7 @@ def _in_workers(pool: ProcessPoolExecutor, labelled: list, one_more):
 
         def report() -> None:  # the workers' questions, as their parts finish
             for p, future in futures.items():
-                if p not in found and p not in reported and future.done() and not future.cancelled():
+                if p not in reported and future.done() and not future.cancelled():
                     reported.add(p)
                     for _ in range(future.result()[1]):
                         one_more(0)

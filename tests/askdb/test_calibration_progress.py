@@ -3,11 +3,14 @@ lookups and probes across folds does not change what it fits (askdb.services.cal
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 import pytest
 
 from askdb.services.calibration import library_cross_validate
 from askdb.services.examples import example_upsert
+from core.match import calibrate
 from infra import embedded
 
 pytestmark = pytest.mark.django_db
@@ -62,10 +65,12 @@ def test_calibration_in_two_processes_is_the_one_of_one_process(source, monkeypa
     """Worker processes (spawn) do whole parts of the cross-validation; the samples come back in
     order, so the report is exactly the one-process one, and every question is still counted once.
     Parts small enough that both processes get labelled ones (a slice of the file each)."""
-    monkeypatch.setattr("core.match.calibrate.LABELLED_PART", 2)
+    monkeypatch.setattr(calibrate, "LABELLED_PART", 2)
     _, items = _library(source)
-    reports, counts = [], []
+    reports, counts, here = [], [], []
     for processes in (1, 2):
+        if processes == 2:  # this process slowed down, so the worker (seconds to start) gets parts
+            monkeypatch.setattr(calibrate, "run_part", _slowly(calibrate.run_part, here))
         seen: list[int] = []
         reports.append(
             library_cross_validate(source=source, items=items, progress=seen.append, processes=processes)
@@ -75,3 +80,13 @@ def test_calibration_in_two_processes_is_the_one_of_one_process(source, monkeypa
     assert one["matched"] > 0 and one["held_out"] == 13 + len(items)
     assert two == one
     assert counts[0] == counts[1] == list(range(1, one["held_out"] + 1))
+    assert 0 < len(here) < len(calibrate.calibration_parts(len(items)))  # the worker did the others
+
+
+def _slowly(run_part, done: list):
+    def slow(part, *args, **kwargs):
+        done.append(part)
+        time.sleep(0.5)
+        return run_part(part, *args, **kwargs)
+
+    return slow
