@@ -7,26 +7,22 @@ import multiprocessing
 import re
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
 
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
 from askdb.adapters.library_cache import LIBRARY
-from askdb.adapters.ports import source_probe, value_lookup
 from askdb.models import Example
 from askdb.services import calibration_worker
+from askdb.services.calibration_context import cv_context
 from askdb.services.examples import example_upsert
 from askdb.services.exports import examples_import
 from askdb.services.privacy import privacy_policy
 from askdb.services.sql import ReviewError, sql_check
 from core import match
-from core.compare import results_match
-from infra.adapters.clinical import ExecutionError
 from infra.audit.services import audit_record
 from infra.providers.embeddings import get_embedder
-from metadata_admin.services import source_catalog_schema, source_executor
 
 
 def library_calibrate(*, source, items: list[dict] | None = None, progress=None) -> dict:
@@ -403,20 +399,6 @@ def library_cross_validate(
     }  # fmt: skip
 
 
-def cv_context(source) -> dict[str, Any]:
-    """What one process needs to do parts of a calibration (match.run_part's arguments but the part's
-    own): the library as stored, read once, and the database callbacks of _cv_callbacks."""
-    executor = source_executor(source)
-    catalog, embedder = source_catalog_schema(source), get_embedder()
-    index, values = LIBRARY.index(source, executor, embedder)
-    lookup, probe, same = _cv_callbacks(executor, source)
-    return {
-        "index": index, "vectors_of": lambda held: index.matrix[held], "values": values, "catalog": catalog,
-        "is_correct": lambda entry, best: same(best.sql, entry.template.sql),
-        "lookup": lookup, "probe": probe, "same": same,
-    }  # fmt: skip
-
-
 def _workers(source, n: int) -> ProcessPoolExecutor:
     """`n` worker processes, started now (spawn) so that they read the library while this one does;
     on this process's database (a test database in tests)."""
@@ -460,39 +442,3 @@ def _in_workers(pool: ProcessPoolExecutor, labelled: list, one_more):
         return [found[part] for part in parts]
 
     return run
-
-
-def _cv_callbacks(executor, source):
-    """Value lookups, probes and result comparisons for one calibration, each asked of the database
-    once (results, lookups and probes are remembered across its questions)."""
-    results: dict[str, Any] = {}
-    lookups: dict[tuple[str, str], list] = {}
-    probes: dict[str, bool] = {}
-
-    def rows(sql: str):
-        if sql not in results:
-            try:
-                limit_s = settings.ASKDB_CALIBRATION_QUERY_TIMEOUT_S
-                results[sql] = executor.execute(sql, timeout_s=limit_s, row_cap=1000).rows
-            except ExecutionError as exc:
-                results[sql] = exc
-        return results[sql]
-
-    def same(sql: str, gold: str) -> bool:
-        if " ".join(sql.lower().split()) == " ".join(gold.lower().split()):
-            return True
-        a, b = rows(sql), rows(gold)
-        return not isinstance(a, Exception) and not isinstance(b, Exception) and results_match(a, b)
-
-    def lookup(table_column: str, text: str):
-        key = (table_column, text.lower())
-        if key not in lookups:
-            lookups[key] = value_lookup(source, executor, table_column, text)
-        return lookups[key]
-
-    def probe(sql: str) -> bool:
-        if sql not in probes:
-            probes[sql] = source_probe(executor, sql)
-        return probes[sql]
-
-    return lookup, probe, same

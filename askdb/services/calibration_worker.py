@@ -24,7 +24,7 @@ def start(source_pk: int, database: str) -> None:
 
     connections["default"].close()
     connections["default"].settings_dict["NAME"] = database
-    from askdb.services.calibration import cv_context
+    from askdb.services.calibration_context import cv_context
     from metadata_admin.models import ClinicalSource
 
     _WORKER.update(cv_context(ClinicalSource.objects.get(pk=source_pk)))

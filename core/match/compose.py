@@ -154,7 +154,7 @@ def compose_follow_up(
         return []
     library_family = next(iter(index.families.values()))  # wording, synonyms, subjects: library-wide
     said, has = _said_types(reading), _slot_types(template)
-    tables, used = set(_tables(template).values()), _columns(template)
+    tables, used = set(_tables(template).values()), _columns(template.sql_template, template.dialect)
     out: list[MatchResult] = []
     for kind in CONDITION_TYPES:
         if said.get(kind, 0) <= has.get(kind, 0):
@@ -233,7 +233,7 @@ def _plans(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[
     said = _said_types(reading)
     has = _slot_types(base.template)
     tables = set(_tables(base.template).values())
-    used = _columns(base.template)
+    used = _columns(base.template.sql_template, base.template.dialect)
     plans: list[Composed] = []
     for kind in CONDITION_TYPES:
         if said.get(kind, 0) > has.get(kind, 0):
@@ -290,14 +290,10 @@ def _slot_types(template: Template) -> dict[str, int]:
     return counts
 
 
-def _columns(template: Template) -> frozenset[str]:
-    """Every column name the template's SQL reads, anywhere in it."""
-    return _sql_columns(template.sql_template, template.dialect)
-
-
 @functools.lru_cache(maxsize=16384)
-def _sql_columns(sql: str, dialect: str) -> frozenset[str]:
-    """Once per SQL: every held-out question that composes asks it of its best voted templates."""
+def _columns(sql: str, dialect: str) -> frozenset[str]:
+    """Every column name a template's SQL reads, anywhere in it: once per SQL (every held-out
+    question that composes asks it of its best voted templates)."""
     return frozenset(_columns_of(parsed_sql(sql, dialect)))
 
 
