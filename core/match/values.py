@@ -171,13 +171,17 @@ class _NamedValues(ValueIndex):
         return self.base.longer(column, value, limit)
 
     def _all(self, question: str) -> list[tuple[int, int, dict[str, str]]]:
+        last = self.__dict__.get("_last")  # one question's matching reads it a dozen times: merged once
+        if last is not None and last[0] == question:
+            return last[1]
         own = self.base._all(question)
         spans = {(a, b): hit for a, b, hit in own}
         other = [
             (a, b, {c: v for c, v in hit.items() if c not in spans.get((a, b), {})})
             for a, b, hit in self.names._all(question)
         ]
-        return own + [(a, b, hit) for a, b, hit in other if hit]
+        self._last = (question, own + [(a, b, hit) for a, b, hit in other if hit])
+        return self._last[1]
 
 
 NAME_EXAMPLES = 2  # approved questions that must name a value the same other way before it is a name

@@ -64,8 +64,8 @@ class Token:
     start: int
     end: int
 
-    @property
-    def lower(self) -> str:
+    @functools.cached_property
+    def lower(self) -> str:  # read millions of times in a calibration: lowered once per token
         return self.text.lower()
 
 
@@ -81,8 +81,10 @@ def _tokens(text: str) -> tuple[Token, ...]:
     return tuple(Token(m.group(0), m.start(), m.end()) for m in _TOKEN.finditer(text))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def stem(word: str) -> str:
-    """A crude stem, enough to equate "prescribed"/"prescribe" and "patients"/"patient"."""
+    """A crude stem, enough to equate "prescribed"/"prescribe" and "patients"/"patient" (once per
+    word: a calibration stems the same words hundreds of thousands of times)."""
     word = word.lower().rstrip("%")
     for suffix in ("ations", "ation", "ings", "ing", "ies", "ed", "es", "s"):
         if word.endswith(suffix) and len(word) - len(suffix) >= 4:
