@@ -307,7 +307,8 @@ ASKDB_VALUE_SCAN_TIMEOUT_S = env_float("ASKDB_VALUE_SCAN_TIMEOUT_S", 60.0)  # a 
 ASKDB_CALIBRATION_QUERY_TIMEOUT_S = env_float("ASKDB_CALIBRATION_QUERY_TIMEOUT_S", 10.0)  # per held-out query
 # Processes a calibration's cross-validation runs in (askdb/services/calibration.py): the cores this
 # process may use, at most 4 (the folds split well beyond that, the library is read once per process).
-ASKDB_CALIBRATION_PROCESSES = env_int("ASKDB_CALIBRATION_PROCESSES", min(len(os.sched_getaffinity(0)), 4))
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+ASKDB_CALIBRATION_PROCESSES = env_int("ASKDB_CALIBRATION_PROCESSES", min(_CORES, 4))
 ASKDB_LINKABLE_VALUES_MAX = env_int("ASKDB_LINKABLE_VALUES_MAX", 500_000)  # distinct values kept per column
 # A running run whose heartbeat is older than this lost its worker (past the hard time limit).
 ASKDB_STALE_RUN_SECONDS = env_int("ASKDB_STALE_RUN_SECONDS", 420)
