@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing
 import re
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from django.conf import settings
@@ -23,6 +25,8 @@ from askdb.services.sql import ReviewError, sql_check
 from core import match
 from infra.audit.services import audit_record
 from infra.providers.embeddings import get_embedder
+
+logger = logging.getLogger(__name__)
 
 
 def library_calibrate(*, source, items: list[dict] | None = None, progress=None) -> dict:
@@ -426,7 +430,7 @@ def _in_workers(pool: ProcessPoolExecutor, labelled: list, one_more):
 
         def report() -> None:  # the workers' questions, as their parts finish
             for p, future in futures.items():
-                if p not in reported and future.done() and not future.cancelled():
+                if p not in reported and future.done() and not future.cancelled() and not future.exception():
                     reported.add(p)
                     for _ in range(future.result()[1]):
                         one_more(0)
@@ -437,7 +441,11 @@ def _in_workers(pool: ProcessPoolExecutor, labelled: list, one_more):
             report()
         for part in parts:
             if part not in found:
-                found[part] = futures[part].result()[0]
+                try:
+                    found[part] = futures[part].result()[0]
+                except BrokenProcessPool:  # a worker died (or could not start): this process does it
+                    logger.warning("calibration: a worker process failed; part %s done here", part)
+                    found[part] = local(part)
         report()
         return [found[part] for part in parts]
 
