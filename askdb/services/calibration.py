@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import multiprocessing
 import re
-from concurrent.futures import ProcessPoolExecutor
+import threading
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
@@ -382,7 +384,7 @@ def library_cross_validate(
                 progress(count[0])
 
         asked = [(q, gold, v) for (q, gold), v in zip(labelled, masked, strict=True)]
-        run_parts = _in_workers(pool, asked, one_more) if pool is not None else None
+        run_parts = _in_workers(pool, processes - 1, asked, one_more) if pool is not None else None
         found = match.calibrate_library(
             **context, progress=one_more, labelled=asked, run_parts=run_parts,
             wrong_answer_cost=settings.ASKDB_WRONG_ANSWER_COST,
@@ -415,30 +417,62 @@ def _workers(source, n: int) -> ProcessPoolExecutor:
     return pool
 
 
-def _in_workers(pool: ProcessPoolExecutor, labelled: list, one_more):
-    """match.calibrate_library's `run_parts`: the workers take parts from the last one back, this
-    process from the first one on, each part done by whichever takes it first (a part a worker has
-    not started is cancelled there and done here). Samples come back in the parts' order."""
+def _in_workers(pool: ProcessPoolExecutor, workers: int, labelled: list, one_more):
+    """match.calibrate_library's `run_parts`: this process takes parts from the first one on, and a
+    thread hands the workers parts from the last one back, one each at a time (no part waits in a
+    worker's queue while this process could do it). Samples come back in the parts' order."""
 
     def run(parts: list, local) -> list:
-        futures = {}
-        for part in reversed(parts):
-            rows = [tuple(x) for x in labelled[part.start : part.stop]] if part.kind == "labelled" else []
-            futures[part] = pool.submit(calibration_worker.part, part, rows)
+        todo, lock = collections.deque(parts), threading.Lock()
+        futures: dict = {}
+
+        def take(back: bool):
+            with lock:
+                return (todo.pop() if back else todo.popleft()) if todo else None
+
+        def feed() -> None:
+            running: set = set()
+            while True:
+                while len(running) < workers and (part := take(back=True)) is not None:
+                    rows = (
+                        [tuple(x) for x in labelled[part.start : part.stop]]
+                        if part.kind == "labelled"
+                        else []
+                    )
+                    try:
+                        future = pool.submit(calibration_worker.part, part, rows)
+                    except BrokenProcessPool:  # no worker left: this process does the rest
+                        with lock:
+                            todo.append(part)
+                        return
+                    with lock:
+                        futures[part] = future
+                    running.add(future)
+                if not running:
+                    return
+                _, running = wait(running, return_when=FIRST_COMPLETED)
+
         found: dict = {}
         reported: set = set()
 
         def report() -> None:  # the workers' questions, as their parts finish
-            for p, future in futures.items():
-                if p not in reported and future.done() and not future.cancelled() and not future.exception():
-                    reported.add(p)
+            with lock:
+                finished = [(p, f) for p, f in futures.items() if p not in reported and f.done()]
+            for p, future in finished:
+                reported.add(p)
+                if future.exception() is None:
                     for _ in range(future.result()[1]):
                         one_more(0)
 
-        for part in parts:
-            if futures[part].cancel():
-                found[part] = local(part)
+        feeder = threading.Thread(target=feed, name="calibration-feeder", daemon=True)
+        feeder.start()
+        while (part := take(back=False)) is not None:
+            found[part] = local(part)
             report()
+        feeder.join()
+        while (part := take(back=False)) is not None:  # handed back by a feeder that lost its workers
+            found[part] = local(part)
+        report()
         for part in parts:
             if part not in found:
                 try:
@@ -446,7 +480,6 @@ def _in_workers(pool: ProcessPoolExecutor, labelled: list, one_more):
                 except BrokenProcessPool:  # a worker died (or could not start): this process does it
                     logger.warning("calibration: a worker process failed; part %s done here", part)
                     found[part] = local(part)
-        report()
         return [found[part] for part in parts]
 
     return run
