@@ -346,6 +346,9 @@ def _seed_best_patient(source, naming: list[dict], old: int, free: list[int]) ->
 CV_FOLDS = match.CV_FOLDS
 
 
+PARALLEL_FROM = 1000  # questions held out from which worker processes pay for their start (seconds)
+
+
 def library_cross_validate(
     *, source, items: list[dict] | None = None, progress=None, processes: int | None = None
 ) -> dict:
@@ -361,13 +364,15 @@ def library_cross_validate(
 
     Nothing is asked of the database twice in one process: the library's vectors and templates are
     the stored ones, and value lookups, probes and results are remembered across questions.
-    `processes` (default ASKDB_CALIBRATION_PROCESSES): this one and workers started with `spawn`
-    (calibration_worker), each reading the library once and doing whole parts (folds, slices of the
-    labelled questions); the samples are put back in order, so the report is the one a single
-    process makes. Never `fork`: folds in forked processes once hung CI (a fork inherits the
+    `processes` (default ASKDB_CALIBRATION_PROCESSES; 1 under PARALLEL_FROM questions): this one and
+    workers started with `spawn` (calibration_worker), each reading the library once and doing whole
+    parts (folds, slices of the labelled questions); the samples are put back in order, so the report
+    is the one a single process makes. Never `fork`: folds in forked processes once hung CI (a fork inherits the
     parent's connections and threads).
     """
-    processes = settings.ASKDB_CALIBRATION_PROCESSES if processes is None else processes
+    if processes is None:  # a small library (the demo's seed) calibrates in seconds: no worker to start
+        small = Example.objects.filter(source=source).count() + len(items or []) < PARALLEL_FROM
+        processes = 1 if small else settings.ASKDB_CALIBRATION_PROCESSES
     labelled = [(str(i["question"]), str(i.get("sql") or "")) for i in (items or [])]
     pool = _workers(source, processes - 1) if processes > 1 else None
     try:
