@@ -32,32 +32,31 @@ class ModelLayoutError(ValueError):
     """The model folder is not a BERT encoder with mean pooling and normalisation."""
 
 
-# Numerical Recipes' erfc polynomial in t, highest power first.
-_ERFC_POLY = (0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418,
-              0.37409196, 1.00002368, -1.26551223)  # fmt: skip
+# Abramowitz & Stegun 7.1.26: erfc(z) ≈ t (a1 + t (a2 + … + t a5)) exp(-z²), t = 1 / (1 + p z), z ≥ 0.
+_ERFC_P = 0.3275911
+_ERFC_POLY = (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)  # a5 … a1
 
 
-def _erf(x: np.ndarray) -> np.ndarray:
-    """erf to float32 precision (fractional error < 1.2e-7; Numerical Recipes' erfc), vectorised:
-    numpy has no erf, and BERT's GELU is the exact one. Computed in place (Horner's rule, float32):
-    on the (batch, tokens, 1536) activations fresh temporaries made it a third of an encoding."""
+def _one_plus_erf(x: np.ndarray) -> np.ndarray:
+    """1 + erf(x) to float32 precision (absolute error < 1.5e-7, as float32 rounding), vectorised:
+    numpy has no erf, and BERT's GELU is the exact one. Abramowitz & Stegun's five-term erfc, half
+    the numpy operations of the ten-term one it replaces (GELU was a sixth of a question's encoding),
+    computed in place in float32; 1 + erf is 2 - erfc(x) for x ≥ 0 and erfc(-x) below, so the
+    negative side loses no digits to a cancellation."""
     z = np.abs(x)
-    t = z * 0.5
+    t = z * _ERFC_P
     t += 1.0
     np.divide(1.0, t, out=t)
     poly = t * _ERFC_POLY[0]
-    for c in _ERFC_POLY[1:-1]:
+    for c in _ERFC_POLY[1:]:
         poly += c
         poly *= t
-    poly += _ERFC_POLY[-1]
     np.multiply(z, z, out=z)
     np.negative(z, out=z)
-    z += poly
     np.exp(z, out=z)
-    z *= t  # erfc(|x|)
-    out = z - 1.0  # erf(x) = -(1 - erfc(|x|)) for x < 0
-    np.subtract(1.0, z, out=out, where=x >= 0)
-    return out
+    z *= poly  # erfc(|x|)
+    np.subtract(2.0, z, out=z, where=x >= 0)
+    return z
 
 
 def _gelu_in_place(h: np.ndarray, rows: int = 256) -> None:
@@ -71,8 +70,7 @@ def _gelu_in_place(h: np.ndarray, rows: int = 256) -> None:
     inv_sqrt2 = np.float32(1.0 / math.sqrt(2.0))
     for i in range(0, flat.shape[0], rows):
         part = flat[i : i + rows]
-        gate = _erf(part * inv_sqrt2)
-        gate += 1.0
+        gate = _one_plus_erf(part * inv_sqrt2)
         part *= 0.5
         part *= gate
 
