@@ -11,6 +11,7 @@ question encodes as fast. The weights and the tokenizer are the model package's 
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from pathlib import Path
@@ -77,7 +78,8 @@ def _gelu_in_place(h: np.ndarray, rows: int = 256) -> None:
 
 class MiniLM:
     """encode(texts) -> unit vectors (float32, one row per text), as SentenceTransformer.encode(
-    texts, normalize_embeddings=True) computes them. Not thread-safe: callers serialise."""
+    texts, normalize_embeddings=True) computes them. Not thread-safe (encode may change the
+    tokenizer's truncation): callers serialise, or encode with a `sibling()` each."""
 
     def __init__(self, path: str | Path):
         from safetensors.numpy import load_file
@@ -129,6 +131,15 @@ class MiniLM:
                     "norm2": (w[f"{p}output.LayerNorm.weight"], w[f"{p}output.LayerNorm.bias"]),
                 }
             )  # fmt: skip
+
+    def sibling(self) -> MiniLM:
+        """The same model with a tokenizer of its own: the weights (read only) are shared, so two
+        threads can encode at once, one with each, without doubling the memory."""
+        from tokenizers import Tokenizer
+
+        twin = copy.copy(self)
+        twin.tokenizer = Tokenizer.from_str(self.tokenizer.to_str())  # truncation and padding included
+        return twin
 
     def _layer_norm(self, x: np.ndarray, weight_bias: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
         """LayerNorm of x's rows, computed in x (the caller's temporary) to spare the copies. The
