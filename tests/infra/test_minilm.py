@@ -99,3 +99,32 @@ def test_a_question_embedded_once_is_not_encoded_again_by_the_gate():
 
     assert LocalEncoder(embedder).encode_questions([local_question])[0].tolist() == pytest.approx(vector)
     assert calls == []
+
+
+def test_the_sibling_encodes_beside_the_model_with_the_same_vectors():
+    """An import's checking thread encodes with the model's sibling outside the model lock while
+    the embedding thread (or the gate, cutting at 128 word pieces) uses the model: the sibling
+    has its own tokenizer, so the other's truncation neither breaks nor changes it."""
+    import threading
+
+    embedder = LocalEmbedder()
+    texts = [t for t in TEXTS if t.strip()]
+    alone = np.array(embedder.embed(texts))
+    errors: list[BaseException] = []
+
+    def cut_repeatedly():
+        try:
+            for _ in range(20):
+                embedder.embed_capped(texts, max_tokens=8)
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    other = threading.Thread(target=cut_repeatedly)
+    other.start()
+    beside = [np.array(embedder.embed_beside(texts)) for _ in range(5)]
+    other.join()
+    assert not errors
+    for vectors in beside:
+        assert np.abs(vectors - alone).max() < 1e-6
+    assert embedder._sibling.tokenizer is not embedder._model.tokenizer
+    assert embedder._sibling.word is embedder._model.word  # the weights are shared, not copied
