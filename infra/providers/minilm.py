@@ -83,7 +83,6 @@ class MiniLM:
 
     def __init__(self, path: str | Path):
         from safetensors.numpy import load_file
-        from tokenizers import Tokenizer
 
         path = Path(path)
         modules = [m.get("type") for m in json.loads((path / "modules.json").read_text())]
@@ -104,9 +103,8 @@ class MiniLM:
         self.heads = int(config["num_attention_heads"])
         self.eps = float(config["layer_norm_eps"])
         self.max_tokens = int(json.loads((path / "sentence_bert_config.json").read_text())["max_seq_length"])
-        self.tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
-        self.tokenizer.enable_truncation(self.max_tokens)
-        self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        self._tokenizer_file = str(path / "tokenizer.json")
+        self.tokenizer = self._new_tokenizer()
         w = load_file(str(path / "model.safetensors"))
         self.word = w["embeddings.word_embeddings.weight"]
         self.position = w["embeddings.position_embeddings.weight"]
@@ -132,13 +130,21 @@ class MiniLM:
                 }
             )  # fmt: skip
 
-    def sibling(self) -> MiniLM:
-        """The same model with a tokenizer of its own: the weights (read only) are shared, so two
-        threads can encode at once, one with each, without doubling the memory."""
+    def _new_tokenizer(self):
         from tokenizers import Tokenizer
 
+        tokenizer = Tokenizer.from_file(self._tokenizer_file)
+        tokenizer.enable_truncation(self.max_tokens)
+        tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        return tokenizer
+
+    def sibling(self) -> MiniLM:
+        """The same model with a tokenizer of its own: the weights (read only) are shared, so two
+        threads can encode at once, one with each, without doubling the memory. Its tokenizer is
+        read from the file, not copied: the model's may be cut shorter at this moment (encode's
+        max_tokens, in another thread)."""
         twin = copy.copy(self)
-        twin.tokenizer = Tokenizer.from_str(self.tokenizer.to_str())  # truncation and padding included
+        twin.tokenizer = self._new_tokenizer()
         return twin
 
     def _layer_norm(self, x: np.ndarray, weight_bias: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
