@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -89,7 +90,8 @@ def examples_import(
     The same outcome as adding the pairs one by one with example_upsert (near-duplicates merged,
     also into pairs earlier in the same file), done in bulk so that thousands of pairs take about
     a minute, not ten: the questions and their masked forms are embedded in batches in a thread
-    while the SQL is validated and templated, the SQL runs in another thread, and the examples
+    while the SQL is validated and templated (then in both threads), each distinct SQL is
+    validated once and run once in another thread, and the examples
     and their audit events are written IMPORT_CHUNK to a transaction, ready for the matcher
     (template key and masked vector included). `progress(n)` is told how many pairs are done.
     """
@@ -97,30 +99,20 @@ def examples_import(
     pairs = [_pair(n, item) for n, item in enumerate(items, start=1)]
     catalog, executor = source_catalog_schema(source), source_executor(source)
     embedder = get_embedder()
-    checked, embedded = [0], [0]
+    checked = [0]
     audits: list = []
-    questions = sorted({p.question or "-" for p in pairs}, key=len)
+    texts = _Texts()
+    texts.add([p.question or "-" for p in pairs])  # the questions first, while the values that mask them load
     masked_known = threading.Event()  # set once every pair's masked form is (or cannot be) known
 
     def tell() -> None:
         if progress:
-            progress(min(checked[0], embedded[0]))
+            progress(min(checked[0], len(pairs) * texts.done // max(texts.total, 1)))
 
     def embed_all() -> None:
-        # Each distinct text once, shortest first: a batch costs its longest text's length times
-        # its size, so batches of texts of about one length waste no work on padding. The
-        # questions first, while the values that mask them load; then the masked forms.
-        found: dict[str, list[float]] = {}
-
-        def count(total: int) -> None:  # the progress of the embedding, in pairs
-            embedded[0] = len(pairs) * len(found) // max(total, 1)
-
-        _embed_texts(embedder, questions, found, lambda: count(2 * len(questions)))
+        texts.work(embedder.embed)
         masked_known.wait()
-        rest = sorted({p.masked or "-" for p in pairs} - found.keys(), key=len)
-        _embed_texts(embedder, rest, found, lambda: count(len(questions) + len(rest)))
-        for pair in pairs:
-            pair.vector, pair.masked_vector = found[pair.question or "-"], found[pair.masked or "-"]
+        texts.work(embedder.embed)
 
     def run(pair: _Pair) -> None:
         try:
@@ -140,21 +132,34 @@ def examples_import(
             for pair in pairs:
                 pair.masked = match.mask_question(pair.question, values) if pair.question else ""
         finally:
+            texts.add([p.masked or "-" for p in pairs])
             masked_known.set()  # also when loading failed: the encoder must not wait forever
-        runs = []
+        runs: dict[str, tuple[_Pair, Future]] = {}  # validated SQL -> the pair that runs it
+        again: list[tuple[_Pair, _Pair]] = []  # (pair, the pair whose run of the same SQL it shares)
+        checks = _Checks(catalog, source.dialect)
         for pair in pairs:
-            _check(pair, catalog, source.dialect)
+            checks.check(pair)
             if pair.sql and not pair.error and execute:
-                runs.append(pool.submit(run, pair))  # the other thread: one query at a time, in order
+                if pair.sql in runs:  # the same read-only query gives the same answer: run once
+                    again.append((pair, runs[pair.sql][0]))
+                else:  # the other thread: one query at a time, in order
+                    runs[pair.sql] = (pair, pool.submit(run, pair))
             checked[0] += 1
             tell()
-        for future in [*runs, embedding]:
+        # The checks are done: this thread encodes too, beside the embedding thread (the model's
+        # sibling, outside the model lock), so both cores embed instead of one waiting.
+        texts.work(getattr(embedder, "embed_beside", embedder.embed), after=tell)
+        for future in [*(f for _, f in runs.values()), embedding]:
             while True:
                 try:
                     future.result(timeout=1.0)
                     break
                 except FuturesTimeout:
                     tell()
+    for pair, first in again:
+        pair.error = first.error
+    for pair in pairs:
+        pair.vector, pair.masked_vector = texts.found[pair.question or "-"], texts.found[pair.masked or "-"]
     _store(pairs, source=source, approved_by=approved_by, origin=origin, model=embedder.model,
            report=report, audits=audits)  # fmt: skip
     if progress:
@@ -164,12 +169,40 @@ def examples_import(
     return report
 
 
-def _embed_texts(embedder, texts: list[str], found: dict[str, list[float]], done) -> None:
-    """Embed `texts` EMBED_CHUNK at a time into `found`, calling `done()` after each chunk."""
-    for start in range(0, len(texts), EMBED_CHUNK):
-        chunk = texts[start : start + EMBED_CHUNK]
-        found.update(zip(chunk, embedder.embed(chunk), strict=True))
-        done()
+class _Texts:
+    """The distinct texts an import embeds, handed out EMBED_CHUNK at a time to whichever thread
+    asks next: the embedding thread from the start, the checking thread once its checks are done.
+    Each distinct text once, shortest first within each `add`: a batch costs its longest text's
+    length times its size, so batches of texts of about one length waste no work on padding."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._chunks: deque[list[str]] = deque()
+        self._queued: set[str] = set()
+        self.found: dict[str, list[float]] = {}
+        self.total = 0  # texts queued so far
+        self.done = 0  # texts embedded so far
+
+    def add(self, texts: list[str]) -> None:
+        with self._lock:
+            new = sorted(set(texts) - self._queued, key=len)
+            self._queued.update(new)
+            self.total += len(new)
+            self._chunks.extend(new[i : i + EMBED_CHUNK] for i in range(0, len(new), EMBED_CHUNK))
+
+    def work(self, embed, after=None) -> None:
+        """Embed chunks with `embed` until none is left (another thread may still finish one)."""
+        while True:
+            with self._lock:
+                if not self._chunks:
+                    return
+                chunk = self._chunks.popleft()
+            vectors = embed(chunk)
+            with self._lock:
+                self.found.update(zip(chunk, vectors, strict=True))
+                self.done += len(chunk)
+            if after:
+                after()
 
 
 GIL_SWITCH_S = 0.0001  # the GIL switch interval while an import's threads run (Python's default: 5 ms)
@@ -200,19 +233,34 @@ def _pair(n: int, item: dict) -> _Pair:
     return pair
 
 
-def _check(pair: _Pair, catalog, dialect: str) -> None:
-    """Validate the pair's SQL (the validated text is what the library keeps) and template it."""
-    if pair.error or not pair.sql:
-        return
-    try:
-        validated = validate_sql(pair.sql, catalog)
-    except SqlValidationError as exc:
-        pair.error = f"The SQL is not valid: {exc.message}"
-        return
-    pair.sql, pair.tables, pair.columns = validated.sql, list(validated.tables), list(validated.columns)
-    pair.template = template_of(pair.question, pair.sql, dialect=dialect)
-    entry = match.entry_for(None, pair.question, pair.sql, pair.template)  # parses: done here, in parallel
-    pair.key = entry.key if entry is not None else ""
+class _Checks:
+    """Each pair's SQL validated (the validated text is what the library keeps) and templated.
+    A SQL text is validated once: an EHRSQL train file says the same SQL for about one pair in eight."""
+
+    def __init__(self, catalog, dialect: str) -> None:
+        self.catalog, self.dialect = catalog, dialect
+        self._validated: dict[str, object] = {}  # SQL text -> its validation, or the SqlValidationError
+
+    def _validate(self, sql: str):
+        if sql not in self._validated:
+            try:
+                self._validated[sql] = validate_sql(sql, self.catalog)
+            except SqlValidationError as exc:
+                self._validated[sql] = exc
+        return self._validated[sql]
+
+    def check(self, pair: _Pair) -> None:
+        if pair.error or not pair.sql:
+            return
+        validated = self._validate(pair.sql)
+        if isinstance(validated, SqlValidationError):
+            pair.error = f"The SQL is not valid: {validated.message}"
+            return
+        pair.sql, pair.tables, pair.columns = validated.sql, list(validated.tables), list(validated.columns)
+        pair.template = template_of(pair.question, pair.sql, dialect=self.dialect)
+        # parses: done here, beside the embedding
+        entry = match.entry_for(None, pair.question, pair.sql, pair.template)
+        pair.key = entry.key if entry is not None else ""
 
 
 def _store(pairs: list[_Pair], *, source, approved_by, origin: str, model: str, report: ImportReport,

@@ -47,6 +47,7 @@ class LocalEmbedder:
     def __init__(self, cache_size: int = 20000) -> None:
         self._lock = threading.Lock()
         self._model = None
+        self._sibling = None  # for embed_beside
         # Repeated texts (the same question asked again, values re-indexed) cost nothing twice.
         self._cache: dict[str, list[float]] = {}
         self._cache_size = cache_size
@@ -95,6 +96,17 @@ class LocalEmbedder:
             with MODEL_LOCK:
                 found.update(zip(longer, model.encode(longer, max_tokens=max_tokens).tolist(), strict=True))
         return [found[t] for t in texts]
+
+    def embed_beside(self, texts: list[str]) -> list[list[float]]:
+        """Vectors of `texts` computed without MODEL_LOCK, by the model's sibling (its own tokenizer,
+        the same weights): for a batch job's second thread that has finished its own work (an
+        import's SQL checks) and encodes beside the job's thread holding the lock, so the job uses
+        the two cores it was already using. Not cached: a batch job's texts are not asked again."""
+        model = self._load()
+        with self._lock:
+            if self._sibling is None:
+                self._sibling = model.sibling()
+        return self._sibling.encode(list(texts)).tolist()
 
     def _encode(self, texts: list[str]):
         model = self._load()

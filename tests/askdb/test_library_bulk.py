@@ -189,3 +189,66 @@ def test_a_stale_template_is_rebuilt_with_its_masked_vector(source):
     values = LIBRARY.values(source, source_executor(source))
     masked = get_embedder().embed([match.mask_question(example.question, values)])[0]
     assert list(example.masked_embedding) == pytest.approx(masked, abs=1e-6)
+
+
+def test_a_repeated_sql_is_validated_and_run_once_and_every_pair_gets_its_outcome(source, monkeypatch):
+    from askdb.services import exports
+
+    validated = []
+    real_validate = exports.validate_sql
+    monkeypatch.setattr(
+        exports, "validate_sql", lambda sql, catalog: validated.append(sql) or real_validate(sql, catalog)
+    )
+    cast = "SELECT CAST(gender AS INTEGER) AS g FROM mimiciv_hosp.patients"  # valid, fails when run
+    items = [
+        {"id": "a", "question": "How many patients are there?", "sql": COUNT_SQL},
+        {"id": "b", "question": "Gender as a number", "sql": cast},
+        {"id": "c", "question": "Count every admitted person", "sql": COUNT_SQL},
+        {"id": "d", "question": "Each sex coded as an integer", "sql": cast},
+        {"id": "e", "question": "What does each patient weigh?", "sql": "SELECT weight_kg FROM mimiciv_hosp.patients"},
+        {"id": "f", "question": "Body weight of every patient", "sql": "SELECT weight_kg FROM mimiciv_hosp.patients"},
+    ]  # fmt: skip
+    report = examples_import(source=source, items=items)
+    assert sorted(validated) == sorted({i["sql"] for i in items})  # each distinct SQL once
+    failed = {f["id"]: f["error"] for f in report.failed}
+    assert sorted(failed) == ["b", "d", "e", "f"]
+    assert failed["b"] == failed["d"] and failed["b"].startswith("The SQL failed when run")
+    assert failed["e"] == failed["f"] and failed["e"].startswith("The SQL is not valid")
+    assert len(report.created) + len(report.merged) == 2
+    runs = AuditEvent.objects.filter(action="sql.executed", detail__purpose="import")
+    assert runs.count() == 2  # COUNT_SQL once (ok), the cast once (its error)
+    assert sorted(e.detail.get("outcome", "") == "ok" for e in runs) == [False, True]
+
+
+def test_texts_are_shared_between_threads_and_each_embedded_once():
+    """The import's embedding thread and, once its checks are done, the checking thread take the
+    distinct texts a chunk at a time: both work at once, and no text is embedded twice."""
+    import threading
+
+    from askdb.services import exports
+
+    texts = exports._Texts()
+    texts.add(["ccc", "a", "bb", "a", "-"])
+    texts.add(["bb", "dddd", *[f"q{i}" * 3 for i in range(exports.EMBED_CHUNK * 3)]])
+    assert texts.total == 5 + exports.EMBED_CHUNK * 3
+    both = threading.Barrier(2, timeout=10)
+    seen: dict[str, list[str]] = {"one": [], "two": []}
+
+    def embedder(name):
+        def embed(chunk):
+            if not seen[name]:
+                both.wait()  # each thread holds a chunk at the same time
+            seen[name].extend(chunk)
+            return [[float(len(t))] for t in chunk]
+
+        return embed
+
+    other = threading.Thread(target=texts.work, args=(embedder("two"),))
+    other.start()
+    texts.work(embedder("one"))
+    other.join()
+    assert seen["one"] and seen["two"]
+    everything = seen["one"] + seen["two"]
+    assert len(everything) == len(set(everything)) == texts.total == texts.done
+    assert texts.found["ccc"] == [3.0] and texts.found["-"] == [1.0]
+    assert exports._Texts().work(embedder("one")) is None  # nothing queued: returns at once

