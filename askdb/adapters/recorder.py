@@ -51,6 +51,10 @@ class _Stage:
 # "running" row is written when they start, so the live run page shows what the run waits for.
 # The quick stages (embed, retrieve, match, prompt) are written complete, with the next flush.
 LIVE_STAGES = frozenset({"gate", "generate", "validate", "execute", "summarize"})
+# Of those, the stages that wait only on the LLM: with no LLM configured they wait on nothing (the
+# gate's rules and model are in-process, generate and summarize are skipped), so writing their
+# "running" row first would cost a transaction of ~5 statements for a row that lives milliseconds.
+LLM_STAGES = frozenset({"gate", "generate", "summarize"})
 # Stages written as soon as they end, for the page to show during the stage that follows: the
 # estimate of a large query is read while that query runs.
 SHOWN_AT_END = frozenset({"estimate"})
@@ -69,8 +73,10 @@ class DjangoRecorder:
     event are written in the same transaction, as before.
     """
 
-    def __init__(self, run: Run, *, time_limit_s: float | None = None):
+    def __init__(self, run: Run, *, time_limit_s: float | None = None, llm: bool = True):
         self.run = run
+        # `llm`: an LLM is configured. Without one, the LLM-only stages are written complete.
+        self._live = LIVE_STAGES if llm else LIVE_STAGES - LLM_STAGES
         # The run's soft time limit, checked at every stage boundary: the threads pool cannot
         # interrupt a task as the prefork pool's signal does, so the run stops itself.
         limit = settings.CELERY_TASK_SOFT_TIME_LIMIT if time_limit_s is None else time_limit_s
@@ -88,7 +94,7 @@ class DjangoRecorder:
         event = StageEvent(
             run=self.run, name=name, started_at=timezone.now(), status=StageEvent.Status.RUNNING, detail={}
         )
-        if name in LIVE_STAGES:
+        if name in self._live:
             self.flush(running=event)
         handle = _Stage(event)
         start = time.perf_counter()

@@ -169,7 +169,11 @@ def run_execute(*, run_id: int, worker: str = ""):
 
     source = run.question.source
     evaluation = run.question.channel == "evaluation"  # measures SQL: no ledger, no budget spent
-    privacy, control = release_policies(source=source, user=run.question.user, evaluation=evaluation)
+    # The catalog as of this run, read once: the privacy policy's catalog part and the ports use it.
+    snapshot = catalog_snapshot(source)
+    privacy, control = release_policies(
+        source=source, user=run.question.user, evaluation=evaluation, snapshot=snapshot
+    )
     config = PipelineConfig(
         candidates=source.candidates or settings.ASKDB_CANDIDATES,
         temperature=settings.ASKDB_CANDIDATES_TEMPERATURE,
@@ -186,11 +190,12 @@ def run_execute(*, run_id: int, worker: str = ""):
         disclosure=control,
         disclosure_key=disclosure_key(user=run.question.user),
     )
-    recorder = DjangoRecorder(run)
     try:
         chat = get_chat_model()
+        recorder = DjangoRecorder(run, llm=chat is not None)
         ports = DjangoPorts(source, chat=chat, timeout_s=config.timeout_s, row_cap=config.row_cap, run=run,
-                            sensitive=config.privacy.sensitive_allowed,
+                            sensitive=config.privacy.sensitive_allowed, snapshot=snapshot,
+                            sensitive_columns=config.privacy.sensitive_columns,
                             ledger=None if evaluation else DatabaseLedger(source=source, user=run.question.user,
                                                                           run=run))  # fmt: skip
         try:

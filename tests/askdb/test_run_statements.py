@@ -1,0 +1,77 @@
+"""What a run's set-up and bookkeeping cost the app database: the privacy policy's catalog part is
+read once per catalog state (and a change to a sensitive flag or a reference table is seen by the
+next run at once), and with no LLM the stages that wait only on the LLM write no "running" row."""
+
+from __future__ import annotations
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from askdb.adapters.recorder import DjangoRecorder
+from askdb.models import Question, Run, StageEvent
+from askdb.services.privacy import privacy_policy
+from metadata_admin.models import ColumnDoc, TableDoc
+from metadata_admin.selectors import catalog_snapshot
+from tests.factories import make_user
+
+
+def _run(source) -> Run:
+    user = make_user("statements")
+    return Run.objects.create(question=Question.objects.create(user=user, source=source, text="how many?"))
+
+
+def test_the_policy_reads_the_catalog_once_per_catalog_state(source):
+    snapshot = catalog_snapshot(source)
+    first = privacy_policy(source=source, user=None, snapshot=snapshot)
+    with CaptureQueriesContext(connection) as queries:
+        again = privacy_policy(source=source, user=None, snapshot=snapshot)
+    assert len(queries) == 0 and again == first
+    assert first == privacy_policy(source=source, user=None)  # the same as read without a snapshot
+
+
+def test_a_sensitive_flag_set_by_a_bulk_update_reaches_the_next_run(source):
+    """The attack on the cache: a flag changed without save() or a signal (a queryset update, as
+    the admin's bulk actions do) must not leave a column readable by the old policy."""
+    column = ColumnDoc.objects.filter(table__source=source, table__name="admissions", sensitive=False).first()
+    name = f"{column.table.name}.{column.name}".lower()
+    before = privacy_policy(source=source, user=None, snapshot=catalog_snapshot(source))
+    assert name not in before.sensitive_columns
+    ColumnDoc.objects.filter(pk=column.pk).update(sensitive=True)
+    after = privacy_policy(source=source, user=None, snapshot=catalog_snapshot(source))
+    assert name in after.sensitive_columns
+
+
+def test_a_table_marked_reference_reaches_the_next_run(source):
+    doc = TableDoc.objects.get(source=source, name="admissions")
+    assert (
+        "admissions"
+        not in privacy_policy(source=source, user=None, snapshot=catalog_snapshot(source)).reference_tables
+    )
+    TableDoc.objects.filter(pk=doc.pk).update(reference=True)
+    assert (
+        "admissions"
+        in privacy_policy(source=source, user=None, snapshot=catalog_snapshot(source)).reference_tables
+    )
+
+
+def test_with_no_llm_the_llm_stages_are_written_complete_and_execute_still_live(source):
+    run = _run(source)
+    recorder = DjangoRecorder(run, llm=False)
+    for name in ("gate", "generate", "summarize"):
+        with recorder.stage(name) as st:
+            assert not StageEvent.objects.filter(run=run, name=name).exists()  # no transaction for it
+            st.finish("skipped")
+    with recorder.stage("execute"):  # waits on the clinical database: the page shows it running
+        assert StageEvent.objects.get(run=run, name="execute").status == StageEvent.Status.RUNNING
+    recorder.flush()
+    stored = dict(StageEvent.objects.filter(run=run).values_list("name", "status"))
+    assert stored == {"gate": "skipped", "generate": "skipped", "summarize": "skipped", "execute": "ok"}
+
+
+def test_with_an_llm_the_gate_is_shown_running_while_it_waits(source):
+    run = _run(source)
+    recorder = DjangoRecorder(run)
+    with recorder.stage("gate"):
+        assert StageEvent.objects.get(run=run, name="gate").status == StageEvent.Status.RUNNING
+    recorder.flush()
+    assert StageEvent.objects.get(run=run, name="gate").status == StageEvent.Status.OK
