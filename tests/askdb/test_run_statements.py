@@ -11,7 +11,7 @@ from askdb.adapters.recorder import DjangoRecorder
 from askdb.models import Question, Run, StageEvent
 from askdb.services.privacy import privacy_policy
 from metadata_admin.models import ColumnDoc, TableDoc
-from metadata_admin.selectors import catalog_snapshot
+from metadata_admin.selectors import COMMON_IN_DOCS, catalog_snapshot, catalog_vocabulary
 from tests.factories import make_user
 
 
@@ -75,3 +75,14 @@ def test_with_an_llm_the_gate_is_shown_running_while_it_waits(source):
         assert StageEvent.objects.get(run=run, name="gate").status == StageEvent.Status.RUNNING
     recorder.flush()
     assert StageEvent.objects.get(run=run, name="gate").status == StageEvent.Status.OK
+
+
+def test_the_vocabulary_follows_a_column_doc_changed_by_a_bulk_update(source):
+    """Value linking's everyday words are kept per catalog stamp: a word put into column meanings
+    by a queryset update (no table doc saved) is everyday for the next question."""
+    word = "zyxwordplain"
+    assert word not in catalog_vocabulary(source=source, stamp=catalog_snapshot(source).stamp)
+    columns = ColumnDoc.objects.filter(table__source=source).order_by("pk")[:COMMON_IN_DOCS]
+    ColumnDoc.objects.filter(pk__in=[c.pk for c in columns]).update(meaning=f"the {word} of it")
+    assert word in catalog_vocabulary(source=source, stamp=catalog_snapshot(source).stamp)
+    assert word in catalog_vocabulary(source=source)  # without a stamp: read with one query
