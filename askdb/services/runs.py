@@ -225,7 +225,7 @@ def run_execute(*, run_id: int, worker: str = ""):
         if not run.is_terminal:
             _run_finish(run, status=Run.Status.FAILED, outcome=outcome, message=message)
         return run
-    run.refresh_from_db()
+    _refresh(run)
     if run.status == Run.Status.CANCELLED:
         return run
     fields = {
@@ -255,6 +255,13 @@ def run_execute(*, run_id: int, worker: str = ""):
         )
     _run_finish(run, status=outcome.status, **fields)
     return run
+
+
+def _refresh(run) -> None:
+    """The run as stored now (a cancel, the recorder's tokens and retrieval), keeping the question,
+    source and user already loaded: a run's question never changes, and a plain refresh_from_db
+    forgets every loaded relation, so finishing read them again."""
+    run.refresh_from_db(fields=[f.name for f in Run._meta.concrete_fields if f.name != "question"])
 
 
 def _earlier(run) -> dict[str, str]:

@@ -10,6 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from askdb.adapters.recorder import DjangoRecorder
 from askdb.models import Question, Run, StageEvent
 from askdb.services.privacy import privacy_policy
+from askdb.services.runs import run_execute
 from metadata_admin.models import ColumnDoc, TableDoc
 from metadata_admin.selectors import COMMON_IN_DOCS, catalog_snapshot, catalog_vocabulary
 from tests.factories import make_user
@@ -86,3 +87,16 @@ def test_the_vocabulary_follows_a_column_doc_changed_by_a_bulk_update(source):
     ColumnDoc.objects.filter(pk__in=[c.pk for c in columns]).update(meaning=f"the {word} of it")
     assert word in catalog_vocabulary(source=source, stamp=catalog_snapshot(source).stamp)
     assert word in catalog_vocabulary(source=source)  # without a stamp: read with one query
+
+
+def test_finishing_a_run_reads_no_question_it_has_loaded(source, settings):
+    """run_execute keeps the run's question, source and user loaded across its refresh: finishing
+    (review_required, the audit) reads none of them again, and the refreshed run is the stored one."""
+    settings.LLM_MODEL = ""
+    run = _run(source)
+    with CaptureQueriesContext(connection) as queries:
+        run = run_execute(run_id=run.pk)
+    question_reads = [q for q in queries.captured_queries if 'FROM "askdb_question"' in q["sql"]]
+    assert question_reads == []  # loaded once, by the claim's select_related (a join)
+    stored = Run.objects.get(pk=run.pk)
+    assert (run.status, run.outcome, run.heartbeat_at) == (stored.status, stored.outcome, stored.heartbeat_at)
