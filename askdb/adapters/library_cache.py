@@ -167,7 +167,9 @@ def values_load(source, executor) -> tuple[match.ValueIndex, tuple[str, ...]]:
             )
     for problem in problems:
         logging.getLogger(__name__).warning("value index of source %s: %s", source.pk, problem)
-    return match.ValueIndex(found), tuple(problems)
+    index = match.ValueIndex(found)
+    index.prepare()  # made with the build (under the cache's lock), not by the first question naming a value
+    return index, tuple(problems)
 
 
 class LibraryCache:
