@@ -62,6 +62,10 @@ SHOWN_AT_END = frozenset({"estimate"})
 # and row, whose compiling cost more CPU than the statements it saves (a third of a flush's CPU),
 # and under the threads pool every question's CPU waits on the same interpreter.
 FEW_ENDED = 2
+# A flush with nothing else for the run's row refreshes its heartbeat only this long after the last
+# one: the stale-run reaper waits minutes (ASKDB_STALE_RUN_SECONDS), and an UPDATE per quick stage
+# boundary was a sixth of a question's recording CPU.
+HEARTBEAT_S = 10.0
 # A stage boundary looks for a cancel at most this often: quick stages follow each other within
 # milliseconds, and a boundary after a wait (an LLM call, a query) always looks.
 CANCEL_CHECK_S = 0.2
@@ -92,6 +96,7 @@ class DjangoRecorder:
         self._run_fields: dict[str, Any] = {}
         self._tokens = [0, 0, Decimal(0)]  # prompt, completion, cost not yet added to the run
         self._cancel_checked = time.monotonic()  # the run was claimed (not cancelled) just now
+        self._beat = time.monotonic()  # and its heartbeat written with the claim
 
     @contextlib.contextmanager
     def stage(self, name: str):
@@ -153,6 +158,9 @@ class DjangoRecorder:
             call.save(force_insert=True)
             audit_record(action="llm.call", target=self.run, **audit)
         prompt, completion, cost = self._tokens
+        beat_due = time.monotonic() - self._beat >= HEARTBEAT_S
+        if not (self._run_fields or prompt or completion or cost or beat_due):
+            return  # nothing for the run's row: a heartbeat written seconds ago still says it is alive
         fields = {**self._run_fields, "heartbeat_at": timezone.now()}
         if prompt or completion or cost:
             fields.update(
@@ -161,6 +169,7 @@ class DjangoRecorder:
                 cost_usd=F("cost_usd") + cost,
             )
         Run.objects.filter(pk=self.run.pk).update(**fields)
+        self._beat = time.monotonic()
 
     def attempt(
         self, *, number: int, sql: str, origin: str, valid: bool, error_code: str = "", error: str = ""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from askdb.adapters.recorder import DjangoRecorder
+from askdb.adapters.recorder import HEARTBEAT_S, DjangoRecorder
 from askdb.models import Question, Run, StageEvent
 from askdb.services.privacy import privacy_policy
 from askdb.services.runs import run_execute
@@ -100,3 +100,22 @@ def test_finishing_a_run_reads_no_question_it_has_loaded(source, settings):
     assert question_reads == []  # loaded once, by the claim's select_related (a join)
     stored = Run.objects.get(pk=run.pk)
     assert (run.status, run.outcome, run.heartbeat_at) == (stored.status, stored.outcome, stored.heartbeat_at)
+
+
+def test_a_stage_boundary_refreshes_the_heartbeat_only_when_it_is_due(source):
+    """The reaper fails a run whose heartbeat is minutes old: a flush with nothing else for the
+    run's row skips it while the last heartbeat is recent, and writes it once it is due."""
+    run = _run(source)
+    recorder = DjangoRecorder(run)
+    with recorder.stage("execute"):
+        pass
+    with CaptureQueriesContext(connection) as queries:
+        recorder.flush()
+    assert not [q for q in queries.captured_queries if 'UPDATE "askdb_run"' in q["sql"]]
+    recorder._beat -= HEARTBEAT_S  # the last heartbeat is due now
+    with recorder.stage("execute"):
+        pass
+    recorder.flush()
+    run.refresh_from_db()
+    assert run.heartbeat_at is not None
+    assert StageEvent.objects.filter(run=run, name="execute").count() == 2
