@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.db import connection, transaction
-from django.db.models import Count, Max, Prefetch, Q
+from django.db.models import Count, Prefetch, Q
 
 from core.labels import ColumnLabel, draft_label
 from core.retrieval import (
@@ -199,9 +199,10 @@ def _q(schema: str, name: str) -> str:
 
 
 def link_values(
-    *, source: ClinicalSource, question: str, semantic: bool = True, embedder=None
+    *, source: ClinicalSource, question: str, semantic: bool = True, embedder=None, stamp: str | None = None
 ) -> list[LinkedValue]:
-    """Candidate database values the question mentions, best first, one per (table, column, value)."""
+    """Candidate database values the question mentions, best first, one per (table, column, value).
+    `stamp`: the catalog's stamp the caller read already (catalog_stamp), for catalog_vocabulary."""
     terms = question_terms(question)
     found = catalog_search.values_fuzzy(source_id=source.pk, terms=terms)
     if semantic:
@@ -213,7 +214,7 @@ def link_values(
             found += catalog_search.values_semantic(
                 source_id=source.pk, terms=loose, vectors=embedder.embed(loose), model=embedder.model
             )
-    common = catalog_vocabulary(source=source)
+    common = catalog_vocabulary(source=source, stamp=stamp)
     best: dict[tuple[str, str, str], LinkedValue] = {}
     for lv in found:
         if not value_is_mentioned(question, lv, common):
@@ -247,7 +248,7 @@ def retrieve(
     profiles, edges = snapshot.profiles, snapshot.edges
     timings["tables"] = (time.perf_counter() - t0) * 1000
     t0 = time.perf_counter()
-    values = link_values(source=source, question=question, embedder=embedder)
+    values = link_values(source=source, question=question, embedder=embedder, stamp=snapshot.stamp)
     timings["values"] = (time.perf_counter() - t0) * 1000
     tables = rank_tables(
         question,
@@ -396,18 +397,17 @@ def column_labels(*, source: ClinicalSource, tables: list[str]) -> dict[str, Col
 
 
 COMMON_IN_DOCS = 3  # docs (a table's, or a column's meaning) that use a word before it is everyday
-_VOCABULARY: dict[int, tuple[tuple, frozenset[str]]] = {}
+_VOCABULARY: dict[int, tuple[str, frozenset[str]]] = {}
 _VOCABULARY_LOCK = threading.Lock()
 
 
-def catalog_vocabulary(*, source: ClinicalSource) -> frozenset[str]:
+def catalog_vocabulary(*, source: ClinicalSource, stamp: str | None = None) -> frozenset[str]:
     """The words a source's documentation uses again and again (in descriptions, purposes,
     grains, synonyms, column names and meanings): the everyday words of this schema, against
     which value linking judges whether a question's word names a value or just talks about the
-    data. Cached per process until a table doc changes (an edit saves its table doc)."""
-    stamp = tuple(
-        TableDoc.objects.filter(source=source).aggregate(n=Count("id"), at=Max("updated_at")).values()
-    )
+    data. Cached per process until the catalog changes: `stamp` is the catalog_stamp a run read
+    already (it changes with any table or column doc, so no query here); without it, one query."""
+    stamp = stamp or catalog_stamp(source)
     with _VOCABULARY_LOCK:
         cached = _VOCABULARY.get(source.pk)
         if cached is not None and cached[0] == stamp:

@@ -19,14 +19,14 @@ from dataclasses import dataclass
 import numpy as np
 import sqlglot.expressions as sx
 from django.conf import settings
-from django.db.models import Count, Max, OuterRef, Subquery
+from django.db import connection
 
 from askdb.models import Example, LibraryGeneration
 from core import match
 from core.match import Template, build_template, template_is_current
 from core.match.template import DEFAULT_VALUE_COLUMNS
 from infra.adapters.clinical import ExecutionError
-from metadata_admin.models import ClinicalSource, TableDoc
+from metadata_admin.models import TableDoc
 from metadata_admin.selectors import linkable_values_all
 
 # An example's vectors: not loaded where a run only reads its text (parsing one costs ~0.1 ms).
@@ -49,22 +49,20 @@ class LibraryVersion:
 
 def library_version(source) -> LibraryVersion:
     """One small statement, read once per question: the generation row and (count, last update) of
-    the active examples, as subqueries of the source's row."""
-    gen = LibraryGeneration.objects.filter(source_id=OuterRef("pk"))
-    active = Example.objects.filter(source_id=OuterRef("pk"), status=Example.Status.ACTIVE)
-    per_source = active.order_by().values("source_id")
-    row = (
-        ClinicalSource.objects.filter(pk=source.pk)
-        .annotate(
-            g_examples=Subquery(gen.values("examples")[:1]),
-            g_data=Subquery(gen.values("data")[:1]),
-            n=Subquery(per_source.annotate(x=Count("id")).values("x")),
-            last=Subquery(per_source.annotate(x=Max("updated_at")).values("x")),
+    the active examples. Written as SQL, not as the ORM's four subqueries: compiling those cost
+    more CPU than running them, on every question (under the threads pool, one interpreter's)."""
+    q = connection.ops.quote_name
+    gen, ex = q(LibraryGeneration._meta.db_table), q(Example._meta.db_table)
+    gen_source = q(LibraryGeneration._meta.get_field("source").column)
+    ex_source = q(Example._meta.get_field("source").column)
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT (SELECT {q('examples')} FROM {gen} WHERE {gen_source} = %s),"
+            f" (SELECT {q('data')} FROM {gen} WHERE {gen_source} = %s),"
+            f" count(*), max({q('updated_at')}) FROM {ex} WHERE {ex_source} = %s AND {q('status')} = %s",
+            [source.pk, source.pk, source.pk, Example.Status.ACTIVE.value],
         )
-        .values_list("g_examples", "g_data", "n", "last")
-        .first()
-    )
-    g_examples, g_data, n, last = row or (None, None, None, None)
+        g_examples, g_data, n, last = cur.fetchone()
     return LibraryVersion(g_examples or 0, g_data or 0, (n or 0, last))
 
 
@@ -169,7 +167,9 @@ def values_load(source, executor) -> tuple[match.ValueIndex, tuple[str, ...]]:
             )
     for problem in problems:
         logging.getLogger(__name__).warning("value index of source %s: %s", source.pk, problem)
-    return match.ValueIndex(found), tuple(problems)
+    index = match.ValueIndex(found)
+    index.prepare()  # made with the build (under the cache's lock), not by the first question naming a value
+    return index, tuple(problems)
 
 
 class LibraryCache:

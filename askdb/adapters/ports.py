@@ -25,7 +25,7 @@ from infra.adapters.clinical import ExecutionError
 from infra.audit.sql import audit_sql_executed
 from infra.providers.embeddings import LocalEmbedder, get_embedder
 from metadata_admin.models import ClinicalSource, ColumnDoc
-from metadata_admin.selectors import catalog_snapshot, linkable_values_like, retrieve
+from metadata_admin.selectors import CatalogSnapshot, catalog_snapshot, linkable_values_like, retrieve
 from metadata_admin.services import source_executor
 
 # Questions up to this long fit the gate model's 128 word pieces, [CLS] and [SEP] included.
@@ -46,6 +46,8 @@ class DjangoPorts:
         run: Run | None = None,
         sensitive: bool = False,
         ledger=None,
+        snapshot: CatalogSnapshot | None = None,
+        sensitive_columns: frozenset[str] | None = None,
     ):
         self.source = source
         self.ledger = ledger  # disclosure.Ledger: the asker's released answers and privacy budget
@@ -53,7 +55,8 @@ class DjangoPorts:
         self.chat = chat
         self.embedder = get_embedder()
         # The catalog as of this run, loaded once per catalog change (not per question).
-        self.snapshot = catalog_snapshot(source)
+        # `snapshot`: the one the run read already (its privacy policy was made from it).
+        self.snapshot = snapshot if snapshot is not None else catalog_snapshot(source)
         # "now" is the source's as-of time (shown in provenance). askdb's own reads (the library's
         # values, probes, value lookups, planning) use the source's reader; the SQL written for the
         # question runs as the asker's tier (`sensitive`: they may read sensitive columns), so the
@@ -69,7 +72,8 @@ class DjangoPorts:
         self.row_cap = row_cap
         self._nearest_for: list[float] | None = None
         self._nearest_list: list[tuple[int, float]] = []
-        self._sensitive_columns: frozenset[str] | None = None
+        # "table.column" (lower case) the catalog marks sensitive: the run's privacy policy has them
+        self._sensitive_columns: frozenset[str] | None = sensitive_columns
         self._version: LibraryVersion | None = None
         # What askdb's own reads could not do for this question (a value lookup or check that timed
         # out or failed, a column whose values could not be loaded): shown in the match stage.

@@ -51,9 +51,21 @@ class _Stage:
 # "running" row is written when they start, so the live run page shows what the run waits for.
 # The quick stages (embed, retrieve, match, prompt) are written complete, with the next flush.
 LIVE_STAGES = frozenset({"gate", "generate", "validate", "execute", "summarize"})
+# Of those, the stages that wait only on the LLM: with no LLM configured they wait on nothing (the
+# gate's rules and model are in-process, generate and summarize are skipped), so writing their
+# "running" row first would cost a transaction of ~5 statements for a row that lives milliseconds.
+LLM_STAGES = frozenset({"gate", "generate", "summarize"})
 # Stages written as soon as they end, for the page to show during the stage that follows: the
 # estimate of a large query is read while that query runs.
 SHOWN_AT_END = frozenset({"estimate"})
+# Up to this many ended stages are written by one UPDATE each: bulk_update builds a CASE per field
+# and row, whose compiling cost more CPU than the statements it saves (a third of a flush's CPU),
+# and under the threads pool every question's CPU waits on the same interpreter.
+FEW_ENDED = 2
+# A flush with nothing else for the run's row refreshes its heartbeat only this long after the last
+# one: the stale-run reaper waits minutes (ASKDB_STALE_RUN_SECONDS), and an UPDATE per quick stage
+# boundary was a sixth of a question's recording CPU.
+HEARTBEAT_S = 10.0
 # A stage boundary looks for a cancel at most this often: quick stages follow each other within
 # milliseconds, and a boundary after a wait (an LLM call, a query) always looks.
 CANCEL_CHECK_S = 0.2
@@ -69,8 +81,10 @@ class DjangoRecorder:
     event are written in the same transaction, as before.
     """
 
-    def __init__(self, run: Run, *, time_limit_s: float | None = None):
+    def __init__(self, run: Run, *, time_limit_s: float | None = None, llm: bool = True):
         self.run = run
+        # `llm`: an LLM is configured. Without one, the LLM-only stages are written complete.
+        self._live = LIVE_STAGES if llm else LIVE_STAGES - LLM_STAGES
         # The run's soft time limit, checked at every stage boundary: the threads pool cannot
         # interrupt a task as the prefork pool's signal does, so the run stops itself.
         limit = settings.CELERY_TASK_SOFT_TIME_LIMIT if time_limit_s is None else time_limit_s
@@ -82,13 +96,14 @@ class DjangoRecorder:
         self._run_fields: dict[str, Any] = {}
         self._tokens = [0, 0, Decimal(0)]  # prompt, completion, cost not yet added to the run
         self._cancel_checked = time.monotonic()  # the run was claimed (not cancelled) just now
+        self._beat = time.monotonic()  # and its heartbeat written with the claim
 
     @contextlib.contextmanager
     def stage(self, name: str):
         event = StageEvent(
             run=self.run, name=name, started_at=timezone.now(), status=StageEvent.Status.RUNNING, detail={}
         )
-        if name in LIVE_STAGES:
+        if name in self._live:
             self.flush(running=event)
         handle = _Stage(event)
         start = time.perf_counter()
@@ -130,14 +145,22 @@ class DjangoRecorder:
     def _write(self) -> None:
         if self._new:
             StageEvent.objects.bulk_create(self._new)  # sets pk (PostgreSQL returns the ids)
-        if self._ended:
+        if len(self._ended) > FEW_ENDED:
             StageEvent.objects.bulk_update(self._ended, ["status", "duration_ms", "detail"])
+        else:  # usually the one live stage that just ended: a plain UPDATE compiles in a tenth of the CPU
+            for event in self._ended:
+                StageEvent.objects.filter(pk=event.pk).update(
+                    status=event.status, duration_ms=event.duration_ms, detail=event.detail
+                )
         if self._attempts:
             SqlAttempt.objects.bulk_create(self._attempts)
         for call, audit in self._calls:
             call.save(force_insert=True)
             audit_record(action="llm.call", target=self.run, **audit)
         prompt, completion, cost = self._tokens
+        beat_due = time.monotonic() - self._beat >= HEARTBEAT_S
+        if not (self._run_fields or prompt or completion or cost or beat_due):
+            return  # nothing for the run's row: a heartbeat written seconds ago still says it is alive
         fields = {**self._run_fields, "heartbeat_at": timezone.now()}
         if prompt or completion or cost:
             fields.update(
@@ -146,6 +169,7 @@ class DjangoRecorder:
                 cost_usd=F("cost_usd") + cost,
             )
         Run.objects.filter(pk=self.run.pk).update(**fields)
+        self._beat = time.monotonic()
 
     def attempt(
         self, *, number: int, sql: str, origin: str, valid: bool, error_code: str = "", error: str = ""

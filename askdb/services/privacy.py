@@ -4,6 +4,7 @@ catalog), and the same protection for results that reach a run outside the pipel
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 
 from django.conf import settings
@@ -13,39 +14,64 @@ from askdb.services.sql import ReviewError, sql_check, sql_check_protected
 from core import disclosure, privacy
 from core.disclosure import PERTURBING, DisclosurePolicy
 from metadata_admin.models import ColumnDoc
-from metadata_admin.selectors import reference_tables
+from metadata_admin.selectors import CatalogSnapshot, reference_tables
 from metadata_admin.services import source_catalog_schema
 
+_CATALOG_PRIVACY_MAX = 16
+_catalog_privacy: dict[tuple, tuple[frozenset[str], frozenset[str]]] = {}
+_catalog_privacy_lock = threading.Lock()
 
-def privacy_policy(*, source, user, evaluation: bool = False) -> privacy.PrivacyPolicy:
+
+def _catalog_columns(source, snapshot: CatalogSnapshot | None) -> tuple[frozenset[str], frozenset[str]]:
+    """(sensitive "table.column" names, reference tables) of the source's catalog: two queries,
+    or none when the run already read the catalog's stamp (`snapshot`): both come from table and
+    column docs, whose every change changes the stamp, so they are kept per stamp in this process."""
+    identifiers = tuple(settings.ASKDB_IDENTIFIER_COLUMNS)
+    key = (source.pk, snapshot.stamp, identifiers) if snapshot is not None else None
+    if key is not None and key in _catalog_privacy:
+        return _catalog_privacy[key]
+    sensitive = ColumnDoc.objects.filter(table__source=source, sensitive=True).values_list(
+        "table__name", "name"
+    )
+    found = (frozenset(f"{t}.{c}".lower() for t, c in sensitive), reference_tables(source, identifiers))
+    if key is not None:
+        with _catalog_privacy_lock:
+            if len(_catalog_privacy) >= _CATALOG_PRIVACY_MAX:
+                _catalog_privacy.clear()
+            _catalog_privacy[key] = found
+    return found
+
+
+def privacy_policy(
+    *, source, user, evaluation: bool = False, snapshot: CatalogSnapshot | None = None
+) -> privacy.PrivacyPolicy:
     """What `user` may see of `source` (user None: the strictest rights). Row-level results need
     the role's view_row_level permission and a source that is not aggregate-only.
 
     An evaluation run (`evaluation`) measures askdb's SQL against gold answers for admins; its
     inactive user holds no permission, so the rights come from the channel, not the user. The
     source's small-cell rule applies to it like to any run. Queries that read only the catalog's
-    reference tables (code dictionaries) are not patient data and are open to aggregate-only users."""
-    sensitive = ColumnDoc.objects.filter(table__source=source, sensitive=True).values_list(
-        "table__name", "name"
-    )
+    reference tables (code dictionaries) are not patient data and are open to aggregate-only users.
+    `snapshot`: the catalog as this run read it, so the catalog's part costs no query."""
+    sensitive, reference = _catalog_columns(source, snapshot)
     return privacy.PrivacyPolicy(
         min_cell_size=source.min_cell_size,
         row_level=evaluation
         or (not source.aggregate_only and bool(user and user.has_perm("askdb.view_row_level"))),
         sensitive_allowed=evaluation or bool(user and user.has_perm("askdb.view_sensitive")),
-        sensitive_columns=frozenset(f"{t}.{c}".lower() for t, c in sensitive),
+        sensitive_columns=sensitive,
         identifier_columns=frozenset(settings.ASKDB_IDENTIFIER_COLUMNS),
-        reference_tables=reference_tables(source, settings.ASKDB_IDENTIFIER_COLUMNS),
+        reference_tables=reference,
     )
 
 
 def release_policies(
-    *, source, user, evaluation: bool = False
+    *, source, user, evaluation: bool = False, snapshot: CatalogSnapshot | None = None
 ) -> tuple[privacy.PrivacyPolicy, DisclosurePolicy]:
     """The privacy policy and the disclosure policy a run applies. With a perturbing mode (noise,
     dp) small cells are judged on the released count, after the noise, so privacy.protect gets k = 0
     and the disclosure policy carries k (suppressing on the true count would tell which are small)."""
-    policy = privacy_policy(source=source, user=user, evaluation=evaluation)
+    policy = privacy_policy(source=source, user=user, evaluation=evaluation, snapshot=snapshot)
     control = disclosure_policy(source=source, user=user, evaluation=evaluation)
     if control.mode in PERTURBING:
         policy = replace(policy, min_cell_size=0)

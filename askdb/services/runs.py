@@ -169,7 +169,11 @@ def run_execute(*, run_id: int, worker: str = ""):
 
     source = run.question.source
     evaluation = run.question.channel == "evaluation"  # measures SQL: no ledger, no budget spent
-    privacy, control = release_policies(source=source, user=run.question.user, evaluation=evaluation)
+    # The catalog as of this run, read once: the privacy policy's catalog part and the ports use it.
+    snapshot = catalog_snapshot(source)
+    privacy, control = release_policies(
+        source=source, user=run.question.user, evaluation=evaluation, snapshot=snapshot
+    )
     config = PipelineConfig(
         candidates=source.candidates or settings.ASKDB_CANDIDATES,
         temperature=settings.ASKDB_CANDIDATES_TEMPERATURE,
@@ -186,11 +190,12 @@ def run_execute(*, run_id: int, worker: str = ""):
         disclosure=control,
         disclosure_key=disclosure_key(user=run.question.user),
     )
-    recorder = DjangoRecorder(run)
     try:
         chat = get_chat_model()
+        recorder = DjangoRecorder(run, llm=chat is not None)
         ports = DjangoPorts(source, chat=chat, timeout_s=config.timeout_s, row_cap=config.row_cap, run=run,
-                            sensitive=config.privacy.sensitive_allowed,
+                            sensitive=config.privacy.sensitive_allowed, snapshot=snapshot,
+                            sensitive_columns=config.privacy.sensitive_columns,
                             ledger=None if evaluation else DatabaseLedger(source=source, user=run.question.user,
                                                                           run=run))  # fmt: skip
         try:
@@ -220,7 +225,7 @@ def run_execute(*, run_id: int, worker: str = ""):
         if not run.is_terminal:
             _run_finish(run, status=Run.Status.FAILED, outcome=outcome, message=message)
         return run
-    run.refresh_from_db()
+    _refresh(run)
     if run.status == Run.Status.CANCELLED:
         return run
     fields = {
@@ -250,6 +255,13 @@ def run_execute(*, run_id: int, worker: str = ""):
         )
     _run_finish(run, status=outcome.status, **fields)
     return run
+
+
+def _refresh(run) -> None:
+    """The run as stored now (a cancel, the recorder's tokens and retrieval), keeping the question,
+    source and user already loaded: a run's question never changes, and a plain refresh_from_db
+    forgets every loaded relation, so finishing read them again."""
+    run.refresh_from_db(fields=[f.name for f in Run._meta.concrete_fields if f.name != "question"])
 
 
 def _earlier(run) -> dict[str, str]:
