@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import hashlib
 from collections import Counter, defaultdict
@@ -97,13 +98,30 @@ def mine_synonyms(paraphrases: Iterable[Sequence[Sequence[str]]]) -> dict[str, f
 
 
 def _swap(a: Sequence[str], b: Sequence[str]) -> tuple[str, str] | None:
-    """The one word two word sequences differ by, in the same place, or None."""
-    if len(a) != len(b):
+    """The one word two word sequences differ by, in the same place, or None; also where one of them
+    says one word of no content more besides ("how much is the average cost associated with {value}"
+    / "the average cost including {value}"): paraphrases seldom differ by one word alone. Not where the
+    word said more carries content ("{value} throughout {period}" / "treated with {value} procedure
+    {period}" swaps no "throughout" for "procedure")."""
+    if len(a) == len(b):
+        differ = [(x, y) for x, y in zip(a, b, strict=True) if x != y]
+        return _swapped(*differ[0]) if len(differ) == 1 else None
+    if abs(len(a) - len(b)) != 1:
         return None
-    differ = [(x, y) for x, y in zip(a, b, strict=True) if x != y]
-    if len(differ) != 1:
-        return None
-    x, y = differ[0]
+    edits = [op for op in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes() if op[0] != "equal"]
+    replaced = [
+        (a[i], b[j]) for tag, i, i2, j, j2 in edits if tag == "replace" and i2 - i == 1 and j2 - j == 1
+    ]
+    said_more = [w for tag, i, i2, j, j2 in edits if tag != "replace" for w in (*a[i:i2], *b[j:j2])]
+    if len(edits) != 2 or len(replaced) != 1 or not all(w in NEUTRAL_STEMS for w in said_more):
+        return None  # one word swapped and one word of no content said more, nothing else
+    x, y = replaced[0]
+    # A word said in both sequences was moved, not swapped ("the hospital cost" / "the cost of the
+    # hospital visit" swaps nothing).
+    return None if x in b or y in a else _swapped(x, y)
+
+
+def _swapped(x: str, y: str) -> tuple[str, str] | None:
     if x in NEUTRAL_STEMS or y in NEUTRAL_STEMS or x.startswith("slot") or y.startswith("slot"):
         return None
     return (min(x, y), max(x, y))
