@@ -77,16 +77,18 @@ def mine_synonyms(paraphrases: Iterable[Sequence[Sequence[str]]]) -> dict[str, f
     swap those words without changing the answer. A swap seen in at least SYNONYM_TEMPLATES
     templates is a synonym for the meaning guard; one template alone may be an accident of its
     wording. `paraphrases` is, per template and operator signature, each paraphrase's words in order
-    (guard_sequence).
+    (guard_sequence). A pair that tells two templates apart (_contrasts) is none.
     """
+    groups = [list(group) for group in paraphrases]
+    contrasts = _contrasts(groups)
     seen: Counter[tuple[str, str]] = Counter()
-    for group in paraphrases:
+    for group in groups:
         pairs: set[tuple[str, str]] = set()
         members = list(group)[:SYNONYM_MEMBERS]
         for i, a in enumerate(members):
             for b in members[i + 1 :]:
                 swap = _swap(a, b)
-                if swap and not set(swap) & NEVER_NEUTRAL:
+                if swap and not set(swap) & NEVER_NEUTRAL and swap not in contrasts:
                     pairs.add(swap)
         seen.update(pairs)
     out: dict[str, set[str]] = defaultdict(set)
@@ -95,6 +97,24 @@ def mine_synonyms(paraphrases: Iterable[Sequence[Sequence[str]]]) -> dict[str, f
             out[x].add(y)
             out[y].add(x)
     return {w: frozenset(v) for w, v in out.items()}
+
+
+def _contrasts(groups: list[list[Sequence[str]]]) -> set[tuple[str, str]]:
+    """Word pairs the library tells templates apart by: two questions of different templates that
+    read the same but for that word in one place ("the total input of" / "the total output of",
+    "the lab tests" / "the microbiology tests"). Such a pair is never a synonym, however often
+    paraphrases of one template also swap it (a mining accident is worse than a missed synonym)."""
+    words_at: dict[tuple, set[tuple[int, str]]] = defaultdict(set)
+    for g, group in enumerate(groups):
+        for seq in group:
+            for i, w in enumerate(seq):
+                if w not in NEUTRAL_STEMS and not w.startswith("slot"):
+                    words_at[(tuple(seq[:i]), tuple(seq[i + 1 :]))].add((g, w))
+    out: set[tuple[str, str]] = set()
+    for found in words_at.values():
+        if len(found) > 1:
+            out.update((min(x, y), max(x, y)) for g, x in found for h, y in found if g != h and x != y)
+    return out
 
 
 def _swap(a: Sequence[str], b: Sequence[str]) -> tuple[str, str] | None:
@@ -218,8 +238,7 @@ class LibraryIndex:
         summary = {key: _paraphrases_say(idx, said_by, ops_by) for key, idx in groups.items()}
         synonyms = mine_synonyms(
             [sequence_of[i] for i in idx if operator_signature(ops_by[i]) == sig]
-            for idx in groups.values()
-            if len(idx) > 1
+            for idx in groups.values()  # one paraphrase swaps nothing, yet tells templates apart
             for sig in {operator_signature(ops_by[i]) for i in idx}
         )
         self.synonyms = synonyms

@@ -367,6 +367,25 @@ def test_a_swap_is_also_mined_where_a_paraphrase_says_one_word_of_no_content_mor
     assert mine_synonyms(swaps) == {"associat": {"includ"}, "includ": {"associat"}}
 
 
+def test_words_that_tell_two_templates_apart_are_never_mined_as_synonyms():
+    swaps = [
+        # paraphrases of two templates swap "level" and "measured" (an accident of their wording)…
+        [
+            ["last", "heart", "rate", "level", "slotpatient"],
+            ["last", "heart", "rate", "measur", "slotpatient"],
+        ],
+        [["first", "weight", "level", "slotpatient"], ["first", "weight", "measur", "slotpatient"]],
+        # …and the sex/gender swap, twice
+        [["count", "patient", "sex", "slotgender"], ["count", "patient", "gender", "slotgender"]],
+        [["average", "age", "sex"], ["average", "age", "gender"]],
+        # two templates (one paraphrase each) that differ by "level" and "measured" only: the
+        # library tells them apart by it
+        [["when", "glucose", "level", "slotpatient"]],
+        [["when", "glucose", "measur", "slotpatient"]],
+    ]
+    assert mine_synonyms(swaps) == {"sex": {"gender"}, "gender": {"sex"}}
+
+
 def test_a_synonym_mined_with_a_word_more_explains_it_and_no_near_word():
     sql = "SELECT {f}(cost) FROM cost WHERE hadm_id IN (SELECT hadm_id FROM diagnoses_icd)"
     index = build_index(
