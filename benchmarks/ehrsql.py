@@ -521,7 +521,7 @@ def small_libraries(
                      for e in rest]  # fmt: skip
             risk, cv, lookup = calibrate(sub, runner, cost=cost, progress=False)
             scores, details, _latency = evaluate(sub, runner, risk, lookup, items, progress=False)
-            causes, _wrong = _misses(sub, risk, runner, scores, details)
+            causes, wrong = _misses(sub, risk, runner, scores, details)
             answered = [s for s in scores if not s.abstained]
             right = sum(1 for s in answered if s.answerable and s.correct)
             row = {
@@ -531,6 +531,7 @@ def small_libraries(
                 "composed_right": sum(1 for d in details if d["composed"] and d["correct"]),
                 "rs10": metrics.reliability_scores(scores)["10"],  # as sample_efficiency scores valid
                 "misses": dict(causes.most_common()),
+                "wrong": [{"question": d["question"], "gold": d["gold"], "sql": d["answered"]} for d in wrong],
             }  # fmt: skip
             if progress:
                 print(f"small {share:.0%} seed {seed}: {json.dumps(row)}", file=sys.stderr)
