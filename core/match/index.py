@@ -79,18 +79,37 @@ def mine_synonyms(paraphrases: Iterable[Sequence[Sequence[str]]]) -> dict[str, f
     wording. `paraphrases` is, per template and operator signature, each paraphrase's words in order
     (guard_sequence). A pair that tells two templates apart (_contrasts) is none.
     """
+    return _mine(paraphrases)[0]
+
+
+def _mine(paraphrases: Iterable[Sequence[Sequence[str]]]) -> tuple[dict, dict]:
+    """(mine_synonyms, the swaps of one word in the same place alone, as mined before swaps with one
+    word more and contrasts were read). The second decides what is library wording
+    (_library_wording): a synonym makes a word said where its synonym is, so a pair mined more
+    loosely would turn wording ("administered") into a subject every paraphrase says; it only
+    explains words."""
     groups = [list(group) for group in paraphrases]
     contrasts = _contrasts(groups)
     seen: Counter[tuple[str, str]] = Counter()
+    same_place: Counter[tuple[str, str]] = Counter()
     for group in groups:
         pairs: set[tuple[str, str]] = set()
-        members = list(group)[:SYNONYM_MEMBERS]
+        strict: set[tuple[str, str]] = set()
+        members = group[:SYNONYM_MEMBERS]
         for i, a in enumerate(members):
             for b in members[i + 1 :]:
                 swap = _swap(a, b)
-                if swap and not set(swap) & NEVER_NEUTRAL and swap not in contrasts:
-                    pairs.add(swap)
+                if swap and not set(swap) & NEVER_NEUTRAL:
+                    if len(a) == len(b):
+                        strict.add(swap)
+                    if swap not in contrasts:
+                        pairs.add(swap)
         seen.update(pairs)
+        same_place.update(strict)
+    return _pairs(seen), _pairs(same_place)
+
+
+def _pairs(seen: Counter[tuple[str, str]]) -> dict[str, frozenset[str]]:
     out: dict[str, set[str]] = defaultdict(set)
     for (x, y), n in seen.items():
         if n >= SYNONYM_TEMPLATES:
@@ -236,14 +255,14 @@ class LibraryIndex:
         ops_by = {i: r[2] for i, r in readings.items()}
         groups = {key: idx for key, idx in self.members.items() if key != UNANSWERABLE}
         summary = {key: _paraphrases_say(idx, said_by, ops_by) for key, idx in groups.items()}
-        synonyms = mine_synonyms(
+        synonyms, same_place = _mine(
             [sequence_of[i] for i in idx if operator_signature(ops_by[i]) == sig]
             for idx in groups.values()  # one paraphrase swaps nothing, yet tells templates apart
             for sig in {operator_signature(ops_by[i]) for i in idx}
         )
         self.synonyms = synonyms
         neutral = _library_wording(
-            groups, said_by, synonyms, [s["signature_words"] for s in summary.values()]
+            groups, said_by, same_place, [s["signature_words"] for s in summary.values()]
         )
         subjects = _subjects(groups, said_by, neutral)
         return {

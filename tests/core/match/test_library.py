@@ -367,6 +367,23 @@ def test_a_swap_is_also_mined_where_a_paraphrase_says_one_word_of_no_content_mor
     assert mine_synonyms(swaps) == {"associat": {"includ"}, "includ": {"associat"}}
 
 
+def test_a_swap_with_a_word_more_explains_words_but_never_decides_what_is_library_wording():
+    # Train CV: mined as a synonym of "prescribed", "administered" stopped being wording the
+    # paraphrases leave out and became a subject every "most frequently administered" question had
+    # to say (right answers lost). The wording is read from the swaps in the same place alone.
+    from core.match.index import _mine
+
+    swaps = [
+        [["much", "cost", "administer", "slotvalue"], ["cost", "prescrib", "slotvalue"]],
+        [["much", "dose", "administer", "slotvalue"], ["dose", "prescrib", "slotvalue"]],
+        [["count", "patient", "sex"], ["count", "patient", "gender"]],
+        [["average", "age", "sex"], ["average", "age", "gender"]],
+    ]
+    synonyms, wording = _mine(swaps)
+    assert synonyms["administer"] == {"prescrib"} and synonyms["sex"] == {"gender"}
+    assert "administer" not in wording and wording["sex"] == {"gender"}
+
+
 def test_words_that_tell_two_templates_apart_are_never_mined_as_synonyms():
     swaps = [
         # paraphrases of two templates swap "level" and "measured" (an accident of their wording)…
