@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import hashlib
 from collections import Counter, defaultdict
@@ -76,18 +77,39 @@ def mine_synonyms(paraphrases: Iterable[Sequence[Sequence[str]]]) -> dict[str, f
     swap those words without changing the answer. A swap seen in at least SYNONYM_TEMPLATES
     templates is a synonym for the meaning guard; one template alone may be an accident of its
     wording. `paraphrases` is, per template and operator signature, each paraphrase's words in order
-    (guard_sequence).
+    (guard_sequence). A pair that tells two templates apart (_contrasts) is none.
     """
+    return _mine(paraphrases)[0]
+
+
+def _mine(paraphrases: Iterable[Sequence[Sequence[str]]]) -> tuple[dict, dict]:
+    """(mine_synonyms, the swaps of one word in the same place alone, as mined before swaps with one
+    word more and contrasts were read). The second decides what is library wording
+    (_library_wording): a synonym makes a word said where its synonym is, so a pair mined more
+    loosely would turn wording ("administered") into a subject every paraphrase says; it only
+    explains words."""
+    groups = [list(group) for group in paraphrases]
+    contrasts = _contrasts(groups)
     seen: Counter[tuple[str, str]] = Counter()
-    for group in paraphrases:
+    same_place: Counter[tuple[str, str]] = Counter()
+    for group in groups:
         pairs: set[tuple[str, str]] = set()
-        members = list(group)[:SYNONYM_MEMBERS]
+        strict: set[tuple[str, str]] = set()
+        members = group[:SYNONYM_MEMBERS]
         for i, a in enumerate(members):
             for b in members[i + 1 :]:
                 swap = _swap(a, b)
                 if swap and not set(swap) & NEVER_NEUTRAL:
-                    pairs.add(swap)
+                    if len(a) == len(b):
+                        strict.add(swap)
+                    if swap not in contrasts:
+                        pairs.add(swap)
         seen.update(pairs)
+        same_place.update(strict)
+    return _pairs(seen), _pairs(same_place)
+
+
+def _pairs(seen: Counter[tuple[str, str]]) -> dict[str, frozenset[str]]:
     out: dict[str, set[str]] = defaultdict(set)
     for (x, y), n in seen.items():
         if n >= SYNONYM_TEMPLATES:
@@ -96,14 +118,49 @@ def mine_synonyms(paraphrases: Iterable[Sequence[Sequence[str]]]) -> dict[str, f
     return {w: frozenset(v) for w, v in out.items()}
 
 
+def _contrasts(groups: list[list[Sequence[str]]]) -> set[tuple[str, str]]:
+    """Word pairs the library tells templates apart by: two questions of different templates that
+    read the same but for that word in one place ("the total input of" / "the total output of",
+    "the lab tests" / "the microbiology tests"). Such a pair is never a synonym, however often
+    paraphrases of one template also swap it (a mining accident is worse than a missed synonym)."""
+    words_at: dict[tuple, set[tuple[int, str]]] = defaultdict(set)
+    for g, group in enumerate(groups):
+        for seq in group:
+            for i, w in enumerate(seq):
+                if w not in NEUTRAL_STEMS and not w.startswith("slot"):
+                    words_at[(tuple(seq[:i]), tuple(seq[i + 1 :]))].add((g, w))
+    out: set[tuple[str, str]] = set()
+    for found in words_at.values():
+        if len(found) > 1:
+            out.update((min(x, y), max(x, y)) for g, x in found for h, y in found if g != h and x != y)
+    return out
+
+
 def _swap(a: Sequence[str], b: Sequence[str]) -> tuple[str, str] | None:
-    """The one word two word sequences differ by, in the same place, or None."""
-    if len(a) != len(b):
+    """The one word two word sequences differ by, in the same place, or None; also where one of them
+    says one word of no content more besides ("how much is the average cost associated with {value}"
+    / "the average cost including {value}"): paraphrases seldom differ by one word alone. Not where the
+    word said more carries content ("{value} throughout {period}" / "treated with {value} procedure
+    {period}" swaps no "throughout" for "procedure")."""
+    if len(a) == len(b):
+        differ = [(x, y) for x, y in zip(a, b, strict=True) if x != y]
+        return _swapped(*differ[0]) if len(differ) == 1 else None
+    if abs(len(a) - len(b)) != 1:
         return None
-    differ = [(x, y) for x, y in zip(a, b, strict=True) if x != y]
-    if len(differ) != 1:
-        return None
-    x, y = differ[0]
+    edits = [op for op in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes() if op[0] != "equal"]
+    replaced = [
+        (a[i], b[j]) for tag, i, i2, j, j2 in edits if tag == "replace" and i2 - i == 1 and j2 - j == 1
+    ]
+    said_more = [w for tag, i, i2, j, j2 in edits if tag != "replace" for w in (*a[i:i2], *b[j:j2])]
+    if len(edits) != 2 or len(replaced) != 1 or not all(w in NEUTRAL_STEMS for w in said_more):
+        return None  # one word swapped and one word of no content said more, nothing else
+    x, y = replaced[0]
+    # A word said in both sequences was moved, not swapped ("the hospital cost" / "the cost of the
+    # hospital visit" swaps nothing).
+    return None if x in b or y in a else _swapped(x, y)
+
+
+def _swapped(x: str, y: str) -> tuple[str, str] | None:
     if x in NEUTRAL_STEMS or y in NEUTRAL_STEMS or x.startswith("slot") or y.startswith("slot"):
         return None
     return (min(x, y), max(x, y))
@@ -198,15 +255,14 @@ class LibraryIndex:
         ops_by = {i: r[2] for i, r in readings.items()}
         groups = {key: idx for key, idx in self.members.items() if key != UNANSWERABLE}
         summary = {key: _paraphrases_say(idx, said_by, ops_by) for key, idx in groups.items()}
-        synonyms = mine_synonyms(
+        synonyms, same_place = _mine(
             [sequence_of[i] for i in idx if operator_signature(ops_by[i]) == sig]
-            for idx in groups.values()
-            if len(idx) > 1
+            for idx in groups.values()  # one paraphrase swaps nothing, yet tells templates apart
             for sig in {operator_signature(ops_by[i]) for i in idx}
         )
         self.synonyms = synonyms
         neutral = _library_wording(
-            groups, said_by, synonyms, [s["signature_words"] for s in summary.values()]
+            groups, said_by, same_place, [s["signature_words"] for s in summary.values()]
         )
         subjects = _subjects(groups, said_by, neutral)
         return {

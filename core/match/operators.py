@@ -20,6 +20,7 @@ _TIME_POINT = rf"(?:the\s+)?(?:year\s+)?(?:\d{{4}}\b|{_MONTHS}\b)"
 _TIME_WORDS = {
     "in": "in",
     "during": "in",
+    "throughout": "in",
     "on": "in",
     "of": "in",
     "since": "since",

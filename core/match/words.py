@@ -26,7 +26,7 @@ OPERATOR_WORDS = frozenset(
     """first earliest initial initially 1st last latest recent recently final lastly maximum max highest largest
     greatest peak biggest top most minimum min lowest smallest fewest least how many number count counts counted
     total average averages avg mean sum cumulative much since after before prior until till through up between
-    within during ever times often not no never without none neither nor excluding except more less than
+    within during throughout ever times often not no never without none neither nor excluding except more less than
     greater fewer older younger over under above below higher lower longer shorter larger exceed exceeds
     exceeded exceeding at past previous current next today yesterday now currently year years month months
     week weeks day days hour hours minute minutes decade decades time each every per across broken down grouped
