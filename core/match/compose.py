@@ -33,6 +33,7 @@ from core.match.candidate import MatchResult, TemplateCandidate
 from core.match.index import UNANSWERABLE, Entry, Family, LibraryIndex, entry_for
 from core.match.items import ItemSwap, item_plans, library_items
 from core.match.matcher import match_one
+from core.match.outer import conjuncts, outer_tables, read_below
 from core.match.reading import Reading
 from core.match.risk import Calibration
 from core.match.spans import GENDER, NUMBER, VALUE, YEAR
@@ -154,7 +155,7 @@ def compose_follow_up(
         return []
     library_family = next(iter(index.families.values()))  # wording, synonyms, subjects: library-wide
     said, has = _said_types(reading), _slot_types(template)
-    tables, used = set(_tables(template).values()), _columns(template.sql_template, template.dialect)
+    tables, used = set(outer_tables(template).values()), _columns(template.sql_template, template.dialect)
     out: list[MatchResult] = []
     for kind in CONDITION_TYPES:
         if said.get(kind, 0) <= has.get(kind, 0):
@@ -232,7 +233,7 @@ def _plans(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[
     assert base.template is not None
     said = _said_types(reading)
     has = _slot_types(base.template)
-    tables = set(_tables(base.template).values())
+    tables = set(outer_tables(base.template).values())
     used = _columns(base.template.sql_template, base.template.dialect)
     plans: list[Composed] = []
     for kind in CONDITION_TYPES:
@@ -361,9 +362,9 @@ def _conditions_of(example_id: int | None, template: Template) -> list[Condition
         return []
     literals = {id(lit): i for i, lit in enumerate(tree.find_all(exp.Literal))}
     slot_at = {use.index: slot for slot in template.slots for use in slot.uses}
-    tables = _tables(template)
+    tables = outer_tables(template)
     out = []
-    for conjunct in _conjuncts(tree.args["where"].this):
+    for conjunct in conjuncts(tree.args["where"].this):
         if conjunct.find(exp.Select) is not None:
             continue
         aliases = {c.table or _only(tables) for c in conjunct.find_all(exp.Column)}
@@ -394,27 +395,6 @@ def _conditions_of(example_id: int | None, template: Template) -> list[Condition
 def _only(tables: dict[str, str]) -> str:
     """The one table's alias of a one-table SELECT (its columns need no qualifier), else ""."""
     return next(iter(tables)) if len(tables) == 1 else ""
-
-
-def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
-    node = node.unnest() if isinstance(node, exp.Paren) else node
-    if isinstance(node, exp.And):
-        return _conjuncts(node.left) + _conjuncts(node.right)
-    return [node]
-
-
-def _tables(template: Template) -> dict[str, str]:
-    """The outer SELECT's tables by alias (or name): alias -> bare table name."""
-    tree = parsed_sql(template.sql_template, template.dialect)
-    if not isinstance(tree, exp.Select):
-        return {}
-    sources = [tree.args.get("from_") or tree.args.get("from"), *(tree.args.get("joins") or [])]
-    out = {}
-    for source in sources:
-        table = source.this if source is not None else None
-        if isinstance(table, exp.Table):
-            out[table.alias_or_name] = table.name.lower()
-    return out
 
 
 def _phrase(question: str, start: int, end: int) -> tuple[int, int]:
@@ -541,8 +521,8 @@ def _compose_one(entry: Entry, plan: Composed) -> tuple[str, str] | None:
 
 def _with(template: Template, cond: Condition) -> str:
     tree = parsed_sql(template.sql_template, template.dialect).copy()  # changed below: a copy
-    aliases = [a for a, t in _tables(template).items() if t == cond.table]
-    if len(aliases) != 1 or not isinstance(tree, exp.Select):
+    aliases = [a for a, t in outer_tables(template).items() if t == cond.table]
+    if len(aliases) != 1 or not isinstance(tree, exp.Select) or read_below(tree, cond.table):
         return ""
     conjunct = cond.conjunct.copy()
     for column in conjunct.find_all(exp.Column):
@@ -552,11 +532,11 @@ def _with(template: Template, cond: Condition) -> str:
 
 def _without(template: Template, cond: Condition) -> str:
     tree = parsed_sql(template.sql_template, template.dialect).copy()  # changed below: a copy
-    if not isinstance(tree, exp.Select) or tree.args.get("where") is None:
+    if not isinstance(tree, exp.Select) or tree.args.get("where") is None or read_below(tree, cond.table):
         return ""
     ident = cond.ident.partition(":")[2]
     keep = []
-    for conjunct in _conjuncts(tree.args["where"].this):
+    for conjunct in conjuncts(tree.args["where"].this):
         masked = conjunct.copy()
         for column in masked.find_all(exp.Column):
             column.set("table", None)
@@ -564,7 +544,7 @@ def _without(template: Template, cond: Condition) -> str:
             lit.replace(exp.var(cond.slot_type))
         if masked.sql(dialect=template.dialect) != ident:
             keep.append(conjunct)
-    if len(keep) == len(_conjuncts(tree.args["where"].this)):
+    if len(keep) == len(conjuncts(tree.args["where"].this)):
         return ""
     tree.set("where", None)
     return (tree.where(*keep, copy=False) if keep else tree).sql(dialect=template.dialect)

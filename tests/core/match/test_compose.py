@@ -359,3 +359,37 @@ def test_a_ready_library_reads_no_template_again_when_a_question_composes(demo, 
     best = swapped(ask(fresh, "what is the minimum age of male patients?"))[0]
     assert best.sql.startswith("SELECT MIN(p.anchor_age)")
     assert 0 < len(calls) < len(fresh.entries) // 4
+
+
+LAST_DRUG = (
+    "SELECT p.drug FROM mimiciv_hosp.prescriptions AS p WHERE p.subject_id = 10014354 AND p.starttime = "
+    "(SELECT MAX(q.starttime) FROM mimiciv_hosp.prescriptions AS q WHERE q.subject_id = 10014354)"
+)
+
+
+def test_no_condition_is_added_or_dropped_where_a_subquery_reads_the_same_table():
+    """The attack a 30 % library found in train: the route added to the outer WHERE of "the last
+    drug" filters after the subquery chose the last row (the last drug, if it was an IV bolus), not
+    before it (the last IV bolus drug). Where the condition belongs is not known: no composition."""
+    from core.match.compose import _with, _without
+
+    route = build_template(
+        "what drugs were given to patient 10014354 via iv bolus?",
+        "SELECT p.drug FROM mimiciv_hosp.prescriptions AS p WHERE p.subject_id = 10014354 AND p.route = 'IV BOLUS'",
+    )
+    (cond,) = [c for c in conditions_of(1, route) if "route" in c.ident]
+    last = build_template("what was the last drug given to patient 10014354?", LAST_DRUG)
+    assert _with(last, cond) == ""
+    last_iv = build_template(
+        "what was the last drug given to patient 10014354 via iv bolus?",
+        LAST_DRUG.replace("p.starttime =", "p.route = 'IV BOLUS' AND p.starttime =").replace(
+            "q.subject_id = 10014354)", "q.subject_id = 10014354 AND q.route = 'IV BOLUS')"
+        ),
+    )
+    assert _without(last_iv, cond) == ""
+    # Without a subquery on that table the condition is still added on the outer WHERE.
+    plain = build_template(
+        "what drugs were given to patient 10014354?",
+        "SELECT p.drug FROM mimiciv_hosp.prescriptions AS p WHERE p.subject_id = 10014354",
+    )
+    assert "p.route = 'IV BOLUS'" in _with(plain, cond)

@@ -1,0 +1,44 @@
+"""The outer SELECT of a template's SQL, as composition reads it: its tables, its WHERE conjuncts,
+and whether a subquery reads one of its tables too (where an added condition would then belong is
+not known, so composition does not add it)."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from core.match.template import Template, parsed_sql
+
+
+def conjuncts(node: exp.Expr) -> list[exp.Expr]:
+    """The AND-ed parts of a condition, parentheses removed."""
+    node = node.unnest() if isinstance(node, exp.Paren) else node
+    if isinstance(node, exp.And):
+        return conjuncts(node.left) + conjuncts(node.right)
+    return [node]
+
+
+def outer_tables(template: Template) -> dict[str, str]:
+    """The outer SELECT's tables by alias (or name): alias -> bare table name."""
+    tree = parsed_sql(template.sql_template, template.dialect)
+    if not isinstance(tree, exp.Select):
+        return {}
+    sources = [tree.args.get("from_") or tree.args.get("from"), *(tree.args.get("joins") or [])]
+    out = {}
+    for source in sources:
+        table = source.this if source is not None else None
+        if isinstance(table, exp.Table):
+            out[table.alias_or_name] = table.name.lower()
+    return out
+
+
+def read_below(tree: exp.Select, table: str) -> bool:
+    """Whether a subquery (or CTE) of `tree` reads `table` too. "The last drug given to patient N",
+    written as `WHERE starttime = (SELECT MAX(starttime) FROM prescriptions …)`, chooses the last
+    row below; a route added to the outer WHERE alone would filter after that choice (the last
+    drug, if it was an IV bolus) instead of before it (the last IV bolus drug): a wrong answer."""
+    return any(
+        t.name.lower() == table
+        for sub in tree.find_all(exp.Select)
+        if sub is not tree
+        for t in sub.find_all(exp.Table)
+    )
