@@ -155,6 +155,7 @@ class Vocabulary:
         schema: Iterable[str] = (),
         people: Iterable[str] = (),
         events: Iterable[str] = (),
+        categories: Iterable[str] = (),
     ) -> None:
         texts = list(texts)
         self.stems: frozenset[str] = frozenset(stems).union(*(stems_of(t) for t in texts))
@@ -166,6 +167,7 @@ class Vocabulary:
         self.schema: frozenset[str] = frozenset(w for t in schema for w in words(t))
         self.people: frozenset[str] = frozenset(w for t in people for w in words(t))
         self.events: frozenset[str] = frozenset(events)
+        self.categories: frozenset[str] = frozenset(w for t in categories for w in words(t))
         # A column named for a thing names it ("admissions.insurance: ...", "prescriptions.drug: ...").
         self.named |= {
             stem(w) for t in texts for w in words(_COLUMN_NAME.findall(t)[0] if _COLUMN_NAME.match(t) else "")
@@ -379,5 +381,9 @@ def ground_event(question: str, vocabulary: Vocabulary) -> Grounding | None:
         return None
     if _approved(asks, verb, vocabulary.events):
         return Grounding(verb, (), asks)
-    said = vocabulary.people if asks == "who" else vocabulary.schema
+    said = {
+        "who": vocabulary.people,
+        "when": vocabulary.schema,
+        "whether": vocabulary.schema | vocabulary.categories,
+    }[asks]
     return Grounding(verb, () if _said(verb, said) else (verb,), asks)

@@ -600,11 +600,12 @@ def grounding_verdicts(
     """[dealing, question]: True where the asked-for attribute is not grounded in the catalog and
     the approved questions of the other folds (a held-out question never grounds itself, nor do
     its paraphrases or its kind)."""
-    schema, people = schema_texts(tables, columns)
+    schema, people, categories = schema_texts(tables, columns)
     catalog = grounding.Vocabulary(
         [*(t.text for t in tables), *(f"{c.text} {c.values}" for c in columns), *values],
         schema=schema,
         people=people,
+        categories=categories,
     )
     stems = [grounding.stems_of(q.text) if q.answerable else set() for q in questions]
     named = [grounding.named_of(q.text) if q.answerable else set() for q in questions]
@@ -619,6 +620,7 @@ def grounding_verdicts(
                 named=catalog.named.union(*(named[i] for i in fit)),
             )
             vocabulary.schema, vocabulary.people = catalog.schema, catalog.people
+            vocabulary.categories = catalog.categories
             vocabulary.events = frozenset(events[i] for i in fit) - {""}
             for i in held:
                 g = grounding.ground(questions[i].text, vocabulary)
@@ -629,12 +631,16 @@ def grounding_verdicts(
 _PERSON_COLUMN = re.compile(r"(?:provider|caregiver)(?:_id)?$", re.IGNORECASE)
 
 
-def schema_texts(tables: Sequence[TableText], columns: Sequence[ColumnText]) -> tuple[list[str], list[str]]:
-    """The catalog's docs without example or linked values (what an event must be said in), and
-    the docs of the columns that record a person (what "who did it" must be said in)."""
+def schema_texts(
+    tables: Sequence[TableText], columns: Sequence[ColumnText]
+) -> tuple[list[str], list[str], list[str]]:
+    """The catalog's docs without example or linked values (what an event must be said in), the
+    docs of the columns that record a person (what "who did it" must be said in), and the
+    columns' example values (a category says whether: "MARRIED", never when)."""
     return (
         [*(t.text for t in tables), *(c.text for c in columns)],
         [c.text for c in columns if _PERSON_COLUMN.search(c.qualified)],
+        [c.values for c in columns],
     )
 
 
@@ -1021,11 +1027,12 @@ class AnswerabilityModel:
             np.ascontiguousarray(self.library.vectors[r]) for r in (self._approved_rows, self._flagged_rows)
         ]
         approved = [t for _, t, a in library if a]
-        schema, people = self._schema_texts
+        schema, people, categories = self._schema_texts
         self.vocabulary = grounding.Vocabulary(
             [*self._catalog_words, *approved],
             schema=schema,
             people=people,
+            categories=categories,
             events={grounding.event_key(t) for t in approved} - {""},
         )
         self._library_attributes = {grounding.attribute_key(t) for t in approved} - {frozenset()}
