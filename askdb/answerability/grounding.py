@@ -331,7 +331,7 @@ def asked_event(question: str) -> tuple[str, str]:
     return "", ""
 
 
-def _same_word(a: str, b: str) -> bool:
+def same_word(a: str, b: str) -> bool:
     """ "admit"/"admitted", "prescribed"/"prescription", "died"/"die": one word in two forms (a
     shared start of 6 letters, or one a short extension of the other); "serve"/"service",
     "married"/"marital" and "married"/"mar" (medication administration record) are not."""
@@ -352,7 +352,7 @@ def _same_word(a: str, b: str) -> bool:
 
 def _said(word: str, said: frozenset[str]) -> bool:
     w = stem(word)
-    return any(_same_word(word, s) or _same_word(w, s) for s in said if s[:2] == word[:2])
+    return any(same_word(word, s) or same_word(w, s) for s in said if s[:2] == word[:2])
 
 
 def event_key(question: str) -> str:

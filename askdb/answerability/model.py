@@ -1015,6 +1015,7 @@ class AnswerabilityModel:
         ]
         self._column_words = holding_columns(columns)
         self._schema_texts = schema_texts(tables, columns)
+        self._column_values = {c.qualified: c.values for c in columns}
 
     def set_library(self, library: Sequence[tuple[Any, str, bool]]) -> None:
         """Index the library's questions; questions seen before are not encoded again. Approved
@@ -1128,21 +1129,37 @@ class AnswerabilityModel:
 
     def _no_event(self, g: grounding.Grounding) -> str:
         """Why an event no doc records is declined: for "who", what the person columns do record
-        ("who admitted, ordered or documented"); else that no column records it (the decline adds
-        the nearest column, `_instead`)."""
+        ("who admitted the patient, ordered the test …"); else the column whose doc or categories
+        use the verb's word ("MARRIED" in admissions.marital_status: the database records the
+        marital status, not when a patient married), or that no column records it."""
+        verb = g.attribute
         if g.event == "who":
-            did = sorted({m for t in self._schema_texts[1] for m in re.findall(r"\bwho ([a-z]+)", t.lower())})
+            did: dict[str, str] = {}
+            for t in self._schema_texts[1]:
+                for m in re.finditer(r"\bwho ([a-z]+(?: the [a-z]+)?)", t.lower()):
+                    did.setdefault(m.group(1).split()[0], m.group(1))
+            acts = [did[k] for k in sorted(did)]
             held = (
-                f" who {', '.join(did[:-1])} or {did[-1]}"
-                if len(did) > 1
-                else f" who {did[0]}"
-                if did
+                f" of providers or caregivers who {', '.join(acts[:-1])} or {acts[-1]}"
+                if len(acts) > 1
                 else ""
             )
-            return (f"The data is de-identified: it records people only as provider or caregiver ids{held}; no "
-                    f"column records who {g.attribute} a patient, so askdb cannot answer this.")  # fmt: skip
-        return (f'No table or column in this database records whether or when a patient "{g.attribute}", so askdb '
-                "cannot answer this.")  # fmt: skip
+            return (f"The data is de-identified: it records people only as the ids{held}; no column records who "
+                    f"{verb} a patient, so askdb cannot answer this.")  # fmt: skip
+        asked = f'when "{verb}" happened' if g.event == "when" else f'whether or when "{verb}" happened'
+        for column, meaning in self.column_meanings.items():
+            if _KEY_COLUMN.search(column):
+                continue
+            said = grounding.words(f"{meaning} {self._column_values.get(column, '')}")
+            if any(
+                grounding.same_word(verb, w) or grounding.same_word(grounding.stem(verb), w) for w in said
+            ):
+                short = ".".join(column.split(".")[-2:])
+                what = meaning.split(";")[0].rstrip(". ")
+                what = "the " + what[:1].lower() + what[1:] if what[1:2].islower() else what
+                return (f"The database records {what} ({short}), not {asked}, so askdb cannot answer this; it can "
+                        "answer questions about that instead.")  # fmt: skip
+        return f"No table or column in this database records {asked}, so askdb cannot answer this."
 
     def _records_instead(self, attribute: str, near: list[tuple[str, float]]) -> str:
         """ "The database records the marital status at admission (admissions.marital_status), not
@@ -1174,7 +1191,10 @@ class AnswerabilityModel:
         """Why the gate declined, in one or two sentences a researcher can check."""
         if found:
             # A grounding decline names its column already.
-            named = found[0].kind != "not_in_schema" or found[0].rule == "ungrounded_attribute"
+            named = found[0].kind != "not_in_schema" or found[0].rule in (
+                "ungrounded_attribute",
+                "ungrounded_event",
+            )
             extra = "" if named else self._instead(per_column)
             return found[0].kind, found[0].reason + extra
         if near_u is not None:
