@@ -387,3 +387,17 @@ def ground_event(question: str, vocabulary: Vocabulary) -> Grounding | None:
         "whether": vocabulary.schema | vocabulary.categories,
     }[asks]
     return Grounding(verb, () if _said(verb, said) else (verb,), asks)
+
+
+def event_asked(g: Grounding) -> str:
+    """What an event question asks, in a decline's words ('when "born" happened')."""
+    if g.event == "who":
+        return f"who {g.attribute} a patient"
+    return (
+        f'when "{g.attribute}" happened' if g.event == "when" else f'whether or when "{g.attribute}" happened'
+    )
+
+
+def event_reason(g: Grounding) -> str:
+    """The decline of an event no doc records, when no column is near enough to name."""
+    return f"No table or column in this database records {event_asked(g)}, so askdb cannot answer this."

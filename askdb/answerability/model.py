@@ -1115,7 +1115,10 @@ class AnswerabilityModel:
         if g is None or g.grounded:
             return None
         if g.event:
-            return rules.Finding("not_in_schema", "ungrounded_event", g.attribute, self._no_event(g), True)
+            # Named as the attribute's grounding is: neither vetoes a confident library answer.
+            return rules.Finding(
+                "not_in_schema", "ungrounded_attribute", g.attribute, self._no_event(g), True
+            )
         vec = self.encoder.encode_questions([g.attribute])[0]
         sims = self.column_vectors @ vec if self.column_vectors.size else np.zeros(0)
         near = [(self.column_names[i], float(sims[i])) for i in np.argsort(-sims)[:8]]
@@ -1146,7 +1149,7 @@ class AnswerabilityModel:
             )
             return (f"The data is de-identified: it records people only as the ids{held}; no column records who "
                     f"{verb} a patient, so askdb cannot answer this.")  # fmt: skip
-        asked = f'when "{verb}" happened' if g.event == "when" else f'whether or when "{verb}" happened'
+        asked = grounding.event_asked(g)
         for column, meaning in self.column_meanings.items():
             if _KEY_COLUMN.search(column):
                 continue
@@ -1159,7 +1162,7 @@ class AnswerabilityModel:
                 what = "the " + what[:1].lower() + what[1:] if what[1:2].islower() else what
                 return (f"The database records {what} ({short}), not {asked}, so askdb cannot answer this; it can "
                         "answer questions about that instead.")  # fmt: skip
-        return f"No table or column in this database records {asked}, so askdb cannot answer this."
+        return grounding.event_reason(g)
 
     def _records_instead(self, attribute: str, near: list[tuple[str, float]]) -> str:
         """ "The database records the marital status at admission (admissions.marital_status), not
@@ -1191,10 +1194,7 @@ class AnswerabilityModel:
         """Why the gate declined, in one or two sentences a researcher can check."""
         if found:
             # A grounding decline names its column already.
-            named = found[0].kind != "not_in_schema" or found[0].rule in (
-                "ungrounded_attribute",
-                "ungrounded_event",
-            )
+            named = found[0].kind != "not_in_schema" or found[0].rule == "ungrounded_attribute"
             extra = "" if named else self._instead(per_column)
             return found[0].kind, found[0].reason + extra
         if near_u is not None:

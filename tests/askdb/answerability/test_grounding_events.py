@@ -166,3 +166,18 @@ def test_cross_validation_grounds_an_event_only_from_other_folds():
     apart = [[[0], [1], [2]]]
     assert grounding_verdicts(questions, TABLES, COLUMNS, (), together)[0].tolist() == [True, True, False]
     assert grounding_verdicts(questions, TABLES, COLUMNS, (), apart)[0].tolist() == [False, False, False]
+
+
+def test_an_event_decline_does_not_veto_a_confident_library_answer_a_rule_does():
+    from core.outcome import AnswerabilityVerdict
+
+    score = _model().score("who visited patient 10039708 in the hospital?")
+    verdict = AnswerabilityVerdict.from_json(
+        {"answerable": False, "findings": [f.to_json() for f in score.findings]}
+    )
+    assert verdict.rule_kind == ""  # grounding, like an attribute's: a verified example that runs wins
+    future = _model().score("who will visit patient 10039708 tomorrow?")
+    ruled = AnswerabilityVerdict.from_json(
+        {"answerable": False, "findings": [f.to_json() for f in future.findings]}
+    )
+    assert ruled.rule_kind == "future"
