@@ -33,6 +33,7 @@ DEMO_SET = ROOT / "tests" / "askdb" / "answerability" / "demo_set.jsonl"
 NEW_KINDS_SET = ROOT / "tests" / "askdb" / "answerability" / "new_kinds_set.jsonl"
 DEMO_LIBRARY = ROOT / "benchmarks" / "data" / "mimiciv" / "train.json"
 AS_OF_YEAR = 2100
+SIMILARITY_FLOOR = 0.15  # config/settings/base.py ASKDB_SIMILARITY_FLOOR's default
 
 
 def _catalog():
@@ -90,7 +91,29 @@ def cv_causes(cv: dict) -> dict:
             elif not q.answerable and not cause:
                 let_through[("held" if held[r, i] else "model", q.text)] += 1
     return {"gate": metrics, "model": model_only, "blocked": blocked, "let_through": let_through,
-            "dealings": len(dealings)}  # fmt: skip
+            "dealings": len(dealings), "floor": floor_causes(cv, gate.reshape(len(dealings), -1) >= threshold, y)}  # fmt: skip
+
+
+def floor_causes(cv: dict, passed: np.ndarray, y: np.ndarray, floor: float = SIMILARITY_FLOOR) -> dict:
+    """The similarity floor simulated: after the gate passes a question, the pipeline declines it
+    when no table doc is as close as `floor` (the best table-doc cosine of the question's MiniLM
+    vector, as retrieval scores it). Counted per (question, dealing) the gate passed: answerable
+    ones the floor would block (an upper bound: a library answer above its threshold is not
+    vetoed by the floor, and the CV does not match) and unanswerable ones it would catch."""
+    from askdb.answerability.model import MiniLMEncoder
+
+    tables, _ = _catalog()
+    docs = MiniLMEncoder.installed().encode_docs([t.text for t in tables])
+    best = (np.asarray(cv["vectors"]) @ docs.T).max(axis=1)
+    below = np.broadcast_to(best < floor, passed.shape)
+    answerable = np.broadcast_to(y, passed.shape)
+    return {
+        "floor": floor,
+        "answerable_passed": int((passed & answerable).sum()),
+        "answerable_blocked": int((passed & answerable & below).sum()),
+        "unanswerable_caught": int((passed & ~answerable & below).sum()),
+        "best_p5_answerable": float(np.percentile(best[y], 5)),
+    }
 
 
 def demo_causes() -> dict[str, dict]:
@@ -134,6 +157,10 @@ def _print_cv(c: dict, listing: bool) -> None:
         )
     )
     print(_summary("train CV, model alone", c["model"], 1 - c["model"]["answerable"]["recall"]))
+    f = c["floor"]
+    print(f"similarity floor {f['floor']} after the gate (question × dealing): blocks {f['answerable_blocked']} of "
+          f"{f['answerable_passed']} answerable passed, catches {f['unanswerable_caught']} unanswerable let through; "
+          f"5th percentile of answerable best table-doc cosine {f['best_p5_answerable']:.3f}")  # fmt: skip
     for title, counter in (
         ("answerable blocked", c["blocked"]),
         ("unanswerable let through", c["let_through"]),
