@@ -10,8 +10,10 @@ words none of those texts use is not in the schema, and the decline names the co
 it, what askdb can answer instead.
 
 It only reads the attribute in the shapes researchers ask for one ("what is the X of patient N",
-"patient N's X", "what X does patient N have"); anything else is left to the learned model. No
-Django here: the texts come in as strings.
+"patient N's X", "what X does patient N have"), or the event a question asks about when it names
+no attribute ("when did patient N get married", "who visited patient N": `asked_event`, checked
+against the docs alone, since a value such as "MARRIED" has no date); anything else is left to
+the learned model. No Django here: the texts come in as strings.
 """
 
 from __future__ import annotations
@@ -287,8 +289,9 @@ LIGHT_VERBS = frozenset(
     going come came coming take takes took taken taking undergo undergoes underwent undergone receive
     receives received receiving do does did done make made stay stayed spend spent need needed show
     showed use used start started begin began end ended leave left enter entered arrive arrived return
-    returned move moved visit visited see seen saw ever last first still also already previously recently
-    once again currently""".split()
+    returned move moved visit visited see seen saw experience experiences experienced suffer suffers
+    suffered encounter encountered develop develops developed present presented require required obtain
+    obtained ever last first still also already previously recently once again currently""".split()
 )
 _PARTICIPLE = (r"(?:[a-z-]{2,}(?:ed|en)|born|wed|hit|hurt|cut|shot|bred|fed|sold|paid|told|held|kept|brought|bought|"
                r"caught|taught|sent|spent|lent|built|felt|drawn|drove|flown|grown|known|shown|thrown|worn|torn|sworn|"
