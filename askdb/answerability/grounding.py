@@ -187,6 +187,7 @@ class Grounding:
     attribute: str
     missing: tuple[str, ...]
     event: str = ""
+    phrase: str = ""  # an event's words in the question ("serve in the military"), for the decline
 
     @property
     def grounded(self) -> bool:
@@ -382,23 +383,29 @@ def ground_event(question: str, vocabulary: Vocabulary) -> Grounding | None:
     asks, verb = asked_event(question)
     if not verb or not vocabulary.schema:
         return None
-    if _approved(asks, verb, vocabulary.events):
-        return Grounding(verb, (), asks)
     said = {
         "who": vocabulary.people,
         "when": vocabulary.schema,
         "whether": vocabulary.schema | vocabulary.categories,
     }[asks]
-    return Grounding(verb, () if _said(verb, said) else (verb,), asks)
+    held = _approved(asks, verb, vocabulary.events) or _said(verb, said)
+    return Grounding(verb, () if held else (verb,), asks, _phrase(question, verb))
+
+
+def _phrase(question: str, verb: str) -> str:
+    """The question's own words from the verb on, for the decline ("serve in the military")."""
+    text = " ".join(str(question or "").lower().replace("’", "'").split())
+    m = re.search(rf"\b{re.escape(verb)}\b((?: [a-z0-9'-]+){{0,6}})", text)
+    return (verb + (m.group(1) if m else "")).strip()
 
 
 def event_asked(g: Grounding) -> str:
-    """What an event question asks, in a decline's words ('when "born" happened')."""
+    """What an event question asks, in a decline's words: 'who visited patient N in the hospital',
+    '"born" or its date', '"serve in the military" (whether or when it happened)'."""
+    phrase = g.phrase or g.attribute
     if g.event == "who":
-        return f"who {g.attribute} a patient"
-    return (
-        f'when "{g.attribute}" happened' if g.event == "when" else f'whether or when "{g.attribute}" happened'
-    )
+        return f"who {phrase}"
+    return f'"{phrase}" or its date' if g.event == "when" else f'"{phrase}" (whether or when it happened)'
 
 
 def event_reason(g: Grounding) -> str:

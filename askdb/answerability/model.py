@@ -1147,8 +1147,8 @@ class AnswerabilityModel:
                 if len(acts) > 1
                 else ""
             )
-            return (f"The data is de-identified: it records people only as the ids{held}; no column records who "
-                    f"{verb} a patient, so askdb cannot answer this.")  # fmt: skip
+            return (f"The data is de-identified: it records people only as the ids{held}; no column records "
+                    f"{grounding.event_asked(g)}, so askdb cannot answer this.")  # fmt: skip
         asked = grounding.event_asked(g)
         for column, meaning in self.column_meanings.items():
             if _KEY_COLUMN.search(column):
