@@ -10,8 +10,10 @@ words none of those texts use is not in the schema, and the decline names the co
 it, what askdb can answer instead.
 
 It only reads the attribute in the shapes researchers ask for one ("what is the X of patient N",
-"patient N's X", "what X does patient N have"); anything else is left to the learned model. No
-Django here: the texts come in as strings.
+"patient N's X", "what X does patient N have"), or the event a question asks about when it names
+no attribute ("when did patient N get married", "who visited patient N": `asked_event`, checked
+against the docs alone, since a value such as "MARRIED" has no date); anything else is left to
+the learned model. No Django here: the texts come in as strings.
 """
 
 from __future__ import annotations
@@ -147,11 +149,27 @@ class Vocabulary:
     those texts say have a name (drugs, tests, units; people have none in de-identified data)."""
 
     def __init__(
-        self, texts: Iterable[str] = (), *, stems: Iterable[str] = (), named: Iterable[str] = ()
+        self,
+        texts: Iterable[str] = (),
+        *,
+        stems: Iterable[str] = (),
+        named: Iterable[str] = (),
+        schema: Iterable[str] = (),
+        people: Iterable[str] = (),
+        events: Iterable[str] = (),
+        categories: Iterable[str] = (),
     ) -> None:
         texts = list(texts)
         self.stems: frozenset[str] = frozenset(stems).union(*(stems_of(t) for t in texts))
         self.named: frozenset[str] = frozenset(named).union(*(named_of(t) for t in texts))
+        # For events (`asked_event`): the words of the catalog's docs without example or linked
+        # values ("MARRIED" is a marital status, not an event with a date), the words of the docs
+        # of columns that record a person ("provider who admitted the patient"), and the verbs
+        # approved questions ask about ("when was patient N prescribed …").
+        self.schema: frozenset[str] = frozenset(w for t in schema for w in words(t))
+        self.people: frozenset[str] = frozenset(w for t in people for w in words(t))
+        self.events: frozenset[str] = frozenset(events)
+        self.categories: frozenset[str] = frozenset(w for t in categories for w in words(t))
         # A column named for a thing names it ("admissions.insurance: ...", "prescriptions.drug: ...").
         self.named |= {
             stem(w) for t in texts for w in words(_COLUMN_NAME.findall(t)[0] if _COLUMN_NAME.match(t) else "")
@@ -163,10 +181,13 @@ class Vocabulary:
 
 @dataclass(frozen=True)
 class Grounding:
-    """The attribute a question asks for and its words no catalog text uses."""
+    """The attribute a question asks for and its words no catalog text uses; for an event
+    (`asked_event`), what is asked of it ("when", "who", "whether") in `event`."""
 
     attribute: str
     missing: tuple[str, ...]
+    event: str = ""
+    phrase: str = ""  # an event's words in the question ("serve in the military"), for the decline
 
     @property
     def grounded(self) -> bool:
@@ -195,13 +216,13 @@ _NAME_OF = re.compile(
 
 
 def ground(question: str, vocabulary: Vocabulary) -> Grounding | None:
-    """None when no attribute is read; else the attribute with the words of it the catalog lacks.
-    A name is missing when it is asked of something no text says has one ("the name of the family
-    doctor": the data holds de-identified provider ids)."""
+    """None when neither an attribute nor an event is read; else the attribute with the words of
+    it the catalog lacks. A name is missing when it is asked of something no text says has one
+    ("the name of the family doctor": the data holds de-identified provider ids)."""
     attribute = asked_attribute(question)
     content = [w for w in words(attribute) if w not in GENERIC and len(w) > 2]
     if not content:
-        return None
+        return ground_event(question, vocabulary)
     missing = tuple(w for w in content if w not in vocabulary)
     m = _NAME_OF.match(attribute)
     if m and not missing:
@@ -240,7 +261,153 @@ def column_holding(
     wanted = {stem(w) for w in words(grounded.attribute) if w not in GENERIC and len(w) > 1}
     if not wanted:
         return ""
+    # A value tells what a column holds only for a column that names things ("BMI" in
+    # omr.result_name), not for a category ("HOME" in discharge_location is not the home), and
+    # a value has no time or author: "when was patient N married" is not held by "MARRIED".
+    by_value = grounded.event not in ("when", "who")
     for name, (own, values) in columns.items():
-        if wanted <= own or wanted in values:
+        if wanted <= own or (by_value and _NAMES_THINGS.search(name) and wanted in values):
             return name
     return ""
+
+
+_NAMES_THINGS = re.compile(r"(?:label|_name|name|title|test|description|category)$")
+
+
+# -- events: what happened to a patient, and who did it ---------------------------------------
+#
+# "When did patient N get married", "on what day was patient N born", "who visited patient N":
+# no noun names the attribute; the verb names an event. The database records an event only when
+# its docs say so ("Time of hospital admission", "provider who ordered the test"), so the verb
+# must be a word of the docs (not of a value: "MARRIED" is a marital status, recorded with no
+# date) or one approved questions ask about; "who" asks for a person, held only where a column
+# recording a person says it records who did that.
+
+# Verbs that say something happened without saying what (the thing is their object), or that
+# every stay has (arriving, leaving): never the event's content.
+LIGHT_VERBS = frozenset(
+    """be been being is was were are have has had having get gets got gotten getting go goes went gone
+    going come came coming take takes took taken taking undergo undergoes underwent undergone receive
+    receives received receiving do does did done make made stay stayed spend spent need needed show
+    showed use used start started begin began end ended leave left enter entered arrive arrived return
+    returned move moved visit visited see seen saw experience experiences experienced suffer suffers
+    suffered encounter encountered develop develops developed present presented require required obtain
+    obtained ever last first still also already previously recently once again currently""".split()
+)
+_PARTICIPLE = (r"(?:[a-z-]{2,}(?:ed|en)|born|wed|hit|hurt|cut|shot|bred|fed|sold|paid|told|held|kept|brought|bought|"
+               r"caught|taught|sent|spent|lent|built|felt|drawn|drove|flown|grown|known|shown|thrown|worn|torn|sworn|"
+               r"written|ridden|hidden|stolen|chosen|spoken|woken)")  # fmt: skip
+_SUBJECT = rf"(?:{_PATIENT}(?:'s [a-z-]+(?: [a-z-]+){{0,2}}?)?|(?:the |a |an )?[a-z-]+(?: [a-z-]+){{0,2}}? of {_PATIENT})"
+_ADVERB = r"(?:(?:ever|first|last|recently|previously|already|once|still|finally|actually) )?"
+_BECOME = r"(?:(?:get|got|become|became|been|being) )?"
+# "was/were X <participle>" and "did/does X <verb>": the participle must look like one, so "was
+# patient N alive" or "is patient N in the icu" read no event.
+_HAPPENED = (rf"(?:(?:was|were|is|has|had) {_SUBJECT} {_ADVERB}{_BECOME}(?P<verb>{_PARTICIPLE})|(?:did|does|do) "
+             rf"{_SUBJECT} {_ADVERB}{_BECOME}(?P<base>[a-z-]+))\b")  # fmt: skip
+EVENT_PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple(
+    (asks, re.compile(p))
+    for asks, p in (
+        ("who", rf"\bwho (?:(?:has|had|have) )?(?!(?:is|was|are|were|did|does|do|will|would|can|could|should)\b)"
+                rf"(?P<verb>[a-z-]+) (?:the |a |an |his |her |their )?(?:[a-z-]+ ){{0,3}}?{_PATIENT}\b"),
+        ("when", rf"\b(?:when|(?:in|on|at|during) (?:what|which) (?:year|month|day|date|time)|what (?:year|month|day|"
+                 rf"date|time)) {_HAPPENED}"),
+        ("whether", rf"^{_HAPPENED}"),
+        ("whether", rf"\b(?:where|how) (?:does|did|do) {_PATIENT} {_ADVERB}(?P<base>[a-z-]+)\b"),
+    )
+)  # fmt: skip
+# What "who" asks of is never light in itself ("who visited", "who saw"), only these are.
+_WHO_LIGHT = frozenset("be been is was were are have has had do does did get got".split())
+
+
+def asked_event(question: str) -> tuple[str, str]:
+    """(what is asked: "who" / "when" / "whether", the verb) of a question about an event that
+    happened to a patient, or ("", "") when none is read or its verb is a light one."""
+    text = " ".join(str(question or "").lower().replace("’", "'").split())
+    for asks, pattern in EVENT_PATTERNS:
+        m = pattern.search(text)
+        if not m:
+            continue
+        word = m.groupdict().get("verb") or m.groupdict().get("base") or ""
+        light = _WHO_LIGHT if asks == "who" else LIGHT_VERBS
+        if word and word not in light and word not in GENERIC and len(word) > 2:
+            return asks, word
+        return "", ""
+    return "", ""
+
+
+def same_word(a: str, b: str) -> bool:
+    """ "admit"/"admitted", "prescribed"/"prescription", "died"/"die": one word in two forms (a
+    shared start of 6 letters, or one a short extension of the other); "serve"/"service",
+    "married"/"marital" and "married"/"mar" (medication administration record) are not."""
+    if a == b:
+        return True
+    short, long = sorted((a, b), key=len)
+    if long.startswith(short) and (
+        (len(short) >= 4 and len(long) - len(short) <= 3) or len(long) - len(short) == 1
+    ):
+        return True
+    n = 0
+    for x, y in zip(a, b):  # noqa: B905 - the shorter word bounds the common start
+        if x != y:
+            break
+        n += 1
+    return n >= 6 or (n >= 5 and n >= len(short) - 2)
+
+
+def _said(word: str, said: frozenset[str]) -> bool:
+    w = stem(word)
+    return any(same_word(word, s) or same_word(w, s) for s in said if s[:2] == word[:2])
+
+
+def event_key(question: str) -> str:
+    """What an approved question asks of which event ("when was patient N prescribed …" →
+    "when:prescribed"), "" when none: a later question asking the same of that event is grounded
+    by it. "Was patient N married" (a marital status) does not ground when it happened."""
+    asks, verb = asked_event(question)
+    return f"{asks}:{verb}" if verb else ""
+
+
+def _approved(asks: str, verb: str, events: frozenset[str]) -> bool:
+    """Approved questions ask this of this event (knowing when it happened tells whether it did)."""
+    said = {
+        e.partition(":")[2]
+        for e in events
+        if e.partition(":")[0] in ({asks, "when"} if asks == "whether" else {asks})
+    }
+    return _said(verb, frozenset(said))
+
+
+def ground_event(question: str, vocabulary: Vocabulary) -> Grounding | None:
+    """The event a question asks about, missing when no doc and no approved question says it is
+    recorded; None when no event is read or the vocabulary carries no docs (nothing to check)."""
+    asks, verb = asked_event(question)
+    if not verb or not vocabulary.schema:
+        return None
+    said = {
+        "who": vocabulary.people,
+        "when": vocabulary.schema,
+        "whether": vocabulary.schema | vocabulary.categories,
+    }[asks]
+    held = _approved(asks, verb, vocabulary.events) or _said(verb, said)
+    return Grounding(verb, () if held else (verb,), asks, _phrase(question, verb))
+
+
+def _phrase(question: str, verb: str) -> str:
+    """The question's own words from the verb on, for the decline ("serve in the military")."""
+    text = " ".join(str(question or "").lower().replace("’", "'").split())
+    m = re.search(rf"\b{re.escape(verb)}\b((?: [a-z0-9'-]+){{0,6}})", text)
+    return (verb + (m.group(1) if m else "")).strip()
+
+
+def event_asked(g: Grounding) -> str:
+    """What an event question asks, in a decline's words: 'who visited patient N in the hospital',
+    '"born" or its date', '"serve in the military" (whether or when it happened)'."""
+    phrase = g.phrase or g.attribute
+    if g.event == "who":
+        return f"who {phrase}"
+    return f'"{phrase}" or its date' if g.event == "when" else f'"{phrase}" (whether or when it happened)'
+
+
+def event_reason(g: Grounding) -> str:
+    """The decline of an event no doc records, when no column is near enough to name."""
+    return f"No table or column in this database records {event_asked(g)}, so askdb cannot answer this."

@@ -600,11 +600,16 @@ def grounding_verdicts(
     """[dealing, question]: True where the asked-for attribute is not grounded in the catalog and
     the approved questions of the other folds (a held-out question never grounds itself, nor do
     its paraphrases or its kind)."""
+    schema, people, categories = schema_texts(tables, columns)
     catalog = grounding.Vocabulary(
-        [*(t.text for t in tables), *(f"{c.text} {c.values}" for c in columns), *values]
+        [*(t.text for t in tables), *(f"{c.text} {c.values}" for c in columns), *values],
+        schema=schema,
+        people=people,
+        categories=categories,
     )
     stems = [grounding.stems_of(q.text) if q.answerable else set() for q in questions]
     named = [grounding.named_of(q.text) if q.answerable else set() for q in questions]
+    events = [grounding.event_key(q.text) if q.answerable else "" for q in questions]
     out = np.zeros((len(dealings), len(questions)), dtype=bool)
     for r, folds in enumerate(dealings):
         for held in folds:
@@ -614,10 +619,29 @@ def grounding_verdicts(
                 stems=catalog.stems.union(*(stems[i] for i in fit)),
                 named=catalog.named.union(*(named[i] for i in fit)),
             )
+            vocabulary.schema, vocabulary.people = catalog.schema, catalog.people
+            vocabulary.categories = catalog.categories
+            vocabulary.events = frozenset(events[i] for i in fit) - {""}
             for i in held:
                 g = grounding.ground(questions[i].text, vocabulary)
                 out[r, i] = g is not None and not g.grounded
     return out
+
+
+_PERSON_COLUMN = re.compile(r"(?:provider|caregiver)(?:_id)?$", re.IGNORECASE)
+
+
+def schema_texts(
+    tables: Sequence[TableText], columns: Sequence[ColumnText]
+) -> tuple[list[str], list[str], list[str]]:
+    """The catalog's docs without example or linked values (what an event must be said in), the
+    docs of the columns that record a person (what "who did it" must be said in), and the
+    columns' example values (a category says whether: "MARRIED", never when)."""
+    return (
+        [*(t.text for t in tables), *(c.text for c in columns)],
+        [c.text for c in columns if _PERSON_COLUMN.search(c.qualified)],
+        [c.values for c in columns],
+    )
 
 
 def gate_probability(
@@ -990,6 +1014,8 @@ class AnswerabilityModel:
             *self._values,
         ]
         self._column_words = holding_columns(columns)
+        self._schema_texts = schema_texts(tables, columns)
+        self._column_values = {c.qualified: c.values for c in columns}
 
     def set_library(self, library: Sequence[tuple[Any, str, bool]]) -> None:
         """Index the library's questions; questions seen before are not encoded again. Approved
@@ -1002,7 +1028,14 @@ class AnswerabilityModel:
             np.ascontiguousarray(self.library.vectors[r]) for r in (self._approved_rows, self._flagged_rows)
         ]
         approved = [t for _, t, a in library if a]
-        self.vocabulary = grounding.Vocabulary([*self._catalog_words, *approved])
+        schema, people, categories = self._schema_texts
+        self.vocabulary = grounding.Vocabulary(
+            [*self._catalog_words, *approved],
+            schema=schema,
+            people=people,
+            categories=categories,
+            events={grounding.event_key(t) for t in approved} - {""},
+        )
         self._library_attributes = {grounding.attribute_key(t) for t in approved} - {frozenset()}
 
     def question_vector(self, question: str, vector: Sequence[float] | None = None) -> np.ndarray:
@@ -1081,6 +1114,11 @@ class AnswerabilityModel:
         catalog text, linked value or approved question uses, naming the closest column."""
         if g is None or g.grounded:
             return None
+        if g.event:
+            # Named as the attribute's grounding is: neither vetoes a confident library answer.
+            return rules.Finding(
+                "not_in_schema", "ungrounded_attribute", g.attribute, self._no_event(g), True
+            )
         vec = self.encoder.encode_questions([g.attribute])[0]
         sims = self.column_vectors @ vec if self.column_vectors.size else np.zeros(0)
         near = [(self.column_names[i], float(sims[i])) for i in np.argsort(-sims)[:8]]
@@ -1091,6 +1129,40 @@ class AnswerabilityModel:
             else self._records_instead(g.attribute, near)
         )
         return rules.Finding("not_in_schema", "ungrounded_attribute", g.attribute, reason, True)
+
+    def _no_event(self, g: grounding.Grounding) -> str:
+        """Why an event no doc records is declined: for "who", what the person columns do record
+        ("who admitted the patient, ordered the test …"); else the column whose doc or categories
+        use the verb's word ("MARRIED" in admissions.marital_status: the database records the
+        marital status, not when a patient married), or that no column records it."""
+        verb = g.attribute
+        if g.event == "who":
+            did: dict[str, str] = {}
+            for t in self._schema_texts[1]:
+                for m in re.finditer(r"\bwho ([a-z]+(?: the [a-z]+)?)", t.lower()):
+                    did.setdefault(m.group(1).split()[0], m.group(1))
+            acts = [did[k] for k in sorted(did)]
+            held = (
+                f" of providers or caregivers who {', '.join(acts[:-1])} or {acts[-1]}"
+                if len(acts) > 1
+                else ""
+            )
+            return (f"The data is de-identified: it records people only as the ids{held}; no column records "
+                    f"{grounding.event_asked(g)}, so askdb cannot answer this.")  # fmt: skip
+        asked = grounding.event_asked(g)
+        for column, meaning in self.column_meanings.items():
+            if _KEY_COLUMN.search(column):
+                continue
+            said = grounding.words(f"{meaning} {self._column_values.get(column, '')}")
+            if any(
+                grounding.same_word(verb, w) or grounding.same_word(grounding.stem(verb), w) for w in said
+            ):
+                short = ".".join(column.split(".")[-2:])
+                what = meaning.split(";")[0].rstrip(". ")
+                what = "the " + what[:1].lower() + what[1:] if what[1:2].islower() else what
+                return (f"The database records {what} ({short}), not {asked}, so askdb cannot answer this; it can "
+                        "answer questions about that instead.")  # fmt: skip
+        return grounding.event_reason(g)
 
     def _records_instead(self, attribute: str, near: list[tuple[str, float]]) -> str:
         """ "The database records the marital status at admission (admissions.marital_status), not

@@ -28,7 +28,13 @@ from askdb.answerability.data import (
     table_texts,
     value_texts,
 )
-from askdb.answerability.model import AnswerabilityModel, AnswerabilityScore, Encoder, LocalEncoder
+from askdb.answerability.model import (
+    AnswerabilityModel,
+    AnswerabilityScore,
+    Encoder,
+    LocalEncoder,
+    schema_texts,
+)
 
 __all__ = ["AnswerabilityScore", "Scorer", "clear_cache", "get_scorer", "load_scorer"]
 
@@ -216,15 +222,22 @@ def _grounding_finding(source, question: str, version: Hashable | None = None):
     signature = version if version is not None else _signature(source)
     cached = _vocabulary.get(source.pk)
     if cached is None or cached[0] != signature:
-        texts = [t.text for t in table_texts(source)] + [f"{c.text} {c.values}" for c in column_texts(source)]
+        tables, columns = table_texts(source), column_texts(source)
+        texts = [t.text for t in tables] + [f"{c.text} {c.values}" for c in columns]
         approved = [q for _, q, answerable in library_items(source) if answerable]
-        cached = (signature, grounding.Vocabulary([*texts, *value_texts(source), *approved]))
+        schema, people, categories = schema_texts(tables, columns)
+        vocabulary = grounding.Vocabulary(
+            [*texts, *value_texts(source), *approved], schema=schema, people=people, categories=categories,
+            events={grounding.event_key(q) for q in approved} - {""},
+        )  # fmt: skip
+        cached = (signature, vocabulary)
         _vocabulary[source.pk] = cached
     g = grounding.ground(question, cached[1])
     if g is None or g.grounded:
         return None
-    return rules.Finding("not_in_schema", "ungrounded_attribute", g.attribute,
-                         f"No column in this database records {g.attribute}, so askdb cannot answer this.", True)  # fmt: skip
+    reason = (grounding.event_reason(g) if g.event
+              else f"No column in this database records {g.attribute}, so askdb cannot answer this.")  # fmt: skip
+    return rules.Finding("not_in_schema", "ungrounded_attribute", g.attribute, reason, True)
 
 
 def gate_verdict(source, question: str, *, vector=None, version: Hashable | None = None) -> dict:

@@ -64,3 +64,21 @@ def test_the_gate_meets_its_targets_on_the_demo_set(gate):
         f"demo set: F1 {f1:.3f} (target ≥ 0.90), answerable blocked {blocked:.1%} (target ≤ 2 %); "
         f"blocked {[b['question'] for b in metrics['blocked']]}; missed {metrics['missed']}"
     )
+
+
+NEW_KINDS_SET = HERE / "new_kinds_set.jsonl"
+
+
+def test_the_gate_holds_on_kinds_the_demo_set_lacks(gate):
+    """45 + 45 questions of kinds neither the demo set nor the grounding's patterns were written
+    from (vehicles, banking, dental care, media...; vital signs, NDC codes, DRG severity, item
+    links...), written before round 9 changed the grounding. Before it: F1 0.816, 0 blocked."""
+    rows = [json.loads(line) for line in NEW_KINDS_SET.read_text().splitlines() if line.strip()]
+    items = [{"id": str(n), **r} for n, r in enumerate(rows)]
+    assert sum(not i["answerable"] for i in items) >= 40 and sum(i["answerable"] for i in items) >= 40
+    metrics = score_items(gate, items)
+    f1, blocked = metrics["unanswerable"]["f1"], metrics["answerable_blocked"]
+    assert f1 >= 0.85 and blocked <= 0.025, (
+        f"new kinds: F1 {f1:.3f} (floor 0.85), answerable blocked {blocked:.1%} (at most 1 of 45); "
+        f"blocked {[b['question'] for b in metrics['blocked']]}; missed {metrics['missed']}"
+    )
