@@ -353,9 +353,20 @@ class SyncResult:
     latency: float
     runs: list[RunTimes] = field(default_factory=list)
     wall_overhead: list[float] = field(default_factory=list)  # incl. run bookkeeping outside stages
+    # The round of each run and of each wall_overhead value: round i is the i-th pass over QUESTIONS.
+    run_rounds: list[int] = field(default_factory=list)
+    wall_rounds: list[int] = field(default_factory=list)
 
-    def series(self) -> dict[str, list[float]]:
-        ok = [r for r in self.runs if r.status == "succeeded"]
+    @property
+    def rounds(self) -> int:
+        return max(self.run_rounds, default=-1) + 1
+
+    def series(self, round_: int | None = None) -> dict[str, list[float]]:
+        """Each row's values, over every run or over one round's (`round_`)."""
+        ok = [
+            r for r, k in zip(self.runs, self.run_rounds, strict=True)
+            if r.status == "succeeded" and round_ in (None, k)
+        ]  # fmt: skip
         out: dict[str, list[float]] = {}
         for name in ("embed", "retrieve", "prompt", "validate", "execute"):
             out[name] = [r.stages.get(name, 0.0) for r in ok]
@@ -365,7 +376,9 @@ class SyncResult:
             ]
         out["LLM calls (3 per question)"] = [r.llm_total for r in ok]
         out["non-LLM overhead (stages)"] = [r.overhead for r in ok]
-        out["non-LLM overhead (wall, incl. run set-up/finish)"] = self.wall_overhead
+        out["non-LLM overhead (wall, incl. run set-up/finish)"] = [
+            v for v, k in zip(self.wall_overhead, self.wall_rounds, strict=True) if round_ in (None, k)
+        ]
         return out
 
 
@@ -391,15 +404,17 @@ def part_sync(user, questions: list[tuple[str, str]], latency: float) -> SyncRes
     result = SyncResult(latency)
     for i in range(WARM_UP_ROUNDS):
         question_submit_sync(user=user, text=f"{WARM_UP_QUESTION} ({i + 1})")
-    for text, _ in questions:
+    for i, (text, _) in enumerate(questions):
         forget_vectors()
         t0 = time.perf_counter()
         run = question_submit_sync(user=user, text=text)
         wall = (time.perf_counter() - t0) * 1000
         times = run_times(run)
         result.runs.append(times)
+        result.run_rounds.append(i // len(QUESTIONS))
         if times.status == "succeeded":
             result.wall_overhead.append(wall - times.llm_total - times.stages.get("execute", 0.0))
+            result.wall_rounds.append(i // len(QUESTIONS))
     return result
 
 
@@ -570,15 +585,27 @@ def _report_sync(sync: list[SyncResult]) -> list[str]:
         rows.append(row)
     out += [table(headers, rows), ""]
     for s in sync:
-        p50 = percentile(s.series()["non-LLM overhead (stages)"], 50)
+        p50s = round_p50s([s], "non-LLM overhead (stages)")
+        p50 = targets.middle(p50s)
         failed = sum(1 for r in s.runs if r.status != "succeeded")
         verdict = "met" if p50 <= OVERHEAD_TARGET_MS else "NOT met"
         out.append(
-            f"- LLM latency {s.latency:g} s: non-LLM overhead p50 {p50:.1f} ms, target ≤ "
-            f"{OVERHEAD_TARGET_MS:g} ms: {verdict}"
+            f"- LLM latency {s.latency:g} s: non-LLM overhead p50 {p50:.1f} ms (the middle round's; "
+            f"rounds {' / '.join(f'{v:.1f}' for v in p50s)}), target ≤ {OVERHEAD_TARGET_MS:g} ms: {verdict}"
             + (f" ({failed} of {len(s.runs)} runs did not succeed)" if failed else "")
         )
+    for name in ("embed", "non-LLM overhead (wall, incl. run set-up/finish)"):
+        p50s = round_p50s(sync[:1] if name == "embed" else sync, name)
+        out.append(f"- {name} p50 by round: {' / '.join(f'{v:.1f}' for v in p50s)} ms")
     return [*out, ""]
+
+
+def round_p50s(sync: list[SyncResult], name: str) -> list[float]:
+    """The p50 of row `name` in each round (each pass over QUESTIONS), the latencies in `sync`
+    pooled within a round: a near-target row is decided by the middle round, not by one noisy
+    stretch of the run (the rows' ranges are shown beside them)."""
+    rounds = max((s.rounds for s in sync), default=0)
+    return [percentile([v for s in sync for v in s.series(k)[name]], 50) for k in range(rounds)]
 
 
 def _batch_row(res: BatchResult) -> list[Any]:
@@ -620,21 +647,23 @@ def _report_batches(batches: list[BatchResult]) -> list[str]:
 
 
 def target_values(sync: list[SyncResult], batches: list[BatchResult]) -> dict[str, float]:
-    """The numbers targets.py checks: stage p50s over every in-process run (embed over the first
-    latency's, as before; every measured question is embedded anew, see forget_vectors), and the
-    biggest batch through the default worker."""
+    """The numbers targets.py checks: stage p50s of the in-process runs (embed over the first
+    latency's, as before; every measured question is embedded anew, see forget_vectors), each the
+    middle of the rounds' p50s with their range beside it (KEY_lo, KEY_hi), and the biggest batch
+    through the default worker."""
     from django.conf import settings
 
     out: dict[str, float] = {}
-    for s in sync:
-        series = s.series()
-        out[f"overhead_p50@{s.latency:g}"] = percentile(series["non-LLM overhead (stages)"], 50)
+    rows = [(f"overhead_p50@{s.latency:g}", [s], "non-LLM overhead (stages)") for s in sync]
     if sync:
-        pooled = {name: [v for s in sync for v in s.series()[name]] for name in sync[0].series()}
-        out["validate_p50"] = percentile(pooled["validate"], 50)
-        out["retrieve_p50"] = percentile(pooled["retrieve"], 50)
-        out["embed_p50"] = percentile(sync[0].series()["embed"], 50)
-        out["wall_overhead_p50"] = percentile(pooled["non-LLM overhead (wall, incl. run set-up/finish)"], 50)
+        rows += [
+            ("validate_p50", sync, "validate"),
+            ("retrieve_p50", sync, "retrieve"),
+            ("embed_p50", sync[:1], "embed"),
+            ("wall_overhead_p50", sync, "non-LLM overhead (wall, incl. run set-up/finish)"),
+        ]
+    for key, part, name in rows:
+        out.update(targets.spread(key, round_p50s(part, name)))
     default = (settings.CELERY_WORKER_POOL, settings.CELERY_WORKER_CONCURRENCY)
     for res in batches:
         if (res.pool, res.worker_concurrency) == default and res.concurrent == 50 and not res.batch.errors:

@@ -61,6 +61,20 @@ ROWS: list[Target] = [
 ]
 
 
+def middle(values: list[float]) -> float:
+    """The middle of several rounds' values (the upper middle of an even count); NaN for none."""
+    return sorted(values)[len(values) // 2] if values else float("nan")
+
+
+def spread(key: str, values: list[float]) -> dict[str, float]:
+    """A row measured in several rounds, as saved: KEY the middle round's value (what met / NOT met
+    is decided on), KEY_lo and KEY_hi the range (only with more than one round)."""
+    out = {key: middle(values)}
+    if len(values) > 1:
+        out |= {f"{key}_lo": min(values), f"{key}_hi": max(values)}
+    return out
+
+
 def load_average() -> str:
     return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -154,11 +168,14 @@ def report(home: Path, rows: list[Target] | None = None) -> str:
     found = results(home)
     body = []
     for row in rows or ROWS:
-        value = found.get(row.source, {}).get("values", {}).get(row.key)
+        values = found.get(row.source, {}).get("values", {})
+        value = values.get(row.key)
         if value is None or (isinstance(value, float) and math.isnan(value)):
             body.append([row.what, "not measured", _limit(row), "-"])
             continue
         shown = f"{value:.1f} {row.unit}" if row.unit == "ms" else f"{value:.2f} {row.unit}"
+        if f"{row.key}_lo" in values:  # the middle of several rounds: their range beside it
+            shown += f" ({values[f'{row.key}_lo']:.1f}–{values[f'{row.key}_hi']:.1f})"
         verdict = "-" if row.limit is None else ("met" if value <= row.limit else "NOT met")
         body.append([row.what, shown, _limit(row), verdict])
     loads = [

@@ -50,3 +50,35 @@ def test_the_common_cpu_mode_really_turns_avx512_off_for_numpy_torch_and_openbla
     in_use = targets.cpu_in_use({**os.environ, **env})
     assert in_use.startswith("numpy AVX-512 off, torch AVX2, OpenBLAS "), in_use
     assert "SkylakeX" not in in_use and "Cooperlake" not in in_use and "SapphireRapids" not in in_use
+
+
+def test_a_row_near_its_target_is_decided_by_the_middle_round_with_the_range_beside_it(targets, tmp_path):
+    """One noisy round must not decide met / NOT met: the row's value is the middle of its rounds'
+    p50s, and the targets table shows their range."""
+    values = targets.spread("embed_p50", [9.4, 12.7, 9.1])
+    assert values == {"embed_p50": 9.4, "embed_p50_lo": 9.1, "embed_p50_hi": 12.7}
+    assert targets.spread("embed_p50", [12.7]) == {"embed_p50": 12.7}  # one round: no range
+    targets.save(tmp_path, "pipeline", values)
+    row = next(line for line in targets.report(tmp_path).splitlines() if "embed stage" in line)
+    assert "9.4 ms (9.1–12.7)" in row and "| met" in row
+
+
+def test_the_pipeline_rounds_are_the_passes_over_its_questions(targets, monkeypatch):
+    """Part 1 asks its questions several times in order: round k is the k-th pass, and a row's p50
+    is taken per round (the latencies pooled within a round), failed runs left out."""
+    spec = importlib.util.spec_from_file_location("bench_pipeline", BENCHMARKS / "pipeline.py")
+    pipeline = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_pipeline", pipeline)
+    spec.loader.exec_module(pipeline)
+
+    def ran(embed_ms: float, status: str = "succeeded"):
+        return pipeline.RunTimes(status, "", {"embed": embed_ms}, {}, 0.0)
+
+    one = pipeline.SyncResult(0.0)
+    for k, ms in [(0, 8.0), (0, 9.0), (0, 10.0), (1, 30.0), (1, 31.0), (1, 1.0), (2, 7.0), (2, 9.5), (2, 8.0), (2, 99.0)]:
+        one.runs.append(ran(ms, "failed" if ms == 99.0 else "succeeded"))
+        one.run_rounds.append(k)
+    assert one.rounds == 3
+    assert pipeline.round_p50s([one], "embed") == [9.0, 30.0, 8.0]  # round 2 without its failed run
+    other = pipeline.SyncResult(0.5, runs=[ran(50.0)] * 3, run_rounds=[0, 1, 2])
+    assert pipeline.round_p50s([one, other], "embed") == [10.0, 31.0, 9.5]  # both latencies' runs
