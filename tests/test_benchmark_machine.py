@@ -75,7 +75,8 @@ def test_the_pipeline_rounds_are_the_passes_over_its_questions(targets, monkeypa
         return pipeline.RunTimes(status, "", {"embed": embed_ms}, {}, 0.0)
 
     one = pipeline.SyncResult(0.0)
-    for k, ms in [(0, 8.0), (0, 9.0), (0, 10.0), (1, 30.0), (1, 31.0), (1, 1.0), (2, 7.0), (2, 9.5), (2, 8.0), (2, 99.0)]:
+    rounds = {0: [8.0, 9.0, 10.0], 1: [30.0, 31.0, 1.0], 2: [7.0, 9.5, 8.0, 99.0]}
+    for k, ms in ((k, ms) for k, values in rounds.items() for ms in values):
         one.runs.append(ran(ms, "failed" if ms == 99.0 else "succeeded"))
         one.run_rounds.append(k)
     assert one.rounds == 3
