@@ -256,7 +256,7 @@ class _Dense:
     the full product. Where no such kernel exists (OpenBLAS told to use its Haswell kernels, the
     AVX-512-off stand-in) the blocks measure no faster, and are not made (the memory is not spent)."""
 
-    __slots__ = ("weight", "bias", "blocks", "rows")
+    __slots__ = ("bias", "blocks", "rows", "weight")
 
     def __init__(self, weight: np.ndarray, bias: np.ndarray):
         self.weight = np.ascontiguousarray(weight.T)
@@ -269,7 +269,9 @@ class _Dense:
         width = 64 if inner <= 512 else 32  # 40 rows by 384 inputs, 20 rows by 1,536
         if outer % width:
             return
-        self.blocks = np.ascontiguousarray(self.weight.reshape(inner, outer // width, width).transpose(1, 0, 2))
+        self.blocks = np.ascontiguousarray(
+            self.weight.reshape(inner, outer // width, width).transpose(1, 0, 2)
+        )
         self.rows = _SMALL_PRODUCT // (width * inner)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
