@@ -195,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     for caller, value in STATEMENTS_BY.most_common():
         print(f"  {caller}: {value / n:.2f}")
     if args.profile:
+        saved = args.home / "results" / "profile_question.prof"  # for pstats' print_callers
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        profile.dump_stats(saved)
+        print(f"\ncProfile saved in {saved}")
         print(f"\ntop {args.top} by own time:\n{_top(profile, 'tottime', args.top)}")
         print(f"\ntop {args.top} by cumulative time:\n{_top(profile, 'cumulative', args.top)}")
     return 0
