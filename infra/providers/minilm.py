@@ -253,7 +253,7 @@ class _Dense:
     weights) is mostly the packing of the weights, done anew on every call; each block's product
     is small enough for OpenBLAS's small-matrix kernel, which reads the weights as they lie: one
     stacked matmul, about 2.3x faster there for a question's rows, within float32 rounding of
-    the full product. Where no such kernel exists (OpenBLAS told to use its Haswell kernels, the
+    the full product (a longer text's rows in up to four parts; a batch's, the full product). Where no such kernel exists (OpenBLAS told to use its Haswell kernels, the
     AVX-512-off stand-in) the blocks measure no faster, and are not made (the memory is not spent)."""
 
     __slots__ = ("bias", "blocks", "rows", "weight")
@@ -275,11 +275,16 @@ class _Dense:
         self.rows = _SMALL_PRODUCT // (width * inner)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        if self.blocks is not None and x.shape[0] <= self.rows:
-            parts = np.matmul(x, self.blocks)  # (blocks, rows, width)
-            out = parts.transpose(1, 0, 2).reshape(x.shape[0], -1)  # a copy, the rows' own order
-        else:
+        rows = x.shape[0]
+        if self.blocks is None or rows > 4 * self.rows:  # a batch: the full product
             out = x @ self.weight
+        else:  # a text: its rows in at most 4 equal parts of at most self.rows each (15-30% faster)
+            blocks, _, width = self.blocks.shape
+            out = np.empty((rows, blocks * width), dtype=np.float32)
+            step = -(-rows // -(-rows // self.rows))
+            for i in range(0, rows, step):
+                part = np.matmul(x[i : i + step], self.blocks)  # (blocks, rows, width)
+                np.copyto(out[i : i + step].reshape(-1, blocks, width), part.transpose(1, 0, 2))
         out += self.bias  # in place: no second temporary of the product's size
         return out
 

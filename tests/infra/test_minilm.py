@@ -63,7 +63,7 @@ def test_blocked_and_full_products_give_the_same_vectors():
     full, blocked = MiniLM(path, blocks=False), MiniLM(path, blocks=True)
     assert full.layers[0]["up"].blocks is None and blocked.layers[0]["down"].blocks is not None
     assert blocked.layers[0]["down"].rows == 20 and blocked.layers[0]["up"].rows == 40
-    for text in TEXTS:  # 1 to 256 word pieces: blocked, partly blocked (21-40 rows) and full
+    for text in TEXTS:  # 1 to 256 word pieces: blocked, blocked in parts (over 20 or 40 rows) and full
         assert np.abs(blocked.encode([text]) - full.encode([text])).max() < 1e-6
     assert np.abs(blocked.encode(TEXTS) - full.encode(TEXTS)).max() < 1e-6
     assert isinstance(full.layers[0]["up"].blocks_pay(), bool)
