@@ -288,7 +288,7 @@ class _Dense:
         out += self.bias  # in place: no second temporary of the product's size
         return out
 
-    def blocks_pay(self, rows: int = 12, tries: int = 7) -> bool:
+    def blocks_pay(self, rows: int = 12, tries: int = 11) -> bool:
         """Are blocked products clearly faster than full ones here (a question's rows, the best of
         a few tries each)? Decided once, when the model loads (a few milliseconds)."""
         twin = _Dense(self.weight.T, self.bias)
