@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,10 +35,11 @@ from core.match.items import ItemSwap, item_plans, library_items
 from core.match.matcher import match_one
 from core.match.outer import conjuncts, outer_tables, read_below
 from core.match.reading import Reading
+from core.match.replace import REPLACEABLE_TYPES, replaced, replacement_plans, words
 from core.match.risk import Calibration
-from core.match.spans import CALENDAR_TYPES, DATE, GENDER, NUMBER, PERIOD_TYPES, VALUE, YEAR
+from core.match.spans import GENDER, NUMBER, VALUE, YEAR
 from core.match.swap import AggregateSwap, library_swaps, swap_plans
-from core.match.template import TIME_COLUMN, Template, parsed_sql
+from core.match.template import Template, parsed_sql
 from core.match.values import ValueLookup
 from core.match.words import tokenize
 from core.types import CatalogSchema
@@ -49,13 +49,10 @@ if TYPE_CHECKING:  # the vote is library.py's, and library.py calls this module
 
 # Slot types a condition may carry: a condition with an id ("of patient 10004235") is another question.
 CONDITION_TYPES = (GENDER, NUMBER, VALUE, YEAR)
+_READ_TYPES = frozenset(CONDITION_TYPES + REPLACEABLE_TYPES)  # …and those a replacement reads (replace.py)
 # Conditions that may be left out: without its named value ("potassium") a template reads every item
 # of its table, which is never what the shorter question means; a gender, a threshold or a year is.
 DROPPABLE_TYPES = (GENDER, NUMBER, YEAR)
-# Conditions that may take another condition's place on the same column: a time said another way
-# ("in 03/2100" for "since 03/2100", "within 2 days" for "on the same day"), a threshold compared
-# the other way ("less than 90" for "greater than 90"). Read from the library like the others.
-REPLACEABLE_TYPES = (NUMBER, YEAR, DATE, *CALENDAR_TYPES, *PERIOD_TYPES.values())
 # Words a condition's phrase extends over, left and right of its slot ("older than 65", "aged 80 or
 # older", "in the Coronary Care Unit", "for elective"): comparison words and prepositions, never a
 # word that says what is asked ("how many", "average"), so a phrase adds a condition and nothing else.
@@ -85,8 +82,7 @@ class Condition:
     ident: str = ""  # the conjunct with its slot literal masked: one condition, however many examples
     sql: str = ""  # the conjunct as SQL (columns unqualified): what a composition's cache keys on
     columns: frozenset[str] = dataclasses.field(default=frozenset(), compare=False, repr=False)  # it reads
-    # The phrase's words before and after its slot, lowercased ("since", ""): what a question must
-    # say around a value of the slot's type for this condition to be the one it means.
+    # The phrase's words before and after its slot ("since", ""): what a question says it with.
     left: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
     right: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
 
@@ -119,7 +115,8 @@ def compose_results(
     out: list[MatchResult] = []
     for rank, key, share in list(tried)[:BASES_TRIED]:
         plans = _plans(reading, index, key, vote) + _swaps(reading, index, key, vote)
-        plans += _replacements(reading, index, key, vote)
+        plans += [Composed(b, key, new, drop=False, source=s, old=old) for b, s, new, old in
+                  replacement_plans(reading, index, key, vote, own=conditions_of, library=lambda kind: _conditions(index, kind, vote))]  # fmt: skip
         for plan in plans + _item_swaps(reading, index, key, vote):
             result = _try(plan, index, vote, match)
             if result is None:
@@ -286,62 +283,6 @@ def _item_swaps(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> 
     return out
 
 
-def _replacements(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[Composed]:
-    """The base template's conditions the question says another way, each with the library's
-    condition that says it so (nearest source first): "in 03/2100" where the base has "since
-    03/2100", "less than 90" where it has "greater than 90". Both read one column of the same role
-    (the same column, or a time column for a time column); the question says the new condition's
-    words around a value of its type and not the old one's."""
-    members = sorted(index.members[key], key=lambda i: -vote.sims[i])
-    base = index.entries[members[0]]
-    assert base.template is not None
-    plans: list[Composed] = []
-    olds = [c for c in conditions_of(base.example_id, base.template) if c.slot_type in REPLACEABLE_TYPES]
-    for old in (c for c in olds if len(c.columns) == 1 and not _says(reading, c)):
-        for kind in REPLACEABLE_TYPES:
-            if not any(span.type == kind for span in reading.typed):
-                continue
-            for source, new in _conditions(index, kind, vote):
-                if _role(new) == _role(old) or not _same_role(old, new) or not _says(reading, new):
-                    continue
-                plans.append(Composed(members[0], key, new, drop=False, source=source, old=old))
-    return plans[:COMPOSED_TRIED]
-
-
-def _says(reading: Reading, cond: Condition) -> bool:
-    """Whether the question says the condition's words right around a value of its slot's type
-    ("since" before a month): a condition whose phrase is its value alone is said by no question."""
-    if not cond.left and not cond.right:
-        return False
-    for span in reading.typed:
-        if span.type != cond.slot_type:
-            continue
-        before = _words(reading.question[: span.start])
-        after = _words(reading.question[span.end :])
-        if before[len(before) - len(cond.left) :] == cond.left and after[: len(cond.right)] == cond.right:
-            return True
-    return False
-
-
-def _same_role(old: Condition, new: Condition) -> bool:
-    """One column each, the same one or both times (a lab's charttime for a drug's starttime)."""
-    if len(new.columns) != 1:
-        return False
-    a, b = next(iter(old.columns)), next(iter(new.columns))
-    return a == b or bool(TIME_COLUMN.search(a) and TIME_COLUMN.search(b))
-
-
-@functools.lru_cache(maxsize=16384)
-def _role_of(ident: str, column: str) -> str:
-    return re.sub(rf"\b{re.escape(column)}\b", "_c", ident.partition(":")[2])
-
-
-def _role(cond: Condition) -> str:
-    """The condition with its table and column masked: two conditions that say the same thing of
-    different tables ("since" a month on labevents or on prescriptions) have the same role."""
-    return _role_of(cond.ident, next(iter(cond.columns), ""))
-
-
 def _said_types(reading: Reading) -> dict[str, int]:
     counts: dict[str, int] = {}
     for span in reading.typed:
@@ -455,16 +396,9 @@ def _conditions_of(example_id: int | None, template: Template) -> list[Condition
             example_id, tables[next(iter(aliases))], plain, slot.type, template.question[start:end], start, end,
             f"{tables[next(iter(aliases))]}:{masked.sql(dialect=template.dialect)}",
             plain.sql(dialect=template.dialect), frozenset(_columns_of(plain)),
-            _words(template.question[start:slot.start]), _words(template.question[slot.end:end]),
+            words(template.question[start:slot.start]), words(template.question[slot.end:end]),
         ))  # fmt: skip
     return out
-
-
-_READ_TYPES = frozenset(CONDITION_TYPES + REPLACEABLE_TYPES)
-
-
-def _words(text: str) -> tuple[str, ...]:
-    return tuple(t.lower for t in tokenize(text))
 
 
 def _only(tables: dict[str, str]) -> str:
@@ -589,7 +523,8 @@ def _compose_one(entry: Entry, plan: Composed) -> tuple[str, str] | None:
     if plan.swap is not None:
         return plan.swap.apply(template)
     if plan.old is not None:
-        return _replaced(entry, plan.old, plan.condition)
+        own = [c for c in conditions_of(entry.example_id, template) if c.ident == plan.old.ident]
+        return replaced(template, own[0], plan.condition) if len(own) == 1 else None
     if plan.drop:
         own = [c for c in conditions_of(entry.example_id, template) if c.ident == plan.condition.ident]
         if not own:
@@ -602,41 +537,6 @@ def _compose_one(entry: Entry, plan: Composed) -> tuple[str, str] | None:
         question = f"{text} {plan.condition.phrase}?"
         sql = _with(template, plan.condition)
     return (question, sql) if sql else None
-
-
-def _replaced(entry: Entry, old: Condition, new: Condition) -> tuple[str, str] | None:
-    """One paraphrase with its condition like `old` (its own wording of it) replaced by `new`: the
-    phrase in the question, the conjunct in the SQL, the new conjunct on the old one's column."""
-    template = entry.template
-    assert template is not None
-    own = [c for c in conditions_of(entry.example_id, template) if c.ident == old.ident]
-    if len(own) != 1:
-        return None
-    mine = own[0]
-    tree = parsed_sql(template.sql_template, template.dialect).copy()  # changed below: a copy
-    if not isinstance(tree, exp.Select) or tree.args.get("where") is None or read_below(tree, mine.table):
-        return None
-    target = next(
-        (c for c in conjuncts(tree.args["where"].this) if _plain(c, template.dialect) == mine.sql), None
-    )
-    column = target.find(exp.Column) if target is not None else None
-    if target is None or column is None:
-        return None
-    conjunct = new.conjunct.copy()
-    for col in conjunct.find_all(exp.Column):
-        col.set("this", exp.to_identifier(column.name))
-        col.set("table", exp.to_identifier(column.table) if column.table else None)
-    target.replace(conjunct)
-    question = template.question[: mine.start] + new.phrase + template.question[mine.end :]
-    return question, tree.sql(dialect=template.dialect)
-
-
-def _plain(conjunct: exp.Expr, dialect: str) -> str:
-    """A conjunct as Condition.sql writes it: columns unqualified."""
-    plain = conjunct.copy()
-    for column in plain.find_all(exp.Column):
-        column.set("table", None)
-    return plain.sql(dialect=dialect)
 
 
 def _with(template: Template, cond: Condition) -> str:

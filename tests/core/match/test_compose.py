@@ -456,7 +456,7 @@ def test_no_replacement_the_library_does_not_say(question):
 def test_no_replacement_where_a_subquery_reads_the_conditions_table():
     """The attack of "second value greater than the first": a time condition in the outer WHERE while a
     subquery picks a row of the same table; replacing the outer copy alone would ask two things."""
-    from core.match.compose import _replaced
+    from core.match.replace import replaced
 
     sql = LAB_SINCE[1].replace(
         "ORDER BY labevents.charttime ASC LIMIT 1",
@@ -466,7 +466,7 @@ def test_no_replacement_where_a_subquery_reads_the_conditions_table():
     drug = build_template(*DRUG_IN, dialect="sqlite")
     (old,) = [c for c in conditions_of(1, base.template) if c.slot_type == "month_year"]
     (new,) = [c for c in conditions_of(2, drug) if c.slot_type == "month_year"]
-    assert _replaced(base, old, new) is None
+    assert replaced(base.template, old, new) is None
     plain = entry_for(1, LAB_SINCE[0], LAB_SINCE[1], build_template(*LAB_SINCE, dialect="sqlite"))
     (old,) = [c for c in conditions_of(1, plain.template) if c.slot_type == "month_year"]
-    assert "labevents.charttime) = '2151-04'" in _replaced(plain, old, new)[1]
+    assert "labevents.charttime) = '2151-04'" in replaced(plain.template, old, new)[1]
