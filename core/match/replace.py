@@ -63,11 +63,16 @@ def replacement_plans(
     olds = [c for c in own(entry.example_id, entry.template) if c.slot_type in REPLACEABLE_TYPES]
     out = []
     for old in (c for c in olds if len(c.columns) == 1 and not says(reading, c)):
+        # One plan per role: "in 2100" over admissions and over labevents make the same SQL once
+        # moved to the old condition's column (the nearest source words it), and a question has a
+        # few compositions tried at most (compose.COMPOSED_TRIED): copies would crowd out the rest.
+        roles = {role(old)}
         for kind in REPLACEABLE_TYPES:
             if not any(span.type == kind for span in reading.typed):
                 continue
             for source, new in library(kind):
-                if role(new) != role(old) and same_role(old, new) and says(reading, new):
+                if role(new) not in roles and same_role(old, new) and says(reading, new):
+                    roles.add(role(new))
                     out.append((base, source, new, old))
     return out
 
