@@ -470,3 +470,18 @@ def test_no_replacement_where_a_subquery_reads_the_conditions_table():
     plain = entry_for(1, LAB_SINCE[0], LAB_SINCE[1], build_template(*LAB_SINCE, dialect="sqlite"))
     (old,) = [c for c in conditions_of(1, plain.template) if c.slot_type == "month_year"]
     assert "labevents.charttime) = '2151-04'" in replaced(plain.template, old, new)[1]
+
+
+def test_one_replacement_per_role_of_condition():
+    """ "in a month" over prescriptions and over microbiology is one SQL once moved to the lab's time
+    column: composed once (the nearest wording), so copies never crowd out the other compositions."""
+    micro_in = (
+        "what was the first organism found in patient 10002428's test in 06/2150?",
+        "SELECT microbiologyevents.org_name FROM microbiologyevents WHERE microbiologyevents.subject_id = "
+        "10002428 AND STRFTIME('%Y-%m', microbiologyevents.charttime) = '2150-06' "
+        "ORDER BY microbiologyevents.charttime ASC LIMIT 1",
+    )
+    index = _mini_sqlite([LAB_SINCE, DRUG_IN, micro_in])
+    found = replaced(ask_labs(index, "what was the first sodium value of patient 10014354 in 05/2150?"))
+    assert len(found) == 1
+    assert "STRFTIME('%Y-%m', labevents.charttime) = '2150-05'" in found[0].sql
