@@ -35,6 +35,7 @@ from core.match.items import ItemSwap, item_plans, library_items
 from core.match.matcher import match_one
 from core.match.outer import conjuncts, outer_tables, read_below
 from core.match.reading import Reading
+from core.match.replace import REPLACEABLE_TYPES, replaced, replacement_plans, words
 from core.match.risk import Calibration
 from core.match.spans import GENDER, NUMBER, VALUE, YEAR
 from core.match.swap import AggregateSwap, library_swaps, swap_plans
@@ -48,6 +49,7 @@ if TYPE_CHECKING:  # the vote is library.py's, and library.py calls this module
 
 # Slot types a condition may carry: a condition with an id ("of patient 10004235") is another question.
 CONDITION_TYPES = (GENDER, NUMBER, VALUE, YEAR)
+_READ_TYPES = frozenset(CONDITION_TYPES + REPLACEABLE_TYPES)  # …and those a replacement reads (replace.py)
 # Conditions that may be left out: without its named value ("potassium") a template reads every item
 # of its table, which is never what the shorter question means; a gender, a threshold or a year is.
 DROPPABLE_TYPES = (GENDER, NUMBER, YEAR)
@@ -80,6 +82,9 @@ class Condition:
     ident: str = ""  # the conjunct with its slot literal masked: one condition, however many examples
     sql: str = ""  # the conjunct as SQL (columns unqualified): what a composition's cache keys on
     columns: frozenset[str] = dataclasses.field(default=frozenset(), compare=False, repr=False)  # it reads
+    # The phrase's words before and after its slot ("since", ""): what a question says it with.
+    left: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
+    right: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,7 @@ class Composed:
     drop: bool
     source: int = -1  # index of the entry the condition comes from (the base's own when dropped)
     swap: AggregateSwap | ItemSwap | None = None  # a swap (swap.py, items.py) instead of a condition
+    old: Condition | None = None  # the base's condition `condition` takes the place of (a replacement)
 
 
 def compose_results(
@@ -109,6 +115,8 @@ def compose_results(
     out: list[MatchResult] = []
     for rank, key, share in list(tried)[:BASES_TRIED]:
         plans = _plans(reading, index, key, vote) + _swaps(reading, index, key, vote)
+        plans += [Composed(b, key, new, drop=False, source=s, old=old) for b, s, new, old in
+                  replacement_plans(reading, index, key, vote, own=conditions_of, library=lambda kind: _conditions(index, kind, vote))]  # fmt: skip
         for plan in plans + _item_swaps(reading, index, key, vote):
             result = _try(plan, index, vote, match)
             if result is None:
@@ -355,7 +363,7 @@ def conditions_of(example_id: int | None, template: Template) -> tuple[Condition
 
 
 def _conditions_of(example_id: int | None, template: Template) -> list[Condition]:
-    if not template.usable or not any(slot.type in CONDITION_TYPES for slot in template.slots):
+    if not template.usable or not any(slot.type in _READ_TYPES for slot in template.slots):
         return []  # no slot a condition could carry: no need to read the SQL
     tree = parsed_sql(template.sql_template, template.dialect)
     if not isinstance(tree, exp.Select) or tree.args.get("where") is None:
@@ -375,7 +383,7 @@ def _conditions_of(example_id: int | None, template: Template) -> list[Condition
         if len(slots) != 1:
             continue
         slot = next(iter(slots.values()))
-        if slot.type not in CONDITION_TYPES or not {u.index for u in slot.uses} <= inside:
+        if slot.type not in _READ_TYPES or not {u.index for u in slot.uses} <= inside:
             continue
         start, end = _phrase(template.question, slot.start, slot.end)
         plain = conjunct.copy()
@@ -388,6 +396,7 @@ def _conditions_of(example_id: int | None, template: Template) -> list[Condition
             example_id, tables[next(iter(aliases))], plain, slot.type, template.question[start:end], start, end,
             f"{tables[next(iter(aliases))]}:{masked.sql(dialect=template.dialect)}",
             plain.sql(dialect=template.dialect), frozenset(_columns_of(plain)),
+            words(template.question[start:slot.start]), words(template.question[slot.end:end]),
         ))  # fmt: skip
     return out
 
@@ -444,7 +453,9 @@ def _try(
         example_question=base_question,
         composed_from=(index.entries[plan.base].example_id,)
         + (() if plan.drop else (plan.condition.example_id,)),
-        composed_with=("without " if plan.drop else "") + plan.condition.phrase,
+        composed_with=("without " if plan.drop else "")
+        + plan.condition.phrase
+        + (f" instead of {plan.old.phrase}" if plan.old is not None else ""),
     )
 
 
@@ -455,7 +466,7 @@ def _composed_entries(plan: Composed, index: LibraryIndex, vote: Vote) -> list[E
     for i in members:
         entry = index.entries[i]
         assert entry.template is not None
-        composed = _composed_entry(entry, plan.condition, drop=plan.drop, swap=plan.swap)
+        composed = _composed_entry(entry, plan.condition, drop=plan.drop, swap=plan.swap, old=plan.old)
         if composed is not None:
             out.append(composed)
     keys = {e.key for e in out}
@@ -466,7 +477,12 @@ _COMPOSED: dict[tuple, Entry | None] = {}
 
 
 def _composed_entry(
-    entry: Entry, cond: Condition, *, drop: bool, swap: AggregateSwap | ItemSwap | None = None
+    entry: Entry,
+    cond: Condition,
+    *,
+    drop: bool,
+    swap: AggregateSwap | ItemSwap | None = None,
+    old: Condition | None = None,
 ) -> Entry | None:
     """One paraphrase composed with the condition (added, or dropped) as a library entry, or None;
     made once: the same compositions come back question after question, and fold after fold in a
@@ -474,11 +490,12 @@ def _composed_entry(
     template = entry.template
     assert template is not None
     key = (entry.example_id, template.question, template.sql_template, template.dialect,
-           cond.table, cond.slot_type, cond.phrase, cond.ident, cond.sql, drop, swap)  # fmt: skip
+           cond.table, cond.slot_type, cond.phrase, cond.ident, cond.sql, drop, swap,
+           old.ident if old is not None else "")  # fmt: skip
     if key not in _COMPOSED:
         if len(_COMPOSED) > 50_000:
             _COMPOSED.clear()
-        made = _compose_one(entry, Composed(-1, entry.key, cond, drop=drop, swap=swap))
+        made = _compose_one(entry, Composed(-1, entry.key, cond, drop=drop, swap=swap, old=old))
         _COMPOSED[key] = _entry(entry, made)
     return _COMPOSED[key]
 
@@ -505,6 +522,9 @@ def _compose_one(entry: Entry, plan: Composed) -> tuple[str, str] | None:
     assert template is not None
     if plan.swap is not None:
         return plan.swap.apply(template)
+    if plan.old is not None:
+        own = [c for c in conditions_of(entry.example_id, template) if c.ident == plan.old.ident]
+        return replaced(template, own[0], plan.condition) if len(own) == 1 else None
     if plan.drop:
         own = [c for c in conditions_of(entry.example_id, template) if c.ident == plan.condition.ident]
         if not own:

@@ -42,7 +42,7 @@ from core.match.spans import (
 from core.match.words import INT_RE, NUMBER_RE
 
 # Bump when the algorithm changes so that stored templates (Example.template) are rebuilt.
-TEMPLATE_VERSION = 7  # 7: ICU care units are values; 6: periods ("last year") are slots; a number inside a name is part of it
+TEMPLATE_VERSION = 8  # 8: a name written again with a leading % fills its slot again; 7: ICU care units are values; 6: periods ("last year") are slots; a number inside a name is part of it
 
 # Columns whose values the value index holds (metadata_admin.docs.VALUE_COLUMNS), by bare table name.
 # The pipeline core cannot import metadata_admin, so callers with a catalog pass `value_columns`.
@@ -277,9 +277,38 @@ def bind_sql(template: Template, values: dict[str, str]) -> str:
             if use.index >= len(literals) or literals[use.index].this != use.literal:
                 raise BindError("the template is stale: its SQL literals moved; rebuild it")
             replacements.append((literals[use.index], _literal_for(slot, use, value)))
+    _no_stale_copy(template, values, literals)
     for old, new in replacements:
         old.replace(new)
     return tree.sql(dialect=template.dialect, copy=False)  # our copy: sqlglot need not copy it again
+
+
+def _no_stale_copy(template: Template, values: dict[str, str], literals: list[exp.Literal]) -> None:
+    """Refuse a binding that changes a named value or an id while a literal no slot fills still says
+    the old one: the SQL would ask about the new item in one subquery and the old one in another
+    ('% hemoglobin a1c' kept in the first-value subquery of a question about "mesothelial cell").
+    Whatever way the template came to leave that copy fixed, the bound SQL is wrong."""
+    filled = {use.index for slot in template.slots for use in slot.uses}
+    fixed = [lit for i, lit in enumerate(literals) if i not in filled]
+    if not fixed:
+        return
+    for slot in template.slots:
+        if slot.type != VALUE and slot.type not in ID_TYPES:
+            continue
+        new = str(values.get(slot.name, "")).strip()
+        olds = {_core(use) for use in slot.uses} | {slot.value.strip().lower()}
+        if not new or new.lower() in olds:
+            continue  # the example's own value: nothing changes
+        for lit in fixed:
+            text = lit.this.strip("%").strip().lower() if lit.is_string else lit.this
+            if (text in olds) if slot.type == VALUE else text == slot.value.strip():
+                raise BindError(f"the SQL names {slot.name}'s old value {lit.this!r} where no slot fills it")
+
+
+def _core(use: LiteralUse) -> str:
+    """The value a slot's literal holds, without its prefix and suffix, lowercased."""
+    end = len(use.literal) - len(use.suffix)
+    return use.literal[len(use.prefix) : end].strip("%").strip().lower()
 
 
 def _literal_for(slot: Slot, use: LiteralUse, value: str) -> exp.Expr:

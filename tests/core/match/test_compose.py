@@ -393,3 +393,95 @@ def test_no_condition_is_added_or_dropped_where_a_subquery_reads_the_same_table(
         "SELECT p.drug FROM mimiciv_hosp.prescriptions AS p WHERE p.subject_id = 10014354",
     )
     assert "p.route = 'IV BOLUS'" in _with(plain, cond)
+
+
+# --- a condition said another way (a replacement) --------------------------------------------------
+
+LAB_SINCE = (
+    "what was the first potassium value of patient 10014354 since 03/2150?",
+    "SELECT labevents.valuenum FROM labevents WHERE labevents.subject_id = 10014354 AND labevents.itemid IN "
+    "(SELECT d_labitems.itemid FROM d_labitems WHERE d_labitems.label = 'potassium') AND "
+    "STRFTIME('%Y-%m', labevents.charttime) >= '2150-03' ORDER BY labevents.charttime ASC LIMIT 1",
+)
+DRUG_IN = (
+    "what was the first drug prescribed to patient 10004235 in 04/2151?",
+    "SELECT prescriptions.drug FROM prescriptions WHERE prescriptions.subject_id = 10004235 AND "
+    "STRFTIME('%Y-%m', prescriptions.starttime) = '2151-04' ORDER BY prescriptions.starttime ASC LIMIT 1",
+)
+LAB_VALUES = {"d_labitems.label": ["potassium", "sodium"]}
+
+
+def _mini_sqlite(items):
+    entries = [
+        entry_for(n, q, sql, build_template(q, sql, dialect="sqlite"))
+        for n, (q, sql) in enumerate(items, start=1)
+    ]
+    return LibraryIndex(entries, embed([e.template.masked_question for e in entries]))
+
+
+def ask_labs(index, question):
+    values = ValueIndex(LAB_VALUES)
+    vector = embed([mask_question(question, values)])[0]
+    return match_library(question, vector, index, lookup=lambda c, t: [], values=values)
+
+
+def replaced(found):
+    return [r for r in composed(found) if " instead of " in r.composed_with]
+
+
+def test_a_time_condition_said_another_way_takes_the_place_of_the_templates_own():
+    """ "in 05/2150" where the verified lab question says "since 03/2150": the drug question's
+    month condition, on the lab's time column, in place of the lab's own (not beside it)."""
+    index = _mini_sqlite([LAB_SINCE, DRUG_IN])
+    found = replaced(ask_labs(index, "what was the first sodium value of patient 10014354 in 05/2150?"))
+    best = found[0]
+    assert "STRFTIME('%Y-%m', labevents.charttime) = '2150-05'" in best.sql
+    assert ">=" not in best.sql and "starttime" not in best.sql and "d_labitems.label = 'sodium'" in best.sql
+    assert best.composed_from == (1, 2) and best.composed_with == "in 04/2151 instead of since 03/2150"
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "what was the first sodium value of patient 10014354 since 05/2150?",  # the template's own: no composition
+        "what was the first sodium value of patient 10014354 before 05/2150?",  # no verified question says "before"
+        "what was the first sodium value of patient 10014354 in 2150?",  # a year: no condition of its type
+    ],
+)
+def test_no_replacement_the_library_does_not_say(question):
+    index = _mini_sqlite([LAB_SINCE, DRUG_IN])
+    assert not replaced(ask_labs(index, question))
+
+
+def test_no_replacement_where_a_subquery_reads_the_conditions_table():
+    """The attack of "second value greater than the first": a time condition in the outer WHERE while a
+    subquery picks a row of the same table; replacing the outer copy alone would ask two things."""
+    from core.match.replace import replaced
+
+    sql = LAB_SINCE[1].replace(
+        "ORDER BY labevents.charttime ASC LIMIT 1",
+        "AND labevents.charttime > (SELECT MIN(l2.charttime) FROM labevents AS l2 WHERE l2.subject_id = 10014354)",
+    )
+    base = entry_for(1, LAB_SINCE[0], sql, build_template(LAB_SINCE[0], sql, dialect="sqlite"))
+    drug = build_template(*DRUG_IN, dialect="sqlite")
+    (old,) = [c for c in conditions_of(1, base.template) if c.slot_type == "month_year"]
+    (new,) = [c for c in conditions_of(2, drug) if c.slot_type == "month_year"]
+    assert replaced(base.template, old, new) is None
+    plain = entry_for(1, LAB_SINCE[0], LAB_SINCE[1], build_template(*LAB_SINCE, dialect="sqlite"))
+    (old,) = [c for c in conditions_of(1, plain.template) if c.slot_type == "month_year"]
+    assert "labevents.charttime) = '2151-04'" in replaced(plain.template, old, new)[1]
+
+
+def test_one_replacement_per_role_of_condition():
+    """ "in a month" over prescriptions and over microbiology is one SQL once moved to the lab's time
+    column: composed once (the nearest wording), so copies never crowd out the other compositions."""
+    micro_in = (
+        "what was the first organism found in patient 10002428's test in 06/2150?",
+        "SELECT microbiologyevents.org_name FROM microbiologyevents WHERE microbiologyevents.subject_id = "
+        "10002428 AND STRFTIME('%Y-%m', microbiologyevents.charttime) = '2150-06' "
+        "ORDER BY microbiologyevents.charttime ASC LIMIT 1",
+    )
+    index = _mini_sqlite([LAB_SINCE, DRUG_IN, micro_in])
+    found = replaced(ask_labs(index, "what was the first sodium value of patient 10014354 in 05/2150?"))
+    assert len(found) == 1
+    assert "STRFTIME('%Y-%m', labevents.charttime) = '2150-05'" in found[0].sql

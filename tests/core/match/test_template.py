@@ -14,6 +14,7 @@ from core.match.spans import extract_typed_spans
 from core.match.template import (
     TEMPLATE_VERSION,
     BindError,
+    Slot,
     Template,
     bind_sql,
     parsed_sql,
@@ -384,3 +385,47 @@ def test_a_slot_used_on_two_columns_takes_the_first_uses_column_whatever_the_has
     month = [s for s in template.slots if s.text == "07"]
     assert len(month) == 1 and len(month[0].uses) == 2
     assert month[0].column == "procedures_icd.charttime"
+
+
+# A name that starts with '%' (a d_labitems label, not a LIKE pattern), written in four subqueries.
+A1C_Q = (
+    "Was patient 10023239's % hemoglobin a1c last measured on the first hospital visit greater than "
+    "the value first measured on the first hospital visit?"
+)
+_A1C_ONE = (
+    "SELECT labevents.valuenum FROM labevents WHERE labevents.subject_id = 10023239 AND labevents.itemid IN "
+    "(SELECT d_labitems.itemid FROM d_labitems WHERE d_labitems.label = '% hemoglobin a1c') AND "
+    "labevents.charttime = (SELECT labevents.charttime FROM labevents WHERE labevents.subject_id = 10023239 "
+    "AND labevents.itemid IN (SELECT d_labitems.itemid FROM d_labitems WHERE d_labitems.label = "
+    "'% hemoglobin a1c') ORDER BY labevents.charttime {} LIMIT 1)"
+)
+A1C_SQL = f"SELECT ({_A1C_ONE.format('DESC')}) > ({_A1C_ONE.format('ASC')})"
+
+
+def test_a_name_starting_with_a_percent_sign_fills_every_copy_of_its_slot():
+    t = build_template(A1C_Q, A1C_SQL, dialect="sqlite")
+    value = slot(t, "value")
+    assert value.value == "% hemoglobin a1c"
+    assert len(value.uses) == 4  # one per subquery: not one use and three copies left fixed
+    bound = bind_sql(t, {"value": "mesothelial cell", "patient_id": "10007818"})
+    assert "hemoglobin" not in bound and bound.count("'mesothelial cell'") == 4
+
+
+def test_binding_refuses_a_new_name_where_a_copy_of_the_old_one_stays_fixed():
+    # Attack: a template that (however it was built) fills one copy of its item and leaves another
+    # fixed would answer about two items at once; binding refuses rather than run it.
+    t = build_template(A1C_Q, A1C_SQL, dialect="sqlite")
+    value = slot(t, "value")
+    one_use = Template(**{**t.__dict__, "slots": tuple(
+        s if s.name != "value" else Slot(**{**s.__dict__, "uses": s.uses[:1]}) for s in t.slots
+    )})  # fmt: skip
+    assert bind_sql(one_use, {"value": value.value, "patient_id": "10023239"})  # its own value: as written
+    with pytest.raises(BindError, match="old value"):
+        bind_sql(one_use, {"value": "mesothelial cell", "patient_id": "10023239"})
+    patient = slot(t, "patient_id")
+    one_id = Template(**{**t.__dict__, "slots": tuple(
+        s if s.name != "patient_id" else Slot(**{**s.__dict__, "uses": s.uses[:1]}) for s in t.slots
+    )})  # fmt: skip
+    assert len(patient.uses) == 4
+    with pytest.raises(BindError, match="old value"):
+        bind_sql(one_id, {"value": value.value, "patient_id": "10007818"})
