@@ -31,6 +31,9 @@ CACHE = ROOT / ".askdb" / "cache" / "gate_cv.pkl"
 DEMO_SET = ROOT / "tests" / "askdb" / "answerability" / "demo_set.jsonl"
 # Kinds the demo set lacks, written before round 9 changed the grounding (scored the same way).
 NEW_KINDS_SET = ROOT / "tests" / "askdb" / "answerability" / "new_kinds_set.jsonl"
+# Attributes whose words the catalog has but no column holds, and answerable kinds in unusual
+# wording (round 10, written before round 10 changed the gate).
+CATALOG_WORDS_SET = ROOT / "tests" / "askdb" / "answerability" / "catalog_words_set.jsonl"
 DEMO_LIBRARY = ROOT / "benchmarks" / "data" / "mimiciv" / "train.json"
 AS_OF_YEAR = 2100
 SIMILARITY_FLOOR = 0.15  # config/settings/base.py ASKDB_SIMILARITY_FLOOR's default
@@ -139,7 +142,7 @@ def demo_causes() -> dict[str, dict]:
         path.stem: score_items(
             gate, [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         )
-        for path in (DEMO_SET, NEW_KINDS_SET)
+        for path in (DEMO_SET, NEW_KINDS_SET, CATALOG_WORDS_SET)
     }
 
 
@@ -196,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.list:
             for b in d["blocked"]:
                 print(f"  blocked {b['cause']:>16}  {b['question']}  → {b['reason']}")
+            for k in d["by_kind"].values():
+                print(f"  a decline: {k['example']}")
             for q in d["missed"]:
                 print(f"  let through  {q}")
     return 0

@@ -601,11 +601,9 @@ def grounding_verdicts(
     the approved questions of the other folds (a held-out question never grounds itself, nor do
     its paraphrases or its kind)."""
     schema, people, categories = schema_texts(tables, columns)
+    holding, context = vocabulary_texts(tables, columns, values)
     catalog = grounding.Vocabulary(
-        [*(t.text for t in tables), *(f"{c.text} {c.values}" for c in columns), *values],
-        schema=schema,
-        people=people,
-        categories=categories,
+        holding, schema=schema, people=people, categories=categories, context=context
     )
     stems = [grounding.stems_of(q.text) if q.answerable else set() for q in questions]
     named = [grounding.named_of(q.text) if q.answerable else set() for q in questions]
@@ -621,6 +619,7 @@ def grounding_verdicts(
             )
             vocabulary.schema, vocabulary.people = catalog.schema, catalog.people
             vocabulary.categories = catalog.categories
+            vocabulary.context = catalog.context
             vocabulary.events = frozenset(events[i] for i in fit) - {""}
             for i in held:
                 g = grounding.ground(questions[i].text, vocabulary)
@@ -629,6 +628,24 @@ def grounding_verdicts(
 
 
 _PERSON_COLUMN = re.compile(r"(?:provider|caregiver)(?:_id)?$", re.IGNORECASE)
+
+
+def vocabulary_texts(
+    tables: Sequence[TableText], columns: Sequence[ColumnText], values: Sequence[str] = ()
+) -> tuple[list[str], list[str]]:
+    """The catalog's texts that can hold an attribute (tables' names and synonyms, columns' names
+    and docs, the values of columns that name things, linked values) and those that only mention
+    words in passing (tables' prose, categories' values): `grounding.Vocabulary`'s `context`."""
+    holding, context = [], []
+    for t in tables:
+        lines = t.text.splitlines()
+        names = [x for x in lines if x.startswith(("Table ", "Also called"))] or lines[:1]
+        holding.append("\n".join(names))
+        context.append("\n".join(x for x in lines if x not in names))
+    for c in columns:
+        holding.append(c.text)
+        (holding if grounding.names_things(c.qualified) else context).append(c.values)
+    return [*holding, *values], context
 
 
 def schema_texts(
@@ -670,9 +687,8 @@ def held_by_column(
 ) -> np.ndarray:
     """True where a column records the asked-for attribute in so many words (the catalog alone
     decides, so no fold can leak into it)."""
-    vocabulary = grounding.Vocabulary(
-        [*(t.text for t in tables), *(f"{c.text} {c.values}" for c in columns), *values]
-    )
+    holding, context = vocabulary_texts(tables, columns, values)
+    vocabulary = grounding.Vocabulary(holding, context=context)
     own = holding_columns(columns)
     return np.array(
         [bool(grounding.column_holding(grounding.ground(t, vocabulary), own)) for t in texts], dtype=bool
@@ -1008,11 +1024,7 @@ class AnswerabilityModel:
         self.table_vectors = self.encoder.encode_docs([t.text for t in tables])
         self.column_vectors = self.encoder.encode_docs([c.text for c in columns])
         self.absent = rules.absent_concepts(c.text for c in columns)
-        self._catalog_words = [
-            *(t.text for t in tables),
-            *(f"{c.text} {c.values}" for c in columns),
-            *self._values,
-        ]
+        self._catalog_words = vocabulary_texts(tables, columns, self._values)
         self._column_words = holding_columns(columns)
         self._schema_texts = schema_texts(tables, columns)
         self._column_values = {c.qualified: c.values for c in columns}
@@ -1029,8 +1041,10 @@ class AnswerabilityModel:
         ]
         approved = [t for _, t, a in library if a]
         schema, people, categories = self._schema_texts
+        holding, context = self._catalog_words
         self.vocabulary = grounding.Vocabulary(
-            [*self._catalog_words, *approved],
+            [*holding, *approved],
+            context=context,
             schema=schema,
             people=people,
             categories=categories,
@@ -1126,7 +1140,7 @@ class AnswerabilityModel:
             f"The data is de-identified: it holds no names of people (providers and caregivers only as ids), so "
             f"askdb cannot answer this ({g.attribute})."
             if g.missing == ("name",)
-            else self._records_instead(g.attribute, near)
+            else self._of_someone_else(g) or self._records_instead(g.attribute, near)
         )
         return rules.Finding("not_in_schema", "ungrounded_attribute", g.attribute, reason, True)
 
@@ -1164,6 +1178,21 @@ class AnswerabilityModel:
                         "answer questions about that instead.")  # fmt: skip
         return grounding.event_reason(g)
 
+    def _of_someone_else(self, g: grounding.Grounding) -> str:
+        """ "The database records the marital status at admission (admissions.marital_status) of the
+        patient, not of the patient's daughter.": the attribute is held, but for the patient alone;
+        "" when the question asks of no one else or no column holds the attribute."""
+        if not g.of:
+            return ""
+        column = grounding.column_holding(grounding.Grounding(g.of, ()), self._column_words)
+        if not column:
+            return ""
+        meaning = self.column_meanings.get(column, "").split(";")[0].rstrip(". ")
+        short = ".".join(column.split(".")[-2:])
+        what = f"{_the(meaning)} ({short})" if meaning else short
+        return (f"The database records {what} of the patient only, not of the patient's {g.attribute}, so askdb "
+                f"cannot answer this; it can answer that question about the patient instead.")  # fmt: skip
+
     def _records_instead(self, attribute: str, near: list[tuple[str, float]]) -> str:
         """ "The database records the marital status at admission (admissions.marital_status), not
         wedding date." when a column that records something is near, else that no column does."""
@@ -1179,9 +1208,7 @@ class AnswerabilityModel:
         column = usable[0]
         meaning = self.column_meanings.get(column, "").split(";")[0].rstrip(". ")
         short = ".".join(column.split(".")[-2:])
-        if meaning[1:2].islower():  # "Marital status at …" reads "the marital status at …"; "ICU unit" stays
-            meaning = "the " + meaning[:1].lower() + meaning[1:]
-        what = f"{meaning} ({short})" if meaning else short
+        what = f"{_the(meaning)} ({short})" if meaning else short
         return (f"The database records {what}, not {attribute}, so askdb cannot answer this; it can answer "
                 "questions about that instead.")  # fmt: skip
 
@@ -1228,3 +1255,9 @@ class AnswerabilityModel:
         meaning = self.column_meanings.get(column, "").rstrip(".")
         held = f"{column} ({meaning})" if meaning else column
         return f" The closest thing the database records is {held}; askdb can answer questions about that instead."
+
+
+def _the(meaning: str) -> str:
+    """A column's meaning in a sentence: "Marital status at …" reads "the marital status at …";
+    "ICU unit" stays as it is."""
+    return "the " + meaning[:1].lower() + meaning[1:] if meaning[1:2].islower() else meaning
