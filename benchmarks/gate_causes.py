@@ -80,7 +80,11 @@ def cv_causes(cv: dict) -> dict:
     by_rule = m.rule_verdicts(texts, absent, AS_OF_YEAR)
     by_ground = m.grounding_verdicts(questions, tables, columns, cv["values"], dealings)
     held = m.held_verdicts(questions, tables, columns, cv["values"], dealings) & ~by_rule[None, :]
-    gate = m.gate_probability(oof.ravel(), (by_rule[None, :] | by_ground).ravel(), held.ravel())
+    phrases = m.value_phrases(cv["values"])
+    named = np.array([m.names_value(t, phrases) for t in texts], dtype=bool)
+    gate = m.gate_probability(
+        oof.ravel(), (by_rule[None, :] | by_ground).ravel(), held.ravel(), np.tile(named, len(dealings))
+    )
     metrics = m.classification_metrics(gate, np.tile(y, len(dealings)), threshold)
     model_only = m.classification_metrics(oof.ravel(), np.tile(y, len(dealings)), threshold)
     blocked: Counter = Counter()
@@ -88,7 +92,8 @@ def cv_causes(cv: dict) -> dict:
     for r in range(len(dealings)):
         for i, q in enumerate(questions):
             cause = ("rule" if by_rule[i] else "grounding" if by_ground[r, i]
-                     else "" if held[r, i] or oof[r, i] >= threshold else "model")  # fmt: skip
+                     else "" if held[r, i] or oof[r, i] >= threshold * (m.VALUE_MARGIN if named[i] else 1.0)
+                     else "model")  # fmt: skip
             if q.answerable and cause:
                 blocked[(cause, q.text)] += 1
             elif not q.answerable and not cause:
