@@ -31,6 +31,9 @@ CACHE = ROOT / ".askdb" / "cache" / "gate_cv.pkl"
 DEMO_SET = ROOT / "tests" / "askdb" / "answerability" / "demo_set.jsonl"
 # Kinds the demo set lacks, written before round 9 changed the grounding (scored the same way).
 NEW_KINDS_SET = ROOT / "tests" / "askdb" / "answerability" / "new_kinds_set.jsonl"
+# Attributes whose words the catalog has but no column holds, and answerable kinds in unusual
+# wording (round 10, written before round 10 changed the gate).
+CATALOG_WORDS_SET = ROOT / "tests" / "askdb" / "answerability" / "catalog_words_set.jsonl"
 DEMO_LIBRARY = ROOT / "benchmarks" / "data" / "mimiciv" / "train.json"
 AS_OF_YEAR = 2100
 SIMILARITY_FLOOR = 0.15  # config/settings/base.py ASKDB_SIMILARITY_FLOOR's default
@@ -77,7 +80,11 @@ def cv_causes(cv: dict) -> dict:
     by_rule = m.rule_verdicts(texts, absent, AS_OF_YEAR)
     by_ground = m.grounding_verdicts(questions, tables, columns, cv["values"], dealings)
     held = m.held_verdicts(questions, tables, columns, cv["values"], dealings) & ~by_rule[None, :]
-    gate = m.gate_probability(oof.ravel(), (by_rule[None, :] | by_ground).ravel(), held.ravel())
+    phrases = m.value_phrases(cv["values"])
+    named = np.array([m.names_value(t, phrases) for t in texts], dtype=bool)
+    gate = m.gate_probability(
+        oof.ravel(), (by_rule[None, :] | by_ground).ravel(), held.ravel(), np.tile(named, len(dealings))
+    )
     metrics = m.classification_metrics(gate, np.tile(y, len(dealings)), threshold)
     model_only = m.classification_metrics(oof.ravel(), np.tile(y, len(dealings)), threshold)
     blocked: Counter = Counter()
@@ -85,7 +92,8 @@ def cv_causes(cv: dict) -> dict:
     for r in range(len(dealings)):
         for i, q in enumerate(questions):
             cause = ("rule" if by_rule[i] else "grounding" if by_ground[r, i]
-                     else "" if held[r, i] or oof[r, i] >= threshold else "model")  # fmt: skip
+                     else "" if held[r, i] or oof[r, i] >= threshold * (m.VALUE_MARGIN if named[i] else 1.0)
+                     else "model")  # fmt: skip
             if q.answerable and cause:
                 blocked[(cause, q.text)] += 1
             elif not q.answerable and not cause:
@@ -139,7 +147,7 @@ def demo_causes() -> dict[str, dict]:
         path.stem: score_items(
             gate, [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         )
-        for path in (DEMO_SET, NEW_KINDS_SET)
+        for path in (DEMO_SET, NEW_KINDS_SET, CATALOG_WORDS_SET)
     }
 
 
@@ -196,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.list:
             for b in d["blocked"]:
                 print(f"  blocked {b['cause']:>16}  {b['question']}  → {b['reason']}")
+            for k in d["by_kind"].values():
+                print(f"  a decline: {k['example']}")
             for q in d["missed"]:
                 print(f"  let through  {q}")
     return 0

@@ -343,7 +343,9 @@ def score_items(
         # The gate's own probability, as the CV's `gate_probability`: a decisive rule declines whatever
         # the model says, and a held attribute (a column or approved questions) passes it.
         decisive = any(f.decisive for f in score.findings)
-        probabilities.append(0.0 if decisive else 1.0 if score.grounded_column else score.probability)
+        probabilities.append(
+            0.0 if decisive else 1.0 if score.grounded_column else min(1.0, score.probability / score.margin)
+        )
         labels.append(item["answerable"])
         if not score.answerable:
             k = by_kind.setdefault(score.kind, {"declined": 0, "of_them_unanswerable": 0, "example": ""})

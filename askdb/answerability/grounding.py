@@ -23,7 +23,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 _WORD = re.compile(r"[a-z][a-z'-]*")
-_PATIENT = r"(?:the |this |that )?(?:patient|subject)(?: (?:number |no\.? |id )?\d+)?"
+# Never stops short of the patient's number: "of patient 10004235's daughter" must not read as "of
+# patient" (the attribute then belongs to the daughter, not the patient).
+_PATIENT = (
+    r"(?:the |this |that )?(?:patient|subject)(?: (?:number |no\.? |id )?\d+)?(?! ?(?:number |no\.? |id )?\d)"
+)
 
 # Words that start a clause, not a noun phrase: "what was the …", "which is …" read no attribute.
 _NOT_A_NOUN = r"(?:is|was|are|were|the|a|an|of|did|does|do|has|had|have|times?|day|days|many|much)\b"
@@ -54,6 +58,11 @@ ASKED_BY_PHRASE: tuple[tuple[re.Pattern, str], ...] = tuple(
     )
 )
 
+# "of patient N's daughter" asks of the daughter; "of patient N's last hospital stay" still of the patient.
+_OWNS_NONE = (r"(?!'s (?!(?:first |last |latest |most recent |current |recent |previous |next |second |third )?"
+              r"(?:hospital |icu |inpatient )?(?:stay|admission|visit|hospitalization|encounter)s?\b))")  # fmt: skip
+# A participle a thing given to or done for a patient is described by ("administered", "given").
+_GIVEN = r"(?:[a-z]{3,}(?:ed|en)|given|used|run|put|sent|done|drawn|taken|kept)"
 # How a question asks for one attribute of one patient; `attr` is the noun phrase asked for.
 ATTRIBUTE_PATTERNS: tuple[re.Pattern, ...] = tuple(
     re.compile(p)
@@ -69,14 +78,21 @@ ATTRIBUTE_PATTERNS: tuple[re.Pattern, ...] = tuple(
         rf"(?:[a-z-]+ )?(?:of |for |to )?{_PATIENT}\b",
         # Things counted: "how many elevators does the hospital building have", "how many copies of
         # patient N's records were printed", "how many windows did patient N's hospital room have".
-        rf"\bhow many (?!{_NOT_A_NOUN})(?P<attr>[a-z-]+(?: [a-z-]+)?) (?:of {_PATIENT}'s [a-z ]+?|does|did|do|has|"
+        rf"\bhow many (?!{_NOT_A_NOUN})(?P<attr>[a-z-]+(?: of [a-z-]+| [a-z-]+)?) (?:of {_PATIENT}'s [a-z ]+?|does|did|do|has|"
         r"had|have) ",
         # How big, how old: the attribute is the adjective's noun ("how tall is patient N" → height).
-        rf"\bhow (?P<attr>{'|'.join(HOW_ADJECTIVES)}) (?:is|was|are|were) {_PATIENT}\b",
+        rf"\bhow (?P<attr>{'|'.join(HOW_ADJECTIVES)}) (?:is|was|are|were) {_PATIENT}\b{_OWNS_NONE}",
         rf"\b(?P<attr>(?:full |first |last )?name of {_PATIENT}'s [a-z-]+(?: [a-z-]+)?)(?: (?:on|in|during|at|for|"
         r"from|who|that)\b|\?|$)",
+        # A property of a thing given to or done for a patient: "what is the lot number of the insulin
+        # administered to patient N", "what color were the tablets prescribed to patient N"; the
+        # attribute is the property (the thing is often a drug's name, a value, not a column).
+        rf"\b(?:what|which) (?:is|was|are|were) (?:the |a |an )?(?P<attr>(?!{_NOT_A_NOUN})[a-z-]+(?: [a-z-]+)?) of "
+        rf"(?:the |a |an |his |her |their )?(?P<thing>(?:(?!who |that |which )[a-z0-9-]+ ){{1,3}}?){_GIVEN} (?:to|for|on|by|in|from) {_PATIENT}\b",
+        rf"\b(?:what|which) (?!{_NOT_A_NOUN})(?P<attr>[a-z-]+(?: [a-z-]+)?) (?:is|was|are|were) (?:the |a |an |his |"
+        rf"her |their )?(?P<thing>(?:(?!who |that |which )[a-z0-9-]+ ){{1,3}}?){_GIVEN} (?:to|for|on|by|in|from) {_PATIENT}\b",
         rf"\b(?:what|which|who|when|where) (?:is|was|are|were) (?:the |a |an )?(?P<attr>[a-z' -]{{3,60}}?) "
-        rf"(?:of|for) {_PATIENT}\b(?!'s)",
+        rf"(?:of|for) {_PATIENT}\b{_OWNS_NONE}",
         rf"\b{_PATIENT}'s (?P<attr>[a-z-]+(?: [a-z-]+){{0,2}}?)(?: (?:is|was|are|were|on|in|during|at|after|before|"
         r"for|when|while|with|from|been|have|has|had|located|called|named|written|signed|sent|saved|given|"
         r"addressed|printed|taken|done|by)\b|\?|$)",
@@ -86,7 +102,7 @@ ATTRIBUTE_PATTERNS: tuple[re.Pattern, ...] = tuple(
         rf"\bhow many (?P<attr>[a-z-]+(?: [a-z-]+){{0,2}}?) (?:does|did|do|has|had) {_PATIENT} (?:have|own|had)\b",
         rf"\b(?:does|did|has|had) {_PATIENT} (?:have|has|had|own|owns) (?:a |an |any |the )?(?P<attr>[a-z-]+"
         r"(?: [a-z-]+){0,2}?)(?: (?:on|in|during|at|after|before|for|from)\b|\?|$)",
-        rf"\bthe (?P<attr>[a-z-]+(?: [a-z-]+){{0,3}}?) (?:of|for) {_PATIENT}\b(?!'s)",
+        rf"\bthe (?P<attr>[a-z-]+(?: [a-z-]+){{0,3}}?) (?:of|for) {_PATIENT}\b{_OWNS_NONE}",
     )
 )
 # A relative clause ends the attribute: "the name of the nurse who cared for …".
@@ -158,9 +174,15 @@ class Vocabulary:
         people: Iterable[str] = (),
         events: Iterable[str] = (),
         categories: Iterable[str] = (),
+        context: Iterable[str] = (),
     ) -> None:
         texts = list(texts)
         self.stems: frozenset[str] = frozenset(stems).union(*(stems_of(t) for t in texts))
+        # Words said only in passing: a table's prose ("time windows for vitals") or a category's
+        # values ("EMERGENCY ROOM" in admission_location). They may qualify an attribute ("room
+        # temperature") but never hold it: "the windows of the icu" or "the hospital room" is not
+        # recorded because a doc mentions windows or a value names a room.
+        self.context: frozenset[str] = frozenset().union(*(stems_of(t) for t in context)) - self.stems
         self.named: frozenset[str] = frozenset(named).union(*(named_of(t) for t in texts))
         # For events (`asked_event`): the words of the catalog's docs without example or linked
         # values ("MARRIED" is a marital status, not an event with a date), the words of the docs
@@ -176,6 +198,10 @@ class Vocabulary:
         }
 
     def __contains__(self, word: str) -> bool:
+        return stem(word) in self.stems or word in self.stems or stem(word) in self.context
+
+    def holds(self, word: str) -> bool:
+        """A column, a table's names, a thing's value or an approved question says the word."""
         return stem(word) in self.stems or word in self.stems
 
 
@@ -188,6 +214,8 @@ class Grounding:
     missing: tuple[str, ...]
     event: str = ""
     phrase: str = ""  # an event's words in the question ("serve in the military"), for the decline
+    of: str = ""  # asked of what the patient has, not of the patient ("marital status" of a daughter)
+    thing: str = ""  # a property of a thing given to the patient ("the lot number of the insulin")
 
     @property
     def grounded(self) -> bool:
@@ -197,17 +225,23 @@ class Grounding:
 def asked_attribute(question: str) -> str:
     """The noun phrase the question asks for ("wedding date"), or "" when its shape is not one
     of ATTRIBUTE_PATTERNS."""
+    return _asked(question)[0]
+
+
+def _asked(question: str) -> tuple[str, str]:
+    """(the attribute, the thing it is a property of when that is not the patient: "lot number",
+    "insulin" in "the lot number of the insulin administered to patient N")."""
     text = " ".join(str(question or "").lower().replace("’", "'").split())
     for pattern, attribute in ASKED_BY_PHRASE:
         if pattern.search(text):
-            return attribute
+            return attribute, ""
     for pattern in ATTRIBUTE_PATTERNS:
         m = pattern.search(text)
         if m:
             attr = re.sub(rf"^((?:full |first |last )?name of ){_PATIENT}'s ", r"\1", m.group("attr"))
             attr = _CLAUSE.sub("", attr).strip(" -'")
-            return HOW_ADJECTIVES.get(attr, attr)
-    return ""
+            return HOW_ADJECTIVES.get(attr, attr), (m.groupdict().get("thing") or "").strip()
+    return "", ""
 
 
 _NAME_OF = re.compile(
@@ -219,24 +253,49 @@ def ground(question: str, vocabulary: Vocabulary) -> Grounding | None:
     """None when neither an attribute nor an event is read; else the attribute with the words of
     it the catalog lacks. A name is missing when it is asked of something no text says has one
     ("the name of the family doctor": the data holds de-identified provider ids)."""
-    attribute = asked_attribute(question)
+    attribute, thing = _asked(question)
     content = [w for w in words(attribute) if w not in GENERIC and len(w) > 2]
     if not content:
         return ground_event(question, vocabulary)
     missing = tuple(w for w in content if w not in vocabulary)
+    if missing and thing:
+        attribute = f"{attribute} of the {thing}"
+    # One noun asked for ("the windows", "the hospital room") said only in passing is not held; in a
+    # longer phrase ("drg mortality score") the other words may name the column.
+    nouns = [w for w in content if w not in LIGHT_VERBS and not re.search(r"(?:ed|ing)$", w)]
+    if not missing and len(nouns) == 1 and not vocabulary.holds(nouns[0]):
+        missing = (nouns[0],)
     m = _NAME_OF.match(attribute)
     if m and not missing:
         things = {stem(w) for w in words(m.group("x") or m.group("y")) if len(w) > 2}
         if things and not things & vocabulary.named:
             missing = ("name",)
-    return Grounding(attribute, missing)
+    return Grounding(attribute, missing, of=_owned(question, attribute) if missing else "", thing=thing)
+
+
+_OWNED = re.compile(
+    rf"\b(?:the |a |an )?(?P<of>[a-z-]+(?: [a-z-]+){{0,2}}?) of {_PATIENT}'s (?P<owner>[a-z-]+(?: [a-z-]+)?)\b"
+)
+
+
+def _owned(question: str, owner: str) -> str:
+    """The attribute asked of someone or something the patient has ("the marital status of patient
+    N's daughter" → "marital status"), for a decline naming the column that holds it for the
+    patient alone; "" when the question is not of that shape."""
+    text = " ".join(str(question or "").lower().replace("’", "'").split())
+    for m in _OWNED.finditer(text):
+        if owner.startswith(m.group("owner")):
+            of = re.sub(r"^(?:(?:what|which|who|is|was|are|were|the|a|an|how) )+", "", m.group("of"))
+            return "" if of in GENERIC else of
+    return ""
 
 
 def attribute_key(question: str) -> frozenset[str]:
     """The content stems of the attribute a question asks for (empty when none is read): two
     questions asking for one attribute in other words share it ("how much does X cost", "the
     price of Y" → {cost})."""
-    return frozenset(stem(w) for w in words(asked_attribute(question)) if w not in GENERIC and len(w) > 2)
+    attribute, thing = _asked(question)  # "the dose of the opioid given to …": of that thing only
+    return frozenset(stem(w) for w in words(f"{attribute} {thing}") if w not in GENERIC and len(w) > 2)
 
 
 def column_words(name: str, meaning: str, values: str) -> tuple[frozenset[str], tuple[frozenset[str], ...]]:
@@ -256,7 +315,9 @@ def column_holding(
     """The column whose name or doc holds every content word of the asked-for attribute, or one
     of whose values is that attribute ("race" → admissions.race, "bmi" → omr.result_name); "" when
     none: the catalog then does not say in so many words that it records it."""
-    if grounded is None or not grounded.grounded:
+    if grounded is None or not grounded.grounded or grounded.thing:
+        # A property of a thing ("the dosage of an opioid") is held only if the thing is: the
+        # learned model decides.
         return ""
     wanted = {stem(w) for w in words(grounded.attribute) if w not in GENERIC and len(w) > 1}
     if not wanted:
@@ -272,6 +333,11 @@ def column_holding(
 
 
 _NAMES_THINGS = re.compile(r"(?:label|_name|name|title|test|description|category)$")
+
+
+def names_things(column: str) -> bool:
+    """A column whose values are names of things ("BMI" in omr.result_name), not categories."""
+    return bool(_NAMES_THINGS.search(column))
 
 
 # -- events: what happened to a patient, and who did it ---------------------------------------

@@ -34,6 +34,7 @@ from askdb.answerability.model import (
     Encoder,
     LocalEncoder,
     schema_texts,
+    vocabulary_texts,
 )
 
 __all__ = ["AnswerabilityScore", "Scorer", "clear_cache", "get_scorer", "load_scorer"]
@@ -223,11 +224,11 @@ def _grounding_finding(source, question: str, version: Hashable | None = None):
     cached = _vocabulary.get(source.pk)
     if cached is None or cached[0] != signature:
         tables, columns = table_texts(source), column_texts(source)
-        texts = [t.text for t in tables] + [f"{c.text} {c.values}" for c in columns]
+        holding, context = vocabulary_texts(tables, columns, value_texts(source))
         approved = [q for _, q, answerable in library_items(source) if answerable]
         schema, people, categories = schema_texts(tables, columns)
         vocabulary = grounding.Vocabulary(
-            [*texts, *value_texts(source), *approved], schema=schema, people=people, categories=categories,
+            [*holding, *approved], context=context, schema=schema, people=people, categories=categories,
             events={grounding.event_key(q) for q in approved} - {""},
         )  # fmt: skip
         cached = (signature, vocabulary)

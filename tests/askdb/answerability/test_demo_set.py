@@ -72,13 +72,40 @@ NEW_KINDS_SET = HERE / "new_kinds_set.jsonl"
 def test_the_gate_holds_on_kinds_the_demo_set_lacks(gate):
     """45 + 45 questions of kinds neither the demo set nor the grounding's patterns were written
     from (vehicles, banking, dental care, media...; vital signs, NDC codes, DRG severity, item
-    links...), written before round 9 changed the grounding. Before it: F1 0.816, 0 blocked."""
+    links...), written before round 9 changed the grounding. Before it: F1 0.816, 0 blocked; round 9: 0.889;
+    round 10: 0.916, 0 blocked."""
     rows = [json.loads(line) for line in NEW_KINDS_SET.read_text().splitlines() if line.strip()]
     items = [{"id": str(n), **r} for n, r in enumerate(rows)]
     assert sum(not i["answerable"] for i in items) >= 40 and sum(i["answerable"] for i in items) >= 40
     metrics = score_items(gate, items)
     f1, blocked = metrics["unanswerable"]["f1"], metrics["answerable_blocked"]
-    assert f1 >= 0.85 and blocked <= 0.025, (
-        f"new kinds: F1 {f1:.3f} (floor 0.85), answerable blocked {blocked:.1%} (at most 1 of 45); "
+    assert f1 >= 0.90 and blocked <= 0.025, (
+        f"new kinds: F1 {f1:.3f} (floor 0.90), answerable blocked {blocked:.1%} (at most 1 of 45); "
         f"blocked {[b['question'] for b in metrics['blocked']]}; missed {metrics['missed']}"
+    )
+
+
+CATALOG_WORDS_SET = HERE / "catalog_words_set.jsonl"
+
+
+def test_the_gate_on_attributes_whose_words_the_catalog_has_but_no_column_holds(gate):
+    """45 + 45 questions written before round 10 changed the gate, measured twice (before and after,
+    never tuned on): unanswerable ones ask for an attribute of someone or something other than the
+    patient, or whose words the catalog says only in passing (a relative's marital status, a
+    nurse's language, a room's temperature, a drug's lot number); answerable ones ask for marital
+    status, route, care unit, item label, insurance, language... in unusual words. Before: F1 0.610,
+    20 let through, 12 blocked; after: F1 0.774, 9 let through, 12 blocked. The blocked ones are
+    synonyms no catalog text uses ("relationship status", "tongue", "pass away", "ethnic
+    background"): a known gap, held here so it can only shrink."""
+    rows = [json.loads(line) for line in CATALOG_WORDS_SET.read_text().splitlines() if line.strip()]
+    items = [{"id": str(n), **r} for n, r in enumerate(rows)]
+    assert sum(not i["answerable"] for i in items) >= 40 and sum(i["answerable"] for i in items) >= 40
+    library = {" ".join(i["question"].lower().split()) for i in json.loads(LIBRARY.read_text())}
+    assert not library & {" ".join(i["question"].lower().split()) for i in items}
+    metrics = score_items(gate, items)
+    f1 = metrics["unanswerable"]["f1"]
+    assert f1 >= 0.75 and len(metrics["blocked"]) <= 12 and len(metrics["missed"]) <= 9, (
+        f"catalog words: F1 {f1:.3f} (floor 0.75), blocked {len(metrics['blocked'])} (at most 12), let through "
+        f"{len(metrics['missed'])} (at most 9); blocked {[b['question'] for b in metrics['blocked']]}; "
+        f"missed {metrics['missed']}"
     )
