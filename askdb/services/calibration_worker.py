@@ -40,6 +40,7 @@ def part(part: Any, labelled: Sequence[tuple[str, str, Sequence[float]]] = ()) -
     def count(_: int) -> None:
         asked[0] += 1
 
-    padded = [None] * part.start + list(labelled)  # run_part reads labelled[n] for n in the part's slice
+    # run_part reads labelled[n] for n in a labelled part's slice
+    padded = [None] * part.start + list(labelled) if part.kind == "labelled" else []
     found = match.run_part(part, **_WORKER, labelled=padded, progress=count)  # type: ignore[arg-type]
     return found, asked[0]
