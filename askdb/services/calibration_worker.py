@@ -14,9 +14,11 @@ from typing import Any
 _WORKER: dict[str, Any] = {}  # this process's library and callbacks, made once by `start`
 
 
-def start(source_pk: int, database: str) -> None:
+def start(source_pk: int, database: str, prepared: str = "") -> None:
     """Set up Django in this child (the parent's settings, through the environment it inherits) on
-    the parent's database (`database`: its name, a test database in tests), and read the library."""
+    the parent's database (`database`: its name, a test database in tests), while the parent reads
+    the library. `prepared`: the file where the parent will have written it (cv_prepare) before it
+    hands out the first part; the library is read from it then. Without one, read it now."""
     import django
 
     django.setup()
@@ -27,7 +29,11 @@ def start(source_pk: int, database: str) -> None:
     from askdb.services.calibration_context import cv_context
     from metadata_admin.models import ClinicalSource
 
-    _WORKER.update(cv_context(ClinicalSource.objects.get(pk=source_pk)))
+    source = ClinicalSource.objects.get(pk=source_pk)
+    if prepared:
+        _WORKER["_later"] = lambda: cv_context(source, prepared=prepared)
+    else:
+        _WORKER.update(cv_context(source))
 
 
 def part(part: Any, labelled: Sequence[tuple[str, str, Sequence[float]]] = ()) -> tuple[list, int]:
@@ -35,6 +41,8 @@ def part(part: Any, labelled: Sequence[tuple[str, str, Sequence[float]]] = ()) -
     parent's progress. `labelled`: the part's own labelled questions (the part's slice of them)."""
     from core import match
 
+    if "_later" in _WORKER:  # the parent's library, written before it handed out any part
+        _WORKER.update(_WORKER.pop("_later")())
     asked = [0]
 
     def count(_: int) -> None:
@@ -44,3 +52,11 @@ def part(part: Any, labelled: Sequence[tuple[str, str, Sequence[float]]] = ()) -
     padded = [None] * part.start + list(labelled) if part.kind == "labelled" else []
     found = match.run_part(part, **_WORKER, labelled=padded, progress=count)  # type: ignore[arg-type]
     return found, asked[0]
+
+
+def embed(texts: list[str]) -> list:
+    """The vectors of the labelled questions' masked texts (the parent masks them), as the parent's
+    embedder would give them: the same model and settings, one call, a fresh cache."""
+    from infra.providers.embeddings import get_embedder
+
+    return get_embedder().embed(texts)
