@@ -32,8 +32,23 @@ def start(source_pk: int, database: str, prepared: str = "") -> None:
     source = ClinicalSource.objects.get(pk=source_pk)
     if prepared:
         _WORKER["_later"] = lambda: cv_context(source, prepared=prepared)
+        _warm_up(source)
     else:
         _WORKER.update(cv_context(source))
+
+
+def _warm_up(source) -> None:
+    """While the parent builds the library: read each stored template as every fold will
+    (core.match.calibrate.warm_up), so this process's first parts do not parse them."""
+    from askdb.models import Example
+    from core.match import Template, template_is_current, warm_up
+
+    stored = (
+        Example.objects.filter(source=source, status=Example.Status.ACTIVE, kind=Example.Kind.ANSWERABLE)
+        .order_by("id")
+        .values_list("pk", "template")
+    )
+    warm_up((pk, Template.from_dict(t)) for pk, t in stored.iterator() if template_is_current(t))
 
 
 def part(part: Any, labelled: Sequence[tuple[str, str, Sequence[float]]] = ()) -> tuple[list, int]:

@@ -5,7 +5,7 @@ through askdb's services) and the benchmark (benchmarks/ehrsql.py) call these, s
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,9 +14,13 @@ import numpy as np
 from core.compare import results_match
 from core.match import reasons as R
 from core.match.candidate import MatchResult
-from core.match.index import UNANSWERABLE, Entry, LibraryIndex
+from core.match.compose import conditions_of
+from core.match.index import UNANSWERABLE, Entry, LibraryIndex, library_reading
+from core.match.items import shape_of
 from core.match.library import LibraryMatch, match_library
 from core.match.risk import Calibration, expected, fit_risk, fold_risks
+from core.match.spans import VALUE
+from core.match.template import Template
 from core.match.values import ValueIndex, ValueLookup
 from core.types import CatalogSchema
 
@@ -149,6 +153,20 @@ def fold_sizes(index: LibraryIndex, folds: int = CV_FOLDS) -> dict[tuple[str, in
         for fold, held in enumerate(grouped_folds(index.entries, folds, siblings=siblings)):
             sizes[(kind, fold)] = len(_asked(index, held, siblings))
     return sizes
+
+
+def warm_up(templates: Iterable[tuple[int | None, Template]]) -> None:
+    """Read what every fold's library reads of each template (its guard reading, its conditions, its
+    shape) into the per-template caches, which are keyed by content: a worker process does it while
+    the calling process builds the library it will hand over (a template that differs there is
+    read again, never wrongly). `templates`: (example id, template) of the library's examples."""
+    for example_id, template in templates:
+        if not template.usable:
+            continue
+        spans = tuple((x.start, x.end) for x in template.slots if x.type == VALUE)
+        library_reading(template.masked_question, template.question, spans)  # as LibraryIndex._families
+        conditions_of(example_id, template)
+        shape_of(template)
 
 
 @dataclass(frozen=True)
