@@ -7,6 +7,8 @@ import json
 import logging
 import multiprocessing
 import re
+import shutil
+import tempfile
 import threading
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -19,7 +21,7 @@ from django.utils import timezone
 from askdb.adapters.library_cache import LIBRARY
 from askdb.models import Example
 from askdb.services import calibration_worker
-from askdb.services.calibration_context import cv_context
+from askdb.services.calibration_context import cv_context, cv_prepare
 from askdb.services.examples import example_upsert
 from askdb.services.exports import examples_import
 from askdb.services.privacy import privacy_policy
@@ -27,6 +29,7 @@ from askdb.services.sql import ReviewError, sql_check
 from core import match
 from infra.audit.services import audit_record
 from infra.providers.embeddings import get_embedder
+from metadata_admin.services import source_executor
 
 logger = logging.getLogger(__name__)
 
@@ -374,13 +377,20 @@ def library_cross_validate(
         small = Example.objects.filter(source=source).count() + len(items or []) < PARALLEL_FROM
         processes = 1 if small else settings.ASKDB_CALIBRATION_PROCESSES
     labelled = [(str(i["question"]), str(i.get("sql") or "")) for i in (items or [])]
-    pool = _workers(source, processes - 1) if processes > 1 else None
+    prepared = (
+        Path(tempfile.mkdtemp(prefix="askdb-calibration-")) / "library.pickle" if processes > 1 else None
+    )
+    pool = _workers(source, processes - 1, prepared) if prepared is not None else None
     try:
+        embedding = _embed_in_worker(pool, source, labelled) if pool is not None and labelled else None
         context = cv_context(source)
+        if prepared is not None:  # the workers read it from there, not from the database (cv_prepare)
+            cv_prepare(context, str(prepared))
         masked = []
         if labelled:
-            embedder, values = get_embedder(), context["values"]
-            masked = embedder.embed([match.mask_question(q, values) for q, _ in labelled])
+            masked = _embedded(embedding) or get_embedder().embed(
+                [match.mask_question(q, context["values"]) for q, _ in labelled]
+            )
         count = [0]
 
         def one_more(_: int) -> None:
@@ -397,6 +407,8 @@ def library_cross_validate(
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        if prepared is not None:
+            shutil.rmtree(prepared.parent, ignore_errors=True)
     index = context["index"]
     samples, siblings, risk, at = found.samples, found.siblings, found.risk, found.expected
     return {
@@ -410,12 +422,36 @@ def library_cross_validate(
     }  # fmt: skip
 
 
-def _workers(source, n: int) -> ProcessPoolExecutor:
-    """`n` worker processes, started now (spawn) so that they read the library while this one does;
-    on this process's database (a test database in tests)."""
+def _embed_in_worker(pool: ProcessPoolExecutor, source, labelled: list[tuple[str, str]]):
+    """The labelled questions' masked vectors, computed by a worker while this process builds the
+    library (the worker would otherwise wait for it): the future of calibration_worker.embed, or None.
+    Masked here with the values the library is built with (LIBRARY.values, read first)."""
+    values = LIBRARY.values(source, source_executor(source))
+    try:
+        return pool.submit(calibration_worker.embed, [match.mask_question(q, values) for q, _ in labelled])
+    except BrokenProcessPool:
+        return None
+
+
+def _embedded(embedding) -> list | None:
+    """The worker's vectors (_embed_in_worker), or None for this process to embed them (no worker
+    started, or it failed)."""
+    if embedding is None:
+        return None
+    try:
+        return embedding.result()
+    except Exception:  # any failure of the worker: this process embeds them itself
+        logger.warning("calibration: a worker could not embed the labelled questions; embedded here")
+        return None
+
+
+def _workers(source, n: int, prepared: Path) -> ProcessPoolExecutor:
+    """`n` worker processes, started now (spawn) so that they start Python and Django while this one
+    reads the library; on this process's database (a test database in tests). They read the
+    library from `prepared`, which this process writes before it hands them any part."""
     pool = ProcessPoolExecutor(
         max_workers=n, mp_context=multiprocessing.get_context("spawn"), initializer=calibration_worker.start,
-        initargs=(source.pk, connection.settings_dict["NAME"]),
+        initargs=(source.pk, connection.settings_dict["NAME"], str(prepared)),
     )  # fmt: skip
     for _ in range(n):  # ProcessPoolExecutor starts its processes on the first submit
         pool.submit(int)

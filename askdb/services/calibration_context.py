@@ -4,6 +4,8 @@ and its worker processes, calibration_worker, both read it)."""
 
 from __future__ import annotations
 
+import os
+import pickle
 from typing import Any
 
 from django.conf import settings
@@ -16,18 +18,38 @@ from infra.providers.embeddings import get_embedder
 from metadata_admin.services import source_catalog_schema, source_executor
 
 
-def cv_context(source) -> dict[str, Any]:
+def cv_context(source, prepared: str | None = None) -> dict[str, Any]:
     """What one process needs to do parts of a calibration (match.run_part's arguments but the part's
-    own): the library as stored, read once, and the database callbacks of _cv_callbacks."""
+    own): the library as stored, read once, and the database callbacks of _cv_callbacks.
+
+    `prepared`: a file cv_prepare wrote from the calling process's context (a worker process then
+    reads the library, its values and what composing reads of it in a second, instead of reading
+    the database and rebuilding them: most of a worker's start)."""
     executor = source_executor(source)
-    catalog, embedder = source_catalog_schema(source), get_embedder()
-    index, values = LIBRARY.index(source, executor, embedder)
+    if prepared:
+        with open(prepared, "rb") as file:  # written by this calibration's own process (cv_prepare)
+            index, values, catalog = pickle.load(file)
+    else:
+        catalog = source_catalog_schema(source)
+        index, values = LIBRARY.index(source, executor, get_embedder())
     lookup, probe, same = _cv_callbacks(executor, source)
     return {
         "index": index, "vectors_of": lambda held: index.matrix[held], "values": values, "catalog": catalog,
         "is_correct": lambda entry, best: same(best.sql, entry.template.sql),
         "lookup": lookup, "probe": probe, "same": same,
     }  # fmt: skip
+
+
+def cv_prepare(context: dict[str, Any], path: str) -> None:
+    """Write what cv_context(source, prepared=path) reads back: the context's library, values and
+    catalog (the callbacks hold connections and are made anew). Written whole, then renamed into
+    place, so no reader ever sees half a file."""
+    partial = f"{path}.partial"
+    with open(partial, "wb") as file:
+        pickle.dump(
+            (context["index"], context["values"], context["catalog"]), file, protocol=pickle.HIGHEST_PROTOCOL
+        )
+    os.replace(partial, path)
 
 
 def _cv_callbacks(executor, source):

@@ -14,9 +14,11 @@ from typing import Any
 _WORKER: dict[str, Any] = {}  # this process's library and callbacks, made once by `start`
 
 
-def start(source_pk: int, database: str) -> None:
+def start(source_pk: int, database: str, prepared: str = "") -> None:
     """Set up Django in this child (the parent's settings, through the environment it inherits) on
-    the parent's database (`database`: its name, a test database in tests), and read the library."""
+    the parent's database (`database`: its name, a test database in tests), while the parent reads
+    the library. `prepared`: the file where the parent will have written it (cv_prepare) before it
+    hands out the first part; the library is read from it then. Without one, read it now."""
     import django
 
     django.setup()
@@ -27,7 +29,26 @@ def start(source_pk: int, database: str) -> None:
     from askdb.services.calibration_context import cv_context
     from metadata_admin.models import ClinicalSource
 
-    _WORKER.update(cv_context(ClinicalSource.objects.get(pk=source_pk)))
+    source = ClinicalSource.objects.get(pk=source_pk)
+    if prepared:
+        _WORKER["_later"] = lambda: cv_context(source, prepared=prepared)
+        _warm_up(source)
+    else:
+        _WORKER.update(cv_context(source))
+
+
+def _warm_up(source) -> None:
+    """While the parent builds the library: read each stored template as every fold will
+    (core.match.calibrate.warm_up), so this process's first parts do not parse them."""
+    from askdb.models import Example
+    from core.match import Template, template_is_current, warm_up
+
+    stored = (
+        Example.objects.filter(source=source, status=Example.Status.ACTIVE, kind=Example.Kind.ANSWERABLE)
+        .order_by("id")
+        .values_list("pk", "template")
+    )
+    warm_up((pk, Template.from_dict(t)) for pk, t in stored.iterator() if template_is_current(t))
 
 
 def part(part: Any, labelled: Sequence[tuple[str, str, Sequence[float]]] = ()) -> tuple[list, int]:
@@ -35,11 +56,22 @@ def part(part: Any, labelled: Sequence[tuple[str, str, Sequence[float]]] = ()) -
     parent's progress. `labelled`: the part's own labelled questions (the part's slice of them)."""
     from core import match
 
+    if "_later" in _WORKER:  # the parent's library, written before it handed out any part
+        _WORKER.update(_WORKER.pop("_later")())
     asked = [0]
 
     def count(_: int) -> None:
         asked[0] += 1
 
-    padded = [None] * part.start + list(labelled)  # run_part reads labelled[n] for n in the part's slice
+    # run_part reads labelled[n] for n in a labelled part's slice
+    padded = [None] * part.start + list(labelled) if part.kind == "labelled" else []
     found = match.run_part(part, **_WORKER, labelled=padded, progress=count)  # type: ignore[arg-type]
     return found, asked[0]
+
+
+def embed(texts: list[str]) -> list:
+    """The vectors of the labelled questions' masked texts (the parent masks them), as the parent's
+    embedder would give them: the same model and settings, one call, a fresh cache."""
+    from infra.providers.embeddings import get_embedder
+
+    return get_embedder().embed(texts)

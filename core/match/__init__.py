@@ -36,6 +36,7 @@ from core.match.calibrate import (
     decide_answer,
     grouped_folds,
     run_part,
+    warm_up,
 )
 from core.match.candidate import MatchResult, TemplateCandidate
 from core.match.compose import compose_ready
@@ -112,4 +113,5 @@ __all__ = [
     "sql_group",
     "template_is_current",
     "template_key",
+    "warm_up",
 ]

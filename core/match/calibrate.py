@@ -5,7 +5,7 @@ through askdb's services) and the benchmark (benchmarks/ehrsql.py) call these, s
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,9 +14,13 @@ import numpy as np
 from core.compare import results_match
 from core.match import reasons as R
 from core.match.candidate import MatchResult
-from core.match.index import UNANSWERABLE, Entry, LibraryIndex
+from core.match.compose import conditions_of
+from core.match.index import UNANSWERABLE, Entry, LibraryIndex, library_reading
+from core.match.items import shape_of
 from core.match.library import LibraryMatch, match_library
 from core.match.risk import Calibration, expected, fit_risk, fold_risks
+from core.match.spans import VALUE
+from core.match.template import Template
 from core.match.values import ValueIndex, ValueLookup
 from core.types import CatalogSchema
 
@@ -69,6 +73,7 @@ def cross_validate(
     observe: Callable[[Entry, LibraryMatch, LibraryIndex], None] | None = None,
     folds_out: list[int] | None = None,
     siblings: bool = False,
+    within: tuple[int, int] | None = None,
 ) -> list[tuple[dict[str, float], bool]]:
     """Held-out (features, correct) for the best hard-rule-passing match of every library question.
 
@@ -85,16 +90,19 @@ def cross_validate(
     folds keep against the library without its whole template: what passes the guard is (nearly
     always) a sibling's wrong answer, and its samples go with the ordinary ones into fit_risk, never
     into the reported coverage or precision. Their folds are numbered after the ordinary ones.
+
+    `within`: the fold's held-out questions [start, stop) alone (a part of a fold, run_part); the
+    fold's library is built once per process and kept while its parts are asked (_train).
     """
     samples: list[tuple[dict[str, float], bool]] = []
     done = 0
     for fold, held in enumerate(grouped_folds(index.entries, folds, siblings=siblings)):
         if only is not None and fold not in only:
             continue
-        held_set = set(held)
-        train = index.subset([i for i in range(len(index.entries)) if i not in held_set])
-        if siblings:  # the ordinary folds already ask the rest without their template
-            held = [i for i in held if index.entries[i].template and not whole_template(index.entries[i].key)]
+        train = _train(index, held, (folds, fold, siblings), keep=within is not None)
+        held = _asked(index, held, siblings)
+        if within is not None:
+            held = held[within[0] : within[1]]
         vectors = vectors_of(held)
         for i, vector in zip(held, vectors, strict=True):
             entry = index.entries[i]
@@ -117,6 +125,50 @@ def cross_validate(
     return samples
 
 
+def _asked(index: LibraryIndex, held: list[int], siblings: bool) -> list[int]:
+    """The held-out questions a fold asks: the sibling pass only those whose template the ordinary
+    folds keep (the ordinary folds already ask the rest without their template)."""
+    if not siblings:
+        return held
+    return [i for i in held if index.entries[i].template and not whole_template(index.entries[i].key)]
+
+
+def _train(index: LibraryIndex, held: list[int], fold: tuple, *, keep: bool) -> LibraryIndex:
+    """The library without one fold's questions. `keep`: built once for all that fold's parts (a
+    subset builds its families, a second at 5,000 examples), on the index; only the latest fold's is
+    kept: a process does a fold's parts one after another (calibrate_library drops it at the end)."""
+    memo = index.__dict__.setdefault("_cv_train", {}) if keep else {}
+    if fold not in memo:
+        memo.clear()
+        held_set = set(held)
+        memo[fold] = index.subset([i for i in range(len(index.entries)) if i not in held_set])
+    return memo[fold]
+
+
+def fold_sizes(index: LibraryIndex, folds: int = CV_FOLDS) -> dict[tuple[str, int], int]:
+    """How many questions each fold of the ordinary folds and of the sibling pass asks, by
+    (Part.kind, fold): what calibration_parts cuts into parts."""
+    sizes = {}
+    for kind, siblings in (("fold", False), ("siblings", True)):
+        for fold, held in enumerate(grouped_folds(index.entries, folds, siblings=siblings)):
+            sizes[(kind, fold)] = len(_asked(index, held, siblings))
+    return sizes
+
+
+def warm_up(templates: Iterable[tuple[int | None, Template]]) -> None:
+    """Read what every fold's library reads of each template (its guard reading, its conditions, its
+    shape) into the per-template caches, which are keyed by content: a worker process does it while
+    the calling process builds the library it will hand over (a template that differs there is
+    read again, never wrongly). `templates`: (example id, template) of the library's examples."""
+    for example_id, template in templates:
+        if not template.usable:
+            continue
+        spans = tuple((x.start, x.end) for x in template.slots if x.type == VALUE)
+        library_reading(template.masked_question, template.question, spans)  # as LibraryIndex._families
+        conditions_of(example_id, template)
+        shape_of(template)
+
+
 @dataclass(frozen=True)
 class LibraryCalibration:
     """What a calibration found: the risk model to answer with, the held-out samples it was fitted on
@@ -135,7 +187,8 @@ class LibraryCalibration:
 @dataclass(frozen=True)
 class Part:
     """One piece of a calibration's work, which any process holding the same library can do alone:
-    an ordinary fold, a fold of the sibling pass, or a slice [start, stop) of the labelled questions.
+    a slice [start, stop) of an ordinary fold's questions, of a sibling-pass fold's (stop 0: the
+    whole fold) or of the labelled questions.
     Its samples do not depend on which process does it or in what order, so the pieces can be shared
     between processes and put back together in order (calibrate_library's `run_parts`)."""
 
@@ -146,11 +199,22 @@ class Part:
 
 
 LABELLED_PART = 200  # labelled questions per part: small enough that two processes finish together
+# A fold's questions per part: a fold is a fifth of the library (1,000 questions, 10 s at 5,000
+# examples), and the process that finishes first waits for the other's last part, on average half of
+# one: small parts keep both cores busy to the end (each process builds a fold's library once).
+FOLD_PART = 250
 
 
-def calibration_parts(labelled: int) -> list[Part]:
-    """The parts of a calibration with `labelled` labelled questions, in the order their samples go."""
-    parts = [Part("fold", f) for f in range(CV_FOLDS)] + [Part("siblings", f) for f in range(CV_FOLDS)]
+def calibration_parts(labelled: int, sizes: dict[tuple[str, int], int] | None = None) -> list[Part]:
+    """The parts of a calibration with `labelled` labelled questions, in the order their samples go;
+    `sizes` (fold_sizes): each fold cut into parts of FOLD_PART questions, else one part per fold."""
+    parts = []
+    for kind in ("fold", "siblings"):
+        for f in range(CV_FOLDS):
+            n = sizes.get((kind, f), 0) if sizes is not None else 0
+            parts += [Part(kind, f, a, min(a + FOLD_PART, n)) for a in range(0, n, FOLD_PART)] or [
+                Part(kind, f)
+            ]
     return parts + [
         Part("labelled", 0, a, min(a + LABELLED_PART, labelled)) for a in range(0, labelled, LABELLED_PART)
     ]
@@ -195,6 +259,7 @@ def run_part(
         index, vectors_of, is_correct=is_correct, lookup=lookup, values=values, catalog=catalog,
         only=[part.fold], probe=probe, siblings=not ordinary, progress=progress if ordinary else None,
         observe=observe if ordinary else None, details=details if ordinary else None,
+        within=(part.start, part.stop) if part.stop else None,
     )  # fmt: skip
     return [(x, ok, part.fold) for x, ok in found]
 
@@ -228,7 +293,7 @@ def calibrate_library(
     each in turn, in this process. A caller may have other processes do some (askdb's calibration
     service); the fit below sees the same samples in the same order either way.
     """
-    parts = calibration_parts(len(labelled))
+    parts = calibration_parts(len(labelled), fold_sizes(index))
 
     def local(part: Part) -> PartSamples:
         return run_part(
@@ -236,7 +301,10 @@ def calibrate_library(
             probe=probe, labelled=labelled, same=same, progress=progress, observe=observe, details=details,
         )  # fmt: skip
 
-    found = run_parts(parts, local) if run_parts is not None else [local(part) for part in parts]
+    try:
+        found = run_parts(parts, local) if run_parts is not None else [local(part) for part in parts]
+    finally:
+        index.__dict__.pop("_cv_train", None)  # the last fold's library (_train): not kept with the index
     samples, folds, siblings, sibling_folds = [], [], [], []
     for part, got in zip(parts, found, strict=True):
         if part.kind == "siblings":

@@ -1,0 +1,83 @@
+"""A calibration cut into parts (core/match/calibrate.py: folds cut into slices of FOLD_PART questions,
+done in any order by any process) fits exactly what whole folds fit, and builds each fold's library
+once per process."""
+
+from __future__ import annotations
+
+from core import match as L
+from core.match import calibrate
+from tests.core.match.test_library import (
+    ADMISSION_TYPE_SQL,
+    AGE_AT_VISIT_SQL,
+    AGE_SQL,
+    VALUES,
+    build_index,
+    no_lookup,
+)
+
+PAIRS = [
+    *[(f"what was the admission type of patient {p} on the first hospital visit?", ADMISSION_TYPE_SQL.format(p=p))
+      for p in range(10001, 10007)],
+    *[(f"how was patient {p} admitted on the first hospital visit?", ADMISSION_TYPE_SQL.format(p=p))
+      for p in range(10011, 10015)],
+    *[(f"what age was patient {p} on the first hospital visit?", AGE_AT_VISIT_SQL.format(p=p)) for p in range(10021, 10026)],
+    *[(f"how many patients are older than {n}?", AGE_SQL.format(n=n)) for n in (50, 60, 65, 70, 80)],
+    *[(f"count the number of patients older than {n}.", AGE_SQL.format(n=n)) for n in (55, 75)],
+    ("how tall is the moon?", ""),
+    ("who will win the next election?", ""),
+]  # fmt: skip
+
+
+def _calibrate(index, run_parts=None):
+    return L.calibrate_library(
+        index, lambda held: index.matrix[held], is_correct=lambda e, best: best.sql == e.template.sql,
+        lookup=no_lookup, values=VALUES, wrong_answer_cost=4.0, run_parts=run_parts,
+    )  # fmt: skip
+
+
+def test_folds_cut_into_parts_fit_what_whole_folds_fit(monkeypatch):
+    index = build_index(PAIRS)
+    whole = _calibrate(index)
+    monkeypatch.setattr(calibrate, "FOLD_PART", 2)
+    built, subset = [], L.LibraryIndex.subset
+
+    def counted(self, keep):
+        built.append(len(keep))
+        return subset(self, keep)
+
+    monkeypatch.setattr(L.LibraryIndex, "subset", counted)
+    seen: list[list] = []
+
+    def backwards(parts, local):  # another process's order: the last part first
+        seen.append(parts)
+        return list(reversed([local(p) for p in reversed(parts)]))
+
+    cut = _calibrate(index, backwards)
+    parts = seen[0]
+    sizes = calibrate.fold_sizes(index)
+    assert len(parts) > 2 * calibrate.CV_FOLDS  # some fold was cut
+    assert all(p.stop - p.start <= 2 for p in parts if p.stop)
+    # every question of every fold asked once, in its fold's order
+    for (kind, fold), n in sizes.items():
+        slices = sorted((p.start, p.stop) for p in parts if (p.kind, p.fold) == (kind, fold) and p.stop)
+        assert [i for a, b in slices for i in range(a, b)] == list(range(n))
+    assert cut.samples == whole.samples and cut.siblings == whole.siblings
+    assert cut.sample_folds == whole.sample_folds and cut.expected == whole.expected
+    assert cut.risk.to_dict() == whole.risk.to_dict()
+    # one library per fold, not one per part; none left on the index afterwards
+    assert len(built) == len(sizes)
+    assert "_cv_train" not in index.__dict__
+
+
+def test_without_sizes_or_questions_a_fold_is_one_part():
+    """No sizes (or a fold with no question): one part per fold, stop 0 (the whole fold)."""
+    whole = [(k, f, 0, 0) for k in ("fold", "siblings") for f in range(calibrate.CV_FOLDS)]
+    assert [(p.kind, p.fold, p.start, p.stop) for p in calibrate.calibration_parts(0)] == whole
+    assert [(p.kind, p.fold, p.start, p.stop) for p in calibrate.calibration_parts(0, {})] == whole
+    labelled = calibrate.calibration_parts(450, {("fold", 0): 600})
+    assert [(p.start, p.stop) for p in labelled if p.kind == "fold" and p.fold == 0] == [
+        (0, 250),
+        (250, 500),
+        (500, 600),
+    ]
+    assert [(p.start, p.stop) for p in labelled if p.kind == "labelled"] == [(0, 200), (200, 400), (400, 450)]
