@@ -32,6 +32,7 @@ from core.match.template import (
     Slot,
     Template,
     bind_sql,
+    literal_core,
     parse_sql,
     parsed_sql,
 )
@@ -341,7 +342,9 @@ def _claim_name(
     if len(re.sub(r"[^A-Za-z]", "", core)) < 2:
         return None
     # The same name used again (a subquery repeats the filter) fills the same slot.
-    again = [k for k, uses in claims.items() if any(_core_of(u[1]) == core.strip("%").lower() for u in uses)]
+    again = [
+        k for k, uses in claims.items() if any(literal_core(u[1]) == core.strip("%").lower() for u in uses)
+    ]
     found = again[0] if again else _find_name_span(question, core, spans, claims)
     if found is None:
         return None
@@ -352,13 +355,6 @@ def _claim_name(
         return "anchor", question[start:end]
     span = Span(VALUE, question[start:end], start, end, core)
     return "slot", span, LiteralUse(index, text, True, prefix, suffix, case=_case_of(core), like=like)
-
-
-def _core_of(use: LiteralUse) -> str:
-    """A claimed literal's name without a LIKE's wildcards: '% hemoglobin a1c' (a name that starts
-    with %) compared as written, '%fentanyl%' as 'fentanyl'."""
-    end = len(use.literal) - len(use.suffix)
-    return use.literal[len(use.prefix) : end].strip("%").lower()
 
 
 def _climb(node: exp.Expr) -> exp.Expr | None:

@@ -296,7 +296,7 @@ def _no_stale_copy(template: Template, values: dict[str, str], literals: list[ex
         if slot.type != VALUE and slot.type not in ID_TYPES:
             continue
         new = str(values.get(slot.name, "")).strip()
-        olds = {_core(use) for use in slot.uses} | {slot.value.strip().lower()}
+        olds = {literal_core(use).strip() for use in slot.uses} | {slot.value.strip().lower()}
         if not new or new.lower() in olds:
             continue  # the example's own value: nothing changes
         for lit in fixed:
@@ -305,10 +305,11 @@ def _no_stale_copy(template: Template, values: dict[str, str], literals: list[ex
                 raise BindError(f"the SQL names {slot.name}'s old value {lit.this!r} where no slot fills it")
 
 
-def _core(use: LiteralUse) -> str:
-    """The value a slot's literal holds, without its prefix and suffix, lowercased."""
+def literal_core(use: LiteralUse) -> str:
+    """The value a slot's literal holds, without its prefix, suffix and a LIKE's wildcards, lowercased:
+    '% hemoglobin a1c' (a name that starts with %) as ' hemoglobin a1c', '%fentanyl%' as 'fentanyl'."""
     end = len(use.literal) - len(use.suffix)
-    return use.literal[len(use.prefix) : end].strip("%").strip().lower()
+    return use.literal[len(use.prefix) : end].strip("%").lower()
 
 
 def _literal_for(slot: Slot, use: LiteralUse, value: str) -> exp.Expr:
