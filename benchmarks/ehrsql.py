@@ -146,7 +146,9 @@ class Runner:
 def calibrate(lib: Library, runner: Runner, *, cost: float, progress: bool = True, observe=None):
     """Grouped cross-validation over the library (core.match.calibrate_library, as the app's
     calibrate_library runs it) -> the fitted risk model and held-out numbers."""
-    from core.match import bind_sql, calibrate_library
+    from risk_stability import spread
+
+    from core.match import bind_sql, calibrate_library, fit_risk
 
     def lookup(column: str, text: str):
         from askdb.adapters.ports import column_values_like
@@ -181,6 +183,8 @@ def calibrate(lib: Library, runner: Runner, *, cost: float, progress: bool = Tru
     scored = [
         (found.fold_risks[f].predict(x), ok) for (x, ok), f in zip(samples, found.sample_folds, strict=True)
     ]
+    # How far the nested CV's count moves when its samples do (bootstrap seeds, a wrong sample less).
+    report["spread"] = spread(found, lambda s: fit_risk(s, wrong_answer_cost=cost), risk.threshold)
     report["wrong_answers"] = [  # train only: what to tune on
         {"question": e.question, "answered_from": b.example_question, "p": round(p, 4),
          "gold": e.template.sql if e.template else "", "sql": b.sql}
@@ -604,6 +608,8 @@ def table(result: dict) -> str:
         ("library: examples / templates", f"{result['library']['examples']} / {result['library']['templates']}"),
         ("threshold P(correct) ≥ c/(c+1)", f"{result['threshold']:.3f}"),
         (f"cross-validated on {result['splits']['library']}: coverage / precision", f"{result['cv']['coverage']} / {result['cv']['precision']}"),
+        ("cross-validated: answered / range refitted (3 bootstraps, a wrong sample less)",
+         f"{result['cv']['answered']} / {result['cv']['spread']['range']} (precision ≥ {result['cv']['spread']['worst_precision']})"),
         ("answered (coverage)", f"{result['answered']} ({100 * result['coverage']:.1f} %)"),
         ("composed answers: answered / right", f"{result['composed']['answered']} / {result['composed']['right']}"),
         ("precision of answers", f"{100 * result['precision']:.2f} %" if result["precision"] is not None else "-"),

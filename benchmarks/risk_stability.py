@@ -135,6 +135,35 @@ def perturbations(rows: list[dict], *, repeats: int = 10, drops: tuple[int, ...]
         yield "bootstrap", refold(rows, 0), [rng.randrange(len(rows)) for _ in every], ordinary
 
 
+def spread(found, fit, threshold: float, *, seeds: tuple[int, ...] = (1, 2, 3), drops: int = 10) -> dict:
+    """The nested CV's answered count of a calibration (core.match.LibraryCalibration) refitted with
+    `fit` on bootstrap resamples of its samples (one per seed) and with each of its wrong samples
+    (at most `drops`) left out in turn: the spread the benchmark reports beside the count."""
+    rows = [{"x": x, "ok": ok, "kind": "fold"} for x, ok in found.samples]
+    rows += [{"x": x, "ok": ok, "kind": "siblings"} for x, ok in found.siblings]
+    folds = list(found.sample_folds) + list(found.sibling_folds)
+    every = list(range(len(rows)))
+    ordinary = [i for i in every if rows[i]["kind"] == "fold"]
+    boot = []
+    for seed in seeds:
+        rng = random.Random(seed)
+        boot.append(nested(rows, folds, [rng.randrange(len(rows)) for _ in every], fit, threshold, ordinary))
+    dropped = []
+    for gone in [i for i in every if not rows[i]["ok"]][:drops]:
+        kept = [i for i in every if i != gone]
+        dropped.append(nested(rows, folds, kept, fit, threshold, [i for i in ordinary if i != gone]))
+    answered = [a for a, _ in boot + dropped]
+    return {
+        "bootstrap": [a for a, _ in boot],
+        "one_wrong_dropped": [
+            min((a for a, _ in dropped), default=None),
+            max((a for a, _ in dropped), default=None),
+        ],
+        "range": [min(answered), max(answered)] if answered else None,
+        "worst_precision": round(min((r / a for a, r in boot + dropped if a), default=1.0), 4),
+    }
+
+
 def report(path: Path, fits: dict, *, repeats: int = 10) -> dict:
     """Per fit: the answered count and precision of the nested CV under every perturbation."""
     from core.match.risk import answer_threshold

@@ -182,6 +182,7 @@ class LibraryCalibration:
     fold_risks: dict[int, Calibration]
     expected: dict[str, Any]
     asked: int  # questions held out: the library's and the labelled ones
+    sibling_folds: list[int] = field(default_factory=list)  # for refitting the fold risks (benchmarks)
 
 
 @dataclass(frozen=True)
@@ -318,7 +319,7 @@ def calibrate_library(
     scored = [(risks[f].predict(x), ok) for (x, ok), f in zip(samples, folds, strict=True)]
     asked = len(index.entries) + len(labelled)
     return LibraryCalibration(
-        risk, samples, siblings, folds, risks, expected(scored, risk.threshold, asked), asked
+        risk, samples, siblings, folds, risks, expected(scored, risk.threshold, asked), asked, sibling_folds
     )
 
 
