@@ -211,8 +211,8 @@ def fits() -> dict:
         return fitted if fitted.samples else R.DEFAULT_RISK
 
     out = {"fit_risk": R.fit_risk, "unanchored (before)": unanchored}
-    for m in (3.0, 30.0):
-        out[f"prior weight {m:g}"] = variant(prior=R.DEFAULT_RISK, prior_weight=m)
+    for l2, b in ((1.0, 1.0), (10.0, 10.0)):
+        out[f"prior, l2 {l2:g}, intercept l2 {b:g}"] = variant(l2=l2, prior=R.DEFAULT_RISK, intercept_l2=b)
     return out
 
 
