@@ -93,7 +93,8 @@ def fit_calibration(
     """Logistic regression (L2, Newton's method, numpy) on held-out matches: features -> was it right.
 
     Samples that fail a hard rule are skipped (their confidence is 0 whatever the model says). With
-    fewer than two samples of each outcome there is nothing to learn and the defaults are returned.
+    no `prior` and fewer than two samples of each outcome there is nothing to learn and the defaults
+    are returned (with a prior: only without any sample).
 
     `prior`: shrink toward the prior's coefficients instead of toward 0, the intercept too (by
     `intercept_l2`): a Gaussian prior centred on a model whose signs are known. Why: when the guard
