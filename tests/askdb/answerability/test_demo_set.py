@@ -109,3 +109,28 @@ def test_the_gate_on_attributes_whose_words_the_catalog_has_but_no_column_holds(
         f"{len(metrics['missed'])} (at most 9); blocked {[b['question'] for b in metrics['blocked']]}; "
         f"missed {metrics['missed']}"
     )
+
+
+SYNONYMS_SET = HERE / "synonyms_set.jsonl"
+
+
+def test_the_gate_on_synonyms_no_catalog_text_has_and_things_mimic_does_not_hold(gate):
+    """55 + 55 questions written before round 11 changed the gate, measured before and after (never
+    tuned on): answerable ones ask for what MIMIC-IV holds in words no catalog text uses ("civil
+    status", "who paid for the stay", "path of administration", "date of demise", "ward", "mother
+    tongue"), in EHRSQL's shapes; unanswerable ones ask, in the same shapes, for what it does not hold
+    (people around a patient, documents, costs of things with no cost, objects, opinions, feelings,
+    identities). Before round 11: F1 0.797 (P 0.746, R 0.855), 16 of 55 answerable blocked (all by the
+    grounding: the words are not the catalog's), 8 let through."""
+    rows = [json.loads(line) for line in SYNONYMS_SET.read_text().splitlines() if line.strip()]
+    items = [{"id": str(n), **r} for n, r in enumerate(rows)]
+    assert sum(not i["answerable"] for i in items) >= 50 and sum(i["answerable"] for i in items) >= 50
+    library = {" ".join(i["question"].lower().split()) for i in json.loads(LIBRARY.read_text())}
+    assert not library & {" ".join(i["question"].lower().split()) for i in items}
+    metrics = score_items(gate, items)
+    f1 = metrics["unanswerable"]["f1"]
+    assert f1 >= 0.79 and len(metrics["blocked"]) <= 16 and len(metrics["missed"]) <= 8, (
+        f"synonyms: F1 {f1:.3f} (floor 0.79), blocked {len(metrics['blocked'])} (at most 16), let "
+        f"through {len(metrics['missed'])} (at most 8); blocked {[b['question'] for b in metrics['blocked']]}; "
+        f"missed {metrics['missed']}"
+    )
