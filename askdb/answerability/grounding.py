@@ -249,6 +249,11 @@ _NAME_OF = re.compile(
 )
 
 
+def names_a_person(attribute: str) -> bool:
+    """ "name of the spouse", "doctor's name": a name, which de-identified data holds of no one."""
+    return bool(_NAME_OF.match(attribute))
+
+
 def ground(question: str, vocabulary: Vocabulary) -> Grounding | None:
     """None when neither an attribute nor an event is read; else the attribute with the words of
     it the catalog lacks. A name is missing when it is asked of something no text says has one
