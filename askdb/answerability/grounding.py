@@ -216,6 +216,7 @@ class Grounding:
     phrase: str = ""  # an event's words in the question ("serve in the military"), for the decline
     of: str = ""  # asked of what the patient has, not of the patient ("marital status" of a daughter)
     thing: str = ""  # a property of a thing given to the patient ("the lot number of the insulin")
+    whose: str = ""  # an event of someone the patient has ("did patient N's father die"), not the patient's
 
     @property
     def grounded(self) -> bool:
@@ -460,7 +461,31 @@ def ground_event(question: str, vocabulary: Vocabulary) -> Grounding | None:
         "whether": vocabulary.schema | vocabulary.categories,
     }[asks]
     held = _approved(asks, verb, vocabulary.events) or _said(verb, said)
-    return Grounding(verb, () if held else (verb,), asks, _phrase(question, verb))
+    whose = _whose_event(question, verb, vocabulary)
+    return Grounding(verb, () if held and not whose else (verb,), asks, _phrase(question, verb), whose=whose)
+
+
+# "did patient N's father die", "when did the husband of patient N retire": the event is theirs.
+_OTHER_SUBJECT = re.compile(
+    rf"\b{_PATIENT}'s (?P<a>[a-z-]+(?: [a-z-]+)??) {_ADVERB}{_BECOME}(?P<v1>[a-z-]+)\b"
+    rf"|\b(?:did|does|do|was|were|is|has|had) (?:the |a |an |his |her |their )(?P<b>[a-z-]+) of {_PATIENT} "
+    rf"{_ADVERB}{_BECOME}(?P<v2>[a-z-]+)\b"
+)
+
+
+def _whose_event(question: str, verb: str, vocabulary: Vocabulary) -> str:
+    """Who an event happened to when it is someone the patient has ("father"), not the patient or
+    what the catalog records of the patient ("patient N's potassium measured", "patient N's last
+    stay ended": the words are the catalog's); "" otherwise."""
+    text = " ".join(str(question or "").lower().replace("’", "'").split())
+    for m in _OTHER_SUBJECT.finditer(text):
+        owner, said = (m.group("a"), m.group("v1")) if m.group("a") else (m.group("b"), m.group("v2"))
+        if said != verb:
+            continue
+        nouns = [w for w in words(owner) if w not in GENERIC and len(w) > 2]
+        if nouns and not any(vocabulary.holds(w) for w in nouns):
+            return owner
+    return ""
 
 
 def _phrase(question: str, verb: str) -> str:

@@ -1256,6 +1256,9 @@ class AnswerabilityModel:
         use the verb's word ("MARRIED" in admissions.marital_status: the database records the
         marital status, not when a patient married), or that no column records it."""
         verb = g.attribute
+        if g.whose:
+            return (f"The database records what happened to the patient, not to the patient's {g.whose} "
+                    f"({grounding.event_asked(g)}), so askdb cannot answer this.")  # fmt: skip
         if g.event == "who":
             did: dict[str, str] = {}
             for t in self._schema_texts[1]:
