@@ -69,9 +69,9 @@ ATTRIBUTE_PATTERNS: tuple[re.Pattern, ...] = tuple(
     for p in (
         # Someone or something around a patient: "which social worker was assigned to patient N",
         # "which radiologist signed the ct report of patient N", "when did the chaplain visit patient N".
-        rf"\b(?:which|what) (?!{_NOT_A_NOUN})(?P<attr>[a-z-]+(?: [a-z-]+)?) (?:was|were|is|are) (?:[a-z-]+ )?"
+        rf"\b(?:which|what) (?!{_NOT_A_NOUN})(?P<attr>[a-z-]+(?: (?!{_NOT_A_NOUN})[a-z-]+)?) (?:was|were|is|are) (?:[a-z-]+ )?"
         rf"(?:to|for|with|by|at|of|on) {_PATIENT}\b",
-        rf"\b(?:which|what) (?!{_NOT_A_NOUN})(?P<attr>[a-z-]+(?: [a-z-]+)?) (?!{_NOT_A_NOUN})[a-z]+(?:ed|ote|aw|ent) "
+        rf"\b(?:which|what) (?!{_NOT_A_NOUN})(?P<attr>[a-z-]+(?: (?!{_NOT_A_NOUN})[a-z-]+)?) (?!{_NOT_A_NOUN})[a-z]+(?:ed|ote|aw|ent) "
         rf"(?:the |a |an |his |her )?(?:[a-z-]+ ){{0,3}}?(?:(?:of|for|on|to|about) )?{_PATIENT}\b",
         rf"\b(?:when|how often|how many times) did (?:the |a |an |his |her |their )?(?P<attr>[a-z-]+(?: [a-z-]+)?) "
         rf"(?:visit|see|call|examine|meet|check on|talk to|speak (?:to|with)|sign|write|send|fax|print) (?:the |a )?"
@@ -502,6 +502,13 @@ def event_asked(g: Grounding) -> str:
     if g.event == "who":
         return f"who {phrase}"
     return f'"{phrase}" or its date' if g.event == "when" else f'"{phrase}" (whether or when it happened)'
+
+
+def no_column_reason(attribute: str) -> str:
+    """The decline of an attribute no column records and none is near: "No column in this database
+    records the wedding date, so askdb cannot answer this." """
+    the = "" if re.match(r"(?:the|a|an|any|his|her|their) ", attribute) else "the "
+    return f"No column in this database records {the}{attribute}, so askdb cannot answer this."
 
 
 def event_reason(g: Grounding) -> str:

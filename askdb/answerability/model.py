@@ -624,7 +624,8 @@ class MeaningGrounding:
             vec = self._cache[phrase] = self.encoder.encode_questions([phrase])[0]
         return vec
 
-    def _similarity(self, phrase: str) -> np.ndarray:
+    def similarity(self, phrase: str) -> np.ndarray:
+        """The phrase's cosine to each non-key column's doc (`names` order)."""
         return self.doc_vectors @ self._vector(phrase)
 
     def nearest(self, g: grounding.Grounding) -> tuple[str, float, float]:
@@ -632,11 +633,11 @@ class MeaningGrounding:
         catalog words alone to that column: 0 when every word is missing)."""
         if not self.names:
             return "", 0.0, 0.0
-        sims = self._similarity(g.attribute)
+        sims = self.similarity(g.attribute)
         best = int(np.argmax(sims))
         content = [w for w in grounding.words(g.attribute) if w not in grounding.GENERIC and len(w) > 2]
         held = " ".join(w for w in content if w not in g.missing)
-        return self.names[best], float(sims[best]), float(self._similarity(held)[best]) if held else 0.0
+        return self.names[best], float(sims[best]), float(self.similarity(held)[best]) if held else 0.0
 
     def column(self, g: grounding.Grounding | None) -> str:
         """The column that grounds an ungrounded attribute by meaning, or ""."""
@@ -1086,6 +1087,11 @@ class NeighbourIndex:
 # A decline names the nearest column as what askdb can answer instead only when it is this close
 # (MiniLM cosine; unrelated attributes land near 0.3) and not a key, which records no attribute.
 NEAR_COLUMN = 0.35
+# A concept no column documents (rules.CONCEPTS) offers the column nearest to its own words only
+# this near: read on the demo and new-kinds sets' declines, "patient addresses" → the place the
+# patient came from is 0.44, "details about doctors or nurses" → a patient's weight 0.36.
+CONCEPT_NEAR = 0.4
+_CONCEPT_WHAT = {c.name: c.what for c in rules.CONCEPTS}
 _KEY_COLUMN = re.compile(r"(?:_id|_seq|\.row_id|\.itemid)$", re.IGNORECASE)
 
 
@@ -1318,7 +1324,7 @@ class AnswerabilityModel:
                 or asked[-1] in grounding.stems_of(self.column_meanings.get(c, "")))
         ]  # fmt: skip
         if not usable:
-            return f"No column in this database records {attribute}, so askdb cannot answer this."
+            return grounding.no_column_reason(attribute)
         column = usable[0]
         meaning = self.column_meanings.get(column, "").split(";")[0].rstrip(". ")
         short = ".".join(column.split(".")[-2:])
@@ -1336,7 +1342,7 @@ class AnswerabilityModel:
         if found:
             # A grounding decline names its column already.
             named = found[0].kind != "not_in_schema" or found[0].rule == "ungrounded_attribute"
-            extra = "" if named else self._instead(per_column)
+            extra = "" if named else self._concept_instead(found[0].rule)
             return found[0].kind, found[0].reason + extra
         if near_u is not None:
             # The flagged question it most resembles may itself name the reason.
@@ -1355,6 +1361,22 @@ class AnswerabilityModel:
         return "not_in_schema", (
             "No table or column in this database seems to hold what this question asks for, so askdb "
             f"cannot answer it.{closest}{similar}"
+        )
+
+    def _concept_instead(self, concept: str) -> str:
+        """The column to offer instead of a concept no column documents: the one nearest to the
+        concept's own words ("patient addresses" → where the patient came from), when it is as near
+        as CONCEPT_NEAR. Why: the whole question's nearest column paired "clinical notes" with a
+        transfer's out-time and "names of doctors" with an admission's location."""
+        what = _CONCEPT_WHAT.get(concept, "")
+        if not what or not self.meaning.names:
+            return ""
+        sims = self.meaning.similarity(what)
+        best = int(np.argmax(sims))
+        return (
+            self._instead([(self.meaning.names[best], float(sims[best]))])
+            if sims[best] >= CONCEPT_NEAR
+            else ""
         )
 
     def _instead(self, per_column: list[tuple[str, float]]) -> str:
