@@ -71,7 +71,7 @@ ATTRIBUTE_PATTERNS: tuple[re.Pattern, ...] = tuple(
         # "which radiologist signed the ct report of patient N", "when did the chaplain visit patient N".
         rf"\b(?:which|what) (?!{_NOT_A_NOUN})(?P<attr>[a-z-]+(?: (?!{_NOT_A_NOUN})[a-z-]+)?) (?:was|were|is|are) (?:[a-z-]+ )?"
         rf"(?:to|for|with|by|at|of|on) {_PATIENT}\b",
-        rf"\b(?:which|what) (?!{_NOT_A_NOUN})(?P<attr>[a-z-]+(?: (?!{_NOT_A_NOUN})[a-z-]+)?) (?!{_NOT_A_NOUN})[a-z]+(?:ed|ote|aw|ent) "
+        rf"\b(?:which|what) (?!{_NOT_A_NOUN})(?P<attr>[a-z-]+(?: (?!{_NOT_A_NOUN})[a-z-]+)?) (?!{_NOT_A_NOUN})(?:[a-z]+(?:ed|ote|aw|ent)|took|gave|brought|drove|made|kept|held|led|met|paid|told|caught|spoke) "
         rf"(?:the |a |an |his |her )?(?:[a-z-]+ ){{0,3}}?(?:(?:of|for|on|to|about) )?{_PATIENT}\b",
         rf"\b(?:when|how often|how many times) did (?:the |a |an |his |her |their )?(?P<attr>[a-z-]+(?: [a-z-]+)?) "
         rf"(?:visit|see|call|examine|meet|check on|talk to|speak (?:to|with)|sign|write|send|fax|print) (?:the |a )?"
