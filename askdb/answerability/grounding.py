@@ -69,9 +69,9 @@ ATTRIBUTE_PATTERNS: tuple[re.Pattern, ...] = tuple(
     for p in (
         # Someone or something around a patient: "which social worker was assigned to patient N",
         # "which radiologist signed the ct report of patient N", "when did the chaplain visit patient N".
-        rf"\b(?:which|what) (?!{_NOT_A_NOUN})(?P<attr>[a-z-]+(?: [a-z-]+)?) (?:was|were|is|are) (?:[a-z-]+ )?"
+        rf"\b(?:which|what) (?!{_NOT_A_NOUN})(?P<attr>[a-z-]+(?: (?!{_NOT_A_NOUN})[a-z-]+)?) (?:was|were|is|are) (?:[a-z-]+ )?"
         rf"(?:to|for|with|by|at|of|on) {_PATIENT}\b",
-        rf"\b(?:which|what) (?!{_NOT_A_NOUN})(?P<attr>[a-z-]+(?: [a-z-]+)?) (?!{_NOT_A_NOUN})[a-z]+(?:ed|ote|aw|ent) "
+        rf"\b(?:which|what) (?!{_NOT_A_NOUN})(?P<attr>[a-z-]+(?: (?!{_NOT_A_NOUN})[a-z-]+)?) (?!{_NOT_A_NOUN})(?:[a-z]+(?:ed|ote|aw|ent)|took|gave|brought|drove|made|kept|held|led|met|paid|told|caught|spoke) "
         rf"(?:the |a |an |his |her )?(?:[a-z-]+ ){{0,3}}?(?:(?:of|for|on|to|about) )?{_PATIENT}\b",
         rf"\b(?:when|how often|how many times) did (?:the |a |an |his |her |their )?(?P<attr>[a-z-]+(?: [a-z-]+)?) "
         rf"(?:visit|see|call|examine|meet|check on|talk to|speak (?:to|with)|sign|write|send|fax|print) (?:the |a )?"
@@ -216,6 +216,7 @@ class Grounding:
     phrase: str = ""  # an event's words in the question ("serve in the military"), for the decline
     of: str = ""  # asked of what the patient has, not of the patient ("marital status" of a daughter)
     thing: str = ""  # a property of a thing given to the patient ("the lot number of the insulin")
+    whose: str = ""  # an event of someone the patient has ("did patient N's father die"), not the patient's
 
     @property
     def grounded(self) -> bool:
@@ -247,6 +248,11 @@ def _asked(question: str) -> tuple[str, str]:
 _NAME_OF = re.compile(
     r"^(?:full |first |last )?name of (?:the |a |an |his |her |their )?(?P<x>.+)$|^(?P<y>.+?)'s (?:full |first |last )?name$"
 )
+
+
+def names_a_person(attribute: str) -> bool:
+    """ "name of the spouse", "doctor's name": a name, which de-identified data holds of no one."""
+    return bool(_NAME_OF.match(attribute))
 
 
 def ground(question: str, vocabulary: Vocabulary) -> Grounding | None:
@@ -455,7 +461,31 @@ def ground_event(question: str, vocabulary: Vocabulary) -> Grounding | None:
         "whether": vocabulary.schema | vocabulary.categories,
     }[asks]
     held = _approved(asks, verb, vocabulary.events) or _said(verb, said)
-    return Grounding(verb, () if held else (verb,), asks, _phrase(question, verb))
+    whose = _whose_event(question, verb, vocabulary)
+    return Grounding(verb, () if held and not whose else (verb,), asks, _phrase(question, verb), whose=whose)
+
+
+# "did patient N's father die", "when did the husband of patient N retire": the event is theirs.
+_OTHER_SUBJECT = re.compile(
+    rf"\b{_PATIENT}'s (?P<a>[a-z-]+(?: [a-z-]+)??) {_ADVERB}{_BECOME}(?P<v1>[a-z-]+)\b"
+    rf"|\b(?:did|does|do|was|were|is|has|had) (?:the |a |an |his |her |their )(?P<b>[a-z-]+) of {_PATIENT} "
+    rf"{_ADVERB}{_BECOME}(?P<v2>[a-z-]+)\b"
+)
+
+
+def _whose_event(question: str, verb: str, vocabulary: Vocabulary) -> str:
+    """Who an event happened to when it is someone the patient has ("father"), not the patient or
+    what the catalog records of the patient ("patient N's potassium measured", "patient N's last
+    stay ended": the words are the catalog's); "" otherwise."""
+    text = " ".join(str(question or "").lower().replace("’", "'").split())
+    for m in _OTHER_SUBJECT.finditer(text):
+        owner, said = (m.group("a"), m.group("v1")) if m.group("a") else (m.group("b"), m.group("v2"))
+        if said != verb:
+            continue
+        nouns = [w for w in words(owner) if w not in GENERIC and len(w) > 2]
+        if nouns and not any(vocabulary.holds(w) for w in nouns):
+            return owner
+    return ""
 
 
 def _phrase(question: str, verb: str) -> str:
@@ -472,6 +502,13 @@ def event_asked(g: Grounding) -> str:
     if g.event == "who":
         return f"who {phrase}"
     return f'"{phrase}" or its date' if g.event == "when" else f'"{phrase}" (whether or when it happened)'
+
+
+def no_column_reason(attribute: str) -> str:
+    """The decline of an attribute no column records and none is near: "No column in this database
+    records the wedding date, so askdb cannot answer this." """
+    the = "" if re.match(r"(?:the|a|an|any|his|her|their) ", attribute) else "the "
+    return f"No column in this database records {the}{attribute}, so askdb cannot answer this."
 
 
 def event_reason(g: Grounding) -> str:

@@ -213,6 +213,15 @@ RULES: tuple[Rule, ...] = (
     Rule("external_knowledge", "out_of_scope",
          r"\bicd-?11\b|\bicd-?10-?(?:pcs|cm)? (?:code )?(?:for|of) icd-?11\b",
          "This needs a code system the database does not hold ({evidence}), so askdb cannot answer it."),
+    # "Any additional stool test": additional to tests the question never names, so nothing says which
+    # count. Not "any other": ICD titles begin with "Other" ("any other endoscopy of small intestine");
+    # not a drug's own name ("extra strength"); not when the question names the reference ("besides").
+    Rule("unstated_reference", "not_in_schema",
+         r"\b(?:any|some) (?:additional|further|extra)\b(?! strength)(?![^?]*\b(?:than|besides|apart from|except|aside from|"
+         r"beyond|on top of)\b)",
+         "This asks for {evidence} ones without naming what they are additional to; the database records each "
+         "test, drug or procedure given, not which ones count as additional, so askdb cannot answer it. Ask for "
+         "the test, drug or procedure itself (whether, when or how often it was given)."),
 )  # fmt: skip
 
 CONCEPTS: tuple[Concept, ...] = (

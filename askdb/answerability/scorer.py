@@ -237,7 +237,7 @@ def _grounding_finding(source, question: str, version: Hashable | None = None):
     if g is None or g.grounded:
         return None
     reason = (grounding.event_reason(g) if g.event
-              else f"No column in this database records {g.attribute}, so askdb cannot answer this.")  # fmt: skip
+              else grounding.no_column_reason(g.attribute))  # fmt: skip
     return rules.Finding("not_in_schema", "ungrounded_attribute", g.attribute, reason, True)
 
 

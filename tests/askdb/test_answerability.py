@@ -224,7 +224,9 @@ def test_without_a_model_the_rules_still_decline_with_a_reason(source, home):
     run = Run.objects.get(pk=question_submit_sync(
         user=asker, text="What is the wedding date of patient 10002428?", source=source).pk)  # fmt: skip
     assert run.status == "declined" and run.outcome == "not_in_schema" and not run.llm_calls.exists()
-    assert run.gate_reason == "No column in this database records wedding date, so askdb cannot answer this."
+    assert (
+        run.gate_reason == "No column in this database records the wedding date, so askdb cannot answer this."
+    )
 
 
 def test_a_trained_model_that_says_unanswerable_does_not_veto_a_confident_library_answer(

@@ -96,7 +96,8 @@ def test_the_gate_on_attributes_whose_words_the_catalog_has_but_no_column_holds(
     status, route, care unit, item label, insurance, language... in unusual words. Before: F1 0.610,
     20 let through, 12 blocked; after: F1 0.774, 9 let through, 12 blocked. The blocked ones are
     synonyms no catalog text uses ("relationship status", "tongue", "pass away", "ethnic
-    background"): a known gap, held here so it can only shrink."""
+    background"): a known gap, held here so it can only shrink. Round 11 (grounding by meaning,
+    reported once, not tuned on): F1 0.800, 9 blocked, 9 let through."""
     rows = [json.loads(line) for line in CATALOG_WORDS_SET.read_text().splitlines() if line.strip()]
     items = [{"id": str(n), **r} for n, r in enumerate(rows)]
     assert sum(not i["answerable"] for i in items) >= 40 and sum(i["answerable"] for i in items) >= 40
@@ -104,8 +105,36 @@ def test_the_gate_on_attributes_whose_words_the_catalog_has_but_no_column_holds(
     assert not library & {" ".join(i["question"].lower().split()) for i in items}
     metrics = score_items(gate, items)
     f1 = metrics["unanswerable"]["f1"]
-    assert f1 >= 0.75 and len(metrics["blocked"]) <= 12 and len(metrics["missed"]) <= 9, (
-        f"catalog words: F1 {f1:.3f} (floor 0.75), blocked {len(metrics['blocked'])} (at most 12), let through "
+    assert f1 >= 0.79 and len(metrics["blocked"]) <= 9 and len(metrics["missed"]) <= 9, (
+        f"catalog words: F1 {f1:.3f} (floor 0.79), blocked {len(metrics['blocked'])} (at most 9), let through "
         f"{len(metrics['missed'])} (at most 9); blocked {[b['question'] for b in metrics['blocked']]}; "
+        f"missed {metrics['missed']}"
+    )
+
+
+SYNONYMS_SET = HERE / "synonyms_set.jsonl"
+
+
+def test_the_gate_on_synonyms_no_catalog_text_has_and_things_mimic_does_not_hold(gate):
+    """54 + 55 questions written before round 11 changed the gate, measured before and after (never
+    tuned on): answerable ones ask for what MIMIC-IV holds in words no catalog text uses ("civil
+    status", "who paid for the stay", "path of administration", "date of demise", "ward", "mother
+    tongue"), in EHRSQL's shapes; unanswerable ones ask, in the same shapes, for what it does not hold
+    (people around a patient, documents, costs of things with no cost, objects, opinions, feelings,
+    identities). One unanswerable question written was a flagged library question and was dropped
+    (declined in both runs). Before round 11: F1 0.793 (P 0.742, R 0.852), 16 of 55 answerable
+    blocked (all by the grounding: the words are not the catalog's), 8 let through; after (grounding
+    by meaning): F1 0.829 (P 0.807, R 0.852), 11 blocked, 8 let through. Held so it can only get
+    better."""
+    rows = [json.loads(line) for line in SYNONYMS_SET.read_text().splitlines() if line.strip()]
+    items = [{"id": str(n), **r} for n, r in enumerate(rows)]
+    assert sum(not i["answerable"] for i in items) >= 50 and sum(i["answerable"] for i in items) >= 50
+    library = {" ".join(i["question"].lower().split()) for i in json.loads(LIBRARY.read_text())}
+    assert not library & {" ".join(i["question"].lower().split()) for i in items}
+    metrics = score_items(gate, items)
+    f1 = metrics["unanswerable"]["f1"]
+    assert f1 >= 0.82 and len(metrics["blocked"]) <= 11 and len(metrics["missed"]) <= 8, (
+        f"synonyms: F1 {f1:.3f} (floor 0.82), blocked {len(metrics['blocked'])} (at most 11), let "
+        f"through {len(metrics['missed'])} (at most 8); blocked {[b['question'] for b in metrics['blocked']]}; "
         f"missed {metrics['missed']}"
     )

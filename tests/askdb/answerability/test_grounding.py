@@ -126,7 +126,9 @@ def test_the_gate_declines_an_ungrounded_attribute_naming_the_column_that_shares
         "card, so askdb cannot answer this; it can answer questions about that instead."
     )
     wedding = model.score("what is the wedding date of patient 10014354?")
-    assert wedding.reason == "No column in this database records wedding date, so askdb cannot answer this."
+    assert (
+        wedding.reason == "No column in this database records the wedding date, so askdb cannot answer this."
+    )
     nurse = model.score("what is the name of the drug of patient 7?")
     assert not any(f.rule == "ungrounded_attribute" for f in nurse.findings)
 

@@ -94,3 +94,17 @@ def test_cross_validation_never_lets_a_held_out_question_hold_its_own_attribute(
     assert held_verdicts(questions, TABLES, COLUMNS, [], [[[0, 1, 2]]]).tolist() == [[False, False, False]]
     # apart, each holds the other, and the unanswerable one is held too (the rules must catch it)
     assert held_verdicts(questions, TABLES, COLUMNS, [], [[[0], [1, 2]]]).tolist() == [[True, True, True]]
+
+
+@pytest.mark.parametrize(
+    ("question", "attribute"),
+    [
+        # Round 11: a past tense that does not end in -ed (new-kinds set's let-through list).
+        ("which taxi company took patient 10037928 to the hospital?", "taxi company"),
+        ("which nurse gave patient 7 the insulin?", "nurse"),
+        # Attack: "is" is never part of the attribute ("what font is used in" read "font is").
+        ("what font is used in patient 10014354's discharge instructions?", "discharge instructions"),
+    ],
+)
+def test_someone_or_something_that_did_a_thing_to_the_patient_in_an_irregular_past(question, attribute):
+    assert grounding.asked_attribute(question) == attribute
