@@ -9,13 +9,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rapidfuzz import fuzz
+from sqlglot import exp
 
 from core.match import reasons as R
-from core.match.checked import UNREADABLE, read_back_problem, validation_error
+from core.match.checked import validation_error
 from core.match.index import Family
 from core.match.reading import Reading
 from core.match.spans import TEXT, VALUE, Span, extract_typed_spans, quoted_spans
-from core.match.template import BindError, Slot, Template, apply_case, bind_sql, interchangeable
+from core.match.template import BindError, Slot, Template, apply_case, bind_sql, interchangeable, read_back
 from core.match.values import ValueFinder, ValueLookup, bare_column
 from core.match.words import (
     FUNCTION_WORDS,
@@ -420,13 +421,14 @@ def bind_and_check(template: Template, work: Bound, catalog: CatalogSchema | Non
             R.SQL_INVALID, f"This question's values cannot be put into the verified question's SQL ({error})."
         )
         return None
-    problem = read_back_problem(sql, template.dialect)
-    if problem == UNREADABLE:  # fail closed: a bound SQL sqlglot cannot read is not run
+    try:
+        statements = read_back(sql, template.dialect)
+    except Exception:  # fail closed: a bound SQL sqlglot cannot read is not run
         work.refuse(
             R.SQL_INVALID, "The verified question's SQL with this question's values cannot be read back."
         )
         return None
-    if problem:
+    if len(statements) != 1 or not isinstance(statements[0], exp.Query):
         work.refuse(
             R.SQL_INVALID, "The verified question's SQL with this question's values is not a single query."
         )

@@ -7,37 +7,10 @@ the catalog object it was asked of (a new catalog, after the source's tables cha
 
 from __future__ import annotations
 
-from sqlglot import exp
-from sqlglot.errors import SqlglotError
-
-from core.match.template import read_back
 from core.types import CatalogSchema
 from core.validation import SqlValidationError, validate_sql
 
 MAX_KEPT = 20_000  # verdicts kept per catalog (a few MB of SQL text); beyond, start again
-UNREADABLE, NOT_ONE_QUERY = "unreadable", "not one query"
-_READ_BACK: dict[tuple[str, str], str] = {}  # (bound SQL, dialect) -> read_back_problem's verdict
-
-
-def read_back_problem(sql: str, dialect: str) -> str:
-    """ "" when the bound SQL reads back as a single query (template.read_back), else UNREADABLE or
-    NOT_ONE_QUERY: remembered per text (read_back keeps 1,024 trees; the same bound SQL comes back
-    fold after fold, long after its tree has gone). Only sqlglot's own verdicts are remembered: any
-    other failure is UNREADABLE this time and asked again the next."""
-    key = (sql, dialect)
-    if key not in _READ_BACK:
-        try:
-            statements = read_back(sql, dialect)
-        except (SqlglotError, ValueError, RecursionError):
-            problem = UNREADABLE
-        except Exception:  # fail closed, and do not remember what may not happen again
-            return UNREADABLE
-        else:
-            problem = "" if len(statements) == 1 and isinstance(statements[0], exp.Query) else NOT_ONE_QUERY
-        if len(_READ_BACK) >= MAX_KEPT:
-            _READ_BACK.clear()
-        _READ_BACK[key] = problem
-    return _READ_BACK[key]
 
 
 def validation_error(sql: str, catalog: CatalogSchema) -> str | None:

@@ -285,7 +285,7 @@ def asks_for_time(question: str) -> bool:
     return bool(asked) and not _NOT_ASKING_TIME.search(text)
 
 
-@functools.lru_cache(maxsize=1 << 15)
+@functools.lru_cache(maxsize=4096)
 def says_time(question: str) -> bool:
     """Whether a time is asked for or talked of as the answer ("when", "what time", "the date of", "the
     first time patient … was …"), not only as an occasion or a period ("the first time it was

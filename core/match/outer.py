@@ -4,8 +4,6 @@ not known, so composition does not add it)."""
 
 from __future__ import annotations
 
-import functools
-
 from sqlglot import exp
 
 from core.match.template import Template, parsed_sql
@@ -20,25 +18,17 @@ def conjuncts(node: exp.Expr) -> list[exp.Expr]:
 
 
 def outer_tables(template: Template) -> dict[str, str]:
-    """The outer SELECT's tables by alias (or name): alias -> bare table name (a dict of the
-    caller's own)."""
-    return dict(_outer_tables(template.sql_template, template.dialect))
-
-
-@functools.lru_cache(maxsize=1 << 15)
-def _outer_tables(sql: str, dialect: str) -> tuple[tuple[str, str], ...]:
-    """Once per SQL, kept longer than its tree (parsed_sql keeps 4,096 trees; a calibration reads
-    ~12,000 SQLs, and every held-out question that composes asks this of its bases again)."""
-    tree = parsed_sql(sql, dialect)
+    """The outer SELECT's tables by alias (or name): alias -> bare table name."""
+    tree = parsed_sql(template.sql_template, template.dialect)
     if not isinstance(tree, exp.Select):
-        return ()
+        return {}
     sources = [tree.args.get("from_") or tree.args.get("from"), *(tree.args.get("joins") or [])]
     out = {}
     for source in sources:
         table = source.this if source is not None else None
         if isinstance(table, exp.Table):
             out[table.alias_or_name] = table.name.lower()
-    return tuple(out.items())
+    return out
 
 
 def read_below(tree: exp.Select, table: str) -> bool:

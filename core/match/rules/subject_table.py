@@ -58,7 +58,7 @@ def check(reading: Reading, candidate: TemplateCandidate, bound: Bound) -> list[
     return []
 
 
-@functools.lru_cache(maxsize=1 << 15)  # a few names per SQL: kept longer than the trees (parsed_sql)
+@functools.lru_cache(maxsize=4096)
 def template_tables(sql: str, dialect: str) -> frozenset[str]:
     """The (unqualified, lower-case) tables a template's SQL reads."""
     try:

@@ -9,7 +9,7 @@ import pickle
 import pytest
 
 from core.match.build import build_template
-from core.match.checked import NOT_ONE_QUERY, UNREADABLE, read_back_problem, validation_error
+from core.match.checked import validation_error
 from core.match.compose import _template
 from core.types import CatalogSchema, TableSchema
 from core.validation import SqlValidationError, validate_sql
@@ -76,33 +76,3 @@ def test_a_compositions_template_is_the_one_the_general_path_builds(question, sq
     general = build_template(question, sql, dialect=dialect)
     assert build_template(question, sql, dialect=dialect, generated=True) == general
     assert _template(question, sql, dialect) == general
-
-
-@pytest.mark.parametrize(
-    ("sql", "verdict"),
-    [
-        (GOOD, ""),
-        ("SELECT 1; SELECT 2", NOT_ONE_QUERY),
-        ("DELETE FROM mimiciv_hosp.patients", NOT_ONE_QUERY),
-        ("SELECT (1", UNREADABLE),
-    ],
-)
-def test_the_remembered_read_back_verdict_is_read_backs_every_time(sql, verdict):
-    assert read_back_problem(sql, "postgres") == verdict
-    assert read_back_problem(sql, "postgres") == verdict  # asked again: remembered, the same
-
-
-def test_a_failure_that_is_not_sqlglots_is_not_remembered(monkeypatch):
-    """Fail closed this time, and ask again next time: a passing failure (memory) is no verdict."""
-    import core.match.checked as checked
-
-    sql = "SELECT 42 AS answer"
-    real = checked.read_back
-
-    def failing(text, dialect):
-        raise MemoryError
-
-    monkeypatch.setattr(checked, "read_back", failing)
-    assert read_back_problem(sql, "postgres") == UNREADABLE
-    monkeypatch.setattr(checked, "read_back", real)
-    assert read_back_problem(sql, "postgres") == ""
