@@ -71,10 +71,12 @@ def main(argv: list[str] | None = None) -> int:
 
         embedded.stop(started)
     print(f"calibration{' + valid' if args.valid else ''}: {wall:.1f} s wall, {cpu:.1f} s CPU here, "
-          f"{children:.1f} s CPU in workers; load {profile_question_load()}")  # fmt: skip
+          f"{children:.1f} s CPU in workers; load {_load()}")  # fmt: skip
     print({k: v for k, v in report.items() if k not in ("risk", "at")})
     if args.report is not None:
-        args.report.write_text(json.dumps({k: v for k, v in report.items() if k != "at"}, indent=1, sort_keys=True))
+        args.report.write_text(
+            json.dumps({k: v for k, v in report.items() if k != "at"}, indent=1, sort_keys=True)
+        )
     if args.profile:
         saved = home / "results" / "profile_calibration.prof"
         saved.parent.mkdir(parents=True, exist_ok=True)
@@ -84,11 +86,13 @@ def main(argv: list[str] | None = None) -> int:
         for caller, value in profile_question.PARSED_BY.most_common(15):
             print(f"  {caller}: {value}")
         print(f"\ntop {args.top} by own time:\n{profile_question._top(profile, 'tottime', args.top)}")
-        print(f"\ntop {args.top} by cumulative time:\n{profile_question._top(profile, 'cumulative', args.top)}")
+        print(
+            f"\ntop {args.top} by cumulative time:\n{profile_question._top(profile, 'cumulative', args.top)}"
+        )
     return 0
 
 
-def profile_question_load() -> str:
+def _load() -> str:
     import os
 
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
