@@ -12,6 +12,7 @@ from rapidfuzz import fuzz
 from sqlglot import exp
 
 from core.match import reasons as R
+from core.match.checked import validation_error
 from core.match.index import Family
 from core.match.reading import Reading
 from core.match.spans import TEXT, VALUE, Span, extract_typed_spans, quoted_spans
@@ -31,7 +32,6 @@ from core.match.words import (
     tokenize,
 )
 from core.types import CatalogSchema
-from core.validation import SqlValidationError, validate_sql
 
 MIN_VALUE_SCORE = 0.7  # a named value linked below this score is no match at all
 
@@ -434,14 +434,13 @@ def bind_and_check(template: Template, work: Bound, catalog: CatalogSchema | Non
         )
         return None
     if catalog is not None:
-        try:
-            # Checked here so a bad binding is refused with a reason; what runs is generated from
-            # the tree again where every answer is executed (prepared.prepare_sql).
-            validate_sql(sql, catalog)
-        except SqlValidationError as error:
+        # Checked here so a bad binding is refused with a reason; what runs is generated from the
+        # tree again where every answer is executed (prepared.prepare_sql).
+        error = validation_error(sql, catalog)
+        if error is not None:
             work.refuse(
                 R.SQL_INVALID,
-                f"The verified question's SQL with this question's values is not valid here: {error.message}",
+                f"The verified question's SQL with this question's values is not valid here: {error}",
             )
             return None
     return sql

@@ -47,18 +47,18 @@ def build_template(
     *,
     dialect: str = "postgres",
     value_columns: Callable[[str, str], bool] | None = None,
+    generated: bool = False,
 ) -> Template:
     """The template of one approved example. Never raises: an unusable example gets `error` set.
 
     `value_columns(table, column)` says whether a column's values can be linked (the value index
     holds them); `table` is as the SQL names it ("mimiciv_hosp.prescriptions" or "prescriptions").
+    `generated`: the SQL was written by sqlglot in this dialect (a composition's), so it is likely
+    its own normal form: one parse then does (the same template either way, see _normalised).
     """
     ops = question_operators(question)
     try:
-        # A tree of its own, generated without the copy sqlglot makes by default (a third of the cost).
-        normalised = parse_sql(sql, dialect).sql(dialect=dialect, copy=False)
-        # Only read here (never changed), so not copied; cached: bind_sql and template_key reuse it.
-        tree = parsed_sql(normalised, dialect)
+        normalised, tree = _normalised(sql, dialect, generated)
     except (SqlglotError, ValueError, RecursionError) as error:
         return _unusable_sql(question, sql, dialect, ops, error)
     # The SQL must survive a round trip through sqlglot. The self-check below proves it when it
@@ -73,6 +73,20 @@ def build_template(
         return _unusable_sql(question, sql, dialect, ops, problem)
     problem = _round_trip_error(tree, normalised, dialect) if template.error else ""
     return _unusable_sql(question, sql, dialect, ops, problem) if problem else template
+
+
+def _normalised(sql: str, dialect: str, generated: bool) -> tuple[str, exp.Expr]:
+    """The SQL as sqlglot writes it again, and its parse (cached: bind_sql and template_key reuse it;
+    only read here, never changed). SQL that sqlglot wrote (`generated`) is parsed as it is and
+    kept when it writes back the same, which is then the normal form the general path finds too
+    (a parse of that same text); else its normal form is parsed again."""
+    if generated:
+        tree = parsed_sql(sql, dialect)
+        if tree.sql(dialect=dialect) == sql:  # copies: the cached tree stays as parsed
+            return sql, tree
+    # A tree of its own, generated without the copy sqlglot makes by default (a third of the cost).
+    normalised = parse_sql(sql, dialect).sql(dialect=dialect, copy=False)
+    return normalised, parsed_sql(normalised, dialect)
 
 
 def _unusable_sql(question: str, sql: str, dialect: str, ops: dict, error: object) -> Template:

@@ -394,7 +394,7 @@ def _conditions_of(example_id: int | None, template: Template) -> list[Condition
             lit.replace(exp.var(slot.type))
         out.append(Condition(
             example_id, tables[next(iter(aliases))], plain, slot.type, template.question[start:end], start, end,
-            f"{tables[next(iter(aliases))]}:{masked.sql(dialect=template.dialect)}",
+            f"{tables[next(iter(aliases))]}:{masked.sql(dialect=template.dialect, copy=False)}",
             plain.sql(dialect=template.dialect), frozenset(_columns_of(plain)),
             words(template.question[start:slot.start]), words(template.question[slot.end:end]),
         ))  # fmt: skip
@@ -513,7 +513,7 @@ def _entry(entry: Entry, made: tuple[str, str] | None) -> Entry | None:
 def _template(question: str, sql: str, dialect: str) -> Template:
     """A composition's template, built once: the same compositions come back question after question
     (and fold after fold in a calibration). Templates are frozen; callers never change one."""
-    return build_template(question, sql, dialect=dialect)
+    return build_template(question, sql, dialect=dialect, generated=True)
 
 
 def _compose_one(entry: Entry, plan: Composed) -> tuple[str, str] | None:
@@ -547,7 +547,7 @@ def _with(template: Template, cond: Condition) -> str:
     conjunct = cond.conjunct.copy()
     for column in conjunct.find_all(exp.Column):
         column.set("table", exp.to_identifier(aliases[0]))
-    return tree.where(conjunct, copy=False).sql(dialect=template.dialect)
+    return tree.where(conjunct, copy=False).sql(dialect=template.dialect, copy=False)
 
 
 def _without(template: Template, cond: Condition) -> str:
@@ -562,12 +562,12 @@ def _without(template: Template, cond: Condition) -> str:
             column.set("table", None)
         for lit in masked.find_all(exp.Literal):
             lit.replace(exp.var(cond.slot_type))
-        if masked.sql(dialect=template.dialect) != ident:
+        if masked.sql(dialect=template.dialect, copy=False) != ident:
             keep.append(conjunct)
     if len(keep) == len(conjuncts(tree.args["where"].this)):
         return ""
     tree.set("where", None)
-    return (tree.where(*keep, copy=False) if keep else tree).sql(dialect=template.dialect)
+    return (tree.where(*keep, copy=False) if keep else tree).sql(dialect=template.dialect, copy=False)
 
 
 _FAMILIES: dict[tuple, Family] = {}

@@ -69,7 +69,7 @@ class ItemSwap:
         literals = list(tree.find_all(exp.Literal))
         for use in slot.uses:
             literals[use.index].replace(exp.Literal.string(use.prefix + self.value + use.suffix))
-        return question, _renamed(tree, dict(self.rename)).sql(dialect=template.dialect)
+        return question, _renamed(tree, dict(self.rename)).sql(dialect=template.dialect, copy=False)
 
 
 def _renamed(tree: exp.Expr, rename: dict[str, str]) -> exp.Expr:
@@ -118,7 +118,7 @@ def _shape(sql: str, dialect: str) -> tuple[str, tuple[str, ...]]:
         column.set("table", None)
     for literal in list(tree.find_all(exp.Literal)):
         literal.replace(exp.var("_v"))
-    return tree.sql(dialect=dialect), tables
+    return tree.sql(dialect=dialect, copy=False), tables
 
 
 @dataclass(frozen=True)

@@ -117,9 +117,9 @@ def replaced(template: Template, mine: Condition, new: Condition) -> tuple[str, 
     tree = parsed_sql(template.sql_template, template.dialect).copy()  # changed below: a copy
     if not isinstance(tree, exp.Select) or tree.args.get("where") is None or read_below(tree, mine.table):
         return None
-    target = next(
-        (c for c in conjuncts(tree.args["where"].this) if _plain(c, template.dialect) == mine.sql), None
-    )
+    plain = _plain_conjuncts(template.sql_template, template.dialect)
+    found = conjuncts(tree.args["where"].this)
+    target = next((c for c, text in zip(found, plain, strict=True) if text == mine.sql), None)
     column = target.find(exp.Column) if target is not None else None
     if target is None or column is None:
         return None
@@ -129,7 +129,17 @@ def replaced(template: Template, mine: Condition, new: Condition) -> tuple[str, 
         col.set("table", exp.to_identifier(column.table) if column.table else None)
     target.replace(conjunct)
     question = template.question[: mine.start] + new.phrase + template.question[mine.end :]
-    return question, tree.sql(dialect=template.dialect)
+    return question, tree.sql(dialect=template.dialect, copy=False)  # our copy: not copied again
+
+
+@functools.lru_cache(maxsize=16384)
+def _plain_conjuncts(sql: str, dialect: str) -> tuple[str, ...]:
+    """The outer WHERE's conjuncts of a template's SQL as _plain writes them, in order: once per SQL
+    (every question a replacement is tried for reads its base's again, fold after fold)."""
+    tree = parsed_sql(sql, dialect)  # read only: _plain copies each conjunct it changes
+    if not isinstance(tree, exp.Select) or tree.args.get("where") is None:
+        return ()
+    return tuple(_plain(c, dialect) for c in conjuncts(tree.args["where"].this))
 
 
 def _plain(conjunct: exp.Expr, dialect: str) -> str:
@@ -137,4 +147,4 @@ def _plain(conjunct: exp.Expr, dialect: str) -> str:
     plain = conjunct.copy()
     for column in plain.find_all(exp.Column):
         column.set("table", None)
-    return plain.sql(dialect=dialect)
+    return plain.sql(dialect=dialect, copy=False)  # our copy

@@ -89,7 +89,7 @@ class AggregateSwap:
         node.replace(_NEW[self.new](this=node.this.copy()))
         if alias is not None:
             alias.set("alias", exp.to_identifier(self._renamed(alias.alias)))
-        return question, tree.sql(dialect=template.dialect)
+        return question, tree.sql(dialect=template.dialect, copy=False)  # our copy: not copied again
 
     def _renamed(self, name: str) -> str:
         """ "avg_age" for a minimum is "min_age": the output's name says the function it holds."""

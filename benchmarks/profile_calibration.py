@@ -1,0 +1,102 @@
+"""Where a calibration's time goes, and what it decides: `python benchmarks/profile_calibration.py
+[--home DIR] [--valid] [--processes N] [--profile] [--report FILE] [--top 30]`.
+
+Runs the service calibrate_library runs (calibration.library_cross_validate) on library_scale.py's
+`ehrsql` source (import it first: `library_scale.py --parts import`), in this process, and prints
+its wall and CPU seconds (this process and its worker processes). `--report FILE`: the report as
+JSON without its time stamp, to diff two versions' decisions (the same samples give the same risk
+model, threshold and counts). `--profile`: cProfile of this process (with `--processes 1`, all the
+work), saved beside the results, its top functions printed, and the sqlglot parses counted by
+caller. `--valid`: the 1,163 valid questions too, for time only (their accuracy is not read here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+import library_scale
+import pipeline
+import profile_question
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--home", type=Path, default=pipeline.DEFAULT_HOME)
+    parser.add_argument("--valid", action="store_true", help="with the valid questions (time only)")
+    parser.add_argument("--processes", type=int, default=None, help="default: the setting")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--report", type=Path, default=None, help="write the report here (JSON)")
+    parser.add_argument("--top", type=int, default=30)
+    args = parser.parse_args(argv)
+    if not library_scale.available():
+        print(f"{library_scale.DATA} is not there: nothing to profile")
+        return 1
+    home = args.home.resolve()
+    started = pipeline.prepare(home)
+    try:
+        from askdb.models import Example
+        from askdb.services.calibration import library_cross_validate
+        from infra.formats import load_items
+
+        source = library_scale.ensure_source()
+        if not Example.objects.filter(source=source).exists():
+            print("the ehrsql library is empty: run library_scale.py --parts import first")
+            return 1
+        items = None
+        if args.valid:
+            valid = library_scale.DATA / "valid"
+            loaded = load_items(str(valid / "data.json"), str(valid / "label.json"))
+            items = [{"question": i.question, "sql": i.gold_sql} for i in loaded]
+        if args.profile:
+            profile_question.install_counters()
+        profile = cProfile.Profile()
+        t0, c0 = time.perf_counter(), time.process_time()
+        k0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if args.profile:
+            profile.enable()
+        report = library_cross_validate(source=source, items=items, processes=args.processes)
+        if args.profile:
+            profile.disable()
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        k1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        children = (k1.ru_utime + k1.ru_stime) - (k0.ru_utime + k0.ru_stime)
+    finally:
+        from infra import embedded
+
+        embedded.stop(started)
+    print(f"calibration{' + valid' if args.valid else ''}: {wall:.1f} s wall, {cpu:.1f} s CPU here, "
+          f"{children:.1f} s CPU in workers; load {_load()}")  # fmt: skip
+    print({k: v for k, v in report.items() if k not in ("risk", "at")})
+    if args.report is not None:
+        args.report.write_text(
+            json.dumps({k: v for k, v in report.items() if k != "at"}, indent=1, sort_keys=True)
+        )
+    if args.profile:
+        saved = home / "results" / "profile_calibration.prof"
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        profile.dump_stats(saved)
+        print(f"\ncProfile saved in {saved}")
+        print("sqlglot parses by caller:")
+        for caller, value in profile_question.PARSED_BY.most_common(15):
+            print(f"  {caller}: {value}")
+        print(f"\ntop {args.top} by own time:\n{profile_question._top(profile, 'tottime', args.top)}")
+        print(
+            f"\ntop {args.top} by cumulative time:\n{profile_question._top(profile, 'cumulative', args.top)}"
+        )
+    return 0
+
+
+def _load() -> str:
+    import os
+
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
