@@ -13,7 +13,8 @@ says "not measured"): its SQLite database is registered in the benchmark's askdb
 - **ask**: `--questions` valid questions through `question_submit_sync` with no LLM configured
   (embed, retrieve, gate, library match, validate, execute, finish: what a run does), p50/p95 of the
   wall time per question after the worker's warm-up (askdb.tasks.worker_warm_up) and one question,
-  whose time is reported on its own.
+  whose time is reported on its own; the questions are asked in three rounds and the middle round
+  (by p50) is the one reported, as the pipeline rows do.
 
 The import leaves the library the later parts use; `--parts calibrate,ask` reuses the last one.
 Targets (targets.py): import ≤ 90 s, calibrate ≤ 60 s, ask p50 ≤ 80 ms and p95 ≤ 250 ms.
@@ -39,6 +40,8 @@ DATA = Path(os.environ.get("ASKDB_EHRSQL_DIR") or ROOT.parent / "shared" / "ehrs
 SOURCE = "ehrsql"
 AS_OF = "2100-12-31T23:59:00+00:00"  # EHRSQL's "now"
 PARTS = ("import", "calibrate", "ask")
+# Rounds of the ask part: one round right after calibration swung with the load it left (session 11).
+ROUNDS = 3
 # A progress line of the commands when their output is not a terminal (askdb.progress).
 PROGRESS_LINE = re.compile(r"^\S.*: \d[\d,]* of \d[\d,]*", re.M)
 
@@ -142,17 +145,22 @@ def part_ask(source, n: int, values: dict, rows: list) -> None:
     t0 = time.perf_counter()
     question_submit_sync(user=user, text=questions[0], source=source)
     first_ms = (time.perf_counter() - t0) * 1000
-    walls, outcomes = [], Counter()
-    for text in questions[1:]:
-        t0 = time.perf_counter()
-        run = question_submit_sync(user=user, text=text, source=source)
-        walls.append((time.perf_counter() - t0) * 1000)
-        outcomes[f"{run.status}/{run.outcome}"] += 1
-    values.update(ask_p50=percentile(walls, 50), ask_p95=percentile(walls, 95), ask_max=max(walls),
-                  ask_first_ms=first_ms, ask_warm_up_s=warm_s)  # fmt: skip
-    rows.append([f"no-LLM question, 5,000-example library (n={n})",
-                 f"p50 {values['ask_p50']:.0f} ms, p95 {values['ask_p95']:.0f} ms",
-                 ", ".join(f"{k} x{v}" for k, v in outcomes.most_common())
+    rounds, outcomes = [], Counter()
+    for _ in range(ROUNDS):  # the same questions each round; the middle round's figures are reported
+        walls = []
+        for text in questions[1:]:
+            t0 = time.perf_counter()
+            run = question_submit_sync(user=user, text=text, source=source)
+            walls.append((time.perf_counter() - t0) * 1000)
+            outcomes[f"{run.status}/{run.outcome}"] += 1
+        rounds.append((percentile(walls, 50), percentile(walls, 95), max(walls)))
+    p50, p95, most = sorted(rounds)[len(rounds) // 2]  # the middle round by p50, as targets.middle
+    values.update(ask_p50=p50, ask_p95=p95, ask_max=most, ask_first_ms=first_ms, ask_warm_up_s=warm_s)
+    each = " / ".join(f"{a:.0f}–{b:.0f}" for a, b, _ in rounds)
+    rows.append([f"no-LLM question, 5,000-example library (n={n}, middle of {ROUNDS} rounds)",
+                 f"p50 {p50:.0f} ms, p95 {p95:.0f} ms",
+                 f"rounds p50–p95 {each} ms; "
+                 + ", ".join(f"{k} x{v // ROUNDS}" for k, v in outcomes.most_common())
                  + f"; first question {first_ms:.0f} ms after the worker's warm-up ({warm_s:.1f} s)"])  # fmt: skip
 
 
