@@ -48,6 +48,25 @@ def test_start_reuse_stop(home):
     assert embedded.stop(home=home) == []
 
 
+def test_bootstrap_runs_once_per_server_and_again_after_a_restart(home, monkeypatch):
+    embedded.ensure_started(home)
+    mark = embedded.paths(home).home / "bootstrap.ok"
+    assert mark.exists()
+    calls = []
+    real = embedded.bootstrap_databases
+    monkeypatch.setattr(embedded, "bootstrap_databases", lambda h=None: calls.append(h) or real(h))
+    embedded.ensure_started(home)
+    assert calls == []  # the same server, the same bootstrap: nothing to do
+    mark.write_text(mark.read_text() + " changed")  # another bootstrap's code (or a hand-edited mark)
+    embedded.ensure_started(home)
+    assert len(calls) == 1
+    embedded.stop(["postgresql"], home=home)
+    embedded.ensure_started(home)  # a new server instance: roles and grants are checked again
+    assert len(calls) == 2
+    with psycopg.connect(embedded.pg_dsn("askdb_clinical", home=home)) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
 def test_postgres_never_runs_as_root(home):
     embedded.ensure_started(home)
     proc = psutil.Process(_pid(embedded.paths(home).pgdata / "postmaster.pid"))
