@@ -65,10 +65,8 @@ class OrderSwap:
         """One paraphrase's question and SQL with the direction and its word flipped, or None where
         this paraphrase does not say the old end (once, but for a visit) or orders no mapped column."""
         spans = said_spans(template.question, self.operator, self.old)
-        if not spans or (len(spans) > 1 and self.operator != "visit"):
-            return (
-                None  # a visit may be named twice ("… on the first visit compared to … on the first visit")
-            )
+        if not spans or (len(spans) > 1 and self.operator != "visit"):  # a visit may be named twice
+            return None
         question = template.question
         for start, end in reversed(spans):
             question = question[:start] + self.new_word + question[end:]
@@ -80,9 +78,10 @@ class OrderSwap:
         flipped = [(o, old_desc[c]) for o, c in _ordered(tree) if c in old_desc]
         if not flipped or any(bool(o.args.get("desc")) != desc for o, desc in flipped):
             return None  # an ORDER BY the word does not say: another template, not this swap
-        for node, desc in flipped:  # the NULLS order flips with it: each direction keeps its default
-            node.set("desc", not desc)
-            node.set("nulls_first", not node.args.get("nulls_first"))
+        for node, _ in flipped:  # its tie-breakers flip with it ("starttime DESC, pharmacy_id DESC")
+            for term in _with_ties(node):  # and the NULLS order: each direction keeps its default
+                term.set("desc", not term.args.get("desc"))
+                term.set("nulls_first", not term.args.get("nulls_first"))
         return question, tree.sql(dialect=template.dialect, copy=False)  # our copy: not copied again
 
 
@@ -100,12 +99,19 @@ def said_spans(question: str, operator: str, end: str) -> list[tuple[int, int]]:
     ]
 
 
+def _with_ties(node: exp.Ordered) -> list[exp.Ordered]:
+    """An ORDER BY's first term and the terms after it (its tie-breakers)."""
+    parent = node.parent
+    return list(parent.expressions) if isinstance(parent, exp.Order) else [node]
+
+
 def _ordered(tree: exp.Expr) -> list[tuple[exp.Ordered, str]]:
-    """Every ORDER BY term on a plain column, with its "table.column" (an alias resolved)."""
+    """Every ORDER BY's first term on a plain column, with its "table.column" (an alias resolved):
+    the terms after it break its ties and follow its direction."""
     out = []
     for node in tree.find_all(exp.Ordered):
         column = node.this
-        if not isinstance(column, exp.Column):
+        if not isinstance(column, exp.Column) or _with_ties(node)[0] is not node:
             continue
         select = node.find_ancestor(exp.Select)
         tables = {}
@@ -141,9 +147,11 @@ def _directions_of(
         literals[i].replace(exp.var("slot"))
     terms = _ordered(tree)
     out = tuple((column, bool(node.args.get("desc"))) for node, column in terms)
-    for node, _ in terms:
-        node.set("desc", False)
-        node.set("nulls_first", False)
+    for node, _ in terms:  # a tie-breaker's direction kept as the same as its first term's or not
+        lead = bool(node.args.get("desc"))
+        for term in _with_ties(node):
+            term.set("desc", bool(term.args.get("desc")) != lead)
+            term.set("nulls_first", False)
     return tree.sql(dialect=dialect, copy=False), out
 
 
