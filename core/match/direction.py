@@ -34,7 +34,7 @@ import numpy as np
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from core.match.index import UNANSWERABLE, LibraryIndex
+from core.match.index import UNANSWERABLE, Entry, LibraryIndex
 from core.match.operators import _OPERATOR_PATTERNS, _VISIT, _VISIT_NAMES, question_operators
 from core.match.template import Template, parsed_sql
 
@@ -176,7 +176,7 @@ def library_orders(index: LibraryIndex) -> LibraryOrders:
             continue
         shape, terms = _directions(template)
         if terms and terms not in groups[shape]:  # each paraphrase's operators: one may say no more
-            groups[shape][terms] = (key, [question_operators(index.entries[i].question) for i in members])
+            groups[shape][terms] = (key, [_operators(index.entries[i]) for i in members])
     votes: dict[str, Counter] = defaultdict(Counter)
     sayers: dict[tuple[str, str], list[str]] = defaultdict(list)
     for variants in groups.values():
@@ -233,13 +233,25 @@ def _pair(terms_a: tuple, terms_b: tuple, ops_a: list[dict], ops_b: list[dict]) 
     return None
 
 
+@functools.lru_cache(maxsize=4096)
+def _question_operators(question: str) -> dict:
+    """Once per question: it is asked of every base template a composition is tried on (callers never
+    change the dict)."""
+    return question_operators(question)
+
+
+def _operators(entry: Entry) -> dict:
+    """An entry's operator words, as its template read them when it was built."""
+    return entry.template.operators if entry.template is not None else {}
+
+
 def order_plans(question: str, index: LibraryIndex, base: int, vote: Vote) -> list[tuple[int, OrderSwap]]:
     """The order swap the question asks of the base entry's template, with the entry whose question
     says the new end over such a column (the nearest), or []."""
     entry = index.entries[base]
     if entry.template is None or not entry.template.usable:
         return []
-    ops, base_ops = question_operators(question), question_operators(entry.question)
+    ops, base_ops = _question_operators(question), entry.template.operators
     differ = [op for op in OPERATORS if ops.get(op) != base_ops.get(op)]
     if len(differ) != 1 or {ops.get(differ[0]), base_ops.get(differ[0])} != set(ENDS):
         return []
