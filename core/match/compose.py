@@ -265,7 +265,7 @@ def _swaps(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[
     """The aggregate swap the question asks of the base template (swap.py), as a composition whose
     condition is the swap's wording and whose source is the entry that shows the new word's function."""
     for base in sorted(index.members[key], key=lambda i: -vote.sims[i])[:MEMBERS_COMPOSED]:
-        plans = swap_plans(reading.question, index, base, vote) or order_plans(reading.question, index, base, vote)
+        plans = swap_plans(reading.question, index, base, vote) or order_plans(reading.question, index, base, vote)  # fmt: skip
         if plans:  # the nearest paraphrase that says the base's function (or first/last) in one word
             source, swap = plans[0]
             wording = Condition(index.entries[source].example_id, "", exp.true(), "aggregate", swap.phrase)
