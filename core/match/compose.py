@@ -30,6 +30,7 @@ from sqlglot.errors import SqlglotError
 
 from core.match.build import build_template
 from core.match.candidate import MatchResult, TemplateCandidate
+from core.match.direction import OrderSwap, order_plans
 from core.match.index import UNANSWERABLE, Entry, Family, LibraryIndex, entry_for
 from core.match.items import ItemSwap, item_plans, library_items
 from core.match.matcher import match_one
@@ -96,7 +97,7 @@ class Composed:
     condition: Condition
     drop: bool
     source: int = -1  # index of the entry the condition comes from (the base's own when dropped)
-    swap: AggregateSwap | ItemSwap | None = None  # a swap (swap.py, items.py) instead of a condition
+    swap: AggregateSwap | ItemSwap | OrderSwap | None = None  # a swap (swap.py, items.py, direction.py)
     old: Condition | None = None  # the base's condition `condition` takes the place of (a replacement)
 
 
@@ -264,8 +265,8 @@ def _swaps(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[
     """The aggregate swap the question asks of the base template (swap.py), as a composition whose
     condition is the swap's wording and whose source is the entry that shows the new word's function."""
     for base in sorted(index.members[key], key=lambda i: -vote.sims[i])[:MEMBERS_COMPOSED]:
-        plans = swap_plans(reading.question, index, base, vote)
-        if plans:  # the nearest paraphrase that says the base's function in one word
+        plans = swap_plans(reading.question, index, base, vote) or order_plans(reading.question, index, base, vote)  # fmt: skip
+        if plans:  # the nearest paraphrase that says the base's function (or first/last) in one word
             source, swap = plans[0]
             wording = Condition(index.entries[source].example_id, "", exp.true(), "aggregate", swap.phrase)
             return [Composed(base, key, wording, drop=False, source=source, swap=swap)]
@@ -481,7 +482,7 @@ def _composed_entry(
     cond: Condition,
     *,
     drop: bool,
-    swap: AggregateSwap | ItemSwap | None = None,
+    swap: AggregateSwap | ItemSwap | OrderSwap | None = None,
     old: Condition | None = None,
 ) -> Entry | None:
     """One paraphrase composed with the condition (added, or dropped) as a library entry, or None;

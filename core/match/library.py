@@ -31,7 +31,7 @@ import numpy as np
 
 from core.match.build import build_template
 from core.match.candidate import MatchResult, TemplateCandidate
-from core.match.compose import compose_follow_up, compose_results, match_composed
+from core.match.compose import BASES_TRIED, compose_follow_up, compose_results, match_composed
 from core.match.index import UNANSWERABLE, LibraryIndex, entry_for
 from core.match.matcher import match_one
 from core.match.reading import Reading, cached_lookup, read_question
@@ -39,11 +39,13 @@ from core.match.risk import DEFAULT_RISK, Calibration
 from core.match.rules.operators import operator_reasons
 from core.match.rules.value_ambiguous import refuse_ambiguous_values, refuse_unlike_library
 from core.match.spans import blank, periods
+from core.match.swapped import compose_swaps
 from core.match.values import ValueIndex, ValueLookup
 from core.types import CatalogSchema
 
 NEIGHBOURS = 50  # masked paraphrases that vote
 TEMPLATES_TRIED = 5  # templates (best voted first) whose binding is tried
+COMPOSE_VOTED = 2  # best voted templates a swap is tried on, whether or not their operator words fit
 MEMBERS_TRIED = 3  # paraphrases per template whose wording is tried for binding
 VOTE_TEMPERATURE = 0.03  # softmax temperature of the vote over cosine similarities
 
@@ -106,6 +108,7 @@ def match_library(
     if not any(r.hard_ok for r in results):  # composed from verified parts only where no template fits
         match = match_composed(reading, lookup=lookup, catalog=catalog, values=values, probe=probe)
         results += compose_results(reading, index, tried, vote, risk=risk, match=match)
+        results += compose_swaps(reading, index, _voted(tried, vote), vote, risk=risk, match=match)
     results = refuse_ambiguous_values(results)
     if isinstance(values, ValueIndex):
         results = refuse_unlike_library(results, index, values)
@@ -199,6 +202,14 @@ def _templates_to_try(reading: Reading, vote: Vote, index: LibraryIndex) -> list
     ]
     fits = [v for v in voted if _operators_fit(reading.ops, index, v[1])]
     return (fits + [v for v in voted if v not in fits])[:TEMPLATES_TRIED]
+
+
+def _voted(tried: list[tuple[int, str, float]], vote: Vote) -> list[tuple[int, str, float]]:
+    """The best voted templates (COMPOSE_VOTED) that compose_results does not try: a swap (first for
+    last, minimum for average) is asked of a template whose operator words differ from the
+    question's, which _templates_to_try puts after those that fit."""
+    voted = [(r, k, s) for r, (k, s) in enumerate(p for p in vote.ranked if p[0] != UNANSWERABLE)]
+    return [v for v in voted[:COMPOSE_VOTED] if v not in tried[:BASES_TRIED]]
 
 
 def _operators_fit(ops: dict[str, Any], index: LibraryIndex, key: str) -> bool:

@@ -89,6 +89,13 @@ MUST_ABSTAIN = [
     "what is the average count of male patients?",
     "what is the minimum average age of male patients?",
     "what is the total age of male patients?",
+    # First and last swapped (core/match/direction.py): right where the library shows the column
+    # ordered both ways; never for a column it does not (the microbiology test, the service), nor
+    # for two operators flipped at once, nor for a visit that is neither first nor last.
+    "what organism was found in the last blood culture test of patient 10037861?",
+    "what was the last service of patient 10020740 in the last hospital visit?",
+    "what was the first potassium value of patient 10002428 in the last hospital visit?",
+    "what was the insurance of patient 10021118 at the current hospital visit?",
 ]
 ANSWERED_RIGHT = {
     "what is the minimum age of male patients?": (

@@ -130,7 +130,9 @@ CASES: list[tuple[str, str, tuple[str, str] | None]] = [
      "How many hours have elapsed since patient 10018081's last stay in the careunit emergency department on this hospital encounter?",
      ("intime ASC", "intime DESC")),
     ("What was the drug name that patient 10024043 was last prescribed through the oral route on the last hospital stay?",
-     "What was the drug name that patient 10024043 was first prescribed through the oral route on the last hospital stay?", None),
+     # first for last on a column the library orders both ways (core/match/direction.py): right or abstain
+     "What was the drug name that patient 10024043 was first prescribed through the oral route on the last hospital stay?",
+     ("prescriptions.starttime DESC LIMIT 1 )", "prescriptions.starttime ASC LIMIT 1 )")),
     ("Tell me the top four most common specimens tested since 1 year ago.",
      "Tell me the four least common specimens tested since 1 year ago.", None),
     ("How many sodium bicarbonate prescription instances occurred since 1 year ago?",
