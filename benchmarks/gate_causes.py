@@ -85,7 +85,7 @@ def cv_causes(cv: dict) -> dict:
     texts = [q.text for q in questions]
     y = np.array([q.answerable for q in questions], dtype=bool)
     absent = m.rules.absent_concepts(c.text for c in columns)
-    by_rule = m.rule_verdicts(texts, absent, AS_OF_YEAR)
+    by_rule = m.rule_verdicts(texts, absent, AS_OF_YEAR, m.specified.Specifics(tables, columns, cv["values"]))
     encoder = m.MiniLMEncoder.installed()
     meaning = m.MeaningGrounding(encoder, columns, encoder.encode_docs([c.text for c in columns]))
     by_ground = m.grounding_verdicts(questions, tables, columns, cv["values"], dealings, meaning)

@@ -209,7 +209,7 @@ def _absent_concepts(source) -> frozenset[str]:
     return cached[1]
 
 
-_vocabulary: dict[int, tuple[tuple, Any]] = {}
+_vocabulary: dict[int, tuple[Any, ...]] = {}
 
 
 def _grounding_finding(source, question: str, version: Hashable | None = None):
@@ -218,7 +218,7 @@ def _grounding_finding(source, question: str, version: Hashable | None = None):
     Rebuilt when an example or a doc changes, so a newly approved question grounds the next one:
     `version` is the catalog's and the library's version as the caller read them for this
     question (the pipeline reads both anyway), so no query is spent on it; without one, two."""
-    from askdb.answerability import grounding, rules
+    from askdb.answerability import grounding, rules, specified
 
     signature = version if version is not None else _signature(source)
     cached = _vocabulary.get(source.pk)
@@ -231,8 +231,11 @@ def _grounding_finding(source, question: str, version: Hashable | None = None):
             [*holding, *approved], context=context, schema=schema, people=people, categories=categories,
             events={grounding.event_key(q) for q in approved} - {""},
         )  # fmt: skip
-        cached = (signature, vocabulary)
+        cached = (signature, vocabulary, specified.Specifics(tables, columns, value_texts(source)))
         _vocabulary[source.pk] = cached
+    unsaid = cached[2].findings(question)
+    if unsaid:
+        return unsaid[0]
     g = grounding.ground(question, cached[1])
     if g is None or g.grounded:
         return None

@@ -229,6 +229,24 @@ def test_without_a_model_the_rules_still_decline_with_a_reason(source, home):
     )
 
 
+def test_without_a_model_a_question_that_leaves_unsaid_what_its_answer_depends_on_is_declined(source, home):
+    """The rules-only gate reads what a question leaves open against the catalog too: a duration of a
+    procedure (procedures_icd has no end time), a class of drugs no column records; a stay's length
+    and a named drug's dose pass."""
+    verdict = scorer_module.gate_verdict(
+        source, "How long did the arterial catheterization of patient 10002428 take?"
+    )
+    assert verdict["rules_only"] and not verdict["answerable"] and verdict["kind"] == "not_in_schema"
+    assert 'records when "arterial catheterization" happened, not when it ended' in verdict["reason"]
+    verdict = scorer_module.gate_verdict(
+        source, "what is the dose of the opioid prescribed to patient 10002428?"
+    )
+    assert not verdict["answerable"] and "not by class" in verdict["reason"]
+    for question in ("how long was the last hospital stay of patient 10002428?",
+                     "what is the dose of furosemide prescribed to patient 10002428?"):  # fmt: skip
+        assert scorer_module.gate_verdict(source, question)["answerable"], question
+
+
 def test_a_trained_model_that_says_unanswerable_does_not_veto_a_confident_library_answer(
     library, home, settings
 ):

@@ -147,13 +147,15 @@ def test_the_gate_on_ambiguous_and_underspecified_questions(gate):
     test" or "a drug" with no name where the answer depends on which, doses of two drugs compared
     without units, vague times); answerable ones are the same shapes specified (a named drug or test,
     a procedure's date, a stay's length, how long a drug was prescribed). Before round 12: F1 0.324
-    (P 0.846, R 0.200), 2 of 55 answerable blocked (by the grounding), 44 let through. Held so it can
-    only get better."""
+    (P 0.846, R 0.200), 2 of 55 answerable blocked (by the grounding), 44 let through; after (a class
+    no column records, a duration of an event with no end time, a value of an unnamed test or drug):
+    F1 0.800 (P 0.950, R 0.691), the same 2 blocked, 17 let through. Not tuned on after that: held
+    so it can only get better."""
     items = set_items(AMBIGUITY_SET, each=50)
     metrics = score_items(gate, items)
     f1 = metrics["unanswerable"]["f1"]
-    assert f1 >= 0.32 and len(metrics["blocked"]) <= 2 and len(metrics["missed"]) <= 44, (
-        f"ambiguity: F1 {f1:.3f} (floor 0.32), blocked {len(metrics['blocked'])} (at most 2), let through "
-        f"{len(metrics['missed'])} (at most 44); "
+    assert f1 >= 0.80 and len(metrics["blocked"]) <= 2 and len(metrics["missed"]) <= 17, (
+        f"ambiguity: F1 {f1:.3f} (floor 0.80), blocked {len(metrics['blocked'])} (at most 2), let through "
+        f"{len(metrics['missed'])} (at most 17); "
         f"blocked {[b['question'] for b in metrics['blocked']]}; missed {metrics['missed']}"
     )
