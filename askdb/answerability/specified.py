@@ -32,14 +32,15 @@ _END_COLUMN = re.compile(
 )
 _SYNONYM_LINES = ("Table ", "Also called")
 
-# How a question asks how long something lasted; `thing` is what it asks of.
+# How a question asks how long something lasted; `thing` is what it asks of (the patient's own verb
+# first: in "how long did patient N take furosemide", furosemide is what lasted, not the patient).
 _DURATION = tuple(
     re.compile(p)
     for p in (
-        r"\bhow long (?:did|does|do|will|would) (?P<thing>.+?) (?:take|last|run|go on)\b",
         r"\bhow long (?:took|lasted) (?P<thing>.+?)(?: for\b| of\b|\?|$)",
         r"\bhow long (?:did|does|do) (?:the )?(?:patient|subject) (?:\d+ )?(?P<thing>(?:receive|undergo|get|have|take|"
         r"spend|need) .+?)(?: for\b| during\b| on\b| in\b|\?|$)",
+        r"\bhow long (?:did|does|do|will|would) (?P<thing>.+?) (?:take|last|run|go on)\b",
         r"\bhow long (?:was|is|were|has|had|have) (?:the )?(?:patient|subject)(?: \d+)?(?:'s)? (?:(?:been|had) )?"
         r"(?P<thing>.+?)(?: for (?:the )?(?!the)|\?|$)",
         r"\bhow long (?:was|is|were) (?P<thing>(?:the|a|an) .+?) (?:of|for|on) (?:the )?(?:patient|subject)\b",
@@ -104,6 +105,20 @@ class Specifics:
         self.values = [" ".join(_TOKEN.findall(str(v).lower())) for v in values]
         self._in_values: dict[str, tuple[str, ...]] = {}
 
+    def _lasts(self, word: str) -> bool:
+        """A table with an end time is called by the word, in one of its forms ("ventilator" is
+        said "ventilation"), or its name begins with it."""
+        return (
+            word in self.interval
+            # Whole words in another form only: an abbreviation ("infus") begins too many words, and
+            # "procedure" begins the name procedureevents without being one.
+            or (
+                len(word) >= 7
+                and any(grounding.same_word(word, w) and abs(len(w) - len(word)) <= 3 for w in self.interval)
+            )
+            or self._names_ended_table(word)
+        )
+
     def _names_ended_table(self, word: str) -> bool:
         """The word begins the name of a table with an end time and of none without ("icu")."""
         starts = {
@@ -165,9 +180,12 @@ class Specifics:
                 thing = after.group("t") if after else thing
             # When it happened is not what lasted: "the biopsy during the icu stay" is a biopsy.
             thing = re.sub(r"(?<=\w) (?:during|at|after|before|since|within|while|when) .*$", "", thing)
+            # "On heparin", "take furosemide": a regimen of a drug or a device, which has a stop time.
+            if re.match(r"(?:on|take|taking) ", thing):
+                return None
             stems = [grounding.stem(w) for w in grounding.words(thing)]
             joined = " ".join(stems)
-            if any(s in self.interval or self._names_ended_table(s) for s in stems) or any(
+            if any(self._lasts(s) for s in stems) or any(
                 re.search(rf"\b{re.escape(p)}\b", joined) for p in self.interval_phrases
             ):
                 return None

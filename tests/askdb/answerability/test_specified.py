@@ -96,6 +96,9 @@ def test_a_duration_of_an_event_with_no_end_time_is_declined(specifics, question
         # procedureevents and inputevents have end times: their things last.
         "how long did the mechanical ventilation of patient 5 last?",
         "what was the duration of the last infusion of patient 5?",
+        "how long was patient 5 on the ventilator during the first icu stay?",
+        "how long was patient 5 on heparin?",
+        "how long did patient 5 take furosemide in 2100?",
         "when did patient 10000032 have the arterial catheterization for the first time?",
     ],
 )
