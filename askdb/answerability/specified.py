@@ -56,7 +56,7 @@ _DURATION = tuple(
 _CLASS_WORD = re.compile(
     r"\b(?P<w>anti-?(?!cipat|bod|gen|thromb)[a-z]{5,}s?|(?:opi|corticoster|ster|cannabin)oids?|opiates?|[a-z]+ "
     r"blockers?|[a-z]+ inhibitors?|[a-z]{4,}therap(?:y|ies)|painkillers?|pain killers?|blood thinners?|sedatives?|"
-    r"statins|[a-z]+(?:tic|ive)s? (?:drugs?|medications?|medicines?|agents?))\b"
+    r"statins|[a-z]{2,}(?:otic|etic|esic)(?:s|(?= (?:drugs?|medications?|medicines?|agents?)\b)))\b"
 )
 # The question treats the class as something given or tested.
 _DRUG_CONTEXT = re.compile(

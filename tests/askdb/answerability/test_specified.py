@@ -42,6 +42,8 @@ def _rules(specifics: Specifics, question: str) -> list[str]:
         "which immunotherapies did patient 10019003 receive in 2100?",
         "what was the first anticoagulant prescribed to patient 4?",
         "when was patient 10002428 last given a beta blocker?",
+        "how many patients were prescribed narcotics in 2100?",
+        "what diabetic drugs did patient 4 take?",
         # Attacks: the class spelled apart, or next to a value's word that is not the value.
         "what is the dose of the anti-coagulants given to patient 4?",
         "what was the dose of opioid abused by patient 4?",
@@ -62,6 +64,10 @@ def test_a_class_no_column_records_is_declined(specifics, question):
         "what's the average total hospital cost that includes a anticardiolipin antibody igg lab test?",
         "what is the dose of furosemide last prescribed to patient 10004235?",
         "what was patient 4's last antibody test?",
+        # Adjectives that end like a class and are not one.
+        "how many diabetic patients were prescribed insulin in 2100?",
+        "what are the three most expensive drugs prescribed last year?",
+        "what active medications did patient 4 have on the last visit?",
     ],
 )
 def test_a_class_a_column_or_a_named_value_holds_passes(specifics, question):
