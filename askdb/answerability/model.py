@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from askdb.answerability import grounding, rules
+from askdb.answerability import grounding, rules, specified
 
 QUESTION_MAX_TOKENS = 128
 DOC_MAX_TOKENS = 256
@@ -582,10 +582,20 @@ def check_data(questions: Sequence[TrainQuestion], config: TrainConfig) -> None:
         raise TrainingError(f"only {n_answerable} answerable questions; approve more runs first")
 
 
-def rule_verdicts(texts: Sequence[str], absent: frozenset[str], as_of_year: int | None) -> np.ndarray:
-    """True where a decisive rule declines the question."""
+def rule_verdicts(
+    texts: Sequence[str],
+    absent: frozenset[str],
+    as_of_year: int | None,
+    specifics: specified.Specifics | None = None,
+) -> np.ndarray:
+    """True where a decisive rule declines the question, or `specifics` finds it leaves unsaid what
+    its answer depends on (a class no column records, a duration of an event with no end)."""
     return np.array(
-        [any(f.decisive for f in rules.findings(t, absent=absent, as_of_year=as_of_year)) for t in texts],
+        [
+            any(f.decisive for f in rules.findings(t, absent=absent, as_of_year=as_of_year))
+            or bool(specifics and specifics.findings(t))
+            for t in texts
+        ],
         dtype=bool,
     )
 
@@ -886,7 +896,7 @@ def train(
     say(f"{len(questions)} questions in {families} paraphrase families ({flagged_families} of them unanswerable, "
         f"in {flagged_kinds} kinds), {k} folds holding out whole kinds, dealt {config.repeats} ways")  # fmt: skip
     absent = rules.absent_concepts(c.text for c in columns)
-    by_rule = rule_verdicts(texts, absent, config.as_of_year)
+    by_rule = rule_verdicts(texts, absent, config.as_of_year, specified.Specifics(tables, columns, values))
     meaning = MeaningGrounding(encoder, columns, column_vecs)
     by_gate = by_rule[None, :] | grounding_verdicts(questions, tables, columns, values, dealings, meaning)
     held = held_verdicts(questions, tables, columns, values, dealings) & ~by_rule[None, :]
@@ -1138,6 +1148,7 @@ class AnswerabilityModel:
         self.column_vectors = self.encoder.encode_docs([c.text for c in columns])
         self.meaning = MeaningGrounding(self.encoder, columns, self.column_vectors)
         self.absent = rules.absent_concepts(c.text for c in columns)
+        self.specifics = specified.Specifics(tables, columns, self._values)
         self._catalog_words = vocabulary_texts(tables, columns, self._values)
         self._column_words = holding_columns(columns)
         self._schema_texts = schema_texts(tables, columns)
@@ -1207,6 +1218,7 @@ class AnswerabilityModel:
             self.combiner.predict(design_matrix(signals[None, :], catalog[None, :], vec[None, :]))[0]
         )
         found = rules.findings(question, absent=self.absent, as_of_year=self.as_of_year)
+        found = rules.ordered([*found, *self.specifics.findings(question)])
         asked = grounding.ground(question, self.vocabulary)
         by_meaning = self.meaning.column(asked)
         ungrounded = None if by_meaning else self._ungrounded(asked)

@@ -213,6 +213,15 @@ RULES: tuple[Rule, ...] = (
     Rule("external_knowledge", "out_of_scope",
          r"\bicd-?11\b|\bicd-?10-?(?:pcs|cm)? (?:code )?(?:for|of) icd-?11\b",
          "This needs a code system the database does not hold ({evidence}), so askdb cannot answer it."),
+    # "The value of a test patient N had", "how much of a medication did patient N receive": the answer
+    # depends on which test or drug, and the question leaves it open ("a", "some", "any"). Not whether
+    # any was had ("did patient N have any lab test") or which one it was ("the name of the drug").
+    Rule("unnamed_test_or_drug", "not_in_schema",
+         r"\b(?:values?|results?|readings?|outcomes?|doses?|dosages?|amounts?|levels?|units?|(?:how much|quantity) of)"
+         r" (?:(?:of|from|did|does|do|for|in|on) )?(?:a|an|some|any|one) (?:lab |laboratory |blood |medical )?"
+         r"(?:tests?|drugs?|medications?|medicines?|measurements?|labs?|exams?)\b(?! (?:named|called|label+ed|titled)\b)",
+         "This asks for {evidence} without naming which one; the database records each test and drug by its "
+         "own name, and the answer depends on which, so askdb cannot answer it. Name the test or drug."),
     # "Any additional stool test": additional to tests the question never names, so nothing says which
     # count. Not "any other": ICD titles begin with "Other" ("any other endoscopy of small intestine");
     # not a drug's own name ("extra strength"); not when the question names the reference ("besides").

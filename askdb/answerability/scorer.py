@@ -9,12 +9,15 @@ or the library changes.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
 from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from askdb.answerability import store
 from askdb.answerability.data import (
@@ -33,6 +36,7 @@ from askdb.answerability.model import (
     AnswerabilityScore,
     Encoder,
     LocalEncoder,
+    MeaningGrounding,
     schema_texts,
     vocabulary_texts,
 )
@@ -193,6 +197,7 @@ def get_scorer(source) -> Scorer | None:
 def clear_cache() -> None:
     with _lock:
         _cache.clear()
+        _meaning.clear()
 
 
 _absent: dict[int, tuple[float, frozenset[str]]] = {}
@@ -209,7 +214,7 @@ def _absent_concepts(source) -> frozenset[str]:
     return cached[1]
 
 
-_vocabulary: dict[int, tuple[tuple, Any]] = {}
+_vocabulary: dict[int, tuple[Any, ...]] = {}
 
 
 def _grounding_finding(source, question: str, version: Hashable | None = None):
@@ -218,7 +223,7 @@ def _grounding_finding(source, question: str, version: Hashable | None = None):
     Rebuilt when an example or a doc changes, so a newly approved question grounds the next one:
     `version` is the catalog's and the library's version as the caller read them for this
     question (the pipeline reads both anyway), so no query is spent on it; without one, two."""
-    from askdb.answerability import grounding, rules
+    from askdb.answerability import grounding, rules, specified
 
     signature = version if version is not None else _signature(source)
     cached = _vocabulary.get(source.pk)
@@ -231,14 +236,60 @@ def _grounding_finding(source, question: str, version: Hashable | None = None):
             [*holding, *approved], context=context, schema=schema, people=people, categories=categories,
             events={grounding.event_key(q) for q in approved} - {""},
         )  # fmt: skip
-        cached = (signature, vocabulary)
+        cached = (signature, vocabulary, specified.Specifics(tables, columns, value_texts(source)), columns)
         _vocabulary[source.pk] = cached
+    unsaid = cached[2].findings(question)
+    if unsaid:
+        return unsaid[0]
     g = grounding.ground(question, cached[1])
     if g is None or g.grounded:
+        return None
+    meaning = _meaning_grounding(source, cached[3])
+    if meaning is not None and meaning.column(g):
         return None
     reason = (grounding.event_reason(g) if g.event
               else grounding.no_column_reason(g.attribute))  # fmt: skip
     return rules.Finding("not_in_schema", "ungrounded_attribute", g.attribute, reason, True)
+
+
+_meaning: dict[int, tuple[str, MeaningGrounding]] = {}
+
+
+def _meaning_grounding(source, columns: list) -> MeaningGrounding | None:
+    """Grounding by meaning for the rules-only gate, as the trained one grounds ("civil status" is
+    admissions.marital_status), with the MiniLM retrieval already runs: None when embeddings come
+    from another provider (a question must not load a second model). The column docs' vectors are
+    computed once per catalog text and kept on disk (ASKDB_HOME/cache/answerability), so only the
+    first ungrounded question after a doc edit pays for them; each later one encodes its phrase."""
+    from django.conf import settings
+
+    from infra.providers.embeddings import LocalEmbedder, get_embedder
+
+    if not columns or not isinstance(get_embedder(), LocalEmbedder):
+        return None
+    encoder = shared_encoder()
+    key = hashlib.sha256(
+        "\n".join([getattr(encoder, "name", ""), *(c.text for c in columns)]).encode()
+    ).hexdigest()
+    cached = _meaning.get(source.pk)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    path = Path(settings.ASKDB_HOME) / "cache" / "answerability" / f"column-docs-{key[:24]}.npy"
+    try:
+        vectors = np.load(path)
+    except (OSError, ValueError):
+        vectors = encoder.encode_docs([c.text for c in columns])
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_suffix(f".{threading.get_ident()}.tmp")
+            with partial.open("wb") as f:
+                np.save(f, vectors)
+            partial.replace(path)
+        except OSError as exc:  # a read-only home: computed again by the next process
+            logger.warning("column doc vectors not kept in %s: %s", path, exc)
+    meaning = MeaningGrounding(encoder, columns, vectors)
+    _meaning[source.pk] = (key, meaning)
+    return meaning
 
 
 def gate_verdict(source, question: str, *, vector=None, version: Hashable | None = None) -> dict:

@@ -229,6 +229,48 @@ def test_without_a_model_the_rules_still_decline_with_a_reason(source, home):
     )
 
 
+def test_without_a_model_a_question_that_leaves_unsaid_what_its_answer_depends_on_is_declined(source, home):
+    """The rules-only gate reads what a question leaves open against the catalog too: a duration of a
+    procedure (procedures_icd has no end time), a class of drugs no column records; a stay's length
+    and a named drug's dose pass."""
+    verdict = scorer_module.gate_verdict(
+        source, "How long did the arterial catheterization of patient 10002428 take?"
+    )
+    assert verdict["rules_only"] and not verdict["answerable"] and verdict["kind"] == "not_in_schema"
+    assert 'records when "arterial catheterization" happened, not when it ended' in verdict["reason"]
+    verdict = scorer_module.gate_verdict(
+        source, "what is the dose of the opioid prescribed to patient 10002428?"
+    )
+    assert not verdict["answerable"] and "not by class" in verdict["reason"]
+    for question in ("how long was the last hospital stay of patient 10002428?",
+                     "what is the dose of furosemide prescribed to patient 10002428?"):  # fmt: skip
+        assert scorer_module.gate_verdict(source, question)["answerable"], question
+
+
+def test_without_a_model_an_attribute_in_words_no_catalog_text_has_is_grounded_by_meaning(
+    source, home, monkeypatch
+):
+    """The rules-only gate grounds by meaning as the trained one does, with the local MiniLM that
+    retrieval already runs: a "health insurer" is admissions.insurance (declined as not in the schema
+    before). The attack meaning must not let through (a discharge letter is near
+    admissions.discharge_location by "discharge" alone) is still declined, and the column docs'
+    vectors are kept on disk: the next process does not encode them again."""
+    verdict = scorer_module.gate_verdict(source, "what is the health insurer of patient 10002428?")
+    assert verdict["answerable"], verdict["reason"]
+    assert len(list((home / "cache" / "answerability").glob("column-docs-*.npy"))) == 1
+    scorer_module._meaning.clear()  # a new process
+    encoder = scorer_module.shared_encoder()
+
+    def no_docs(texts):
+        raise AssertionError("the column docs were encoded again")
+
+    monkeypatch.setattr(encoder, "encode_docs", no_docs)
+    verdict = scorer_module.gate_verdict(source, "what was the relationship status of patient 10002428?")
+    assert verdict["answerable"], verdict["reason"]
+    verdict = scorer_module.gate_verdict(source, "what is the discharge letter of patient 10002428?")
+    assert not verdict["answerable"] and verdict["kind"] == "not_in_schema", verdict["reason"]
+
+
 def test_a_trained_model_that_says_unanswerable_does_not_veto_a_confident_library_answer(
     library, home, settings
 ):

@@ -135,3 +135,27 @@ def test_the_gate_on_synonyms_no_catalog_text_has_and_things_mimic_does_not_hold
         f"through {len(metrics['missed'])} (at most 8); blocked {[b['question'] for b in metrics['blocked']]}; "
         f"missed {metrics['missed']}"
     )
+
+
+AMBIGUITY_SET = HERE / "ambiguity_set.jsonl"
+
+
+def test_the_gate_on_ambiguous_and_underspecified_questions(gate):
+    """55 + 55 questions written before round 12 changed the gate, measured before and after (never
+    tuned on): unanswerable ones are ambiguous or underspecified in EHRSQL's shapes (a class of drugs
+    or tests no column names, how long a procedure or a test took when only its time is recorded, "a
+    test" or "a drug" with no name where the answer depends on which, doses of two drugs compared
+    without units, vague times); answerable ones are the same shapes specified (a named drug or test,
+    a procedure's date, a stay's length, how long a drug was prescribed). Before round 12: F1 0.324
+    (P 0.846, R 0.200), 2 of 55 answerable blocked (by the grounding), 44 let through; after (a class
+    no column records, a duration of an event with no end time, a value of an unnamed test or drug):
+    F1 0.800 (P 0.950, R 0.691), the same 2 blocked, 17 let through. Not tuned on after that: held
+    so it can only get better."""
+    items = set_items(AMBIGUITY_SET, each=50)
+    metrics = score_items(gate, items)
+    f1 = metrics["unanswerable"]["f1"]
+    assert f1 >= 0.80 and len(metrics["blocked"]) <= 2 and len(metrics["missed"]) <= 17, (
+        f"ambiguity: F1 {f1:.3f} (floor 0.80), blocked {len(metrics['blocked'])} (at most 2), let through "
+        f"{len(metrics['missed'])} (at most 17); "
+        f"blocked {[b['question'] for b in metrics['blocked']]}; missed {metrics['missed']}"
+    )

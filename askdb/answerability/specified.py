@@ -1,0 +1,199 @@
+"""What a question leaves unsaid that its answer depends on, read against the catalog.
+
+Why: the gate's grounding asks whether the attribute a question wants has a column. A question can
+pass that and still have no answer, because it does not say *which* thing it means or asks for
+something the recorded thing does not have:
+
+- a **class** of drugs or tests no column records ("the dose of the opioid", "immunotherapies",
+  "a beta blocker"): the database names each drug, and nothing says which ones are opioids;
+- a **duration** of an event whose table records when it happened but not when it ended ("how long
+  did the arterial catheterization take", "how long has patient N had hypertension");
+- an **indefinite** test or drug whose value is asked ("the value of a test patient N had"): the
+  answer depends on which test, and the question does not say.
+
+The catalog decides, never a list of the questions' words: a class word is grounded when a
+column's doc or values use it (microbiologyevents.ab_name documents "antibiotic"); a duration is
+grounded when the thing asked of is one a table with an end-time column is called by (its name and
+"Also called" synonyms: "hospital stay", "ICU stay", "prescribed", "infusion"). Tables' synonyms do
+not ground a class: prescriptions is "also called" opioid for retrieval, yet no column holds one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from askdb.answerability import grounding, rules
+
+# A column recording when something ended: what a duration needs.
+_END_COLUMN = re.compile(
+    r"\.(?:[a-z]*end[a-z]*time|stoptime|outtime|dischtime|edouttime|endtime|[a-z]*end_?date)$"
+)
+_SYNONYM_LINES = ("Table ", "Also called")
+
+# How a question asks how long something lasted; `thing` is what it asks of (the patient's own verb
+# first: in "how long did patient N take furosemide", furosemide is what lasted, not the patient).
+_DURATION = tuple(
+    re.compile(p)
+    for p in (
+        r"\bhow long (?:took|lasted) (?P<thing>.+?)(?: for\b| of\b|\?|$)",
+        r"\bhow long (?:did|does|do) (?:the )?(?:patient|subject) (?:\d+ )?(?P<thing>(?:receive|undergo|get|have|take|"
+        r"spend|need) .+?)(?: for\b| during\b| on\b| in\b|\?|$)",
+        r"\bhow long (?:did|does|do|will|would) (?P<thing>.+?) (?:take|last|run|go on)\b",
+        r"\bhow long (?:was|is|were|has|had|have) (?:the )?(?:patient|subject)(?: \d+)?(?:'s)? (?:(?:been|had) )?"
+        r"(?P<thing>.+?)(?: for (?:the )?(?!the)|\?|$)",
+        r"\bhow long (?:was|is|were) (?P<thing>(?:the|a|an) .+?) (?:of|for|on) (?:the )?(?:patient|subject)\b",
+        r"\bhow many (?:seconds|minutes|hours) (?:did|does|do|was|were) (?P<thing>.+?) (?:take|last|run)\b",
+        r"\b(?:duration|length|lasting time) of (?P<thing>.+?)(?:\?|$)",
+    )
+)
+
+# Morphology of the names of classes of drugs and tests, not of the drugs: "antidepressant",
+# "opioid", "beta blocker", "ace inhibitors", "immunotherapies", "painkillers", "sedatives". A word
+# a column's doc or example values use, or a value the question names holds ("long-term use of
+# anticoagulants", a diagnosis), is not a class the question leaves open.
+_CLASS_WORD = re.compile(
+    r"\b(?P<w>anti-?(?!cipat|bod|gen|thromb)[a-z]{5,}s?|(?:opi|corticoster|ster|cannabin)oids?|opiates?|[a-z]+ "
+    r"blockers?|[a-z]+ inhibitors?|[a-z]{4,}therap(?:y|ies)|painkillers?|pain killers?|blood thinners?|sedatives?|"
+    r"statins|[a-z]{2,}(?:otic|etic|esic)(?:s|(?= (?:drugs?|medications?|medicines?|agents?)\b)))\b"
+)
+# The question treats the class as something given or tested.
+_DRUG_CONTEXT = re.compile(
+    r"\b(?:drugs?|medications?|medicines?|meds|doses?|dosages?|prescri\w*|given|gave|administ\w*|receiv\w*|took|taken|"
+    r"takes?|treated|on|agents?|tests?|screenings?|panels?|get|got|gets|had|has|have|use|used|which|what)\b"
+)
+_TOKEN = re.compile(r"[a-z0-9]+")
+_GENERIC_CLASS = frozenset({"drug", "medication", "medicine", "agent", "test", "therapy", "therapies"})
+
+
+def interval_words(
+    tables: Iterable[Any], columns: Iterable[Any]
+) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """(the words a table with an end-time column is called by and no table without one is, the
+    whole synonym phrases of those tables, the words tables without one are called by): what a
+    duration can be asked of, and what it cannot."""
+    ends = {c.qualified.rsplit(".", 1)[0] for c in columns if _END_COLUMN.search(c.qualified.lower())}
+    with_end, without_end, phrases = set(), set(), set()
+    for t in tables:
+        names = [x for x in t.text.splitlines() if x.startswith(_SYNONYM_LINES)]
+        said = " ".join(names).lower().replace("also called:", ",")
+        said = re.sub(r"\([^)]*\)", " ", said).replace("table ", ",")
+        found = [p.strip(" .") for p in said.split(",") if p.strip(" .")]
+        # A synonym's head names the thing ("ICU stay" is a stay, "blood product" a product): its
+        # other words only qualify it, and a table without an end time ("blood test") shares them.
+        stems = {grounding.stem(grounding.words(p)[-1]) for p in found if grounding.words(p)}
+        if t.qualified in ends:
+            with_end |= stems
+            phrases |= {" ".join(grounding.stem(w) for w in grounding.words(p)) for p in found}
+        else:
+            without_end |= stems
+    return frozenset(with_end - without_end), frozenset(p for p in phrases if p), frozenset(without_end)
+
+
+class Specifics:
+    """The catalog's answer to "does the question say which, and can what it asks of last?"."""
+
+    def __init__(self, tables: Sequence[Any], columns: Sequence[Any], values: Sequence[str] = ()) -> None:
+        self.interval, self.interval_phrases, self.unended_names = interval_words(tables, columns)
+        ended = {c.qualified.rsplit(".", 1)[0] for c in columns if _END_COLUMN.search(c.qualified.lower())}
+        self.table_names = {t.qualified.rsplit(".", 1)[-1]: t.qualified in ended for t in tables}
+        # Columns' docs and the example values of columns that name things; not the linked values: a
+        # diagnosis title ("opioid abuse") names a diagnosis, not which drugs are opioids.
+        held = [c.text for c in columns] + [c.values for c in columns if grounding.names_things(c.qualified)]
+        self.column_stems = frozenset().union(*(grounding.stems_of(t) for t in held))
+        self.values = [" ".join(_TOKEN.findall(str(v).lower())) for v in values]
+        self._in_values: dict[str, tuple[str, ...]] = {}
+
+    def _lasts(self, word: str) -> bool:
+        """A table with an end time is called by the word, in one of its forms ("ventilator" is
+        said "ventilation"), or its name begins with it."""
+        return (
+            word in self.interval
+            # Whole words in another form only: an abbreviation ("infus") begins too many words, and
+            # "procedure" begins the name procedureevents without being one.
+            or (
+                len(word) >= 7
+                and any(grounding.same_word(word, w) and abs(len(w) - len(word)) <= 3 for w in self.interval)
+            )
+            or self._names_ended_table(word)
+        )
+
+    def _names_ended_table(self, word: str) -> bool:
+        """The word begins the name of a table with an end time and of none without ("icu")."""
+        starts = {
+            ended for name, ended in self.table_names.items() if len(word) >= 3 and name.startswith(word)
+        }
+        return starts == {True}
+
+    def findings(self, question: str) -> list[rules.Finding]:
+        """Each thing the question leaves unsaid that its answer depends on (decisive declines)."""
+        text = " ".join(str(question or "").lower().replace("’", "'").split())
+        return [f for f in (self.unrecorded_class(text), self.unended(text)) if f is not None]
+
+    def unrecorded_class(self, text: str) -> rules.Finding | None:
+        """A class of drugs or tests the question asks about that no column records."""
+        if not _DRUG_CONTEXT.search(text):
+            return None
+        for m in _CLASS_WORD.finditer(text):
+            said = [w for w in grounding.words(m.group("w")) if w not in _GENERIC_CLASS]
+            if (
+                said
+                and not any(grounding.stem(w) in self.column_stems or w in self.column_stems for w in said)
+                and (not self._in_named_value(said[-1], text))
+            ):
+                what = " ".join(said)
+                return rules.Finding(
+                    "not_in_schema", "unrecorded_class", what,
+                    f'The database records each drug and test by its own name, not by class ("{what}"), so '
+                    "askdb cannot tell which of them the question means; ask for them by name.", True,
+                )  # fmt: skip
+        return None
+
+    def _in_named_value(self, word: str, text: str) -> bool:
+        """The word is part of a value the question names ("long-term (current) use of anticoagulants",
+        a diagnosis; "anticardiolipin antibody igg", a test): the value's words around it are the
+        question's too."""
+        found = self._in_values.get(word)
+        if found is None:
+            if len(self._in_values) >= 1024:
+                self._in_values.clear()
+            found = self._in_values[word] = tuple(v for v in self.values if word in v.split())
+        asked = f" {' '.join(_TOKEN.findall(text))} "
+        for v in found:
+            tokens = v.split()
+            i = tokens.index(word)
+            window = tokens[max(0, i - 1) : i + 2]
+            if len(window) > 1 and f" {' '.join(window)} " in asked:
+                return True
+        return False
+
+    def unended(self, text: str) -> rules.Finding | None:
+        """A duration asked of something no table with an end time is called by."""
+        for pattern in _DURATION:
+            m = pattern.search(text)
+            if not m:
+                continue
+            thing = m.group("thing")
+            if thing == "it":  # "how long did it take to get spinal canal explor nec"
+                after = re.search(r"\bit (?:take|last)\w* (?:to|for) (?P<t>.+?)(?:\?|$)", text)
+                thing = after.group("t") if after else thing
+            # When it happened is not what lasted: "the biopsy during the icu stay" is a biopsy.
+            thing = re.sub(r"(?<=\w) (?:during|at|after|before|since|within|while|when) .*$", "", thing)
+            # "On heparin", "take furosemide": a regimen of a drug or a device, which has a stop time.
+            if re.match(r"(?:on|take|taking) ", thing):
+                return None
+            stems = [grounding.stem(w) for w in grounding.words(thing)]
+            joined = " ".join(stems)
+            if any(self._lasts(s) for s in stems) or any(
+                re.search(rf"\b{re.escape(p)}\b", joined) for p in self.interval_phrases
+            ):
+                return None
+            what = re.sub(r"^(?:the|a|an|patient \d+'s|receive|undergo|get|have|take) ", "", thing)
+            what = re.sub(r" (?:of|for|on|in) (?:the )?(?:patient|subject)\b.*$", "", what).strip()
+            return rules.Finding(
+                "not_in_schema", "unended_event", what,
+                f'The database records when "{what}" happened, not when it ended, so askdb cannot say how long '
+                "it took; it can answer when it happened.", True,
+            )  # fmt: skip
+        return None
