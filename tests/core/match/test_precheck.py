@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.match import LibraryIndex, build_template, entry_for
+from core.match import LibraryIndex, build_template, entry_for, precheck
 from core.match import compose as compose_module
-from core.match import precheck
 from core.match.library import match_library
 from core.match.operators import question_operators
 from core.match.reading import mask_question
