@@ -35,6 +35,7 @@ from core.match.index import UNANSWERABLE, Entry, Family, LibraryIndex, entry_fo
 from core.match.items import ItemSwap, item_plans, library_items
 from core.match.matcher import match_one
 from core.match.outer import conjuncts, outer_tables, read_below
+from core.match.precheck import refused_family
 from core.match.reading import Reading
 from core.match.replace import REPLACEABLE_TYPES, replaced, replacement_plans, words
 from core.match.risk import Calibration
@@ -119,7 +120,7 @@ def compose_results(
         plans += [Composed(b, key, new, drop=False, source=s, old=old) for b, s, new, old in
                   replacement_plans(reading, index, key, vote, own=conditions_of, library=lambda kind: _conditions(index, kind, vote))]  # fmt: skip
         for plan in plans + _item_swaps(reading, index, key, vote):
-            result = _try(plan, index, vote, match)
+            result = _try(plan, index, vote, match, reading.ops)
             if result is None:
                 continue
             features = {
@@ -430,14 +431,13 @@ def _phrase(question: str, start: int, end: int) -> tuple[int, int]:
 # --- composing ------------------------------------------------------------------------------------
 
 
-def _try(
-    plan: Composed, index: LibraryIndex, vote: Vote, match: Callable[[TemplateCandidate], MatchResult]
-) -> MatchResult | None:
-    """The composition matched with the nearest paraphrases of the base template in turn."""
+def _try(plan: Composed, index: LibraryIndex, vote: Vote, match: Callable, ops: dict) -> MatchResult | None:
+    """The composition matched with the nearest paraphrases of the base template in turn; one the
+    operators rule refuses for `ops` with its operator family alone (precheck.py: the same results)."""
     composed = _composed_entries(plan, index, vote)
     if not composed:
         return None
-    family = _family(composed, index.families[plan.key])
+    family = refused_family(ops, composed) or _family(composed, index.families[plan.key])
     tried = []
     for entry in composed:
         assert entry.template is not None

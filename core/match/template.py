@@ -244,7 +244,19 @@ def parse_sql(sql: str, dialect: str) -> exp.Expr:
 def parsed_sql(sql: str, dialect: str) -> exp.Expr:
     """One parse per template SQL (about 40 KB a tree: at most ~170 MB held); callers that change
     the tree copy it first."""
-    return parse_sql(sql, dialect)
+    return without_positions(parse_sql(sql, dialect))
+
+
+def without_positions(tree: exp.Expr) -> exp.Expr:
+    """The tree with the parser's token positions (each node's `meta`: line, column, offsets) let go.
+
+    Why: a kept parse is copied again and again (binding, composing, generating SQL, which copies by
+    default), and sqlglot deep-copies each node's meta dict in Python: half of a copy's cost. Nothing
+    reads the positions of a kept parse (they serve parse-error messages; core.validation parses on
+    its own), and the SQL written from a tree never depends on them."""
+    for node in tree.walk():
+        node._meta = None
+    return tree
 
 
 @functools.lru_cache(maxsize=1024)
@@ -252,7 +264,7 @@ def read_back(sql: str, dialect: str) -> tuple[exp.Expr, ...]:
     """The statements of a bound SQL, parsed once: binding reads it back, then the probes and rules
     read the same tree (shared: callers never change it; sqlglot's builders copy what they take).
     A parse error is raised each time, never remembered."""
-    return tuple(s for s in sqlglot.parse(sql, dialect=dialect) if s is not None)
+    return tuple(without_positions(s) for s in sqlglot.parse(sql, dialect=dialect) if s is not None)
 
 
 # --- binding -------------------------------------------------------------------------------------
