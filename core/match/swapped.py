@@ -39,7 +39,7 @@ def compose_swaps(
     out: list[MatchResult] = []
     for rank, key, share in bases:
         for plan in _swaps(reading, index, key, vote):
-            result = _try(plan, index, vote, match)
+            result = _try(plan, index, vote, match, reading.ops)
             if result is None:
                 continue
             features = {**result.features, **_vote_features(vote, index, plan, rank, share), "composed": 1.0}
