@@ -30,7 +30,22 @@ from askdb.answerability import grounding, rules
 _END_COLUMN = re.compile(
     r"\.(?:[a-z]*end[a-z]*time|stoptime|outtime|dischtime|edouttime|endtime|[a-z]*end_?date)$"
 )
+# A column that holds the length itself (icustays.los, a source's los_days or procedure_duration):
+# a table with one can say how long, with or without an end time.
+_LENGTH_COLUMN = re.compile(
+    r"\.(?:los|los_[a-z]+|[a-z_]+_los|[a-z_]*duration[a-z_]*|[a-z_]*length_of_stay[a-z_]*)$"
+)
 _SYNONYM_LINES = ("Table ", "Also called")
+
+
+def _lasting_tables(columns: Iterable[Any]) -> set[str]:
+    """Tables that can say how long something lasted: an end-time column or a length column."""
+    return {
+        c.qualified.rsplit(".", 1)[0]
+        for c in columns
+        if _END_COLUMN.search(c.qualified.lower()) or _LENGTH_COLUMN.search(c.qualified.lower())
+    }
+
 
 # How a question asks how long something lasted; `thing` is what it asks of (the patient's own verb
 # first: in "how long did patient N take furosemide", furosemide is what lasted, not the patient).
@@ -73,7 +88,7 @@ def interval_words(
     """(the words a table with an end-time column is called by and no table without one is, the
     whole synonym phrases of those tables, the words tables without one are called by): what a
     duration can be asked of, and what it cannot."""
-    ends = {c.qualified.rsplit(".", 1)[0] for c in columns if _END_COLUMN.search(c.qualified.lower())}
+    ends = _lasting_tables(columns)
     with_end, without_end, phrases = set(), set(), set()
     for t in tables:
         names = [x for x in t.text.splitlines() if x.startswith(_SYNONYM_LINES)]
@@ -96,7 +111,7 @@ class Specifics:
 
     def __init__(self, tables: Sequence[Any], columns: Sequence[Any], values: Sequence[str] = ()) -> None:
         self.interval, self.interval_phrases, self.unended_names = interval_words(tables, columns)
-        ended = {c.qualified.rsplit(".", 1)[0] for c in columns if _END_COLUMN.search(c.qualified.lower())}
+        ended = _lasting_tables(columns)
         self.table_names = {t.qualified.rsplit(".", 1)[-1]: t.qualified in ended for t in tables}
         # Columns' docs and the example values of columns that name things; not the linked values: a
         # diagnosis title ("opioid abuse") names a diagnosis, not which drugs are opioids.

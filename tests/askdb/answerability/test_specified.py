@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from askdb.answerability import rules
-from askdb.answerability.data import docs_catalog
+from askdb.answerability.data import column_text, docs_catalog
 from askdb.answerability.specified import Specifics
 from metadata_admin.docs import BUNDLED_DOCS, read_docs
 
@@ -136,3 +136,25 @@ def test_a_value_of_an_unnamed_test_or_drug_is_declined(specifics, question):
 )
 def test_a_test_or_drug_that_is_named_or_not_asked_for_its_value_passes(specifics, question):
     assert _rules(specifics, question) == []
+
+
+def test_a_table_that_holds_the_length_itself_can_say_how_long():
+    # A source whose stays table keeps the length (los_days) and no end time: "length of stay" is
+    # answerable there. Its procedures table keeps neither, so a procedure's duration is still declined.
+    from askdb.answerability.data import ColumnText, TableText
+
+    tables = [TableText("stays", "Table stays. Also called: stay, ward stay"),
+              TableText("procedures", "Table procedures. Also called: procedure")]  # fmt: skip
+    columns = [
+        ColumnText("stays.ward", column_text("stays", "ward", "the ward"), ""),
+        ColumnText("stays.los_days", column_text("stays", "los_days", "days in the ward"), ""),
+        ColumnText("procedures.starttime", column_text("procedures", "starttime", "when it began"), ""),
+    ]
+    specifics = Specifics(tables, columns)
+    assert specifics.findings("What is the mean length of stay per ward?") == []
+    assert [f.rule for f in specifics.findings("How long did the procedure take?")] == ["unended_event"]
+    # Attack: a column whose name only contains "los" inside another word is no length.
+    closed = [ColumnText("stays.closed_flag", column_text("stays", "closed_flag", "closed"), ""), columns[0]]
+    assert [
+        f.rule for f in Specifics(tables, closed).findings("What is the mean length of stay per ward?")
+    ] == ["unended_event"]
