@@ -14,24 +14,14 @@ from sqlglot import exp
 
 from core.match import LibraryIndex, ValueIndex, build_template, entry_for, mask_question, match_library
 from core.match.compose import conditions_of
-from tests.core.match.test_library import embed
+from tests.core.match.test_library import embed, indexed
 
 TRAIN = Path(__file__).resolve().parents[3] / "benchmarks" / "data" / "mimiciv" / "train.json"
 
 
 @pytest.fixture(scope="module")
 def demo():
-    items = json.loads(TRAIN.read_text())
-    entries = []
-    for n, item in enumerate(items, start=1):
-        sql = item.get("sql") or ""
-        entry = entry_for(n, item["question"], sql, build_template(item["question"], sql) if sql else None)
-        if entry is not None:
-            entries.append(entry)
-    index = LibraryIndex(
-        entries, embed([e.template.masked_question if e.template else e.question for e in entries])
-    )
-    return index, {e.question: e.example_id for e in entries}
+    return indexed(json.loads(TRAIN.read_text()))
 
 
 def ask(index, question):

@@ -9,25 +9,16 @@ from __future__ import annotations
 
 import pytest
 
-from core.match import LibraryIndex, build_template, entry_for, mask_question, match_library
+from core.match import LibraryIndex, build_template, mask_question, match_library
 from core.match.direction import OrderSwap, library_orders, order_plans, said_spans
 from core.match.library import Vote
 from tests.core.match.corpus import library_items
-from tests.core.match.test_library import embed
+from tests.core.match.test_library import embed, indexed
 
 
 @pytest.fixture(scope="module")
 def library():
-    entries = []
-    for n, item in enumerate(library_items(), start=1):
-        sql = item["sql"]
-        entry = entry_for(n, item["question"], sql, build_template(item["question"], sql) if sql else None)
-        if entry is not None:
-            entries.append(entry)
-    index = LibraryIndex(
-        entries, embed([e.template.masked_question if e.template else e.question for e in entries])
-    )
-    return index, {e.question: e.example_id for e in entries}
+    return indexed(library_items())
 
 
 @pytest.fixture(scope="module")

@@ -169,6 +169,21 @@ def build_index(pairs: list[tuple[str, str]]) -> L.LibraryIndex:
     return L.LibraryIndex(entries, embed([mask_question(e.question, VALUES) for e in entries]))
 
 
+def indexed(items: list[dict]) -> tuple[L.LibraryIndex, dict[str, int]]:
+    """The library of `items` (question and SQL, numbered from 1) with the stand-in embedder, and
+    each question's example id: the composition and order-swap tests' library."""
+    entries = []
+    for n, item in enumerate(items, start=1):
+        sql = item.get("sql") or ""
+        entry = L.entry_for(n, item["question"], sql, build_template(item["question"], sql) if sql else None)
+        if entry is not None:
+            entries.append(entry)
+    index = L.LibraryIndex(
+        entries, embed([e.template.masked_question if e.template else e.question for e in entries])
+    )
+    return index, {e.question: e.example_id for e in entries}
+
+
 def ask(index: L.LibraryIndex, question: str):
     vector = embed([mask_question(question, VALUES)])[0]
     return L.match_library(question, vector, index, lookup=no_lookup, values=VALUES).best
