@@ -201,6 +201,8 @@ def _open_everything(page) -> None:
 def _check(page, where: str, size: dict, label: str, failures: list[str], ring: bool = False) -> None:
     page.set_viewport_size(size)
     page.wait_for_timeout(150)  # a resize re-runs the page's layout scripts (a11y.js waits 100 ms)
+    # ... and on a busy machine its timer can fire later than that (a flaky "scrolls but is unnamed").
+    page.wait_for_function("() => !(window.askdbReachPending && window.askdbReachPending())", timeout=10_000)
     where = f"{where} @{label}"
     failures += [f"{where}: {f}" for f in page.evaluate(TOO_WIDE_JS)]
     failures += [f"{where}: axe {v}" for v in page.evaluate(AXE_JS)]

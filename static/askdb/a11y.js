@@ -55,13 +55,17 @@
     });
   }
   let pending = null;
-  const soon = () => { clearTimeout(pending); pending = setTimeout(() => reach(document), 100); };
+  const soon = () => {
+    clearTimeout(pending);
+    pending = setTimeout(() => { pending = null; reach(document); }, 100);
+  };
   document.addEventListener("DOMContentLoaded", () => reach(document));
   window.addEventListener("load", () => reach(document)); // after the deferred scripts drew their boxes
   document.addEventListener("htmx:afterSettle", soon);
   document.addEventListener("toggle", soon, true); // a <details> opened: its boxes now have a size
   window.addEventListener("resize", soon);
   window.askdbReach = reach; // for pages that draw boxes themselves
+  window.askdbReachPending = () => pending !== null; // a deferred pass is still to run (tests wait for it)
 })();
 // The main menu on a phone: one "Menu" button instead of three rows of links above every page.
 (function () {
