@@ -30,9 +30,10 @@ from sqlglot.errors import SqlglotError
 
 from core.match.build import build_template
 from core.match.candidate import MatchResult, TemplateCandidate
-from core.match.direction import OrderSwap, order_plans
+from core.match.compared import Swap, comparison_plans
+from core.match.direction import order_plans
 from core.match.index import UNANSWERABLE, Entry, Family, LibraryIndex, entry_for
-from core.match.items import ItemSwap, item_plans, library_items
+from core.match.items import item_plans, library_items
 from core.match.matcher import match_one
 from core.match.outer import conjuncts, outer_tables, read_below
 from core.match.precheck import refused_family
@@ -40,7 +41,7 @@ from core.match.reading import Reading
 from core.match.replace import REPLACEABLE_TYPES, replaced, replacement_plans, words
 from core.match.risk import Calibration
 from core.match.spans import GENDER, NUMBER, VALUE, YEAR
-from core.match.swap import AggregateSwap, library_swaps, swap_plans
+from core.match.swap import library_swaps, swap_plans
 from core.match.template import Template, parsed_sql
 from core.match.values import ValueLookup
 from core.match.words import tokenize
@@ -98,7 +99,7 @@ class Composed:
     condition: Condition
     drop: bool
     source: int = -1  # index of the entry the condition comes from (the base's own when dropped)
-    swap: AggregateSwap | ItemSwap | OrderSwap | None = None  # a swap (swap.py, items.py, direction.py)
+    swap: Swap | None = None  # a swap (swap.py, items.py, direction.py, compared.py)
     old: Condition | None = None  # the base's condition `condition` takes the place of (a replacement)
 
 
@@ -263,10 +264,9 @@ def _plans(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[
 
 
 def _swaps(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[Composed]:
-    """The aggregate swap the question asks of the base template (swap.py), as a composition whose
-    condition is the swap's wording and whose source is the entry that shows the new word's function."""
+    """The swap the question asks of the base (swap.py, direction.py, compared.py), worded from its source."""
     for base in sorted(index.members[key], key=lambda i: -vote.sims[i])[:MEMBERS_COMPOSED]:
-        plans = swap_plans(reading.question, index, base, vote) or order_plans(reading.question, index, base, vote)  # fmt: skip
+        plans = swap_plans(reading.question, index, base, vote) or order_plans(reading.question, index, base, vote) or comparison_plans(reading, index, base, vote)  # fmt: skip
         if plans:  # the nearest paraphrase that says the base's function (or first/last) in one word
             source, swap = plans[0]
             wording = Condition(index.entries[source].example_id, "", exp.true(), "aggregate", swap.phrase)
@@ -482,7 +482,7 @@ def _composed_entry(
     cond: Condition,
     *,
     drop: bool,
-    swap: AggregateSwap | ItemSwap | OrderSwap | None = None,
+    swap: Swap | None = None,
     old: Condition | None = None,
 ) -> Entry | None:
     """One paraphrase composed with the condition (added, or dropped) as a library entry, or None;

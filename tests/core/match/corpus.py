@@ -96,8 +96,23 @@ MUST_ABSTAIN = [
     "what was the last service of patient 10020740 in the last hospital visit?",
     "what was the first potassium value of patient 10002428 in the last hospital visit?",
     "what was the insurance of patient 10021118 at the current hospital visit?",
+    # A comparison flipped (core/match/compared.py): right where the library shows both words' operators
+    # for the comparison's form (two subqueries compared); never for a comparison word that compares
+    # something else (a threshold), two comparisons at once, or a negation.
+    "was the last heart rate of patient 10002428 less than the first heart rate?",
+    "was the last heart rate of patient 10004235 less than 100?",
+    "was the last heart rate of patient 10004235 greater than the first heart rate and less than 100?",
+    "was the last heart rate of patient 10004235 not greater than the first heart rate?",
+    "was the last heart rate of patient 10004235 greater than 100 than the first heart rate?",
 ]
 ANSWERED_RIGHT = {
+    "was the last heart rate of patient 10002428 less than the first heart rate?": (
+        "SELECT (SELECT c.valuenum FROM mimiciv_icu.chartevents AS c JOIN mimiciv_icu.d_items AS di "
+        "ON di.itemid = c.itemid WHERE c.subject_id = 10002428 AND di.label = 'Heart Rate' ORDER BY c.charttime DESC "
+        "LIMIT 1) < (SELECT c.valuenum FROM mimiciv_icu.chartevents AS c JOIN mimiciv_icu.d_items AS di "
+        "ON di.itemid = c.itemid WHERE c.subject_id = 10002428 AND di.label = 'Heart Rate' ORDER BY c.charttime ASC "
+        "LIMIT 1)"
+    ),
     "what is the minimum age of male patients?": (
         "SELECT MIN(p.anchor_age) AS min_age FROM mimiciv_hosp.patients AS p WHERE p.gender = 'M'"
     ),

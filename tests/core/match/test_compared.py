@@ -1,0 +1,141 @@
+"""The comparison flip (core/match/compared.py): a verified template with one comparison written the
+other way where the question says the other word, on the corpus library with a bag-of-words stand-in
+for the embedder. Which operator a word writes comes from the library's own pairs of templates, never
+from a list; the attacks: a comparison word that compares something else (a threshold), two
+comparisons at once, a negation, a time word before a value the flipped comparison does not compare
+(pure: no database)."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.match import LibraryIndex, ValueIndex, build_template, mask_question, match_library
+from core.match.compared import ComparisonFlip, comparison_plans, library_comparisons
+from core.match.library import Vote
+from core.match.reading import read_question
+from core.match.spans import VALUE
+from tests.core.match.corpus import library_items, lookup_in
+from tests.core.match.test_library import embed, indexed
+
+HEART = (
+    "(SELECT c.valuenum FROM mimiciv_icu.chartevents AS c JOIN mimiciv_icu.d_items AS di ON di.itemid = c.itemid "
+    "WHERE c.subject_id = {p} AND di.label = 'Heart Rate' ORDER BY c.charttime {o} LIMIT 1)"
+)
+
+
+def heart(patient: int, op: str) -> str:
+    return f"SELECT {HEART.format(p=patient, o='DESC')} {op} {HEART.format(p=patient, o='ASC')}"
+
+
+@pytest.fixture(scope="module")
+def library():
+    return indexed(library_items())
+
+
+def ask(index, question):
+    """The question matched as the corpus matches it: the library's own values, looked up."""
+    known: dict[str, set[str]] = {}
+    for slot in (s for e in index.entries if e.template for s in e.template.slots):
+        if slot.type == VALUE and slot.column:
+            known.setdefault(slot.column, set()).add(slot.value)
+    values = ValueIndex(known)
+    vector = embed([mask_question(question, values)])[0]
+    return match_library(
+        question, vector, index, lookup=lookup_in({c: sorted(v) for c, v in known.items()}), values=values
+    )
+
+
+def plans(index, question, base):
+    vote = Vote.of(embed([mask_question(question)])[0], index)
+    return comparison_plans(read_question(question, None), index, base, vote)
+
+
+def base_of(index, start):
+    return next(i for i, e in enumerate(index.entries) if e.question.startswith(start))
+
+
+def test_the_library_shows_which_operator_a_comparison_word_writes(library):
+    index, _ = library
+    # "greater than" and "less than" of the last creatinine / potassium value against the first
+    assert library_comparisons(index).words == {"_q ? _q": {">": "GT", "<": "LT"}}
+    # a library without such a pair of templates maps nothing: nothing is flipped
+    lone = [e for e in index.entries if "potassium value" not in e.question]
+    assert library_comparisons(LibraryIndex(lone, embed([e.question for e in lone]))).words == {}
+
+
+@pytest.fixture(scope="module")
+def compared(library):
+    """The corpus library's last-against-first templates alone: the vote tries each of them."""
+    index, _ = library
+    keep = [e for e in index.entries if e.template and e.question.startswith("was the last")]
+    return LibraryIndex(keep, embed([e.template.masked_question for e in keep])), {
+        e.question: e.example_id for e in keep
+    }
+
+
+def test_the_other_comparison_is_composed_on_the_tree(compared):
+    index, ids = compared
+    question = "was the last heart rate of patient 10002428 less than the first heart rate?"
+    (source, flip), *_ = plans(index, question, base_of(index, "was the last heart rate"))
+    assert (flip.key, flip.old_word, flip.new_word) == ("compare", ">", "less than")
+    assert flip.phrase == "less than instead of greater than"
+    assert "less than" in index.entries[source].question  # a question that says the new word
+    found = ask(index, question)
+    best = next(r for r in found.results if r.composed_from and r.hard_ok)
+    assert best.sql == heart(10002428, "<") and best.features["composed"] == 1.0
+    assert (
+        ids["was the last heart rate of patient 10004235 greater than the first heart rate?"]
+        in best.composed_from
+    )
+
+
+def test_a_verified_template_of_the_asked_word_is_never_flipped(library):
+    index, _ = library
+    question = "was the last heart rate of patient 10002428 greater than the first heart rate?"
+    assert not plans(index, question, base_of(index, "was the last heart rate"))
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        # the comparison word compares the last value with a threshold, not with the first value
+        "was the last heart rate of patient 10004235 less than 100?",
+        # two comparisons at once
+        "was the last heart rate of patient 10004235 greater than the first heart rate and less than 100?",
+        # a negation: "not greater than" is another question than "less than"
+        "was the last heart rate of patient 10004235 not greater than the first heart rate?",
+        "was the last heart rate of patient 10004235 no greater than the first heart rate?",
+    ],
+)
+def test_no_flip_the_question_does_not_ask(library, question):
+    index, _ = library
+    assert not plans(index, question, base_of(index, "was the last heart rate"))
+    flipped = [
+        r for r in ask(index, question).results if r.hard_ok and "instead of greater" in r.composed_with
+    ]
+    assert not flipped, [(r.sql, r.composed_with) for r in flipped]
+
+
+def test_a_time_word_flips_only_the_comparison_of_its_own_value():
+    """ "since" before the year flips the year's comparison; the other comparisons stay."""
+    template = build_template(
+        "how many times was heparin prescribed to patient 10004235 in 2150?",
+        "SELECT COUNT(*) FROM mimiciv_hosp.prescriptions AS p WHERE p.subject_id = 10004235 "
+        "AND p.drug = 'Heparin' AND EXTRACT(YEAR FROM p.starttime) = 2150",
+    )
+    form = "EXTRACT(YEAR FROM _c) ? _v"
+    flip = ComparisonFlip("time", "in", "in", "since", frozenset({(form, "EQ", "GTE")}))
+    question, sql = flip.apply(template)
+    assert question == "how many times was heparin prescribed to patient 10004235 since 2150?"
+    assert sql.endswith("EXTRACT(YEAR FROM p.starttime) >= 2150") and "p.subject_id = 10004235" in sql
+    # a paraphrase that says another word before its year is not this flip's
+    other = ComparisonFlip("time", "since", "since", "before", frozenset({(form, "GTE", "LT")}))
+    assert other.apply(template) is None
+
+
+def test_a_comparison_of_another_form_is_not_flipped():
+    template = build_template(
+        "was the last heart rate of patient 10004235 greater than the first heart rate?", heart(10004235, ">")
+    )
+    flip = ComparisonFlip("compare", ">", "greater than", "less than", frozenset({("_q ? _v", "GT", "LT")}))
+    assert flip.apply(template) is None
