@@ -41,7 +41,7 @@ from core.match.index import UNANSWERABLE, LibraryIndex
 from core.match.items import ItemSwap
 from core.match.operators import _OPERATOR_PATTERNS, _TIME_WORDS
 from core.match.reading import Reading
-from core.match.spans import CALENDAR_TYPES, DATE, YEAR
+from core.match.spans import CALENDAR_TYPES, DATE, NUMBER, YEAR
 from core.match.swap import AggregateSwap
 from core.match.template import Template, parsed_sql
 from core.match.words import tokenize
@@ -120,8 +120,8 @@ def comparison_plans(
         return []  # refused before anything is read: most bases differ in another word, or in none
     key = differ[0]
     asked, said = _question_said(reading, key), _said(template, key)
-    if asked is None or said is None or asked[0] == said[0]:
-        return []
+    if asked is None or said is None or asked[0] == said[0] or asked[2] != (said[3] is not None):
+        return []  # the same word, or one that compares a value where the other compares no value
     mapping = library_comparisons(index)
     forms = set()
     for _, c in _governed([(None, c) for c in _comparisons(template)], said[3]):
@@ -216,14 +216,12 @@ def _sayings(
     """A template's paraphrases' other operator words -> the word they say `comparison` with (under
     `key`), for paraphrases that say it once. Its paraphrases share one SQL shape, so the literal
     places of the first (`comparisons`) are each one's: no paraphrase's SQL is read again."""
-    governed = _governed([(None, c) for c in comparisons], None) if key == "compare" else None
-    if governed is not None and [c for _, c in governed] != [comparison]:
-        return {}  # a comparison word governs the one comparison of two subqueries: not this one
+    plain = [c for _, c in _governed([(None, c) for c in comparisons], None)]
     out: dict[tuple, str] = {}
     for i in index.members[template_key]:
         template = index.entries[i].template
         said = _said(template, key) if template is not None else None
-        if said is None or (said[3] is not None and not said[3] <= comparison.literals):
+        if said is None or not (plain == [comparison] if said[3] is None else said[3] <= comparison.literals):
             continue  # no word, or one that governs another comparison than the one that differs
         rest = tuple(sorted((k, v) for k, v in template.operators.items() if k != key and v))
         out.setdefault(rest, said[0])
@@ -296,8 +294,8 @@ def _operand(side: exp.Expr, dialect: str) -> str:
 
 
 def _governed(found, literals: frozenset[int] | None) -> list:
-    """The comparisons a word governs: those that compare its slot's literals (a time word), or the
-    one comparison with no slot literal (a comparison word) when there is exactly one."""
+    """The comparisons a word governs: those that compare its slot's literals (a time word, a comparison
+    word next to a number), or else the one comparison of two subqueries when there is exactly one."""
     if literals is not None:
         return [(n, c) for n, c in found if c.literals & literals]
     plain = [(n, c) for n, c in found if c.form == "_q ? _q"]
@@ -309,10 +307,15 @@ def _governed(found, literals: frozenset[int] | None) -> list:
 
 def _said(template: Template, key: str) -> tuple[str, int, int, frozenset[int] | None] | None:
     """How a paraphrase says the comparison under `key`: (its reading, where, the slot literals it
-    governs, None for a comparison word), or None where it says none or more than one."""
+    governs: a time's or a number's next to the word, None for a comparison word of two subqueries),
+    or None where it says none or more than one."""
     if key == "compare":
         found = _compare_word(template.question)
-        return (*found, None) if found else None
+        if not found:
+            return None
+        numbers = [s for s in template.slots if s.type == NUMBER]
+        k = _next_to(template.question, found[1], found[2], [(s.start, s.end) for s in numbers])
+        return (*found, None if k is None else frozenset(u.index for u in numbers[k].uses))
     times = [s for s in template.slots if s.type in TIME_TYPES]
     if len(times) != 1:
         return None
@@ -320,27 +323,40 @@ def _said(template: Template, key: str) -> tuple[str, int, int, frozenset[int] |
     return (*word, frozenset(u.index for u in times[0].uses)) if word else None
 
 
-def _question_said(reading: Reading, key: str) -> tuple[str, str] | None:
-    """The question's reading of the new word and its own words for it, or None."""
+def _question_said(reading: Reading, key: str) -> tuple[str, str, bool] | None:
+    """The question's reading of the new word, its own words for it, and whether a value of its own
+    stands next to it (a threshold: "less than 99"), or None."""
     if key == "compare":
         found = _compare_word(reading.question)
-        return (found[0], reading.question[found[1] : found[2]]) if found else None
+        if not found:
+            return None
+        numbers = [(s.start, s.end) for s in reading.typed if s.type == NUMBER]
+        near = _next_to(reading.question, found[1], found[2], numbers) is not None
+        return found[0], reading.question[found[1] : found[2]], near
     times = [s for s in reading.typed if s.type in TIME_TYPES]
     word = _time_word(reading.question, times[0].start) if len(times) == 1 else None
-    return (word[0], reading.question[word[1] : word[2]]) if word else None
+    return (word[0], reading.question[word[1] : word[2]], True) if word else None
+
+
+def _next_to(text: str, start: int, end: int, spans: list[tuple[int, int]]) -> int | None:
+    """The span right after the word ("less than 99") or right before it ("65 or more"), if one."""
+    for k, (a, b) in enumerate(spans):
+        if (a >= end and not text[end:a].strip()) or (b <= start and not text[b:start].strip()):
+            return k
+    return None
 
 
 @functools.lru_cache(maxsize=16384)
 def _compare_word(question: str) -> tuple[str, int, int] | None:
     """The one comparison word of a question that says one and no negation ("not greater than" is
-    another question), with its reading and place."""
+    another question), with its reading and place (without the number "over 65" reads it by)."""
     text = question.lower()
     if re.search(r"\b(?:not|no|never|neither|nor)\b|n't\b", text) or len(_ANY_COMPARE.findall(text)) != 1:
         return None
     for name, pattern in _COMPARE_WORDS:
         m = pattern.search(text)
         if m:
-            return name, m.start(), m.end()
+            return name, m.start(), m.start() + len(m.group().rstrip("0123456789").rstrip())
     return None
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from core.match import LibraryIndex, ValueIndex, build_template, mask_question, match_library
-from core.match.compared import ComparisonFlip, comparison_plans, library_comparisons
+from core.match.compared import ComparisonFlip, _compare_word, comparison_plans, library_comparisons
 from core.match.library import Vote
 from core.match.reading import read_question
 from core.match.spans import VALUE
@@ -139,3 +139,27 @@ def test_a_comparison_of_another_form_is_not_flipped():
     )
     flip = ComparisonFlip("compare", ">", "greater than", "less than", frozenset({("_q ? _v", "GT", "LT")}))
     assert flip.apply(template) is None
+
+
+def test_a_threshold_is_flipped_with_its_word_and_keeps_its_number():
+    template = build_template(
+        "when was the last time patient 10021487 had a heart rate greater than 97.0?",
+        "SELECT c.charttime FROM mimiciv_icu.chartevents AS c JOIN mimiciv_icu.d_items AS di "
+        "ON di.itemid = c.itemid WHERE c.subject_id = 10021487 AND di.label = 'Heart Rate' "
+        "AND c.valuenum > 97.0 ORDER BY c.charttime DESC LIMIT 1",
+    )
+    flip = ComparisonFlip("compare", ">", "greater than", "less than", frozenset({("_c ? _v", "GT", "LT")}))
+    question, sql = flip.apply(template)
+    assert question == "when was the last time patient 10021487 had a heart rate less than 97.0?"
+    assert "c.valuenum < 97.0" in sql and "c.subject_id = 10021487" in sql
+
+
+def test_a_word_read_with_its_number_is_replaced_without_it():
+    assert _compare_word("how many patients over 65 died?") == (">", 18, 22)
+
+
+def test_a_threshold_word_never_flips_a_comparison_of_two_values(library):
+    """The base compares the last value with the first; the question compares it with a number."""
+    index, _ = library
+    question = "was the last heart rate of patient 10004235 less than 100 than the first heart rate?"
+    assert not plans(index, question, base_of(index, "was the last heart rate"))
