@@ -163,3 +163,55 @@ def test_a_threshold_word_never_flips_a_comparison_of_two_values(library):
     index, _ = library
     question = "was the last heart rate of patient 10004235 less than 100 than the first heart rate?"
     assert not plans(index, question, base_of(index, "was the last heart rate"))
+
+
+DRUGS = "SELECT COUNT(*) FROM mimiciv_hosp.prescriptions AS p WHERE p.subject_id = {p} AND p.drug = '{d}' AND EXTRACT(YEAR FROM p.starttime) {op} {y}"
+FIRST = (
+    "SELECT a.admission_type FROM mimiciv_hosp.admissions AS a WHERE a.hadm_id IN (SELECT a2.hadm_id "
+    "FROM mimiciv_hosp.admissions AS a2 WHERE a2.subject_id = {p} AND EXTRACT(YEAR FROM a2.admittime) {op} {y}) "
+    "ORDER BY a.admittime ASC LIMIT 1"
+)
+
+
+@pytest.fixture(scope="module")
+def years():
+    """A pair of templates alike but for "in" / "since" a year, and one with "in" alone."""
+    return indexed(
+        [
+            {"question": "how many times was heparin prescribed to patient 10004235 in 2150?",
+             "sql": DRUGS.format(p=10004235, d="Heparin", op="=", y=2150)},
+            {"question": "how many times was insulin prescribed to patient 10006580 since 2151?",
+             "sql": DRUGS.format(p=10006580, d="Insulin", op=">=", y=2151)},
+            {"question": "what was the admission type of patient 10002428's first admission in 2150?",
+             "sql": FIRST.format(p=10002428, op="=", y=2150)},
+        ]
+    )  # fmt: skip
+
+
+def test_a_time_word_flips_the_year_compared_inside_a_subquery(years):
+    index, _ = years
+    assert library_comparisons(index).words == {"EXTRACT(YEAR FROM _c) ? _v": {"in": "EQ", "since": "GTE"}}
+    question = "what was the admission type of patient 10004235's first admission since 2151?"
+    (source, flip), *_ = plans(index, question, base_of(index, "what was the admission type"))
+    assert (flip.key, flip.old_word, flip.new_word) == ("time", "in", "since")
+    assert "since" in index.entries[source].question
+    template = index.entries[base_of(index, "what was the admission type")].template
+    composed_question, sql = flip.apply(template)
+    assert (
+        composed_question == "what was the admission type of patient 10002428's first admission since 2150?"
+    )
+    assert "EXTRACT(YEAR FROM a2.admittime) >= 2150" in sql
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        # a word the library never shows for that comparison
+        "what was the admission type of patient 10004235's first admission before 2151?",
+        # two years: which one the word says is not one comparison
+        "what was the admission type of patient 10004235's first admission since 2151 in 2152?",
+    ],
+)
+def test_no_time_flip_the_library_does_not_show(years, question):
+    index, _ = years
+    assert not plans(index, question, base_of(index, "what was the admission type"))
