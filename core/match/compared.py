@@ -115,6 +115,8 @@ def comparison_plans(
     if template is None or not template.usable:
         return []
     ops, base_ops = reading.ops, template.operators
+    if all((ops.get(k) or None) == (base_ops.get(k) or None) for k in KEYS):
+        return []  # nearly every base: no comparison word differs (the check below reads every key)
     differ = [k for k in ops.keys() | base_ops.keys() if (ops.get(k) or None) != (base_ops.get(k) or None)]
     if len(differ) != 1 or differ[0] not in KEYS:
         return []  # refused before anything is read: most bases differ in another word, or in none
