@@ -35,15 +35,16 @@ from metadata_admin.services import source_executor
 logger = logging.getLogger(__name__)
 
 
-def library_calibrate(*, source, items: list[dict] | None = None, progress=None) -> dict:
+def library_calibrate(*, source, items: list[dict] | None = None, progress=None, reuse: bool = True) -> dict:
     """Fit P(correct) for library answers and store it with the source (library_cross_validate, below).
 
     Grouped cross-validation over the library itself (whole paraphrase groups held out, unanswerable
     examples included): no question file is needed; labelled `items` add held-out samples. The
     answering threshold is c / (c + 1) for ASKDB_WRONG_ANSWER_COST = c, and the report gives the
-    coverage and precision expected at it.
+    coverage and precision expected at it. `reuse=False`: ask the library's own questions again even
+    when the last calibration kept their samples for this very library (calibration_reuse).
     """
-    report = library_cross_validate(source=source, items=items, progress=progress)
+    report = library_cross_validate(source=source, items=items, progress=progress, reuse=reuse)
     source.library_calibration = report
     source.save(update_fields=["library_calibration"])
     audit_record(action="library.calibrated", target=source,
@@ -380,9 +381,10 @@ def library_cross_validate(
     parent's connections and threads).
 
     `reuse`: the library's own folds' samples kept by the last calibration of the same library, source
-    and engine are taken as they are (calibration_reuse), so only the labelled questions are asked.
+    and engine are taken as they are (calibration_reuse), so only the labelled questions are asked;
+    either way this calibration's are kept for the next one.
     """
-    key = reuse_key(source) if reuse else ""
+    key = reuse_key(source)
     kept = kept_parts(source, key) if reuse else None
     if processes is None:  # a small library (the demo's seed) calibrates in seconds: no worker to start
         library = 0 if kept else Example.objects.filter(source=source).count()
@@ -411,8 +413,7 @@ def library_cross_validate(
 
         asked = [(q, gold, v) for (q, gold), v in zip(labelled, masked, strict=True)]
         run_parts = _in_workers(pool, processes - 1, asked, one_more) if pool is not None else None
-        if reuse:
-            run_parts = _reusing(source, key, kept, context, run_parts, one_more)
+        run_parts = _reusing(source, key, kept if reuse else None, context, run_parts, one_more)
         found = match.calibrate_library(
             **context, progress=one_more, labelled=asked, run_parts=run_parts,
             wrong_answer_cost=settings.ASKDB_WRONG_ANSWER_COST,
