@@ -22,7 +22,7 @@ from threadpoolctl import threadpool_limits
 from askdb.adapters.library_cache import LIBRARY
 from askdb.models import Example
 from askdb.services import calibration_worker
-from askdb.services.calibration_context import CALIBRATION_BLAS_THREADS, cv_context, cv_prepare
+from askdb.services.calibration_context import cv_context, cv_prepare
 from askdb.services.calibration_reuse import content_hash, keep_parts, kept_parts, reuse_key, reusing
 from askdb.services.examples import example_upsert
 from askdb.services.exports import examples_import
@@ -353,6 +353,11 @@ CV_FOLDS = match.CV_FOLDS
 
 
 PARALLEL_FROM = 1000  # questions held out from which worker processes pay for their start (seconds)
+# BLAS threads while a process asks calibration questions. Its BLAS work is one small product per
+# question (the vote: a library's vectors times the question's); split over threads on 2 cores that
+# another calibration process, or anything else, keeps busy, OpenBLAS's threads wait for each other:
+# 1,000 such products took 0.11 s of CPU on one thread and 3-4 s on two (session 13, load 6).
+CALIBRATION_BLAS_THREADS = 1
 
 
 def library_cross_validate(

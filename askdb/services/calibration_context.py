@@ -17,13 +17,6 @@ from infra.adapters.clinical import ExecutionError
 from infra.providers.embeddings import get_embedder
 from metadata_admin.services import source_catalog_schema, source_executor
 
-# BLAS threads while a process asks calibration questions (the calling process and its workers).
-# Its BLAS work is one small product per question (the vote: a library's vectors times the
-# question's); split over threads on 2 cores that another calibration process, or anything else,
-# keeps busy, OpenBLAS's threads wait for each other: 1,000 such products took 0.11 s of CPU on one
-# thread and 3-4 s on two (session 13, load 6).
-CALIBRATION_BLAS_THREADS = 1
-
 
 def cv_context(source, prepared: str | None = None) -> dict[str, Any]:
     """What one process needs to do parts of a calibration (match.run_part's arguments but the part's

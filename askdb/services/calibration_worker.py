@@ -56,7 +56,7 @@ def part(part: Any, labelled: Sequence[tuple[str, str, Sequence[float]]] = ()) -
     parent's progress. `labelled`: the part's own labelled questions (the part's slice of them)."""
     from threadpoolctl import threadpool_limits
 
-    from askdb.services.calibration_context import CALIBRATION_BLAS_THREADS
+    from askdb.services.calibration import CALIBRATION_BLAS_THREADS
     from core import match
 
     if "_later" in _WORKER:  # the parent's library, written before it handed out any part
