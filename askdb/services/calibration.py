@@ -17,7 +17,6 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
-from threadpoolctl import threadpool_limits
 
 from askdb.adapters.library_cache import LIBRARY
 from askdb.models import Example
@@ -353,11 +352,6 @@ CV_FOLDS = match.CV_FOLDS
 
 
 PARALLEL_FROM = 1000  # questions held out from which worker processes pay for their start (seconds)
-# BLAS threads while a process asks calibration questions. Its BLAS work is one small product per
-# question (the vote: a library's vectors times the question's); split over threads on 2 cores that
-# another calibration process, or anything else, keeps busy, OpenBLAS's threads wait for each other:
-# 1,000 such products took 0.11 s of CPU on one thread and 3-4 s on two (session 13, load 6).
-CALIBRATION_BLAS_THREADS = 1
 
 
 def library_cross_validate(
@@ -420,11 +414,10 @@ def library_cross_validate(
         asked = [(q, gold, v) for (q, gold), v in zip(labelled, masked, strict=True)]
         run_parts = _in_workers(pool, processes - 1, asked, one_more) if pool is not None else None
         run_parts = _reusing(source, key, kept if reuse else None, context, run_parts, one_more)
-        with threadpool_limits(limits=CALIBRATION_BLAS_THREADS, user_api="blas"):
-            found = match.calibrate_library(
-                **context, progress=one_more, labelled=asked, run_parts=run_parts,
-                wrong_answer_cost=settings.ASKDB_WRONG_ANSWER_COST,
-            )  # fmt: skip
+        found = match.calibrate_library(
+            **context, progress=one_more, labelled=asked, run_parts=run_parts,
+            wrong_answer_cost=settings.ASKDB_WRONG_ANSWER_COST,
+        )  # fmt: skip
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)

@@ -18,9 +18,7 @@ What they depend on is read into two keys:
   is never read: its samples are asked again and the file is replaced.
 
 The file is a cache under ASKDB_HOME/cache/calibration, one per source, written whole and renamed
-into place; a missing, unreadable or stale file only costs the time it would have saved. The
-engine is read from its source files, not from what runs: code that patches the engine at run
-time (a test) calibrates with reuse=False.
+into place; a missing, unreadable or stale file only costs the time it would have saved.
 """
 
 from __future__ import annotations

@@ -54,9 +54,6 @@ def _warm_up(source) -> None:
 def part(part: Any, labelled: Sequence[tuple[str, str, Sequence[float]]] = ()) -> tuple[list, int]:
     """One part's samples (core.match.calibrate.run_part) and how many questions it asked, for the
     parent's progress. `labelled`: the part's own labelled questions (the part's slice of them)."""
-    from threadpoolctl import threadpool_limits
-
-    from askdb.services.calibration import CALIBRATION_BLAS_THREADS
     from core import match
 
     if "_later" in _WORKER:  # the parent's library, written before it handed out any part
@@ -68,8 +65,7 @@ def part(part: Any, labelled: Sequence[tuple[str, str, Sequence[float]]] = ()) -
 
     # run_part reads labelled[n] for n in a labelled part's slice
     padded = [None] * part.start + list(labelled) if part.kind == "labelled" else []
-    with threadpool_limits(limits=CALIBRATION_BLAS_THREADS, user_api="blas"):  # as in the calling process
-        found = match.run_part(part, **_WORKER, labelled=padded, progress=count)  # type: ignore[arg-type]
+    found = match.run_part(part, **_WORKER, labelled=padded, progress=count)  # type: ignore[arg-type]
     return found, asked[0]
 
 
