@@ -8,8 +8,10 @@ says "not measured"): its SQLite database is registered in the benchmark's askdb
 - **import**: `manage.py import_examples train/data.json --labels train/label.json --source ehrsql`
   into an emptied library (5,124 pairs, each SQL validated and run), as a new process with its
   output captured (not a terminal), so the progress lines it must print are counted too;
-- **calibrate**: `manage.py calibrate_library --source ehrsql` (grouped cross-validation over the
-  library), and again with the 1,163 valid questions (`--questions … --labels …`);
+- **calibrate**: `manage.py calibrate_library --source ehrsql --fresh` (grouped cross-validation over
+  the library, nothing kept from an earlier calibration read), and again with the 1,163 valid
+  questions (`--questions … --labels …`) on the unchanged library, which takes the library's own
+  samples kept by the first (askdb.services.calibration_reuse) and asks valid's questions;
 - **ask**: `--questions` valid questions through `question_submit_sync` with no LLM configured
   (embed, retrieve, gate, library match, validate, execute, finish: what a run does), p50/p95 of the
   wall time per question after the worker's warm-up (askdb.tasks.worker_warm_up) and one question,
@@ -110,7 +112,9 @@ def part_import(source, env: dict[str, str], values: dict, rows: list) -> None:
 
 
 def part_calibrate(source, env: dict[str, str], values: dict, rows: list) -> None:
-    taken, proc = _manage(["calibrate_library", "--source", SOURCE], env)
+    # The library's first calibration (--fresh: nothing kept from an earlier one is read); the one
+    # with valid follows on the same library, so it asks only valid's questions (calibration_reuse).
+    taken, proc = _manage(["calibrate_library", "--source", SOURCE, "--fresh"], env)
     values.update(calibrate_s=taken, calibrate_cpu_s=proc.cpu_s)
     rows.append(["calibrate_library (cross-validation)", f"{taken:.1f} s ({proc.cpu_s:.0f} s CPU)",
                  proc.stdout.strip()[-300:]])  # fmt: skip

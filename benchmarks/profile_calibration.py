@@ -8,6 +8,8 @@ JSON without its time stamp, to diff two versions' decisions (the same samples g
 model, threshold and counts). `--profile`: cProfile of this process (with `--processes 1`, all the
 work), saved beside the results, its top functions printed, and the sqlglot parses counted by
 caller. `--valid`: the 1,163 valid questions too, for time only (their accuracy is not read here).
+`--fresh`: the library's own questions asked again even when an earlier calibration of the same
+library kept their samples (askdb.services.calibration_reuse); they are kept either way.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--report", type=Path, default=None, help="write the report here (JSON)")
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--fresh", action="store_true", help="read no samples kept by an earlier calibration")
     args = parser.parse_args(argv)
     if not library_scale.available():
         print(f"{library_scale.DATA} is not there: nothing to profile")
@@ -60,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         k0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         if args.profile:
             profile.enable()
-        report = library_cross_validate(source=source, items=items, processes=args.processes)
+        report = library_cross_validate(
+            source=source, items=items, processes=args.processes, reuse=not args.fresh
+        )
         if args.profile:
             profile.disable()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0

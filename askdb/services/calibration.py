@@ -22,6 +22,7 @@ from askdb.adapters.library_cache import LIBRARY
 from askdb.models import Example
 from askdb.services import calibration_worker
 from askdb.services.calibration_context import cv_context, cv_prepare
+from askdb.services.calibration_reuse import content_hash, keep_parts, kept_parts, reuse_key, reusing
 from askdb.services.examples import example_upsert
 from askdb.services.exports import examples_import
 from askdb.services.privacy import privacy_policy
@@ -34,15 +35,16 @@ from metadata_admin.services import source_executor
 logger = logging.getLogger(__name__)
 
 
-def library_calibrate(*, source, items: list[dict] | None = None, progress=None) -> dict:
+def library_calibrate(*, source, items: list[dict] | None = None, progress=None, reuse: bool = True) -> dict:
     """Fit P(correct) for library answers and store it with the source (library_cross_validate, below).
 
     Grouped cross-validation over the library itself (whole paraphrase groups held out, unanswerable
     examples included): no question file is needed; labelled `items` add held-out samples. The
     answering threshold is c / (c + 1) for ASKDB_WRONG_ANSWER_COST = c, and the report gives the
-    coverage and precision expected at it.
+    coverage and precision expected at it. `reuse=False`: ask the library's own questions again even
+    when the last calibration kept their samples for this very library (calibration_reuse).
     """
-    report = library_cross_validate(source=source, items=items, progress=progress)
+    report = library_cross_validate(source=source, items=items, progress=progress, reuse=reuse)
     source.library_calibration = report
     source.save(update_fields=["library_calibration"])
     audit_record(action="library.calibrated", target=source,
@@ -353,7 +355,12 @@ PARALLEL_FROM = 1000  # questions held out from which worker processes pay for t
 
 
 def library_cross_validate(
-    *, source, items: list[dict] | None = None, progress=None, processes: int | None = None
+    *,
+    source,
+    items: list[dict] | None = None,
+    progress=None,
+    processes: int | None = None,
+    reuse: bool = True,
 ) -> dict:
     """P(correct) for library answers, fitted by cross-validation over the library itself.
 
@@ -372,10 +379,16 @@ def library_cross_validate(
     parts (folds, slices of the labelled questions); the samples are put back in order, so the report
     is the one a single process makes. Never `fork`: folds in forked processes once hung CI (a fork inherits the
     parent's connections and threads).
+
+    `reuse`: the library's own folds' samples kept by the last calibration of the same library, source
+    and engine are taken as they are (calibration_reuse), so only the labelled questions are asked;
+    either way this calibration's are kept for the next one.
     """
+    key = reuse_key(source)
+    kept = kept_parts(source, key) if reuse else None
     if processes is None:  # a small library (the demo's seed) calibrates in seconds: no worker to start
-        small = Example.objects.filter(source=source).count() + len(items or []) < PARALLEL_FROM
-        processes = 1 if small else settings.ASKDB_CALIBRATION_PROCESSES
+        library = 0 if kept else Example.objects.filter(source=source).count()
+        processes = 1 if library + len(items or []) < PARALLEL_FROM else settings.ASKDB_CALIBRATION_PROCESSES
     labelled = [(str(i["question"]), str(i.get("sql") or "")) for i in (items or [])]
     prepared = (
         Path(tempfile.mkdtemp(prefix="askdb-calibration-")) / "library.pickle" if processes > 1 else None
@@ -400,6 +413,7 @@ def library_cross_validate(
 
         asked = [(q, gold, v) for (q, gold), v in zip(labelled, masked, strict=True)]
         run_parts = _in_workers(pool, processes - 1, asked, one_more) if pool is not None else None
+        run_parts = _reusing(source, key, kept if reuse else None, context, run_parts, one_more)
         found = match.calibrate_library(
             **context, progress=one_more, labelled=asked, run_parts=run_parts,
             wrong_answer_cost=settings.ASKDB_WRONG_ANSWER_COST,
@@ -420,6 +434,14 @@ def library_cross_validate(
         "templates": len(index.families), "examples": len(index.entries),
         "mode": "grouped cross-validation" + (" + file" if labelled else ""), "at": timezone.now().isoformat(),
     }  # fmt: skip
+
+
+def _reusing(source, key: str, kept, context: dict, run_parts, one_more):
+    """run_parts taking the kept samples (kept_parts) when they were asked of this very library
+    (calibration_reuse.content_hash), and keeping this calibration's for the next one."""
+    content = content_hash(context)
+    parts = kept[1] if kept is not None and kept[0] == content else None
+    return reusing(run_parts, parts, one_more, lambda found: keep_parts(source, key, content, found))
 
 
 def _embed_in_worker(pool: ProcessPoolExecutor, source, labelled: list[tuple[str, str]]):

@@ -73,7 +73,9 @@ def test_calibration_in_two_processes_is_the_one_of_one_process(source, monkeypa
             monkeypatch.setattr(calibrate, "run_part", _slowly(calibrate.run_part, here))
         seen: list[int] = []
         reports.append(
-            library_cross_validate(source=source, items=items, progress=seen.append, processes=processes)
+            library_cross_validate(
+                source=source, items=items, progress=seen.append, processes=processes, reuse=False
+            )
         )
         counts.append(seen)
     one, two = ({k: v for k, v in r.items() if k != "at"} for r in reports)

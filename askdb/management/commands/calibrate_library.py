@@ -23,8 +23,12 @@ class Command(BaseCommand):
         )  # fmt: skip
         parser.add_argument("--labels", default=None, help="the EHRSQL label.json that goes with --questions")
         parser.add_argument("--no-progress", action="store_true")
+        parser.add_argument(
+            "--fresh", action="store_true",
+            help="ask the library's own questions again even if the last calibration kept them for this library",
+        )  # fmt: skip
 
-    def handle(self, *args, source, questions, labels, no_progress, **options):
+    def handle(self, *args, source, questions, labels, no_progress, fresh=False, **options):
         try:
             src = source_get(source)
         except ValueError as exc:
@@ -42,5 +46,5 @@ class Command(BaseCommand):
         with Progress(
             total, "calibrating", unit="questions", stream=self.stderr, enabled=not no_progress
         ) as bar:
-            report = library_calibrate(source=src, items=items, progress=bar.update)
+            report = library_calibrate(source=src, items=items, progress=bar.update, reuse=not fresh)
         self.stdout.write(calibration_summary(report))
