@@ -28,7 +28,6 @@ import hashlib
 import json
 import logging
 import os
-import pickle
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -84,36 +83,46 @@ def content_hash(context: dict[str, Any]) -> str:
 
 
 def _path(source) -> Path:
-    return Path(settings.ASKDB_HOME) / "cache" / "calibration" / f"source-{source.pk}.pickle"
+    return Path(settings.ASKDB_HOME) / "cache" / "calibration" / f"source-{source.pk}.json"
 
 
 def kept_parts(source, key: str) -> tuple[str, dict[Part, PartSamples]] | None:
     """(the content they were asked of, the samples by part) when the source's samples were kept
-    under `key`, else None."""
+    under `key`, else None. The file is JSON, never a pickle: reading a cache must not be able to run
+    code, whoever wrote the file."""
     try:
-        with open(_path(source), "rb") as file:  # written by this module only (keep_parts)
-            kept = pickle.load(file)
+        with open(_path(source), encoding="utf-8") as file:
+            kept = json.load(file)
+        if not isinstance(kept, dict) or kept.get("key") != key:
+            return None
+        parts = {
+            Part(kind=str(kind), fold=int(fold), start=int(start), stop=int(stop)): [
+                ({str(k): float(v) for k, v in features.items()}, bool(ok), int(fold_of))
+                for features, ok, fold_of in samples
+            ]
+            for kind, fold, start, stop, samples in kept["parts"]
+        }
+        return str(kept["content"]), parts
     except FileNotFoundError:
         return None
-    except Exception:  # a damaged cache is asked again, never trusted
+    except Exception:  # a damaged or foreign cache is asked again, never trusted
         logger.warning("calibration: the kept cross-validation samples could not be read; asked again")
         return None
-    if not isinstance(kept, dict) or kept.get("key") != key:
-        return None
-    return kept["content"], kept["parts"]
 
 
 def keep_parts(source, key: str, content: str, parts: dict[Part, PartSamples]) -> None:
     """Keep the library's own parts' samples (never labelled ones) for the next calibration."""
     path = _path(source)
-    mine = {p: s for p, s in parts.items() if p.kind != "labelled"}
+    mine = [
+        [p.kind, p.fold, p.start, p.stop, [[features, ok, fold] for features, ok, fold in samples]]
+        for p, samples in parts.items()
+        if p.kind != "labelled"
+    ]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.partial")
-        with open(partial, "wb") as file:
-            pickle.dump(
-                {"key": key, "content": content, "parts": mine}, file, protocol=pickle.HIGHEST_PROTOCOL
-            )
+        with open(partial, "w", encoding="utf-8") as file:
+            json.dump({"key": key, "content": content, "parts": mine}, file)
         os.replace(partial, path)
     except OSError as exc:  # a read-only home: the next calibration asks them again
         logger.warning("calibration: could not keep the cross-validation samples (%s)", exc)

@@ -4,6 +4,7 @@ or library content asks them again (askdb.services.calibration_reuse)."""
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import psycopg
@@ -133,11 +134,15 @@ def test_kept_samples_under_another_content_are_never_used(source, library, aske
     _, items = library
     first, _ = _calibrated(source, items)
     path = calibration_reuse._path(source)
-    kept = pickle.loads(path.read_bytes())
-    forged = {p: [(x, not ok, f) for x, ok, f in s] for p, s in kept["parts"].items()}
-    path.write_bytes(pickle.dumps({**kept, "content": "another library", "parts": forged}))
+    kept = json.loads(path.read_text())
+    forged = [[*part, [[x, not ok, f] for x, ok, f in samples]] for *part, samples in kept["parts"]]
+    path.write_text(json.dumps({**kept, "content": "another library", "parts": forged}))
     asked.clear()
     assert _calibrated(source, items)[0] == first and "fold" in asked
-    path.write_bytes(b"not a pickle")
+    path.write_bytes(b"not json")
+    asked.clear()
+    assert _calibrated(source, items)[0] == first and "fold" in asked
+    # Attack: a pickle in its place (reading it must never unpickle, which could run code).
+    path.write_bytes(pickle.dumps({"key": kept["key"]}))
     asked.clear()
     assert _calibrated(source, items)[0] == first and "fold" in asked
