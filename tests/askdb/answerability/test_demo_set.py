@@ -159,3 +159,25 @@ def test_the_gate_on_ambiguous_and_underspecified_questions(gate):
         f"{len(metrics['missed'])} (at most 17); "
         f"blocked {[b['question'] for b in metrics['blocked']]}; missed {metrics['missed']}"
     )
+
+
+RESEARCHER_SET = HERE / "researcher_set.jsonl"
+
+
+def test_the_gate_on_what_a_researcher_asks_that_mimic_does_not_record(gate):
+    """60 + 60 questions written before round 13 changed the gate, of kinds none of the other sets
+    holds: unanswerable ones ask for what a hospital researcher wants and MIMIC-IV does not record
+    (imaging findings, severity scores nobody charted, outcomes after discharge beyond the date of
+    death, the reason for a transfer or a stop, tumour staging, surgical details, what happened
+    before arrival, trial enrolment, hospital capacity, advance directives, medication at home,
+    pregnancy); answerable ones are their look-alikes that it does record (procedures, lab values,
+    charted vital signs, death and readmission, transfer and stop times, diagnoses, inputs and
+    outputs, admission details, cohort counts, care units, drugs, demographics and body measures).
+    Measured before round 13's changes and once after, never tuned on."""
+    items = set_items(RESEARCHER_SET, each=60)
+    metrics = score_items(gate, items)
+    f1 = metrics["unanswerable"]["f1"]
+    assert f1 >= 0.0 and len(metrics["blocked"]) <= 60 and len(metrics["missed"]) <= 60, (
+        f"researcher: F1 {f1:.3f}, blocked {len(metrics['blocked'])}, let through {len(metrics['missed'])}; "
+        f"blocked {[b['question'] for b in metrics['blocked']]}; missed {metrics['missed']}"
+    )
