@@ -232,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     say = lambda s: print(f"[{time.monotonic() - t0:6.1f}s] {s}", flush=True)  # noqa: E731
     if not args.skip_cv:
         _print_cv(cv_causes(_train_cv(args.data, args.retrain, say)), args.list)
-    for name, d in ({} if args.skip_demo else demo_causes(args.all_sets, args.ambiguity, args.researcher)).items():
+    for name, d in (
+        {} if args.skip_demo else demo_causes(args.all_sets, args.ambiguity, args.researcher)
+    ).items():
         print(_summary(name, d, d["answerable_blocked"]) + f", gate p50 {d['p50_ms']:.2f} ms")
         print(f"{name} answerable blocked by cause: {dict(Counter(b['cause'] for b in d['blocked']))}")
         print(f"{name} unanswerable let through: {len(d['missed'])}")
