@@ -103,6 +103,11 @@ ATTRIBUTE_PATTERNS: tuple[re.Pattern, ...] = tuple(
         rf"\b(?:does|did|has|had) {_PATIENT} (?:have|has|had|own|owns) (?:a |an |any |the )?(?P<attr>[a-z-]+"
         r"(?: [a-z-]+){0,2}?)(?: (?:on|in|during|at|after|before|for|from)\b|\?|$)",
         rf"\bthe (?P<attr>[a-z-]+(?: [a-z-]+){{0,3}}?) (?:of|for) {_PATIENT}\b{_OWNS_NONE}",
+        # A state of the patient asked by its adjective: "was patient N lonely during the icu stay", "did
+        # patient N feel anxious"; a participle ("admitted") or a place ("in the icu") is not one.
+        rf"^(?:(?:was|is|were) {_PATIENT} (?:ever |feeling |still )?|(?:did|does) {_PATIENT} (?:ever )?(?:feel|seem|look) )"
+        rf"(?P<attr>(?!{_NOT_A_NOUN}|in\b|on\b|at\b|still\b|ever\b|alive\b|dead\b|there\b)[a-z]{{3,}}(?<!ed)(?<!en)(?<!ing))"
+        r"(?: (?:during|in|on|at|after|before|while|when|throughout|about|with)\b|\?|$)",
     )
 )
 # A relative clause ends the attribute: "the name of the nurse who cared for …".
