@@ -110,6 +110,7 @@ ATTRIBUTE_PATTERNS: tuple[re.Pattern, ...] = tuple(
         r"(?: (?:during|in|on|at|after|before|while|when|throughout|about|with)\b|\?|$)",
     )
 )
+_STATE = ATTRIBUTE_PATTERNS[-1]  # a state of the patient asked by its adjective ("was patient N lonely")
 # A relative clause ends the attribute: "the name of the nurse who cared for …".
 _CLAUSE = re.compile(r" (?:who|that|which|whom|whose|when|where)\b.*$")
 
@@ -274,7 +275,10 @@ def ground(question: str, vocabulary: Vocabulary) -> Grounding | None:
     # One noun asked for ("the windows", "the hospital room") said only in passing is not held; in a
     # longer phrase ("drg mortality score") the other words may name the column.
     nouns = [w for w in content if w not in LIGHT_VERBS and not re.search(r"(?:ed|ing)$", w)]
-    if not missing and len(nouns) == 1 and not vocabulary.holds(nouns[0]):
+    # A state said by a category's value ("was patient N female": "F = female") is recorded as that value.
+    state = _STATE.search(" ".join(str(question or "").lower().replace("’", "'").split()))
+    said_by_value = bool(state) and state.group("attr") == attribute
+    if not missing and len(nouns) == 1 and not vocabulary.holds(nouns[0]) and not said_by_value:
         missing = (nouns[0],)
     m = _NAME_OF.match(attribute)
     if m and not missing:

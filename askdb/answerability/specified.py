@@ -128,11 +128,12 @@ def _reason_columns(columns: Iterable[Any]) -> list[frozenset[str]]:
         doc = c.text.partition(": ")[2].lower()
         if _REASON_DOC.search(doc) or _REASON_DOC.search(c.qualified.lower().replace("_", " ")):
             said = {grounding.stem(w) for w in grounding.words(f"{c.qualified.rsplit('.', 1)[-1]} {doc}")}
-            out.append(
-                frozenset(
-                    w for w in said if w not in grounding.GENERIC and w not in _REASON_NOISE and len(w) > 3
-                )
-            )
+            kept: list[str] = []
+            for w in sorted(said, key=len):  # one word in two forms ("transfer", "transferred") counts once
+                content = w not in grounding.GENERIC and w not in _REASON_NOISE and len(w) > 3
+                if content and not any(grounding.same_word(w, k) for k in kept):
+                    kept.append(w)
+            out.append(frozenset(kept))
     return out
 
 
@@ -185,8 +186,12 @@ class Specifics:
         if not _REASON.search(text):
             return None
         asked = {grounding.stem(w) for w in grounding.words(text)} - grounding.GENERIC
-        if any(len(asked & held) >= min(2, len(held)) for held in self.reasons if held):
-            return None
+        for held in self.reasons:
+            shared = [h for h in held if any(a == h or grounding.same_word(a, h) for a in asked)]
+            if held and len(shared) >= min(
+                2, len(held)
+            ):  # the question names what the column keeps a reason for
+                return None
         return rules.Finding(
             "not_in_schema", "unrecorded_reason", "why",
             "The database records what was done and when, not why, so askdb cannot answer this; it can answer "
