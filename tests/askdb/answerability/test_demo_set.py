@@ -80,7 +80,7 @@ def test_the_gate_holds_on_kinds_the_demo_set_lacks(gate):
     """45 + 45 questions of kinds neither the demo set nor the grounding's patterns were written
     from (vehicles, banking, dental care, media...; vital signs, NDC codes, DRG severity, item
     links...), written before round 9 changed the grounding. Before it: F1 0.816, 0 blocked; round 9: 0.889;
-    round 10: 0.916, 0 blocked."""
+    round 10: 0.916, 0 blocked; round 13 (a state no catalog text names, "lonely"): 0.941, 0 blocked."""
     items = set_items(NEW_KINDS_SET, each=40)
     metrics = score_items(gate, items)
     f1, blocked = metrics["unanswerable"]["f1"], metrics["answerable_blocked"]
@@ -173,11 +173,17 @@ def test_the_gate_on_what_a_researcher_asks_that_mimic_does_not_record(gate):
     pregnancy); answerable ones are their look-alikes that it does record (procedures, lab values,
     charted vital signs, death and readmission, transfer and stop times, diagnoses, inputs and
     outputs, admission details, cohort counts, care units, drugs, demographics and body measures).
-    Measured before round 13's changes and once after, never tuned on."""
+    Before round 13: F1 0.716 (P 0.971, R 0.567), 1 of 60 answerable blocked (by the grounding), 26 let
+    through; after (a reason no column keeps, imaging findings and care outside the hospital the catalog
+    does not record, a medication "taken regularly", a cause of death, a state no catalog text names):
+    F1 0.870 (P 0.979, R 0.783), the same 1 blocked, 13 let through. Measured twice, not tuned on after:
+    held so it can only get better. Round 13's rules were written for kinds the issue names, some of
+    them this set's, so its rise is not a held-out measure of those kinds."""
     items = set_items(RESEARCHER_SET, each=60)
     metrics = score_items(gate, items)
     f1 = metrics["unanswerable"]["f1"]
-    assert f1 >= 0.0 and len(metrics["blocked"]) <= 60 and len(metrics["missed"]) <= 60, (
-        f"researcher: F1 {f1:.3f}, blocked {len(metrics['blocked'])}, let through {len(metrics['missed'])}; "
+    assert f1 >= 0.87 and len(metrics["blocked"]) <= 1 and len(metrics["missed"]) <= 13, (
+        f"researcher: F1 {f1:.3f} (floor 0.87), blocked {len(metrics['blocked'])} (at most 1), let through "
+        f"{len(metrics['missed'])} (at most 13); "
         f"blocked {[b['question'] for b in metrics['blocked']]}; missed {metrics['missed']}"
     )
