@@ -272,20 +272,27 @@ def ground(question: str, vocabulary: Vocabulary) -> Grounding | None:
     missing = tuple(w for w in content if w not in vocabulary)
     if missing and thing:
         attribute = f"{attribute} of the {thing}"
-    # One noun asked for ("the windows", "the hospital room") said only in passing is not held; in a
-    # longer phrase ("drg mortality score") the other words may name the column.
-    nouns = [w for w in content if w not in LIGHT_VERBS and not re.search(r"(?:ed|ing)$", w)]
-    # A state said by a category's value ("was patient N female": "F = female") is recorded as that value.
-    state = _STATE.search(" ".join(str(question or "").lower().replace("’", "'").split()))
-    said_by_value = bool(state) and state.group("attr") == attribute
-    if not missing and len(nouns) == 1 and not vocabulary.holds(nouns[0]) and not said_by_value:
-        missing = (nouns[0],)
+    if not missing:
+        missing = _said_only_in_passing(question, attribute, content, vocabulary)
     m = _NAME_OF.match(attribute)
     if m and not missing:
         things = {stem(w) for w in words(m.group("x") or m.group("y")) if len(w) > 2}
         if things and not things & vocabulary.named:
             missing = ("name",)
     return Grounding(attribute, missing, of=_owned(question, attribute) if missing else "", thing=thing)
+
+
+def _said_only_in_passing(
+    question: str, attribute: str, content: list[str], vocabulary: Vocabulary
+) -> tuple[str, ...]:
+    """One noun asked for ("the windows", "the hospital room") said only in passing is not held; in a
+    longer phrase ("drg mortality score") the other words may name the column. A state said by a
+    category's value ("was patient N female": "F = female") is recorded as that value."""
+    nouns = [w for w in content if w not in LIGHT_VERBS and not re.search(r"(?:ed|ing)$", w)]
+    if len(nouns) != 1 or vocabulary.holds(nouns[0]):
+        return ()
+    state = _STATE.search(" ".join(str(question or "").lower().replace("’", "'").split()))
+    return () if state and state.group("attr") == attribute else (nouns[0],)
 
 
 _OWNED = re.compile(
