@@ -1,5 +1,8 @@
 """Authentication, user and role changes go to the audit log, whichever screen or shell made them;
-and a catalog change re-validates the example library (the catalog sends it, askdb listens)."""
+a catalog change re-validates the example library (the catalog sends it, askdb listens), and
+embedded docs embed the gate's column docs."""
+
+import logging
 
 from axes.signals import user_locked_out
 from django.conf import settings
@@ -14,13 +17,26 @@ from askdb.models import Example
 from askdb.services.examples import examples_revalidate_later, library_generation_bump
 from infra.audit.models import AuditEvent
 from infra.audit.services import audit_record
-from metadata_admin.signals import catalog_changed, source_data_changed
+from metadata_admin.signals import catalog_changed, docs_embedded, source_data_changed
+
+log = logging.getLogger(__name__)
 
 
 @receiver(catalog_changed)
 def _catalog_changed(sender, source, **kwargs):
     library_generation_bump(source_id=source.pk, data=True)
     examples_revalidate_later(source)
+
+
+@receiver(docs_embedded)
+def _docs_embedded(sender, source, **kwargs):
+    """The gate's column docs are embedded with the docs, so no question computes or writes them."""
+    from askdb.answerability.scorer import column_doc_vectors_compute
+
+    try:
+        column_doc_vectors_compute(source)
+    except Exception:  # the docs stay embedded; the next embedding or worker start tries again
+        log.warning("the gate's column doc vectors of %s not computed", source, exc_info=True)
 
 
 @receiver(source_data_changed)

@@ -54,13 +54,16 @@ def worker_warm_up() -> None:
 def _warm_up_sources(embedder) -> None:
     """Load each source's trained answerability model, and (with the local embedder, which needs
     no network) its library, values and question vectors, now: loading them takes seconds, and the
-    first question a worker takes must not pay for it. A missing or broken model is not an error."""
+    first question a worker takes must not pay for it; and the gate's column docs' vectors where
+    docs were embedded before they were kept (a file check otherwise). A missing or broken model is
+    not an error."""
     try:
         # local, inside the try: a broken answerability install must not stop the worker starting
-        from askdb.answerability.scorer import get_scorer
+        from askdb.answerability.scorer import column_doc_vectors_compute, get_scorer
 
         for source in ClinicalSource.objects.all():
             get_scorer(source)
+            column_doc_vectors_compute(source)  # kept since the docs were embedded: a file check
             if embedder is not None:
                 try:
                     library_warm_up(source, embedder)

@@ -288,7 +288,8 @@ def answerability_training_view(request: HttpRequest, task_id: str) -> HttpRespo
 def _training(task_id: str) -> dict:
     """A training task's state in words, from the Celery result backend."""
     result = AsyncResult(task_id, app=answerability_train_task.app)
-    info = result.info if isinstance(result.info, dict) else {}
+    info = result.info  # read once: the task may end between two reads (a dict, then its exception)
+    info = info if isinstance(info, dict) else {}
     state = {"PENDING": "waiting", "STARTED": "running", "PROGRESS": "running", "SUCCESS": "done"}
     training = {"id": task_id, "state": state.get(result.state, "failed"), "source": info.get("source", "")}
     if training["state"] == "running":

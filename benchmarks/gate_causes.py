@@ -42,6 +42,10 @@ SYNONYMS_SET = ROOT / "tests" / "askdb" / "answerability" / "synonyms_set.jsonl"
 # specified twins (round 12, written before round 12 changed the gate): scored only with --ambiguity,
 # to measure before and after, never to tune on.
 AMBIGUITY_SET = ROOT / "tests" / "askdb" / "answerability" / "ambiguity_set.jsonl"
+# What a researcher asks that MIMIC-IV does not record (imaging findings, scores, outcomes after
+# discharge, reasons, staging, trials...) and its look-alikes (round 13, written before round 13
+# changed the gate): scored only with --researcher, measured before and once after, never tuned on.
+RESEARCHER_SET = ROOT / "tests" / "askdb" / "answerability" / "researcher_set.jsonl"
 DEMO_LIBRARY = ROOT / "benchmarks" / "data" / "mimiciv" / "train.json"
 AS_OF_YEAR = 2100
 SIMILARITY_FLOOR = 0.15  # config/settings/base.py ASKDB_SIMILARITY_FLOOR's default
@@ -134,7 +138,7 @@ def floor_causes(cv: dict, passed: np.ndarray, y: np.ndarray, floor: float = SIM
     }
 
 
-def demo_causes(all_sets: bool = False, ambiguity: bool = False) -> dict[str, dict]:
+def demo_causes(all_sets: bool = False, ambiguity: bool = False, researcher: bool = False) -> dict[str, dict]:
     """The demo set and the new-kinds set scored by a gate trained on the demo library, as
     tests/askdb/answerability does."""
     from askdb.answerability.data import score_items
@@ -162,6 +166,7 @@ def demo_causes(all_sets: bool = False, ambiguity: bool = False) -> dict[str, di
             NEW_KINDS_SET,
             *((SYNONYMS_SET, CATALOG_WORDS_SET) if all_sets else ()),
             *((AMBIGUITY_SET,) if ambiguity else ()),
+            *((RESEARCHER_SET,) if researcher else ()),
         )
     }
 
@@ -216,13 +221,20 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also the ambiguity set: to measure before and after, never to tune",
     )
+    parser.add_argument(
+        "--researcher",
+        action="store_true",
+        help="also the researcher set: to measure before and after, never to tune",
+    )
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT / "benchmarks"))
     t0 = time.monotonic()
     say = lambda s: print(f"[{time.monotonic() - t0:6.1f}s] {s}", flush=True)  # noqa: E731
     if not args.skip_cv:
         _print_cv(cv_causes(_train_cv(args.data, args.retrain, say)), args.list)
-    for name, d in ({} if args.skip_demo else demo_causes(args.all_sets, args.ambiguity)).items():
+    for name, d in (
+        {} if args.skip_demo else demo_causes(args.all_sets, args.ambiguity, args.researcher)
+    ).items():
         print(_summary(name, d, d["answerable_blocked"]) + f", gate p50 {d['p50_ms']:.2f} ms")
         print(f"{name} answerable blocked by cause: {dict(Counter(b['cause'] for b in d['blocked']))}")
         print(f"{name} unanswerable let through: {len(d['missed'])}")

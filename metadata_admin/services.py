@@ -48,7 +48,7 @@ from metadata_admin.models import (
     ValueEntry,
     content_hash,
 )
-from metadata_admin.signals import catalog_changed, source_data_changed
+from metadata_admin.signals import catalog_changed, docs_embedded, source_data_changed
 
 log = logging.getLogger(__name__)
 
@@ -638,6 +638,11 @@ def table_docs_reembed(
             report.embedded += 1
         if progress:
             progress(len(batch))
+    sources = (
+        [source] if source is not None else ClinicalSource.objects.filter(tables__isnull=False).distinct()
+    )
+    for s in sources:
+        docs_embedded.send(sender=ClinicalSource, source=s)
     return report
 
 

@@ -103,8 +103,14 @@ ATTRIBUTE_PATTERNS: tuple[re.Pattern, ...] = tuple(
         rf"\b(?:does|did|has|had) {_PATIENT} (?:have|has|had|own|owns) (?:a |an |any |the )?(?P<attr>[a-z-]+"
         r"(?: [a-z-]+){0,2}?)(?: (?:on|in|during|at|after|before|for|from)\b|\?|$)",
         rf"\bthe (?P<attr>[a-z-]+(?: [a-z-]+){{0,3}}?) (?:of|for) {_PATIENT}\b{_OWNS_NONE}",
+        # A state of the patient asked by its adjective: "was patient N lonely during the icu stay", "did
+        # patient N feel anxious"; a participle ("admitted") or a place ("in the icu") is not one.
+        rf"^(?:(?:was|is|were) {_PATIENT} (?:ever |feeling |still )?|(?:did|does) {_PATIENT} (?:ever )?(?:feel|seem|look) )"
+        rf"(?P<attr>(?!{_NOT_A_NOUN}|in\b|on\b|at\b|still\b|ever\b|alive\b|dead\b|there\b)[a-z]{{3,}}(?<!ed)(?<!en)(?<!ing))"
+        r"(?: (?:during|in|on|at|after|before|while|when|throughout|about|with)\b|\?|$)",
     )
 )
+_STATE = ATTRIBUTE_PATTERNS[-1]  # a state of the patient asked by its adjective ("was patient N lonely")
 # A relative clause ends the attribute: "the name of the nurse who cared for …".
 _CLAUSE = re.compile(r" (?:who|that|which|whom|whose|when|where)\b.*$")
 
@@ -266,17 +272,27 @@ def ground(question: str, vocabulary: Vocabulary) -> Grounding | None:
     missing = tuple(w for w in content if w not in vocabulary)
     if missing and thing:
         attribute = f"{attribute} of the {thing}"
-    # One noun asked for ("the windows", "the hospital room") said only in passing is not held; in a
-    # longer phrase ("drg mortality score") the other words may name the column.
-    nouns = [w for w in content if w not in LIGHT_VERBS and not re.search(r"(?:ed|ing)$", w)]
-    if not missing and len(nouns) == 1 and not vocabulary.holds(nouns[0]):
-        missing = (nouns[0],)
+    if not missing:
+        missing = _said_only_in_passing(question, attribute, content, vocabulary)
     m = _NAME_OF.match(attribute)
     if m and not missing:
         things = {stem(w) for w in words(m.group("x") or m.group("y")) if len(w) > 2}
         if things and not things & vocabulary.named:
             missing = ("name",)
     return Grounding(attribute, missing, of=_owned(question, attribute) if missing else "", thing=thing)
+
+
+def _said_only_in_passing(
+    question: str, attribute: str, content: list[str], vocabulary: Vocabulary
+) -> tuple[str, ...]:
+    """One noun asked for ("the windows", "the hospital room") said only in passing is not held; in a
+    longer phrase ("drg mortality score") the other words may name the column. A state said by a
+    category's value ("was patient N female": "F = female") is recorded as that value."""
+    nouns = [w for w in content if w not in LIGHT_VERBS and not re.search(r"(?:ed|ing)$", w)]
+    if len(nouns) != 1 or vocabulary.holds(nouns[0]):
+        return ()
+    state = _STATE.search(" ".join(str(question or "").lower().replace("’", "'").split()))
+    return () if state and state.group("attr") == attribute else (nouns[0],)
 
 
 _OWNED = re.compile(

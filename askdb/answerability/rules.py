@@ -222,6 +222,16 @@ RULES: tuple[Rule, ...] = (
          r"(?:tests?|drugs?|medications?|medicines?|measurements?|labs?|exams?)\b(?! (?:named|called|label+ed|titled)\b)",
          "This asks for {evidence} without naming which one; the database records each test and drug by its "
          "own name, and the answer depends on which, so askdb cannot answer it. Name the test or drug."),
+    # "A medication that should be taken regularly": which drugs count as regular is a class no prescription
+    # records (EHRSQL train labels every such question unanswerable); not a daily aggregate ("daily maximum
+    # weight") nor a drug's own frequency ("how often was furosemide given").
+    Rule("regular_medication", "not_in_schema",
+         r"\b(?:medications?|medicines?|drugs?|meds)\b,? (?:that|which) (?:(?:should|must|needs? to|has to|have to|is to|"
+         r"are to|is|are|was|were) )?(?:be )?(?:(?:taken|given|used) )?(?:regularly|routinely|daily|every day|all the "
+         r"time|chronically)\b(?: (?:taken|given|used))?|\bsomething to take all the time\b|\b(?:regular|routine|daily) "
+         r"medications?\b",
+         "This asks for {evidence}; the database records each prescription with its own dates, not which drugs "
+         "count as taken regularly, so askdb cannot answer it. Name the drug."),
     # "Any additional stool test": additional to tests the question never names, so nothing says which
     # count. Not "any other": ICD titles begin with "Other" ("any other endoscopy of small intestine");
     # not a drug's own name ("extra strength"); not when the question names the reference ("besides").
@@ -266,7 +276,8 @@ CONCEPTS: tuple[Concept, ...] = (
     Concept("birth_date", r"\b(?:date of birth|birth ?dates?|birthdays?|born on|day (?:he|she|they) (?:was|were) "
             r"born)\b", r"\bbirth|\bdob\b", "birth dates (ages are kept, birth dates are not)"),
     Concept("cause_of_death", r"\bcauses? of (?:death|dying)\b|\bwhy did (?:patient \d+|the patient|he|she|they) "
-            r"die\b|\bwhat (?:killed|did \w+ die (?:of|from))\b", r"cause of death", "causes of death"),
+            r"die\b|\bwhat (?:killed|did (?:patient \d+|the patient|\w+) (?:die|pass away) (?:of|from))\b|\b(?:died|dying) "
+            r"(?:of|from) what\b", r"cause of death", "causes of death"),
     Concept("staff_names", r"\b(?:names? of (?:the |his |her |their )?(?:doctor|physician|nurse|surgeon|attending|"
             r"caregiver)s?|(?:doctor|physician|nurse|surgeon)'s name|who (?:was|is|were|are) (?:the |his |her |"
             r"their )?(?:attending |treating |primary |responsible )?(?:doctor|physician|nurse|surgeon|caregiver)s?)\b",
@@ -286,6 +297,25 @@ CONCEPTS: tuple[Concept, ...] = (
     Concept("photos", r"\b(?:photo(?:graph)?s?|pictures?|selfies?) of\b", r"photo|\bimage", "photographs"),
     Concept("imaging", r"\b(?:x-?ray|ct|mri|ultrasound|radiology|scan) (?:image|images|pixels?|films?)\b|"
             r"\bdicom\b", r"dicom|\bimage", "medical images"),
+    # What an image showed ("did the chest ct show a nodule", "visible on the x-ray", "the ejection fraction
+    # on the echocardiogram"): radiology findings, held only with radiology reports' text; a procedure
+    # ("diagnostic ultrasound of heart") is recorded and passes.
+    Concept("imaging_findings", r"\b(?:x-?rays?|ct|cat scan|mri|ultrasound|echocardiograms?|echo|sonograms?|scans?|"
+            r"radiographs?|mammograms?|angiograms?|imaging)\b(?! (?:procedures?|orders?)\b)[^?.]{0,30}\b(?:show(?:s|ed|ing)?|"
+            r"reveal\w*|demonstrat\w*|findings?|visible|detect\w*|impressions?)\b|\b(?:visible|seen|found|detected) (?:on|in) "
+            r"(?:the |a |an |his |her |patient \d+'s )?(?:[a-z-]+ ){0,2}(?:x-?rays?|ct|mri|ultrasound|scans?|echo\w*|images?)\b"
+            r"|\b(?:on|from|in) (?:the |a |an |his |her |patient \d+'s )?(?:last |first |latest |most recent )?"
+            r"(?:echocardiogram|echo|mri|ct scan|x-?ray)\b",
+            r"radiology\.text|radiology (?:reports?|notes?|findings?)|imaging (?:findings?|results?|reports?)",
+            "imaging results (what a scan or an x-ray showed)"),
+    # Care the hospital did not give or see: a drug taken at home, readings by paramedics, what happened
+    # before the patient arrived. Not a discharge location ("discharged home").
+    Concept("outside_care", r"\b(?:at (?:his |her |their )?home|home (?:doses?|medications?|meds|readings?|"
+            r"measurements?|monitor\w*)|before (?:arriving|coming|getting|being brought) (?:to|at|in)|paramedics?|by (?:the )?"
+            r"(?:ems|emts?|ambulance crew)|pre-?hospital|over[- ]the[- ]counter|outside (?:the|this) hospital|at a pharmacy|"
+            r"fill(?:ed)? (?:the |his |her |their )?(?:discharge )?prescriptions?)\b",
+            r"home medications?|medication reconciliation|medrecon|pre-?hospital|paramedic",
+            "records of care outside the hospital (at home, before arrival, at a pharmacy)"),
     Concept("opioid_dose", r"\bdos(?:e|age) of (?:an |the )?(?:prescribed )?opi(?:oid|ate)|\bopi(?:oid|ate)s? "
             r"(?:dose|dosage)\b|\bprescribed opi(?:oid|ate)\b", r"opioid", "opioid classes of drugs",
             decisive=False),

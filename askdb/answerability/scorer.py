@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Hashable
@@ -41,7 +42,14 @@ from askdb.answerability.model import (
     vocabulary_texts,
 )
 
-__all__ = ["AnswerabilityScore", "Scorer", "clear_cache", "get_scorer", "load_scorer"]
+__all__ = [
+    "AnswerabilityScore",
+    "Scorer",
+    "clear_cache",
+    "column_doc_vectors_compute",
+    "get_scorer",
+    "load_scorer",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -252,43 +260,75 @@ def _grounding_finding(source, question: str, version: Hashable | None = None):
     return rules.Finding("not_in_schema", "ungrounded_attribute", g.attribute, reason, True)
 
 
-_meaning: dict[int, tuple[str, MeaningGrounding]] = {}
+def _column_docs_path(encoder: Encoder, columns: list) -> Path:
+    """Where the column docs' vectors of this catalog text are kept: named by the encoder and every
+    column's text, so an edited doc names another file (and the old one is never read again)."""
+    from django.conf import settings
+
+    key = hashlib.sha256(
+        "\n".join([getattr(encoder, "name", ""), *(c.text for c in columns)]).encode()
+    ).hexdigest()
+    return Path(settings.ASKDB_HOME) / "cache" / "answerability" / f"column-docs-{key[:24]}.npy"
+
+
+def _local_encoder() -> Encoder | None:
+    """The shared encoder when embeddings are the local MiniLM's, else None: a question must not
+    load a second model, and docs embedded by another provider give this grounding nothing."""
+    from infra.providers.embeddings import LocalEmbedder, get_embedder
+
+    return shared_encoder() if isinstance(get_embedder(), LocalEmbedder) else None
+
+
+def column_doc_vectors_compute(source) -> Path | None:
+    """A write: embed the source's column docs for the rules-only gate's grounding by meaning and
+    keep them on disk (ASKDB_HOME/cache/answerability), when the docs are embedded (askdb.signals,
+    on metadata_admin's `docs_embedded`) and when a worker starts; never while answering, since a
+    question only reads (`_meaning_grounding`). Returns the file, or None when there is nothing to
+    embed or embeddings are not the local MiniLM's. Already kept: nothing is encoded again."""
+    source = _source(source)
+    encoder = _local_encoder()
+    columns = column_texts(source) if source is not None and encoder is not None else []
+    if not columns:
+        return None
+    path = _column_docs_path(encoder, columns)
+    if path.exists():
+        return path
+    vectors = encoder.encode_docs([c.text for c in columns])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+    with partial.open("wb") as f:
+        np.save(f, vectors)
+    partial.replace(path)  # atomic: two workers starting at once write the same bytes
+    return path
+
+
+_meaning: dict[int, tuple[Path, MeaningGrounding]] = {}
 
 
 def _meaning_grounding(source, columns: list) -> MeaningGrounding | None:
     """Grounding by meaning for the rules-only gate, as the trained one grounds ("civil status" is
-    admissions.marital_status), with the MiniLM retrieval already runs: None when embeddings come
-    from another provider (a question must not load a second model). The column docs' vectors are
-    computed once per catalog text and kept on disk (ASKDB_HOME/cache/answerability), so only the
-    first ungrounded question after a doc edit pays for them; each later one encodes its phrase."""
-    from django.conf import settings
-
-    from infra.providers.embeddings import LocalEmbedder, get_embedder
-
-    if not columns or not isinstance(get_embedder(), LocalEmbedder):
+    admissions.marital_status), with the MiniLM retrieval already runs. A read: the column docs'
+    vectors are the ones `column_doc_vectors_compute` kept when the docs were embedded; until then
+    (or with another embedding provider) None, and the words alone decide. Each question encodes
+    only its phrase."""
+    encoder = _local_encoder() if columns else None
+    if encoder is None:
         return None
-    encoder = shared_encoder()
-    key = hashlib.sha256(
-        "\n".join([getattr(encoder, "name", ""), *(c.text for c in columns)]).encode()
-    ).hexdigest()
+    path = _column_docs_path(encoder, columns)
     cached = _meaning.get(source.pk)
-    if cached is not None and cached[0] == key:
+    if cached is not None and cached[0] == path:
         return cached[1]
-    path = Path(settings.ASKDB_HOME) / "cache" / "answerability" / f"column-docs-{key[:24]}.npy"
     try:
         vectors = np.load(path)
     except (OSError, ValueError):
-        vectors = encoder.encode_docs([c.text for c in columns])
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            partial = path.with_suffix(f".{threading.get_ident()}.tmp")
-            with partial.open("wb") as f:
-                np.save(f, vectors)
-            partial.replace(path)
-        except OSError as exc:  # a read-only home: computed again by the next process
-            logger.warning("column doc vectors not kept in %s: %s", path, exc)
+        logger.info(
+            "column doc vectors of %s not computed yet (%s): grounding by words alone", source, path.name
+        )
+        return None
+    if len(vectors) != len(columns):  # a file not written by column_doc_vectors_compute
+        return None
     meaning = MeaningGrounding(encoder, columns, vectors)
-    _meaning[source.pk] = (key, meaning)
+    _meaning[source.pk] = (path, meaning)
     return meaning
 
 

@@ -106,6 +106,37 @@ def interval_words(
     return frozenset(with_end - without_end), frozenset(p for p in phrases if p), frozenset(without_end)
 
 
+# How a question asks why something happened: "why was X stopped", "the reason for the transfer", "for
+# what reason". Not a cause in a diagnosis title ("... as the cause of abnormal reaction").
+_REASON = re.compile(
+    r"^(?:and |so |but )?why\b|\bwhy (?:was|were|did|does|do|is|are|had|has|have)\b|\bfor what reasons?\b|\b(?:the|what|"
+    r"which|any) reasons? (?:for|why|that|behind|patient|\w+ (?:was|were|had))\b|\breasons? (?:for|why|behind) (?:the |"
+    r"a |an |his |her |their |patient )"
+)
+# A column whose doc says it records a reason ("reason_for_no_barcode: Free-text reason the barcode
+# was not scanned"): only that reason is recorded.
+_REASON_DOC = re.compile(r"\b(?:reasons?|indications?|why)\b")
+_REASON_NOISE = frozenset(
+    {"reason", "indication", "why", "free", "text", "not", "patient", "recorded", "record"}
+)
+
+
+def _reason_columns(columns: Iterable[Any]) -> list[frozenset[str]]:
+    """The content stems of each column that documents a reason: what it is the reason for."""
+    out = []
+    for c in columns:
+        doc = c.text.partition(": ")[2].lower()
+        if _REASON_DOC.search(doc) or _REASON_DOC.search(c.qualified.lower().replace("_", " ")):
+            said = {grounding.stem(w) for w in grounding.words(f"{c.qualified.rsplit('.', 1)[-1]} {doc}")}
+            kept: list[str] = []
+            for w in sorted(said, key=len):  # one word in two forms ("transfer", "transferred") counts once
+                content = w not in grounding.GENERIC and w not in _REASON_NOISE and len(w) > 3
+                if content and not any(grounding.same_word(w, k) for k in kept):
+                    kept.append(w)
+            out.append(frozenset(kept))
+    return out
+
+
 class Specifics:
     """The catalog's answer to "does the question say which, and can what it asks of last?"."""
 
@@ -118,6 +149,7 @@ class Specifics:
         held = [c.text for c in columns] + [c.values for c in columns if grounding.names_things(c.qualified)]
         self.column_stems = frozenset().union(*(grounding.stems_of(t) for t in held))
         self.values = [" ".join(_TOKEN.findall(str(v).lower())) for v in values]
+        self.reasons = _reason_columns(columns)
         self._in_values: dict[str, tuple[str, ...]] = {}
 
     def _lasts(self, word: str) -> bool:
@@ -144,7 +176,27 @@ class Specifics:
     def findings(self, question: str) -> list[rules.Finding]:
         """Each thing the question leaves unsaid that its answer depends on (decisive declines)."""
         text = " ".join(str(question or "").lower().replace("’", "'").split())
-        return [f for f in (self.unrecorded_class(text), self.unended(text)) if f is not None]
+        found = (self.unrecorded_class(text), self.unended(text), self.unrecorded_reason(text))
+        return [f for f in found if f is not None]
+
+    def unrecorded_reason(self, text: str) -> rules.Finding | None:
+        """Why something happened, when no column documents the reason for it: the database records
+        what was done and when (a transfer, a stop, a dose change), and a reason only where a column
+        says it keeps one for that thing (the barcode not scanned), which the question must name."""
+        if not _REASON.search(text):
+            return None
+        asked = {grounding.stem(w) for w in grounding.words(text)} - grounding.GENERIC
+        for held in self.reasons:
+            shared = [h for h in held if any(a == h or grounding.same_word(a, h) for a in asked)]
+            if held and len(shared) >= min(
+                2, len(held)
+            ):  # the question names what the column keeps a reason for
+                return None
+        return rules.Finding(
+            "not_in_schema", "unrecorded_reason", "why",
+            "The database records what was done and when, not why, so askdb cannot answer this; it can answer "
+            "what happened and when.", True,
+        )  # fmt: skip
 
     def unrecorded_class(self, text: str) -> rules.Finding | None:
         """A class of drugs or tests the question asks about that no column records."""

@@ -251,13 +251,25 @@ def test_without_a_model_an_attribute_in_words_no_catalog_text_has_is_grounded_b
     source, home, monkeypatch
 ):
     """The rules-only gate grounds by meaning as the trained one does, with the local MiniLM that
-    retrieval already runs: a "health insurer" is admissions.insurance (declined as not in the schema
-    before). The attack meaning must not let through (a discharge letter is near
-    admissions.discharge_location by "discharge" alone) is still declined, and the column docs'
-    vectors are kept on disk: the next process does not encode them again."""
+    retrieval already runs: a "health insurer" is admissions.insurance. The column docs' vectors are
+    computed when the docs are embedded, never while answering (reads never write): before that a
+    question writes nothing under ASKDB_HOME and the words alone decide (declined as not in the
+    schema); after it, it is grounded, and a new process reads the vectors kept on disk without
+    encoding the docs again. The attack meaning must not let through (a discharge letter is near
+    admissions.discharge_location by "discharge" alone) is still declined."""
+    from metadata_admin.services import table_docs_reembed
+
+    def written() -> list:
+        return sorted(p for p in home.rglob("*") if p.is_file())
+
+    verdict = scorer_module.gate_verdict(source, "what is the health insurer of patient 10002428?")
+    assert not verdict["answerable"] and verdict["kind"] == "not_in_schema", verdict
+    assert written() == []
+    table_docs_reembed(source=source)  # nothing to re-embed; the gate's column docs are embedded all the same
+    kept = list((home / "cache" / "answerability").glob("column-docs-*.npy"))
+    assert len(kept) == 1
     verdict = scorer_module.gate_verdict(source, "what is the health insurer of patient 10002428?")
     assert verdict["answerable"], verdict["reason"]
-    assert len(list((home / "cache" / "answerability").glob("column-docs-*.npy"))) == 1
     scorer_module._meaning.clear()  # a new process
     encoder = scorer_module.shared_encoder()
 
@@ -265,10 +277,13 @@ def test_without_a_model_an_attribute_in_words_no_catalog_text_has_is_grounded_b
         raise AssertionError("the column docs were encoded again")
 
     monkeypatch.setattr(encoder, "encode_docs", no_docs)
+    before = [(p, p.stat().st_mtime_ns) for p in written()]
     verdict = scorer_module.gate_verdict(source, "what was the relationship status of patient 10002428?")
     assert verdict["answerable"], verdict["reason"]
     verdict = scorer_module.gate_verdict(source, "what is the discharge letter of patient 10002428?")
     assert not verdict["answerable"] and verdict["kind"] == "not_in_schema", verdict["reason"]
+    assert [(p, p.stat().st_mtime_ns) for p in written()] == before  # answering wrote nothing
+    assert scorer_module.column_doc_vectors_compute(source) == kept[0]  # kept: not encoded again
 
 
 def test_a_trained_model_that_says_unanswerable_does_not_veto_a_confident_library_answer(

@@ -80,7 +80,7 @@ def test_the_gate_holds_on_kinds_the_demo_set_lacks(gate):
     """45 + 45 questions of kinds neither the demo set nor the grounding's patterns were written
     from (vehicles, banking, dental care, media...; vital signs, NDC codes, DRG severity, item
     links...), written before round 9 changed the grounding. Before it: F1 0.816, 0 blocked; round 9: 0.889;
-    round 10: 0.916, 0 blocked."""
+    round 10: 0.916, 0 blocked; round 13 (a state no catalog text names, "lonely"): 0.941, 0 blocked."""
     items = set_items(NEW_KINDS_SET, each=40)
     metrics = score_items(gate, items)
     f1, blocked = metrics["unanswerable"]["f1"], metrics["answerable_blocked"]
@@ -157,5 +157,33 @@ def test_the_gate_on_ambiguous_and_underspecified_questions(gate):
     assert f1 >= 0.80 and len(metrics["blocked"]) <= 2 and len(metrics["missed"]) <= 17, (
         f"ambiguity: F1 {f1:.3f} (floor 0.80), blocked {len(metrics['blocked'])} (at most 2), let through "
         f"{len(metrics['missed'])} (at most 17); "
+        f"blocked {[b['question'] for b in metrics['blocked']]}; missed {metrics['missed']}"
+    )
+
+
+RESEARCHER_SET = HERE / "researcher_set.jsonl"
+
+
+def test_the_gate_on_what_a_researcher_asks_that_mimic_does_not_record(gate):
+    """60 + 60 questions written before round 13 changed the gate, of kinds none of the other sets
+    holds: unanswerable ones ask for what a hospital researcher wants and MIMIC-IV does not record
+    (imaging findings, severity scores nobody charted, outcomes after discharge beyond the date of
+    death, the reason for a transfer or a stop, tumour staging, surgical details, what happened
+    before arrival, trial enrolment, hospital capacity, advance directives, medication at home,
+    pregnancy); answerable ones are their look-alikes that it does record (procedures, lab values,
+    charted vital signs, death and readmission, transfer and stop times, diagnoses, inputs and
+    outputs, admission details, cohort counts, care units, drugs, demographics and body measures).
+    Before round 13: F1 0.716 (P 0.971, R 0.567), 1 of 60 answerable blocked (by the grounding), 26 let
+    through; after (a reason no column keeps, imaging findings and care outside the hospital the catalog
+    does not record, a medication "taken regularly", a cause of death, a state no catalog text names):
+    F1 0.870 (P 0.979, R 0.783), the same 1 blocked, 13 let through. Measured twice, not tuned on after:
+    held so it can only get better. Round 13's rules were written for kinds the issue names, some of
+    them this set's, so its rise is not a held-out measure of those kinds."""
+    items = set_items(RESEARCHER_SET, each=60)
+    metrics = score_items(gate, items)
+    f1 = metrics["unanswerable"]["f1"]
+    assert f1 >= 0.87 and len(metrics["blocked"]) <= 1 and len(metrics["missed"]) <= 13, (
+        f"researcher: F1 {f1:.3f} (floor 0.87), blocked {len(metrics['blocked'])} (at most 1), let through "
+        f"{len(metrics['missed'])} (at most 13); "
         f"blocked {[b['question'] for b in metrics['blocked']]}; missed {metrics['missed']}"
     )
