@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +27,8 @@ from infra.audit.services import audit_event, audit_record, audit_record_many
 from infra.audit.sql import sql_audit_event
 from infra.providers.embeddings import get_embedder
 from metadata_admin.services import source_catalog_schema, source_executor
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -46,6 +49,10 @@ class ImportReport:
 
 IMPORT_CHUNK = 500  # examples written per transaction (with their audit events)
 EMBED_CHUNK = 256  # texts embedded per model call (questions and their masked forms)
+# An import of at least this many pairs encodes in ENCODER_PROCESSES worker processes with the local
+# model (see _Texts.work_in); a smaller one in this process, where starting them would not pay.
+PROCESSES_FROM = 1000
+ENCODER_PROCESSES = 2
 
 
 @dataclass
@@ -110,6 +117,9 @@ def examples_import(
             progress(min(checked[0], len(pairs) * texts.done // max(texts.total, 1)))
 
     def embed_all() -> None:
+        if processes is not None:
+            texts.work_in(processes, masked_known, embedder.embed)
+            return
         texts.work(embedder.embed)
         masked_known.wait()
         texts.work(embedder.embed)
@@ -125,7 +135,12 @@ def examples_import(
             audits.append(sql_audit_event(actor=approved_by, source=source, sql=pair.sql, purpose="import",
                                           rows=result.row_count, duration_ms=result.elapsed_ms, outcome="ok"))  # fmt: skip
 
-    with _prompt_gil_handoffs(), ThreadPoolExecutor(max_workers=2, thread_name_prefix="import") as pool:
+    processes = _encoder_processes(embedder, len(pairs))
+    with (
+        _prompt_gil_handoffs(),
+        processes or nullcontext(),
+        ThreadPoolExecutor(max_workers=2, thread_name_prefix="import") as pool,
+    ):
         embedding = pool.submit(embed_all)  # numpy lets go of the GIL: this runs beside the checks
         try:
             values = LIBRARY.values(source, executor)
@@ -169,6 +184,17 @@ def examples_import(
     return report
 
 
+def _encoder_processes(embedder, pairs: int):
+    """Worker processes for a large import with the local model, or None (this process encodes)."""
+    if pairs < PROCESSES_FROM or not hasattr(embedder, "processes"):
+        return None
+    try:
+        return embedder.processes(ENCODER_PROCESSES)
+    except (OSError, ValueError) as exc:
+        logger.warning("encoding in this process: no worker processes (%s)", exc)
+        return None
+
+
 class _Texts:
     """The distinct texts an import embeds, handed out EMBED_CHUNK at a time to whichever thread
     asks next: the embedding thread from the start, the checking thread once its checks are done.
@@ -189,6 +215,38 @@ class _Texts:
             self._queued.update(new)
             self.total += len(new)
             self._chunks.extend(new[i : i + EMBED_CHUNK] for i in range(0, len(new), EMBED_CHUNK))
+
+    def work_in(self, processes, ready: threading.Event, embed) -> None:
+        """Every text encoded by the worker `processes` (minilm.process_encode): the chunks queued
+        now at once, the rest once `ready` is set. A chunk the pool cannot take (it could not
+        start, or a worker died: a daemonic Celery worker may not have children) is encoded here
+        with `embed`, so the import never depends on the pool."""
+        from infra.providers.minilm import process_encode
+
+        def submit_all() -> list[tuple[list[str], Future | None]]:
+            with self._lock:
+                chunks, self._chunks = list(self._chunks), deque()
+            sent = []
+            for chunk in chunks:
+                try:
+                    sent.append((chunk, processes.submit(process_encode, chunk)))
+                except Exception as exc:  # any refusal of the pool: encode here
+                    logger.warning("encoding in this process: %s", exc)
+                    sent.append((chunk, None))
+            return sent
+
+        sent = submit_all()
+        ready.wait()
+        sent += submit_all()
+        for chunk, future in sent:
+            try:
+                vectors = future.result().tolist() if future is not None else embed(chunk)
+            except Exception as exc:  # a worker that died: encode here
+                logger.warning("encoding in this process: %s", exc)
+                vectors = embed(chunk)
+            with self._lock:
+                self.found.update(zip(chunk, vectors, strict=True))
+                self.done += len(chunk)
 
     def work(self, embed, after=None) -> None:
         """Embed chunks with `embed` until none is left (another thread may still finish one)."""
