@@ -315,7 +315,9 @@ class _Checks:
             pair.error = f"The SQL is not valid: {validated.message}"
             return
         pair.sql, pair.tables, pair.columns = validated.sql, list(validated.tables), list(validated.columns)
-        pair.template = template_of(pair.question, pair.sql, dialect=self.dialect)
+        # The validated text is sqlglot's own in the catalog's dialect: its parse is its normal form.
+        generated = self.catalog.dialect == self.dialect
+        pair.template = template_of(pair.question, pair.sql, dialect=self.dialect, generated=generated)
         # parses: done here, beside the embedding
         entry = match.entry_for(None, pair.question, pair.sql, pair.template)
         pair.key = entry.key if entry is not None else ""
