@@ -52,7 +52,8 @@ EMBED_CHUNK = 256  # texts embedded per model call (questions and their masked f
 # An import of at least this many pairs encodes in ENCODER_PROCESSES worker processes with the local
 # model (see _Texts.work_in); a smaller one in this process, where starting them would not pay.
 PROCESSES_FROM = 1000
-ENCODER_PROCESSES = 2
+ENCODER_PROCESSES = 1  # beside this process, which encodes too once its checks are done
+IN_FLIGHT = 2  # chunks sent to the processes at a time (one computing, one waiting to start)
 
 
 @dataclass
@@ -217,28 +218,31 @@ class _Texts:
             self._chunks.extend(new[i : i + EMBED_CHUNK] for i in range(0, len(new), EMBED_CHUNK))
 
     def work_in(self, processes, ready: threading.Event, embed) -> None:
-        """Every text encoded by the worker `processes` (minilm.process_encode): the chunks queued
-        now at once, the rest once `ready` is set. A chunk the pool cannot take (it could not
-        start, or a worker died: a daemonic Celery worker may not have children) is encoded here
-        with `embed`, so the import never depends on the pool."""
+        """Texts encoded by the worker `processes` (minilm.process_encode), IN_FLIGHT chunks at a
+        time, until none is left once `ready` is set: the chunks not yet sent stay in the queue,
+        for the checking thread to take too once its checks are done (work). A chunk the pool
+        cannot take (it could not start, or a worker died: a daemonic Celery worker may not have
+        children) is encoded here with `embed`, so the import never depends on the pool."""
         from infra.providers.minilm import process_encode
 
-        def submit_all() -> list[tuple[list[str], Future | None]]:
-            with self._lock:
-                chunks, self._chunks = list(self._chunks), deque()
-            sent = []
-            for chunk in chunks:
+        sent: deque[tuple[list[str], Future | None]] = deque()
+        while True:
+            while len(sent) < IN_FLIGHT:
+                with self._lock:
+                    chunk = self._chunks.popleft() if self._chunks else None
+                if chunk is None:
+                    break
                 try:
                     sent.append((chunk, processes.submit(process_encode, chunk)))
                 except Exception as exc:  # any refusal of the pool: encode here
                     logger.warning("encoding in this process: %s", exc)
                     sent.append((chunk, None))
-            return sent
-
-        sent = submit_all()
-        ready.wait()
-        sent += submit_all()
-        for chunk, future in sent:
+            if not sent:
+                if ready.is_set():
+                    return
+                ready.wait()  # the masked forms are queued next
+                continue
+            chunk, future = sent.popleft()
             try:
                 vectors = future.result().tolist() if future is not None else embed(chunk)
             except Exception as exc:  # a worker that died: encode here
