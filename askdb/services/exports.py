@@ -97,8 +97,9 @@ def examples_import(
 
     The same outcome as adding the pairs one by one with example_upsert (near-duplicates merged,
     also into pairs earlier in the same file), done in bulk so that thousands of pairs take about
-    a minute, not ten: the questions and their masked forms are embedded in batches in a thread
-    while the SQL is validated and templated (then in both threads), each distinct SQL is
+    a minute, not ten: the questions and their masked forms are embedded in batches while the SQL
+    is validated and templated (from PROCESSES_FROM pairs on, by a worker process, which shares no
+    interpreter with the checks; then by this thread too), each distinct SQL is
     validated once and run once in another thread, and the examples
     and their audit events are written IMPORT_CHUNK to a transaction, ready for the matcher
     (template key and masked vector included). `progress(n)` is told how many pairs are done.
