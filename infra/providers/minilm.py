@@ -305,3 +305,39 @@ class _Dense:
             full.append(middle - start)
             blocked.append(time.perf_counter() - middle)
         return min(blocked) < 0.75 * min(full)
+
+
+# --- worker processes, for a bulk job's thousands of texts ------------------------------------------
+
+_PROCESS_MODEL: MiniLM | None = None  # the model of this worker process (see encoder_processes)
+
+
+def _process_start(path: str) -> None:
+    global _PROCESS_MODEL
+    _PROCESS_MODEL = MiniLM(path)
+
+
+def process_encode(texts: list[str]) -> np.ndarray:
+    """Unit vectors of `texts` by this worker process's model: run in an encoder_processes pool."""
+    if _PROCESS_MODEL is None:
+        raise RuntimeError("process_encode runs in an encoder_processes worker")
+    return _PROCESS_MODEL.encode(list(texts))
+
+
+def encoder_processes(path: str | Path, processes: int):
+    """A pool of `processes` worker processes, each with its own copy of the model in `path`
+    (started fresh, not forked: a forked worker would inherit the parent's threads and locks).
+
+    Why processes and not threads: numpy lets go of the GIL inside each matrix product but needs
+    it back between them, and a bulk import's other thread (SQL checks, pure Python) holds it in
+    turn, so a threaded encoder spent much of an import waiting for the interpreter instead of
+    computing. A process has an interpreter of its own; the vectors are the same computation."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(
+        max_workers=processes,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_process_start,
+        initargs=(str(path),),
+    )

@@ -252,3 +252,57 @@ def test_texts_are_shared_between_threads_and_each_embedded_once():
     assert len(everything) == len(set(everything)) == texts.total == texts.done
     assert texts.found["ccc"] == [3.0] and texts.found["-"] == [1.0]
     assert exports._Texts().work(embedder("one")) is None  # nothing queued: returns at once
+
+
+def test_encoding_in_worker_processes_gives_the_library_the_threads_gave(source, monkeypatch):
+    """A large import encodes in worker processes (no shared interpreter with the SQL checks): the
+    same examples, templates, keys and vectors as this process's encoder gives, and the processes
+    really did the work (a text none of the threads embedded)."""
+    from askdb.services import exports
+    from infra.providers import minilm
+
+    examples_import(source=source, items=ITEMS)
+    expected, vectors = _library(source), _vectors(source)
+    keys = sorted((e.question, e.template_key) for e in Example.objects.filter(source=source))
+    masked = {e.question: list(e.masked_embedding or []) for e in Example.objects.filter(source=source)}
+    Example.objects.all().delete()
+    here = []
+    real_embed = get_embedder().embed
+    monkeypatch.setattr(get_embedder(), "embed", lambda texts: here.extend(texts) or real_embed(texts))
+    monkeypatch.setattr(exports, "PROCESSES_FROM", 1)
+    used = []
+    real_processes = get_embedder().processes
+    monkeypatch.setattr(get_embedder(), "processes", lambda n: used.append(n) or real_processes(n))
+
+    report = exports.examples_import(source=source, items=ITEMS)
+    assert used == [exports.ENCODER_PROCESSES] and here == []  # every text went to the processes
+    assert len(report.created) == 4 and len(report.merged) == 4 and len(report.failed) == 3
+    assert _library(source) == expected
+    assert sorted((e.question, e.template_key) for e in Example.objects.filter(source=source)) == keys
+    for example in Example.objects.filter(source=source):
+        assert list(example.embedding) == pytest.approx(vectors[example.question], abs=1e-5)
+        assert list(example.masked_embedding or []) == pytest.approx(masked[example.question], abs=1e-5)
+    assert minilm._PROCESS_MODEL is None  # this process never loaded a worker's model
+
+
+def test_an_import_whose_worker_processes_fail_encodes_in_this_process(source, monkeypatch):
+    """A pool that refuses work (a daemonic Celery worker may not have children) costs speed, never the import."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    from askdb.services import exports
+
+    class Refusing:
+        def submit(self, *args):
+            raise BrokenProcessPool("no children here")
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(exports, "PROCESSES_FROM", 1)
+    monkeypatch.setattr(get_embedder(), "processes", lambda n: Refusing(), raising=False)
+    report = exports.examples_import(source=source, items=ITEMS)
+    assert len(report.created) == 4 and len(report.merged) == 4 and len(report.failed) == 3
+    assert all(e.embedding is not None for e in Example.objects.filter(source=source))
