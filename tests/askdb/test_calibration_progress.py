@@ -19,16 +19,25 @@ GENDER_SQL = "SELECT gender FROM mimiciv_hosp.patients WHERE subject_id = {id}"
 ADMITS_SQL = "SELECT COUNT(*) AS admissions FROM mimiciv_hosp.admissions WHERE subject_id = {id}"
 
 
-def test_calibration_reports_each_question_and_is_the_same_when_run_again(source):
+def calibration_library(source, *, patients: int, examples: int | None = None) -> list[int]:
+    """A small library to calibrate: two templates (a patient's gender, their admissions) asked of the
+    first `examples` of `patients` demo patients (all of them by default), and one unanswerable
+    question; the patients' ids, so labelled questions can name ones the library has or lacks."""
     with psycopg.connect(embedded.pg_dsn(embedded.CLINICAL_DB)) as conn:
-        ids = [r[0] for r in conn.execute("SELECT subject_id FROM mimiciv_hosp.patients ORDER BY 1 LIMIT 4")]
-    for i in ids:
+        rows = conn.execute("SELECT subject_id FROM mimiciv_hosp.patients ORDER BY 1 LIMIT %s", (patients,))
+        ids = [r[0] for r in rows]
+    for i in ids[:examples]:
         example_upsert(
             source=source, question=f"what is the gender of patient {i}?", sql=GENDER_SQL.format(id=i)
         )
         example_upsert(source=source, question=f"how many times was patient {i} admitted?",
                        sql=ADMITS_SQL.format(id=i))  # fmt: skip
     example_upsert(source=source, question="what will the weather be tomorrow?", sql="", kind="unanswerable")
+    return ids
+
+
+def test_calibration_reports_each_question_and_is_the_same_when_run_again(source):
+    ids = calibration_library(source, patients=4)
     items = [
         {"question": f"tell me the gender of patient {ids[0]}", "sql": GENDER_SQL.format(id=ids[0])},
         {"question": "which patients will come back next year?", "sql": ""},
@@ -44,15 +53,7 @@ def test_calibration_reports_each_question_and_is_the_same_when_run_again(source
 
 
 def _library(source) -> tuple[list[int], list[dict]]:
-    with psycopg.connect(embedded.pg_dsn(embedded.CLINICAL_DB)) as conn:
-        ids = [r[0] for r in conn.execute("SELECT subject_id FROM mimiciv_hosp.patients ORDER BY 1 LIMIT 6")]
-    for i in ids:
-        example_upsert(
-            source=source, question=f"what is the gender of patient {i}?", sql=GENDER_SQL.format(id=i)
-        )
-        example_upsert(source=source, question=f"how many times was patient {i} admitted?",
-                       sql=ADMITS_SQL.format(id=i))  # fmt: skip
-    example_upsert(source=source, question="what will the weather be tomorrow?", sql="", kind="unanswerable")
+    ids = calibration_library(source, patients=6)
     items = [{"question": f"tell me the gender of patient {i}", "sql": GENDER_SQL.format(id=i)} for i in ids]
     items += [
         {"question": f"number of admissions of patient {i}", "sql": ADMITS_SQL.format(id=i)} for i in ids

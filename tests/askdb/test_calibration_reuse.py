@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import pickle
 
-import psycopg
 import pytest
 
 from askdb.adapters.library_cache import LIBRARY
@@ -17,29 +16,18 @@ from askdb.services.calibration import library_cross_validate
 from askdb.services.examples import example_upsert
 from core import match
 from core.match import calibrate
-from infra import embedded
 from metadata_admin.models import TableDoc
 from metadata_admin.services import table_doc_update
+from tests.askdb.test_calibration_progress import GENDER_SQL, calibration_library
 
 pytestmark = pytest.mark.django_db
-
-GENDER_SQL = "SELECT gender FROM mimiciv_hosp.patients WHERE subject_id = {id}"
-ADMITS_SQL = "SELECT COUNT(*) AS admissions FROM mimiciv_hosp.admissions WHERE subject_id = {id}"
 
 
 @pytest.fixture
 def library(source, settings, tmp_path):
     """A small library and two labelled questions, with the kept samples in this test's own home."""
     settings.ASKDB_HOME = tmp_path
-    with psycopg.connect(embedded.pg_dsn(embedded.CLINICAL_DB)) as conn:
-        ids = [r[0] for r in conn.execute("SELECT subject_id FROM mimiciv_hosp.patients ORDER BY 1 LIMIT 5")]
-    for i in ids[:4]:
-        example_upsert(
-            source=source, question=f"what is the gender of patient {i}?", sql=GENDER_SQL.format(id=i)
-        )
-        example_upsert(source=source, question=f"how many times was patient {i} admitted?",
-                       sql=ADMITS_SQL.format(id=i))  # fmt: skip
-    example_upsert(source=source, question="what will the weather be tomorrow?", sql="", kind="unanswerable")
+    ids = calibration_library(source, patients=5, examples=4)
     items = [
         {"question": f"tell me the gender of patient {ids[0]}", "sql": GENDER_SQL.format(id=ids[0])},
         {"question": "which patients will come back next year?", "sql": ""},

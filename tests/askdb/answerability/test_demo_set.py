@@ -37,6 +37,17 @@ def set_items(path: Path, *, each: int) -> list[dict]:
     return items
 
 
+def assert_floor(name: str, metrics: dict, *, f1: float, blocked: int, missed: int) -> None:
+    """A held-out set's measured level, held as a floor: its F1 may only rise and its answerable
+    questions blocked and unanswerable ones let through may only fall (each listed when they do not)."""
+    got = metrics["unanswerable"]["f1"]
+    assert got >= f1 and len(metrics["blocked"]) <= blocked and len(metrics["missed"]) <= missed, (
+        f"{name}: F1 {got:.3f} (floor {f1}), blocked {len(metrics['blocked'])} (at most {blocked}), let "
+        f"through {len(metrics['missed'])} (at most {missed}); "
+        f"blocked {[b['question'] for b in metrics['blocked']]}; missed {metrics['missed']}"
+    )
+
+
 def demo_items() -> list[dict]:
     return set_items(DEMO_SET, each=150)
 
@@ -104,13 +115,7 @@ def test_the_gate_on_attributes_whose_words_the_catalog_has_but_no_column_holds(
     background"): a known gap, held here so it can only shrink. Round 11 (grounding by meaning,
     reported once, not tuned on): F1 0.800, 9 blocked, 9 let through."""
     items = set_items(CATALOG_WORDS_SET, each=40)
-    metrics = score_items(gate, items)
-    f1 = metrics["unanswerable"]["f1"]
-    assert f1 >= 0.79 and len(metrics["blocked"]) <= 9 and len(metrics["missed"]) <= 9, (
-        f"catalog words: F1 {f1:.3f} (floor 0.79), blocked {len(metrics['blocked'])} (at most 9), let through "
-        f"{len(metrics['missed'])} (at most 9); blocked {[b['question'] for b in metrics['blocked']]}; "
-        f"missed {metrics['missed']}"
-    )
+    assert_floor("catalog words", score_items(gate, items), f1=0.79, blocked=9, missed=9)
 
 
 SYNONYMS_SET = HERE / "synonyms_set.jsonl"
@@ -128,13 +133,7 @@ def test_the_gate_on_synonyms_no_catalog_text_has_and_things_mimic_does_not_hold
     by meaning): F1 0.829 (P 0.807, R 0.852), 11 blocked, 8 let through. Held so it can only get
     better."""
     items = set_items(SYNONYMS_SET, each=50)
-    metrics = score_items(gate, items)
-    f1 = metrics["unanswerable"]["f1"]
-    assert f1 >= 0.82 and len(metrics["blocked"]) <= 11 and len(metrics["missed"]) <= 8, (
-        f"synonyms: F1 {f1:.3f} (floor 0.82), blocked {len(metrics['blocked'])} (at most 11), let "
-        f"through {len(metrics['missed'])} (at most 8); blocked {[b['question'] for b in metrics['blocked']]}; "
-        f"missed {metrics['missed']}"
-    )
+    assert_floor("synonyms", score_items(gate, items), f1=0.82, blocked=11, missed=8)
 
 
 AMBIGUITY_SET = HERE / "ambiguity_set.jsonl"
@@ -152,13 +151,7 @@ def test_the_gate_on_ambiguous_and_underspecified_questions(gate):
     F1 0.800 (P 0.950, R 0.691), the same 2 blocked, 17 let through. Not tuned on after that: held
     so it can only get better."""
     items = set_items(AMBIGUITY_SET, each=50)
-    metrics = score_items(gate, items)
-    f1 = metrics["unanswerable"]["f1"]
-    assert f1 >= 0.80 and len(metrics["blocked"]) <= 2 and len(metrics["missed"]) <= 17, (
-        f"ambiguity: F1 {f1:.3f} (floor 0.80), blocked {len(metrics['blocked'])} (at most 2), let through "
-        f"{len(metrics['missed'])} (at most 17); "
-        f"blocked {[b['question'] for b in metrics['blocked']]}; missed {metrics['missed']}"
-    )
+    assert_floor("ambiguity", score_items(gate, items), f1=0.80, blocked=2, missed=17)
 
 
 RESEARCHER_SET = HERE / "researcher_set.jsonl"
@@ -180,10 +173,4 @@ def test_the_gate_on_what_a_researcher_asks_that_mimic_does_not_record(gate):
     held so it can only get better. Round 13's rules were written for kinds the issue names, some of
     them this set's, so its rise is not a held-out measure of those kinds."""
     items = set_items(RESEARCHER_SET, each=60)
-    metrics = score_items(gate, items)
-    f1 = metrics["unanswerable"]["f1"]
-    assert f1 >= 0.87 and len(metrics["blocked"]) <= 1 and len(metrics["missed"]) <= 13, (
-        f"researcher: F1 {f1:.3f} (floor 0.87), blocked {len(metrics['blocked'])} (at most 1), let through "
-        f"{len(metrics['missed'])} (at most 13); "
-        f"blocked {[b['question'] for b in metrics['blocked']]}; missed {metrics['missed']}"
-    )
+    assert_floor("researcher", score_items(gate, items), f1=0.87, blocked=1, missed=13)
