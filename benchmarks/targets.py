@@ -55,7 +55,9 @@ ROWS: list[Target] = [
     # library_scale.py: the EHRSQL-2024 train split as the library (needs ../shared)
     Target("import_examples of 5,124 questions", "library_scale", "import_s", 90, "s"),
     Target("calibrate_library (cross-validation over the library)", "library_scale", "calibrate_s", 60, "s"),
-    Target("calibrate_library + 1,163 held-out questions", "library_scale", "calibrate_valid_s", 60, "s"),
+    Target(
+        "calibrate_library + 1,163 held-out, library unchanged", "library_scale", "calibrate_valid_s", 60, "s"
+    ),
     Target("no-LLM question, 5,000-example library, p50", "library_scale", "ask_p50", 80),
     Target("no-LLM question, 5,000-example library, p95", "library_scale", "ask_p95", 250),
 ]
