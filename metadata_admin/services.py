@@ -126,7 +126,11 @@ def source_schemas(source: ClinicalSource) -> tuple[str, ...]:
 
 
 def source_executor(
-    source: ClinicalSource, *, schemas: tuple[str, ...] | None = None, sensitive: bool = True
+    source: ClinicalSource,
+    *,
+    schemas: tuple[str, ...] | None = None,
+    sensitive: bool = True,
+    sensitive_columns: frozenset[str] | None = None,
 ) -> SqlExecutor:
     """The source's read-only executor. Every statement askdb runs on a source goes through it, so
     this is where "now" becomes the source's as-of time (core.asof). `schemas` (its
@@ -135,12 +139,15 @@ def source_executor(
     `sensitive`: the access tier. True is the reader that may read every column (askdb's own reads,
     users with view_sensitive). False is the tier without view_sensitive, where the database itself
     refuses the catalog's sensitive columns: on PostgreSQL the restricted reader's login (column
-    privileges, see source_reader_grants), on SQLite the authorizer."""
+    privileges, see source_reader_grants), on SQLite the authorizer. `sensitive_columns`: the
+    "table.column" names the caller read from the catalog for this run (a run's privacy policy),
+    so the SQLite tier is not read again; empty or None reads them (with the bundled docs' flags
+    for a catalog without docs)."""
     search_path = source_schemas(source) if schemas is None else schemas
     url, hidden = source.resolved_url(), ()
     if not sensitive:
         if source.engine == ClinicalSource.Engine.SQLITE:
-            hidden = tuple(f"{t}.{c}" for _, t, c in source_sensitive_columns(source))
+            hidden = tuple(sensitive_columns or (f"{t}.{c}" for _, t, c in source_sensitive_columns(source)))
         else:
             url = source.restricted_url() or url  # none configured: askdb.W011 says so
     executor = executor_for(url, engine=source.engine, search_path=search_path, hidden_columns=hidden)

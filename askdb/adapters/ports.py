@@ -65,7 +65,9 @@ class DjangoPorts:
         self.question_executor = (
             self.executor
             if sensitive
-            else source_executor(source, schemas=self.snapshot.schemas, sensitive=False)
+            else source_executor(
+                source, schemas=self.snapshot.schemas, sensitive=False, sensitive_columns=sensitive_columns
+            )
         )
         self._catalog = self.snapshot.schema
         self.timeout_s = timeout_s

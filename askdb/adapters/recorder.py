@@ -95,6 +95,7 @@ class DjangoRecorder:
         self._calls: list[tuple[LlmCall, dict]] = []  # with their audit event's fields
         self._run_fields: dict[str, Any] = {}
         self._tokens = [0, 0, Decimal(0)]  # prompt, completion, cost not yet added to the run
+        self.tokens_total = [0, 0, Decimal(0)]  # every call's, written or not (the finished run's)
         self._cancel_checked = time.monotonic()  # the run was claimed (not cancelled) just now
         self._beat = time.monotonic()  # and its heartbeat written with the claim
 
@@ -142,7 +143,47 @@ class DjangoRecorder:
         self._new, self._ended, self._attempts, self._calls, self._run_fields = [], [], [], [], {}
         self._tokens = [0, 0, Decimal(0)]
 
+    def flush_final(self) -> dict[str, Any]:
+        """Write what was recorded since the last flush, except the run row's own fields, which are
+        returned for the caller's finishing UPDATE of the run. Call it inside the caller's
+        (synchronous) transaction that ends the run: the run's last stages, attempts and LLM calls
+        and its result are then written together, one transaction fewer per question. The
+        returned tokens are F() increments; `tokens_total` holds their values for the run in memory."""
+        if transaction.get_autocommit():
+            raise RuntimeError("flush_final writes inside the transaction that ends the run")
+        try:
+            self._write_rows()
+        except BaseException:
+            for row in [*self._new, *self._attempts, *(call for call, _ in self._calls)]:
+                row.pk = None  # rolled back with the caller's transaction
+            raise
+        fields = self._run_row_fields()
+        self._new, self._ended, self._attempts, self._calls, self._run_fields = [], [], [], [], {}
+        self._tokens = [0, 0, Decimal(0)]
+        return fields
+
+    def _run_row_fields(self) -> dict[str, Any]:
+        """The run row's recorded fields not written yet (retrieval, token increments)."""
+        fields = dict(self._run_fields)
+        prompt, completion, cost = self._tokens
+        if prompt or completion or cost:
+            fields.update(
+                tokens_prompt=F("tokens_prompt") + prompt,
+                tokens_completion=F("tokens_completion") + completion,
+                cost_usd=F("cost_usd") + cost,
+            )
+        return fields
+
     def _write(self) -> None:
+        self._write_rows()
+        beat_due = time.monotonic() - self._beat >= HEARTBEAT_S
+        fields = self._run_row_fields()
+        if not (fields or beat_due):
+            return  # nothing for the run's row: a heartbeat written seconds ago still says it is alive
+        Run.objects.filter(pk=self.run.pk).update(**fields, heartbeat_at=timezone.now())
+        self._beat = time.monotonic()
+
+    def _write_rows(self) -> None:
         if self._new:
             StageEvent.objects.bulk_create(self._new)  # sets pk (PostgreSQL returns the ids)
         if len(self._ended) > FEW_ENDED:
@@ -157,19 +198,6 @@ class DjangoRecorder:
         for call, audit in self._calls:
             call.save(force_insert=True)
             audit_record(action="llm.call", target=self.run, **audit)
-        prompt, completion, cost = self._tokens
-        beat_due = time.monotonic() - self._beat >= HEARTBEAT_S
-        if not (self._run_fields or prompt or completion or cost or beat_due):
-            return  # nothing for the run's row: a heartbeat written seconds ago still says it is alive
-        fields = {**self._run_fields, "heartbeat_at": timezone.now()}
-        if prompt or completion or cost:
-            fields.update(
-                tokens_prompt=F("tokens_prompt") + prompt,
-                tokens_completion=F("tokens_completion") + completion,
-                cost_usd=F("cost_usd") + cost,
-            )
-        Run.objects.filter(pk=self.run.pk).update(**fields)
-        self._beat = time.monotonic()
 
     def attempt(
         self, *, number: int, sql: str, origin: str, valid: bool, error_code: str = "", error: str = ""
@@ -214,9 +242,10 @@ class DjangoRecorder:
         }  # fmt: skip
         self._calls.append((call, audit))
         if result:
-            self._tokens[0] += result.prompt_tokens
-            self._tokens[1] += result.completion_tokens
-            self._tokens[2] += Decimal(str(result.cost_usd))
+            for totals in (self._tokens, self.tokens_total):
+                totals[0] += result.prompt_tokens
+                totals[1] += result.completion_tokens
+                totals[2] += Decimal(str(result.cost_usd))
 
     def retrieval(self, view: RetrievalView, examples: list[ExampleContext]) -> None:
         data = {

@@ -73,14 +73,20 @@ def _clean_question(text: str) -> str:
 def question_submit(*, user, text: str, source=None, ip: str | None = None, follow_up_of=None):
     """Accept a question and queue its first run; the worker picks it up after commit.
     `follow_up_of`: the answered run this question follows up (its question and SQL are the context)."""
+    task_id = str(uuid.uuid4())  # claimed with the run's INSERT: no second commit to claim it
     with transaction.atomic():
-        run = _question_create(user=user, text=text, source=source, ip=ip, follow_up_of=follow_up_of)
-        transaction.on_commit(lambda: _enqueue(run.pk))
+        run = _question_create(
+            user=user, text=text, source=source, ip=ip, follow_up_of=follow_up_of, task_id=task_id
+        )
+        transaction.on_commit(lambda: _send(run.pk, task_id))
     return run
 
 
-def _question_create(*, user, text: str, source=None, ip: str | None = None, follow_up_of=None):
-    """A question and its first (queued) run, audited; the caller owns the transaction."""
+def _question_create(
+    *, user, text: str, source=None, ip: str | None = None, follow_up_of=None, task_id: str = ""
+):
+    """A question and its first (queued) run, audited; the caller owns the transaction. `task_id`:
+    the job id the caller sends after commit (none: the run is sent by whoever claims it)."""
     cleaned = _clean_question(text)
     if follow_up_of is not None:
         if follow_up_of.status != Run.Status.SUCCEEDED or not follow_up_of.sql:
@@ -89,7 +95,7 @@ def _question_create(*, user, text: str, source=None, ip: str | None = None, fol
     question = Question.objects.create(
         user=user, source=source or source_get(None), text=cleaned, follow_up_of=follow_up_of
     )
-    run = Run.objects.create(question=question)
+    run = Run.objects.create(question=question, task_id=task_id)
     detail = {"follow_up_of": follow_up_of.pk} if follow_up_of is not None else None
     audit_record(action="question.asked", actor=user, target=run, message=cleaned[:500], ip=ip, detail=detail)
     return run
@@ -103,6 +109,12 @@ def _enqueue(run_id: int, *, long_query: bool = False) -> bool:
     task_id = str(uuid.uuid4())
     if not Run.objects.filter(pk=run_id, status=Run.Status.QUEUED, task_id="").update(task_id=task_id):
         return False
+    return _send(run_id, task_id, long_query=long_query)
+
+
+def _send(run_id: int, task_id: str, *, long_query: bool = False) -> bool:
+    """Send the job of a run whose task id the caller claimed. When the broker refuses it, the
+    claim is undone (the queued-run reaper sends it later) and QueueUnavailable is raised."""
     try:
         if long_query:
             task_send("askdb.run_long_query", run_id, task_id=task_id)  # askdb.tasks.run_long_query
@@ -207,8 +219,9 @@ def run_execute(*, run_id: int, worker: str = ""):
                     **_earlier(run),
                 )
             )
-        finally:
+        except BaseException:
             recorder.flush()  # the stages, attempts and LLM calls recorded since the last live stage
+            raise
     except Exception as exc:  # an unexpected bug must still end the run, with its reason
         run.refresh_from_db()
         if isinstance(exc, SoftTimeLimitExceeded):
@@ -224,9 +237,6 @@ def run_execute(*, run_id: int, worker: str = ""):
             )
         if not run.is_terminal:
             _run_finish(run, status=Run.Status.FAILED, outcome=outcome, message=message)
-        return run
-    _refresh(run)
-    if run.status == Run.Status.CANCELLED:
         return run
     fields = {
         "outcome": outcome.outcome,
@@ -253,15 +263,43 @@ def run_execute(*, run_id: int, worker: str = ""):
             result_truncated=outcome.result.truncated,
             row_count=outcome.result.row_count,
         )
-    _run_finish(run, status=outcome.status, **fields)
+    _run_complete(run, recorder, status=outcome.status, **fields)
     return run
 
 
 def _refresh(run) -> None:
-    """The run as stored now (a cancel, the recorder's tokens and retrieval), keeping the question,
-    source and user already loaded: a run's question never changes, and a plain refresh_from_db
-    forgets every loaded relation, so finishing read them again."""
+    """The run as stored now (a cancel), keeping the question, source and user already loaded: a
+    run's question never changes, and a plain refresh_from_db forgets every loaded relation."""
     run.refresh_from_db(fields=[f.name for f in Run._meta.concrete_fields if f.name != "question"])
+
+
+def _run_complete(run, recorder: DjangoRecorder, *, status: str, **fields) -> None:
+    """End a run the pipeline finished: the recorder's last rows, the run's result and its audit
+    event in one synchronous transaction (which also makes the run's relaxed commits durable). The
+    UPDATE ends only a run still running: one cancelled (or reaped) meanwhile keeps its end, and
+    is then read back as stored. The run in memory is the stored run, without a read."""
+    now = timezone.now()
+    with transaction.atomic():
+        recorded = recorder.flush_final()
+        for key, value in fields.items():
+            setattr(run, key, value)
+        run.status, run.finished_at, run.heartbeat_at = status, now, now
+        run.prompt_version = prompts.PROMPT_VERSION
+        if "retrieval" in recorded:  # review_required reads it (first_of_kind)
+            run.retrieval, run.examples_used = recorded["retrieval"], recorded["examples_used"]
+        if review_required(run):
+            run.review_status = run.Review.PENDING
+        values = {**fields, **recorded, "status": status, "finished_at": now, "heartbeat_at": now,
+                  "prompt_version": run.prompt_version, "review_status": run.review_status}  # fmt: skip
+        ended = Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).update(**values)
+        if ended:
+            _finish_audit(run, status=status, fields=fields)
+    if not ended:
+        _refresh(run)
+        return
+    run.tokens_prompt += recorder.tokens_total[0]
+    run.tokens_completion += recorder.tokens_total[1]
+    run.cost_usd += recorder.tokens_total[2]
 
 
 def _earlier(run) -> dict[str, str]:
@@ -282,20 +320,23 @@ def _run_finish(run, *, status: str, **fields) -> None:
         if review_required(run):
             run.review_status = run.Review.PENDING
         run.save()
-        audit_record(
-            action=f"run.{status}",
-            target=run,
-            message=(fields.get("message") or fields.get("outcome") or "")[:500],
-            detail={
-                "outcome": fields.get("outcome", ""),
-                "sql": fields.get("sql", "")[:4000],
-                "rows": fields.get("row_count"),
-                # suppression and refusals are part of the record of what the user was shown
-                "privacy": {
-                    k: v for k, v in (fields.get("privacy") or {}).items() if k != "sensitive_positions"
-                },
-            },
-        )
+        _finish_audit(run, status=status, fields=fields)
+
+
+def _finish_audit(run, *, status: str, fields: dict) -> None:
+    """The audit event of a run's end: what the user was shown, suppression and refusals included."""
+    audit_record(
+        action=f"run.{status}",
+        target=run,
+        message=(fields.get("message") or fields.get("outcome") or "")[:500],
+        detail={
+            "outcome": fields.get("outcome", ""),
+            "sql": fields.get("sql", "")[:4000],
+            "rows": fields.get("row_count"),
+            # suppression and refusals are part of the record of what the user was shown
+            "privacy": {k: v for k, v in (fields.get("privacy") or {}).items() if k != "sensitive_positions"},
+        },
+    )
 
 
 def runs_reap_stale(*, older_than_s: int | None = None) -> int:
