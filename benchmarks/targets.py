@@ -41,7 +41,7 @@ ROWS: list[Target] = [
     Target("wall overhead incl. run set-up and finish, p50", "pipeline", "wall_overhead_p50", 80),
     # pipeline.py, part 2: through the broker and the default worker
     Target(
-        "50 questions at once, LLM 0.5 s per call, default worker: wall",
+        "50 questions at once, LLM 0.5 s per call, default worker: wall (middle of 3 batches)",
         "pipeline",
         "batch50_wall@0.5",
         5,

@@ -83,3 +83,33 @@ def test_the_pipeline_rounds_are_the_passes_over_its_questions(targets, monkeypa
     assert pipeline.round_p50s([one], "embed") == [9.0, 30.0, 8.0]  # round 2 without its failed run
     other = pipeline.SyncResult(0.5, runs=[ran(50.0)] * 3, run_rounds=[0, 1, 2])
     assert pipeline.round_p50s([one, other], "embed") == [10.0, 31.0, 9.5]  # both latencies' runs
+
+
+def test_the_50_at_once_row_is_the_middle_of_its_batches_and_counts_every_rounds_errors(
+    targets, monkeypatch, settings
+):
+    """One batch of 50 swung ±0.3 s around its 5 s target: the row is the middle of three batches
+    by wall time, their range beside it, and an error in any round fails the zero-error verdict."""
+    spec = importlib.util.spec_from_file_location("bench_pipeline", BENCHMARKS / "pipeline.py")
+    pipeline = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_pipeline", pipeline)
+    spec.loader.exec_module(pipeline)
+    settings.CELERY_WORKER_POOL, settings.CELERY_WORKER_CONCURRENCY = "threads", 32
+
+    def batch(wall_s: float, failed: int = 0):
+        b = pipeline.Batch(wall_s=wall_s)
+        b.runs = [pipeline.RunTimes("succeeded", "answered", {}, {}, 0.0)] * (50 - failed)
+        b.runs += [pipeline.RunTimes("failed", "error", {}, {}, 0.0)] * failed
+        return b
+
+    res = pipeline.BatchResult.of_rounds(
+        0.5, "threads", 32, 50, [batch(5.3), batch(4.6, failed=1), batch(4.9)]
+    )
+    assert res.batch.wall_s == 4.9 and res.walls == [5.3, 4.6, 4.9] and res.errors == 1
+    assert "zero errors at 50 concurrent: NOT met" in "\n".join(pipeline._report_batches([res]))
+    assert "batch50_wall@0.5" not in pipeline.target_values([], [res])  # a row with errors is no time
+    clean = pipeline.BatchResult.of_rounds(0.5, "threads", 32, 50, [batch(5.3), batch(4.6), batch(4.9)])
+    values = pipeline.target_values([], [clean])
+    assert (values["batch50_wall@0.5"], values["batch50_wall@0.5_lo"], values["batch50_wall@0.5_hi"]) == (
+        4.9, 4.6, 5.3,
+    )  # fmt: skip
