@@ -95,7 +95,6 @@ class DjangoRecorder:
         self._calls: list[tuple[LlmCall, dict]] = []  # with their audit event's fields
         self._run_fields: dict[str, Any] = {}
         self._tokens = [0, 0, Decimal(0)]  # prompt, completion, cost not yet added to the run
-        self.tokens_total = [0, 0, Decimal(0)]  # every call's, written or not (the finished run's)
         self._cancel_checked = time.monotonic()  # the run was claimed (not cancelled) just now
         self._beat = time.monotonic()  # and its heartbeat written with the claim
 
@@ -148,7 +147,7 @@ class DjangoRecorder:
         returned for the caller's finishing UPDATE of the run. Call it inside the caller's
         (synchronous) transaction that ends the run: the run's last stages, attempts and LLM calls
         and its result are then written together, one transaction fewer per question. The
-        returned tokens are F() increments; `tokens_total` holds their values for the run in memory."""
+        returned tokens are F() increments; the run in memory already holds their sums."""
         if transaction.get_autocommit():
             raise RuntimeError("flush_final writes inside the transaction that ends the run")
         try:
@@ -242,10 +241,13 @@ class DjangoRecorder:
         }  # fmt: skip
         self._calls.append((call, audit))
         if result:
-            for totals in (self._tokens, self.tokens_total):
-                totals[0] += result.prompt_tokens
-                totals[1] += result.completion_tokens
-                totals[2] += Decimal(str(result.cost_usd))
+            self._tokens[0] += result.prompt_tokens
+            self._tokens[1] += result.completion_tokens
+            self._tokens[2] += Decimal(str(result.cost_usd))
+            # The run in memory is kept as stored (the run is ended without reading it back).
+            self.run.tokens_prompt += result.prompt_tokens
+            self.run.tokens_completion += result.completion_tokens
+            self.run.cost_usd = (self.run.cost_usd + Decimal(str(result.cost_usd))).quantize(COST_STEP)
 
     def retrieval(self, view: RetrievalView, examples: list[ExampleContext]) -> None:
         data = {
@@ -275,9 +277,9 @@ class DjangoRecorder:
             ],
             "best_doc_score": view.best_doc_score,
         }
-        self._run_fields.update(
-            retrieval=data, examples_used=[e.example_id for e in examples if e.example_id is not None]
-        )
+        used = [e.example_id for e in examples if e.example_id is not None]
+        self._run_fields.update(retrieval=data, examples_used=used)
+        self.run.retrieval, self.run.examples_used = data, used  # as stored, once flushed
 
     def cancelled(self) -> bool:
         if self._deadline is not None and time.monotonic() > self._deadline:
@@ -287,6 +289,8 @@ class DjangoRecorder:
         self._cancel_checked = time.monotonic()
         return Run.objects.filter(pk=self.run.pk, status=Run.Status.CANCELLED).exists()
 
+
+COST_STEP = Decimal("0.000001")  # Run.cost_usd's decimal places
 
 # What is stored of each SQL attempt, error and LLM reply: a 1 MB reply must not become megabytes
 # of attempts. Validation refuses SQL longer than 20 000 characters, so nothing useful is lost.

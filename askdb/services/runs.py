@@ -284,9 +284,7 @@ def _run_complete(run, recorder: DjangoRecorder, *, status: str, **fields) -> No
         for key, value in fields.items():
             setattr(run, key, value)
         run.status, run.finished_at, run.heartbeat_at = status, now, now
-        run.prompt_version = prompts.PROMPT_VERSION
-        if "retrieval" in recorded:  # review_required reads it (first_of_kind)
-            run.retrieval, run.examples_used = recorded["retrieval"], recorded["examples_used"]
+        run.prompt_version = prompts.PROMPT_VERSION  # the recorder kept retrieval and tokens in memory
         if review_required(run):
             run.review_status = run.Review.PENDING
         values = {**fields, **recorded, "status": status, "finished_at": now, "heartbeat_at": now,
@@ -296,10 +294,6 @@ def _run_complete(run, recorder: DjangoRecorder, *, status: str, **fields) -> No
             _finish_audit(run, status=status, fields=fields)
     if not ended:
         _refresh(run)
-        return
-    run.tokens_prompt += recorder.tokens_total[0]
-    run.tokens_completion += recorder.tokens_total[1]
-    run.cost_usd += recorder.tokens_total[2]
 
 
 def _earlier(run) -> dict[str, str]:
