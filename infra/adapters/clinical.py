@@ -341,9 +341,12 @@ class PostgresExecutor:
     def _connect(self) -> psycopg.Connection:
         try:
             # No server-side prepared statements: a kept connection is DISCARDed between uses.
-            return psycopg.connect(
+            conn = psycopg.connect(
                 self.url, connect_timeout=self.connect_timeout, autocommit=False, prepare_threshold=None
             )
+            # Every transaction psycopg opens on it is READ ONLY (its own BEGIN carries it).
+            conn.read_only = True
+            return conn
         except psycopg.OperationalError as exc:
             raise ExecutionError(
                 f"cannot connect to the clinical database: {_one_line(exc)}", code="connection"
@@ -379,19 +382,24 @@ class PostgresExecutor:
                 conn.close()
 
     def _begin(self, conn: psycopg.Connection, timeout_s: float) -> None:
-        conn.execute("BEGIN READ ONLY")
-        conn.execute(
-            psql.SQL("SET LOCAL statement_timeout = {}").format(psql.Literal(f"{int(timeout_s * 1000)}ms"))
-        )
-        conn.execute("SET LOCAL idle_in_transaction_session_timeout = '60s'")
-        # The lexer in validation reads '\' as a plain character; make the server agree.
-        conn.execute("SET LOCAL standard_conforming_strings = on")
+        """A READ ONLY transaction with this statement's settings, in two round trips: psycopg's
+        own BEGIN READ ONLY (the connection is read_only; an explicit BEGIN after it was a second
+        round trip and a warning), then every SET LOCAL in one string. It has no parameters, so
+        psycopg sends it by the simple query protocol, which runs several statements; the values
+        are composed as quoted literals and identifiers."""
+        sets = [
+            psql.SQL("SET LOCAL statement_timeout = {}").format(psql.Literal(f"{int(timeout_s * 1000)}ms")),
+            psql.SQL("SET LOCAL idle_in_transaction_session_timeout = '60s'"),
+            # The lexer in validation reads '\' as a plain character; make the server agree.
+            psql.SQL("SET LOCAL standard_conforming_strings = on"),
+        ]
         if self.search_path:
-            conn.execute(
+            sets.append(
                 psql.SQL("SET LOCAL search_path = {}").format(
                     psql.SQL(", ").join(psql.Identifier(s) for s in self.search_path)
                 )
             )
+        conn.execute(psql.SQL("; ").join(sets))
 
     @contextlib.contextmanager
     def _read_only(self, timeout_s: float, timeout_message: str) -> Iterator[psycopg.Connection]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from infra import embedded
-from infra.adapters.clinical import PostgresExecutor
+from infra.adapters.clinical import ExecutionError, PostgresExecutor
 from metadata_admin.clinical import loader
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -132,3 +132,38 @@ def test_the_900_mb_string_of_the_issue_is_stopped_without_reaching_the_worker(r
     )
     assert grown < 60, f"the worker grew by {grown} MB"
     assert printed in ("(0, True)", "ExecutionError timeout")
+
+
+def test_a_statement_runs_read_only_on_a_database_that_does_not_default_to_it(scratch_database):
+    """READ ONLY must come from the executor, not from the database's defaults: a hospital's server
+    need not set default_transaction_read_only. (psycopg opens a transaction before the first
+    statement, so an explicit BEGIN READ ONLY after it was only a warning.) Validation is skipped
+    here: this is the executor's own guard, with a role that may write."""
+    import psycopg
+
+    with psycopg.connect(scratch_database, autocommit=True) as conn:
+        conn.execute("CREATE SEQUENCE s")
+    ex = PostgresExecutor(scratch_database)
+    for _ in range(2):  # a new connection, then the kept one
+        with pytest.raises(ExecutionError, match="read-only transaction"):
+            ex.execute("SELECT nextval('s') AS n", timeout_s=5, row_cap=1)  # a write inside a SELECT
+        assert ex.execute("SELECT is_called FROM s", timeout_s=5, row_cap=1).rows == [(False,)]
+
+
+def test_a_statements_settings_are_sent_together_and_hold_for_it_alone(scratch_database):
+    """The SET LOCALs go in one string (one round trip): each still holds for its statement, the
+    next statement on the kept connection gets its own timeout, and a schema name with a quote and
+    a semicolon in it stays one identifier (no second statement)."""
+    ex = PostgresExecutor(scratch_database, search_path=("public", 'odd"; SET ROLE nobody; --'))
+    shown = (
+        "SELECT current_setting('statement_timeout') AS t, current_setting('transaction_read_only') AS ro, "
+        "current_setting('standard_conforming_strings') AS scs, current_setting('search_path') AS path, "
+        "current_setting('idle_in_transaction_session_timeout') AS idle, current_user AS u"
+    )
+    timeout, read_only, strings, path, idle, user = ex.execute(shown, timeout_s=2, row_cap=1).rows[0]
+    assert (timeout, read_only, strings, idle) == ("2s", "on", "on", "1min")
+    assert path == 'public, "odd""; SET ROLE nobody; --"' and user != "nobody"
+    assert ex.execute(shown, timeout_s=7.5, row_cap=1).rows[0][0] == "7500ms"  # per statement
+    with pytest.raises(ExecutionError) as info:
+        ex.execute("SELECT pg_sleep(2) AS s", timeout_s=0.2, row_cap=1)
+    assert info.value.code == "timeout"
