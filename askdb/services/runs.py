@@ -276,8 +276,9 @@ def _refresh(run) -> None:
 def _run_complete(run, recorder: DjangoRecorder, *, status: str, **fields) -> None:
     """End a run the pipeline finished: the recorder's last rows, the run's result and its audit
     event in one synchronous transaction (which also makes the run's relaxed commits durable). The
-    UPDATE ends only a run still running: one cancelled (or reaped) meanwhile keeps its end, and
-    is then read back as stored. The run in memory is the stored run, without a read."""
+    UPDATE skips a run cancelled meanwhile, which keeps its cancel and is then read back as stored
+    (as before, a run the stale-run reaper failed still gets the answer it finished with). The run
+    in memory is the stored run, without a read."""
     now = timezone.now()
     with transaction.atomic():
         recorded = recorder.flush_final()
@@ -289,7 +290,7 @@ def _run_complete(run, recorder: DjangoRecorder, *, status: str, **fields) -> No
             run.review_status = run.Review.PENDING
         values = {**fields, **recorded, "status": status, "finished_at": now, "heartbeat_at": now,
                   "prompt_version": run.prompt_version, "review_status": run.review_status}  # fmt: skip
-        ended = Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).update(**values)
+        ended = Run.objects.filter(pk=run.pk).exclude(status=Run.Status.CANCELLED).update(**values)
         if ended:
             _finish_audit(run, status=status, fields=fields)
     if not ended:
