@@ -181,7 +181,9 @@ def _after_discharge_words(tables: Iterable[Any], columns: Iterable[Any]) -> tup
         if _AFTER_DOC.search(doc):
             said |= {grounding.stem(w) for w in grounding.words(f"{c.qualified.rsplit('.', 1)[-1]} {doc}")}
             named = named or c.qualified
-    admitted = {c.qualified.rsplit(".", 1)[0] for c in columns if re.search(r"\.(?:admittime|intime)$", c.qualified)}
+    admitted = {
+        c.qualified.rsplit(".", 1)[0] for c in columns if re.search(r"\.(?:admittime|intime)$", c.qualified)
+    }
     said |= {c.qualified.rsplit(".", 1)[-1] for c in columns if c.qualified.rsplit(".", 1)[0] in admitted}
     for t in tables:
         if t.qualified in admitted:
@@ -247,10 +249,14 @@ class Specifics:
         if not m or not self.after_column:
             return None
         rest = _AFTER_DISCHARGE.sub(" ", text)
-        asked = [w for w in grounding.words(rest) if w not in grounding.GENERIC and w not in grounding.LIGHT_VERBS]
+        asked = [
+            w for w in grounding.words(rest) if w not in grounding.GENERIC and w not in grounding.LIGHT_VERBS
+        ]
         asked = [w for w in asked if len(w) > 2 and w not in {"after", "before", "again", "within"}]
         if any(w in _DEATH_WORDS for w in asked) or any(
-            grounding.same_word(grounding.stem(w), h) or grounding.same_word(w, h) or (len(w) >= 5 and h.startswith(w[:5]))
+            grounding.same_word(grounding.stem(w), h)
+            or grounding.same_word(w, h)
+            or (len(w) >= 5 and h.startswith(w[:5]))
             for w in asked
             for h in self.after_discharge
         ):
@@ -261,6 +267,7 @@ class Specifics:
             "later stays in this hospital, so askdb cannot answer this; it can answer whether the patient died "
             "or was admitted again.", True,
         )  # fmt: skip
+
     def unrecorded_reason(self, text: str) -> rules.Finding | None:
         """Why something happened, when no column documents the reason for it: the database records
         what was done and when (a transfer, a stop, a dose change), and a reason only where a column
