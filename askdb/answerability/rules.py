@@ -207,7 +207,8 @@ RULES: tuple[Rule, ...] = (
          r"\b(?:when|who|how|where) (?:was|is|were|did|does) (?:this|the) (?:database|dataset|data set)\b(?! (?:record|hold|"
          r"show|say|contain|keep|list)\w*)|\b(?:maintains?|maintained|updates?|updated|created|built|owns|runs|hosts|curates?)"
          r" (?:this|the) (?:database|dataset|data set)\b|\b(?:this|the) (?:database|dataset|data set)'?s? (?:last )?"
-         r"(?:update\w*|version|maintainers?|owners?|administrators?|size in|creators?)\b",
+         r"(?:update\w*|version|maintainers?|owners?|administrators?|size in|creators?)\b|\b(?:version|owner|maintainer|"
+         r"creator|administrator|last update) of (?:this|the) (?:database|dataset|data set)\b",
          "This asks about the database itself ({evidence}), not about the patient records it holds, so askdb "
          "cannot answer it."),
     Rule("general_knowledge", "out_of_scope",

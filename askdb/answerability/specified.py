@@ -146,7 +146,7 @@ def _reason_columns(columns: Iterable[Any]) -> list[frozenset[str]]:
 # question says the period ("recently prescribed today compared to yesterday"); "most recent" is the
 # last one, and "recent" inside a name ("reopening of recent thoracotomy site") is not a period.
 _UNANCHORED = re.compile(
-    r"\b(?:(?<!most )(?<!the )recently|lately|of late|in recent (?:times|days|weeks|months|years)|in the past(?! (?:\d+|few|two|three|"
+    r"\b(?:(?<!most )(?<!the )recently|lately|of late|in recent (?:times|days|weeks|months|years)|in the (?:recent |distant )?past(?! (?:\d+|few|two|three|"
     r"several|one|a|year|month|week|day|hour)\b)|(?:a (?:little |long )?while|some time|not long) (?:ago|back)|back then|"
     r"these days|nowadays|at some point|around the time (?:of|when|that)|(?:close|near) to the time (?:of|when))\b"
 )
@@ -252,7 +252,12 @@ class Specifics:
         asked = [
             w for w in grounding.words(rest) if w not in grounding.GENERIC and w not in grounding.LIGHT_VERBS
         ]
-        asked = [w for w in asked if len(w) > 2 and w not in {"after", "before", "again", "within"}]
+        # The discharge is the question's anchor, not what it asks ("at the discharge location").
+        asked = [
+            w
+            for w in asked
+            if len(w) > 2 and w not in {"after", "before", "again", "within"} and w[:8] != "discharg"
+        ]
         if any(w in _DEATH_WORDS for w in asked) or any(
             grounding.same_word(grounding.stem(w), h)
             or grounding.same_word(w, h)
