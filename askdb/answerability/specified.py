@@ -169,18 +169,23 @@ _DEATH_WORDS = frozenset({"die", "died", "dies", "dying", "dead", "alive", "surv
 
 def _after_discharge_words(tables: Iterable[Any], columns: Iterable[Any]) -> tuple[frozenset[str], str]:
     """What the catalog records after a discharge: the content stems of columns whose doc says so
-    (patients.dod: "death ... within one year after the last hospital discharge") and the names
-    of the tables that record a stay by its admission time, and their columns' names (a later stay
-    here is a readmission: "admitted" is admissions.admittime); and the first such column, named in
-    the decline."""
+    (patients.dod: "death ... within one year after the last hospital discharge"), the values of a
+    column naming where a discharge went (admissions.discharge_location: "SKILLED NURSING FACILITY"),
+    and the names of the tables that record a stay by its admission time, and their columns' names
+    (a later stay here is a readmission: "admitted" is admissions.admittime); and the columns of the
+    first two kinds, named in the decline."""
     said: set[str] = set()
-    named = ""
+    named: list[str] = []
     columns = list(columns)
     for c in columns:
         doc = c.text.partition(": ")[2].lower()
+        name = c.qualified.rsplit(".", 1)[-1]
         if _AFTER_DOC.search(doc):
-            said |= {grounding.stem(w) for w in grounding.words(f"{c.qualified.rsplit('.', 1)[-1]} {doc}")}
-            named = named or c.qualified
+            said |= {grounding.stem(w) for w in grounding.words(f"{name} {doc}")}
+            named.append(c.qualified)
+        elif "discharge" in name and re.search(r"location|destination|disposition", f"{name} {doc}"):
+            said |= {grounding.stem(w) for w in grounding.words(f"{name} {c.values}".lower())}
+            named.append(c.qualified)
     admitted = {
         c.qualified.rsplit(".", 1)[0] for c in columns if re.search(r"\.(?:admittime|intime)$", c.qualified)
     }
@@ -189,7 +194,7 @@ def _after_discharge_words(tables: Iterable[Any], columns: Iterable[Any]) -> tup
         if t.qualified in admitted:
             names = " ".join(x for x in t.text.splitlines() if x.startswith(_SYNONYM_LINES))
             said |= {grounding.stem(w) for w in grounding.words(names)}
-    return frozenset(w for w in said if w not in grounding.GENERIC and len(w) > 2), named
+    return frozenset(w for w in said if w not in grounding.GENERIC and len(w) > 2), " and ".join(named)
 
 
 class Specifics:
@@ -268,9 +273,9 @@ class Specifics:
             return None
         return rules.Finding(
             "not_in_schema", "after_discharge", m.group(0),
-            f"After a discharge the database records only a death ({self.after_column}, up to a year after) and "
-            "later stays in this hospital, so askdb cannot answer this; it can answer whether the patient died "
-            "or was admitted again.", True,
+            f"After a discharge the database records only what {self.after_column} hold (where the patient went, a "
+            "death up to a year after) and later stays in this hospital, so askdb cannot answer this; it can answer "
+            "where the patient was discharged to, whether the patient died or was admitted again.", True,
         )  # fmt: skip
 
     def unrecorded_reason(self, text: str) -> rules.Finding | None:

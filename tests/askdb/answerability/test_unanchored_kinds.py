@@ -80,6 +80,7 @@ def test_what_the_catalog_does_not_record_is_declined(catalog, specifics, questi
         "was patient 4 admitted to the hospital again within a year after the first discharge?",
         "how many days after the first discharge was patient 4 admitted again?",
         "where was patient 4 discharged to after the last hospital visit?",
+        "did patient 4 go to a skilled nursing facility after leaving the hospital?",
         # A diagnosis or a charted value, not the patient's words; "report" said by the asker.
         "has patient 4 been diagnosed with chest pain, unspecified?",
         "can you report the last arterial blood pressure mean for patient 4 during the first icu stay?",
@@ -105,7 +106,7 @@ def test_a_catalog_that_records_notes_or_nothing_after_discharge_decides(catalog
     question = "how did patient 4 describe the chest pain?"
     assert "patient_words" in _declined_by(catalog, specifics, question)
     assert _declined_by((tables, notes), Specifics(tables, notes), question) == []
-    no_dod = [c for c in columns if not c.qualified.endswith(".dod")]
+    no_dod = [c for c in columns if not c.qualified.endswith((".dod", ".discharge_location"))]
     assert Specifics(tables, no_dod).findings("did patient 4 go back to work after the last discharge?") == []
     reason = specifics.findings("did patient 4 go back to work after the last discharge?")[0].reason
     assert "patients.dod" in reason
