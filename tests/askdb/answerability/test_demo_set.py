@@ -149,9 +149,10 @@ def test_the_gate_on_ambiguous_and_underspecified_questions(gate):
     (P 0.846, R 0.200), 2 of 55 answerable blocked (by the grounding), 44 let through; after (a class
     no column records, a duration of an event with no end time, a value of an unnamed test or drug):
     F1 0.800 (P 0.950, R 0.691), the same 2 blocked, 17 let through. Not tuned on after that: held
-    so it can only get better."""
+    so it can only get better. Round 14 (a period with no anchor, reported once): F1 0.860, 2
+    blocked, 12 let through."""
     items = set_items(AMBIGUITY_SET, each=50)
-    assert_floor("ambiguity", score_items(gate, items), f1=0.80, blocked=2, missed=17)
+    assert_floor("ambiguity", score_items(gate, items), f1=0.86, blocked=2, missed=12)
 
 
 RESEARCHER_SET = HERE / "researcher_set.jsonl"
@@ -171,9 +172,10 @@ def test_the_gate_on_what_a_researcher_asks_that_mimic_does_not_record(gate):
     does not record, a medication "taken regularly", a cause of death, a state no catalog text names):
     F1 0.870 (P 0.979, R 0.783), the same 1 blocked, 13 let through. Measured twice, not tuned on after:
     held so it can only get better. Round 13's rules were written for kinds the issue names, some of
-    them this set's, so its rise is not a held-out measure of those kinds."""
+    them this set's, so its rise is not a held-out measure of those kinds. Round 14 (reported once, not
+    tuned on): F1 0.891, the same 1 blocked, 11 let through."""
     items = set_items(RESEARCHER_SET, each=60)
-    assert_floor("researcher", score_items(gate, items), f1=0.87, blocked=1, missed=13)
+    assert_floor("researcher", score_items(gate, items), f1=0.89, blocked=1, missed=11)
 
 
 UNANCHORED_SET = HERE / "unanchored_set.jsonl"
