@@ -148,7 +148,7 @@ def _reason_columns(columns: Iterable[Any]) -> list[frozenset[str]]:
 _UNANCHORED = re.compile(
     r"\b(?:(?<!most )(?<!the )recently|lately|of late|in recent (?:times|days|weeks|months|years)|in the (?:recent |distant )?past(?! (?:\d+|few|two|three|"
     r"several|one|a|year|month|week|day|hour)\b)|(?:a (?:little |long )?while|some time|not long) (?:ago|back)|back then|"
-    r"these days|nowadays|at some point|around the time (?:of|when|that)|(?:close|near) to the time (?:of|when))\b"
+    r"these days|nowadays|around the time (?:of|when|that)|(?:close|near) to the time (?:of|when))\b"
 )
 _ANCHOR = re.compile(
     r"\b(?:1[89]\d\d|2\d\d\d|\d+ (?:years?|months?|weeks?|days?|hours?) ago|today|yesterday|tonight|"

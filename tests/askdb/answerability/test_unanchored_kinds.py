@@ -74,6 +74,8 @@ def test_what_the_catalog_does_not_record_is_declined(catalog, specifics, questi
         "what medication was administered to patient 4 most recently according to the emar?",
         "which drug was patient 4 prescribed within the same day after the reopening of recent thoracotomy site?",
         "which diagnoses has patient 4 been given in the past 2 years?",
+        # "At some point" is "ever": any time, which the database answers.
+        "was patient 4 at some point given insulin?",
         "what was patient 4's weight on the most recent icu visit?",
         # After discharge, a death and a later stay here are recorded.
         "did patient 4 die after the last hospital discharge?",
