@@ -100,9 +100,14 @@ ATTRIBUTE_PATTERNS: tuple[re.Pattern, ...] = tuple(
         r"after|before|for|when|while|with|from)\b|\?|$)",
         rf"\b(?:what|which) (?P<attr>[a-z-]+(?: [a-z-]+){{0,3}}?) (?:does|did|do|has|had|is|was) {_PATIENT}\b",
         rf"\bhow many (?P<attr>[a-z-]+(?: [a-z-]+){{0,2}}?) (?:does|did|do|has|had) {_PATIENT} (?:have|own|had)\b",
-        rf"\b(?:does|did|has|had) {_PATIENT} (?:have|has|had|own|owns) (?:a |an |any |the )?(?P<attr>[a-z-]+"
+        rf"\b(?:does|did|has|had) {_PATIENT} (?:ever )?(?:have|has|had|own|owns|been to|gone to) (?:a |an |any |the )?(?P<attr>[a-z-]+"
         r"(?: [a-z-]+){0,2}?)(?: (?:on|in|during|at|after|before|for|from)\b|\?|$)",
         rf"\bthe (?P<attr>[a-z-]+(?: [a-z-]+){{0,3}}?) (?:of|for) {_PATIENT}\b{_OWNS_NONE}",
+        # An attribute of the hospital or one of its units, not of a patient: "the capacity of the cardiac
+        # icu", "the bed occupancy of the hospital"; grounded as any attribute (a unit's name is a value).
+        rf"^(?:what|which) (?:is|was|are|were) (?:the )?(?P<attr>(?!{_NOT_A_NOUN})[a-z-]+(?: [a-z-]+){{0,2}}?) (?:of|in|at) "
+        r"(?:the|this|that|our|each|every) (?:[a-z-]+ ){0,4}?(?:hospital|unit|ward|icu|department|clinic)s?(?: (?:on|in|during|"
+        r"at|since)\b|\?|$)",
         # A state of the patient asked by its adjective: "was patient N lonely during the icu stay", "did
         # patient N feel anxious"; a participle ("admitted") or a place ("in the icu") is not one.
         rf"^(?:(?:was|is|were) {_PATIENT} (?:ever |feeling |still )?|(?:did|does) {_PATIENT} (?:ever )?(?:feel|seem|look) )"
@@ -229,6 +234,28 @@ class Grounding:
         return not self.missing
 
 
+# "Is there any record that patient N was seen by a dietitian" asks whether that happened: read as
+# "was patient N seen by a dietitian" (or "did patient N wore …", "what is the flu vaccine of patient N"),
+# so the attribute or the event is grounded as in a plain question.
+_RECORD_OF = r"^(?:is|was|are) there (?:any |a )?(?:records?|evidence|documentation|mention) "
+_EXISTENCE = (
+    (re.compile(rf"{_RECORD_OF}(?:that|whether) (?P<s>{_PATIENT}(?:'s [a-z-]+(?: [a-z-]+)?)?) (?P<aux>was|were|has|had|is) "),
+     r"\g<aux> \g<s> "),
+    (re.compile(rf"{_RECORD_OF}(?:that|whether) (?P<s>{_PATIENT}) (?P<v>[a-z-]+) "), r"did \g<s> \g<v> "),
+    (re.compile(rf"{_RECORD_OF}of (?:the |a |an |any )?(?P<x>[a-z-]+(?: [a-z-]+){{0,2}}?) (?:(?:that|which) )?(?:(?:for|of|in|on|to) )?"
+                rf"(?P<s>{_PATIENT})\b"), r"what is the \g<x> of \g<s>"),
+)  # fmt: skip
+
+
+def _plain(question: str) -> str:
+    """The question lower-cased on one line, an existence question read as the question it wraps."""
+    text = " ".join(str(question or "").lower().replace("’", "'").split())
+    for pattern, plain in _EXISTENCE:
+        if pattern.search(text):
+            return pattern.sub(plain, text, count=1)
+    return text
+
+
 def asked_attribute(question: str) -> str:
     """The noun phrase the question asks for ("wedding date"), or "" when its shape is not one
     of ATTRIBUTE_PATTERNS."""
@@ -238,7 +265,7 @@ def asked_attribute(question: str) -> str:
 def _asked(question: str) -> tuple[str, str]:
     """(the attribute, the thing it is a property of when that is not the patient: "lot number",
     "insulin" in "the lot number of the insulin administered to patient N")."""
-    text = " ".join(str(question or "").lower().replace("’", "'").split())
+    text = _plain(question)
     for pattern, attribute in ASKED_BY_PHRASE:
         if pattern.search(text):
             return attribute, ""
@@ -410,7 +437,7 @@ _WHO_LIGHT = frozenset("be been is was were are have has had do does did get got
 def asked_event(question: str) -> tuple[str, str]:
     """(what is asked: "who" / "when" / "whether", the verb) of a question about an event that
     happened to a patient, or ("", "") when none is read or its verb is a light one."""
-    text = " ".join(str(question or "").lower().replace("’", "'").split())
+    text = _plain(question)
     for asks, pattern in EVENT_PATTERNS:
         m = pattern.search(text)
         if not m:

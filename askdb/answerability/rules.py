@@ -197,9 +197,20 @@ RULES: tuple[Rule, ...] = (
     Rule("staffing", "out_of_scope",
          r"\b(?:how many (?:doctors|nurses|physicians|staff|employees|beds)|on (?:duty|call)|(?:doctor|nurse|"
          r"physician|surgeon|staff)s?'?s? (?:schedule|shifts?|salary|rota)|beds? (?:are |is )?(?:available|free|empty|"
-         r"vacant)|vacan(?:t|cy|cies)|waiting (?:time|list)|opening hours|gift shop|canteen)\b",
+         r"vacant)|vacan(?:t|cy|cies)|waiting (?:time|list)|opening hours|gift shop|canteen|how many [a-z-]+ (?:work|works|"
+         r"worked|working|are employed|were employed|volunteer\w*) (?:at|in|for)|(?:nurse|staff|doctor|physician)s?[- ]to[- ]"
+         r"(?:patient|bed)s? ratios?|staffing (?:levels?|ratios?))\b",
          "This is about running the hospital ({evidence}), not about the patient records this database "
          "holds, so askdb cannot answer it."),
+    # The database as a thing, not what it records: who keeps it, when it was updated, its version.
+    Rule("about_the_database", "out_of_scope",
+         r"\b(?:when|who|how|where) (?:was|is|were|did|does) (?:this|the) (?:database|dataset|data set)\b(?! (?:record|hold|"
+         r"show|say|contain|keep|list)\w*)|\b(?:maintains?|maintained|updates?|updated|created|built|owns|runs|hosts|curates?)"
+         r" (?:this|the) (?:database|dataset|data set)\b|\b(?:this|the) (?:database|dataset|data set)'?s? (?:last )?"
+         r"(?:update\w*|version|maintainers?|owners?|administrators?|size in|creators?)\b|\b(?:version|owner|maintainer|"
+         r"creator|administrator|last update) of (?:this|the) (?:database|dataset|data set)\b",
+         "This asks about the database itself ({evidence}), not about the patient records it holds, so askdb "
+         "cannot answer it."),
     Rule("general_knowledge", "out_of_scope",
          r"\b(?:what (?:is|are) (?:the )?(?:definition|meaning|mechanism|half-life)s? of|what does (?:the )?(?:term |"
          r"word |abbreviation )?\S+ (?:mean|stand for)|explain (?:what|how|why)|mechanism of action|what causes|is "
@@ -289,6 +300,15 @@ CONCEPTS: tuple[Concept, ...] = (
             r"\broom\b|\bbed (?:number|id)", "room or bed numbers"),
     Concept("satisfaction", r"\b(?:satisf(?:ied|action)|feedback|complaints? (?:about|from|against)|ratings? of)\b",
             r"satisf|feedback", "records of patient satisfaction or feedback"),
+    # What the patient said: their own words, ratings or reports ("how did patient N describe the pain",
+    # "did patient N report feeling dizzy"), held only with notes or patient-reported answers; a charted
+    # value ("the pain level charted for patient N") or a diagnosis ("chest pain") is recorded and passes.
+    Concept("patient_words", rf"\b(?:did|does|do|would|could) (?:the )?{_PATIENT}(?: \d+)? (?:ever )?(?:say|tell|report|"
+            r"describe|rate|complain|mention|state|express|admit)\b|\bhow (?:did|does|would) (?:the )?"
+            rf"{_PATIENT}(?: \d+)? (?:describe|rate|say)\b|\b(?:in|with) (?:his|her|their|the patient's) own words\b|"
+            r"\b(?:patient|subject) \d+ (?:said|told|reported|described|complained|stated|mentioned)\b",
+            r"\bnotes?\b|report text|patient[- ]reported|chief ?complaint|survey|questionnaire",
+            "records of what patients said or reported (no notes or patient-reported answers)"),
     Concept("nationality", r"\b(?:nationality|nationalities|citizenship|country of (?:birth|origin)|birthplace|"
             r"place of birth|immigration status)\b", r"nationalit|citizenship|birthplace|country",
             "nationalities or places of birth"),

@@ -206,6 +206,7 @@ def clear_cache() -> None:
     with _lock:
         _cache.clear()
         _meaning.clear()
+        _docs_path.clear()
 
 
 _absent: dict[int, tuple[float, frozenset[str]]] = {}
@@ -303,6 +304,21 @@ def column_doc_vectors_compute(source) -> Path | None:
 
 
 _meaning: dict[int, tuple[Path, MeaningGrounding]] = {}
+# The column-doc vectors' file name of each source, with the encoder and the column list it was
+# hashed from: naming it hashes every column's text, so a question reuses it while the vocabulary
+# keeps the same column list (a new list is read only when the catalog's signature changes).
+_docs_path: dict[int, tuple[Encoder, list, Path]] = {}
+
+
+def _remembered_docs_path(source, encoder: Encoder, columns: list) -> Path:
+    """`_column_docs_path` of these columns, hashed once per column list (held in memory only: a
+    question writes nothing)."""
+    cached = _docs_path.get(source.pk)
+    if cached is not None and cached[0] is encoder and cached[1] is columns:
+        return cached[2]
+    path = _column_docs_path(encoder, columns)
+    _docs_path[source.pk] = (encoder, columns, path)
+    return path
 
 
 def _meaning_grounding(source, columns: list) -> MeaningGrounding | None:
@@ -314,7 +330,7 @@ def _meaning_grounding(source, columns: list) -> MeaningGrounding | None:
     encoder = _local_encoder() if columns else None
     if encoder is None:
         return None
-    path = _column_docs_path(encoder, columns)
+    path = _remembered_docs_path(source, encoder, columns)
     cached = _meaning.get(source.pk)
     if cached is not None and cached[0] == path:
         return cached[1]

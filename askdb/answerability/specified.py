@@ -9,7 +9,11 @@ something the recorded thing does not have:
 - a **duration** of an event whose table records when it happened but not when it ended ("how long
   did the arterial catheterization take", "how long has patient N had hypertension");
 - an **indefinite** test or drug whose value is asked ("the value of a test patient N had"): the
-  answer depends on which test, and the question does not say.
+  answer depends on which test, and the question does not say;
+- a **time with no anchor** ("recently", "lately", "in the past", "around the time of the surgery"):
+  every event has its time, but the question does not say which period it means;
+- what happened **after discharge** beyond what a column documents as captured then (patients.dod:
+  a death up to a year after) or a later stay in this hospital ("did patient N go back to work").
 
 The catalog decides, never a list of the questions' words: a class word is grounded when a
 column's doc or values use it (microbiologyevents.ab_name documents "antibiotic"); a duration is
@@ -137,6 +141,62 @@ def _reason_columns(columns: Iterable[Any]) -> list[frozenset[str]]:
     return out
 
 
+# A period said with no anchor: "recently", "lately", "in the past" (not "in the past 2 years"),
+# "around the time of the surgery" (which hours or days around it?). An anchor elsewhere in the
+# question says the period ("recently prescribed today compared to yesterday"); "most recent" is the
+# last one, and "recent" inside a name ("reopening of recent thoracotomy site") is not a period.
+_UNANCHORED = re.compile(
+    r"\b(?:(?<!most )(?<!the )recently|lately|of late|in recent (?:times|days|weeks|months|years)|in the (?:recent |distant )?past(?! (?:\d+|few|two|three|"
+    r"several|one|a|year|month|week|day|hour)\b)|(?:a (?:little |long )?while|some time|not long) (?:ago|back)|back then|"
+    r"these days|nowadays|around the time (?:of|when|that)|(?:close|near) to the time (?:of|when))\b"
+)
+_ANCHOR = re.compile(
+    r"\b(?:1[89]\d\d|2\d\d\d|\d+ (?:years?|months?|weeks?|days?|hours?) ago|today|yesterday|tonight|"
+    r"(?:this|last|current|same|previous) (?:year|month|week|day|hospital|icu|visit|stay|admission|encounter)|"
+    r"(?:first|last|second|third|current|this|latest|previous) (?:hospital|icu|inpatient)? ?(?:visit|stay|admission|"
+    r"encounter|hospitalization)|since|within|on the day|\d+/\d+)\b"
+)
+# After discharge: "after the last discharge", "after going home", "at the follow-up visit".
+_AFTER_DISCHARGE = re.compile(
+    r"\b(?:after|following|post)[- ](?:(?:the|his|her|their|patient|\d+'s|last|first|hospital|icu) ){0,3}"
+    r"(?:discharge|being discharged|going home|leaving (?:the )?hospital|(?:he|she|they) (?:left|went home))\b|"
+    r"\bpost-?discharge\b|\bfollow-?up (?:visit|appointment|clinic)s?\b"
+)
+_AFTER_DOC = re.compile(r"\bafter (?:the )?(?:[a-z']+ ){0,3}discharge\b")
+# What the patient's death is asked by: the column's doc calls it "death".
+_DEATH_WORDS = frozenset({"die", "died", "dies", "dying", "dead", "alive", "survive", "survived", "deceased"})
+
+
+def _after_discharge_words(tables: Iterable[Any], columns: Iterable[Any]) -> tuple[frozenset[str], str]:
+    """What the catalog records after a discharge: the content stems of columns whose doc says so
+    (patients.dod: "death ... within one year after the last hospital discharge"), the values of a
+    column naming where a discharge went (admissions.discharge_location: "SKILLED NURSING FACILITY"),
+    and the names of the tables that record a stay by its admission time, and their columns' names
+    (a later stay here is a readmission: "admitted" is admissions.admittime); and the columns of the
+    first two kinds, named in the decline."""
+    said: set[str] = set()
+    named: list[str] = []
+    columns = list(columns)
+    for c in columns:
+        doc = c.text.partition(": ")[2].lower()
+        name = c.qualified.rsplit(".", 1)[-1]
+        if _AFTER_DOC.search(doc):
+            said |= {grounding.stem(w) for w in grounding.words(f"{name} {doc}")}
+            named.append(c.qualified)
+        elif "discharge" in name and re.search(r"location|destination|disposition", f"{name} {doc}"):
+            said |= {grounding.stem(w) for w in grounding.words(f"{name} {c.values}".lower())}
+            named.append(c.qualified)
+    admitted = {
+        c.qualified.rsplit(".", 1)[0] for c in columns if re.search(r"\.(?:admittime|intime)$", c.qualified)
+    }
+    said |= {c.qualified.rsplit(".", 1)[-1] for c in columns if c.qualified.rsplit(".", 1)[0] in admitted}
+    for t in tables:
+        if t.qualified in admitted:
+            names = " ".join(x for x in t.text.splitlines() if x.startswith(_SYNONYM_LINES))
+            said |= {grounding.stem(w) for w in grounding.words(names)}
+    return frozenset(w for w in said if w not in grounding.GENERIC and len(w) > 2), " and ".join(named)
+
+
 class Specifics:
     """The catalog's answer to "does the question say which, and can what it asks of last?"."""
 
@@ -150,6 +210,7 @@ class Specifics:
         self.column_stems = frozenset().union(*(grounding.stems_of(t) for t in held))
         self.values = [" ".join(_TOKEN.findall(str(v).lower())) for v in values]
         self.reasons = _reason_columns(columns)
+        self.after_discharge, self.after_column = _after_discharge_words(tables, columns)
         self._in_values: dict[str, tuple[str, ...]] = {}
 
     def _lasts(self, word: str) -> bool:
@@ -176,8 +237,46 @@ class Specifics:
     def findings(self, question: str) -> list[rules.Finding]:
         """Each thing the question leaves unsaid that its answer depends on (decisive declines)."""
         text = " ".join(str(question or "").lower().replace("’", "'").split())
-        found = (self.unrecorded_class(text), self.unended(text), self.unrecorded_reason(text))
+        found = (
+            self.unrecorded_class(text),
+            self.unended(text),
+            self.unrecorded_reason(text),
+            unanchored_time(text),
+            self.after_discharge_unrecorded(text),
+        )
         return [f for f in found if f is not None]
+
+    def after_discharge_unrecorded(self, text: str) -> rules.Finding | None:
+        """Something asked of the time after a discharge that no column records then: the catalog
+        keeps a death (the column whose doc says it is captured after discharge) and later stays in
+        this hospital, not how the patient lived, worked or was cared for elsewhere."""
+        m = _AFTER_DISCHARGE.search(text)
+        if not m or not self.after_column:
+            return None
+        rest = _AFTER_DISCHARGE.sub(" ", text)
+        asked = [
+            w for w in grounding.words(rest) if w not in grounding.GENERIC and w not in grounding.LIGHT_VERBS
+        ]
+        # The discharge is the question's anchor, not what it asks ("at the discharge location").
+        asked = [
+            w
+            for w in asked
+            if len(w) > 2 and w not in {"after", "before", "again", "within"} and w[:8] != "discharg"
+        ]
+        if any(w in _DEATH_WORDS for w in asked) or any(
+            grounding.same_word(grounding.stem(w), h)
+            or grounding.same_word(w, h)
+            or (len(w) >= 5 and h.startswith(w[:5]))
+            for w in asked
+            for h in self.after_discharge
+        ):
+            return None
+        return rules.Finding(
+            "not_in_schema", "after_discharge", m.group(0),
+            f"After a discharge the database records only what {self.after_column} hold (where the patient went, a "
+            "death up to a year after) and later stays in this hospital, so askdb cannot answer this; it can answer "
+            "where the patient was discharged to, whether the patient died or was admitted again.", True,
+        )  # fmt: skip
 
     def unrecorded_reason(self, text: str) -> rules.Finding | None:
         """Why something happened, when no column documents the reason for it: the database records
@@ -264,3 +363,18 @@ class Specifics:
                 "it took; it can answer when it happened.", True,
             )  # fmt: skip
         return None
+
+
+def unanchored_time(text: str) -> rules.Finding | None:
+    """A period the question names without saying when ("recently", "in the past"): the database
+    records every event's time, and the answer depends on which period is meant."""
+    m = _UNANCHORED.search(text)
+    if not m or _ANCHOR.search(text):
+        return None
+    said = " ".join(m.group(0).split())
+    return rules.Finding(
+        "not_in_schema", "unanchored_time", said,
+        f'This asks about "{said}" without saying when; the database records when each event happened, and the '
+        "answer depends on the period, so askdb cannot answer this. Say the period (since a date, during the "
+        "last hospital visit, in a given month).", True,
+    )  # fmt: skip

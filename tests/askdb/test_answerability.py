@@ -286,6 +286,48 @@ def test_without_a_model_an_attribute_in_words_no_catalog_text_has_is_grounded_b
     assert scorer_module.column_doc_vectors_compute(source) == kept[0]  # kept: not encoded again
 
 
+def test_without_a_model_the_column_docs_file_is_named_once_until_the_catalog_changes(
+    source, home, monkeypatch
+):
+    """Naming the column docs' vector file hashes every column's text: a question reuses the name its
+    catalog had (two questions, one hash, nothing written), and an edited doc still picks the new
+    vectors: the next question names the file the edit's embedding wrote and grounds by it."""
+    from metadata_admin.models import TableDoc
+    from metadata_admin.services import table_doc_update, table_docs_reembed
+
+    table_docs_reembed(source=source)
+    named = []
+    real = scorer_module._column_docs_path
+    monkeypatch.setattr(scorer_module, "_column_docs_path", lambda e, c: named.append(len(c)) or real(e, c))
+    for question in (
+        "what is the health insurer of patient 10002428?",
+        "what was the relationship status of patient 10002428?",
+    ):
+        assert scorer_module.gate_verdict(source, question)["answerable"], question
+    assert len(named) == 1
+    first = scorer_module._meaning[source.pk][0]
+    doc = TableDoc.objects.get(source=source, name="admissions")
+    table_doc_update(
+        doc=doc, data={"columns": {"insurance": {"meaning": "The payer who settles the stay's bill."}}}
+    )
+    # What the edit's embedding task runs: it names (and writes) the new file.
+    table_docs_reembed(source=source)
+    embedded = len(named)
+    for question in (
+        "what is the health insurer of patient 10002428?",
+        "what is the discharge letter of patient 10002428?",
+    ):
+        scorer_module.gate_verdict(source, question)
+    assert len(named) == embedded + 1  # the new catalog's name, once
+    now = scorer_module._meaning[source.pk][0]
+    assert (
+        now != first and now.exists() and now in (home / "cache" / "answerability").glob("column-docs-*.npy")
+    )
+    assert not scorer_module.gate_verdict(source, "what is the discharge letter of patient 10002428?")[
+        "answerable"
+    ]
+
+
 def test_a_trained_model_that_says_unanswerable_does_not_veto_a_confident_library_answer(
     library, home, settings
 ):

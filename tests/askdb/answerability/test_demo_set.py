@@ -149,9 +149,10 @@ def test_the_gate_on_ambiguous_and_underspecified_questions(gate):
     (P 0.846, R 0.200), 2 of 55 answerable blocked (by the grounding), 44 let through; after (a class
     no column records, a duration of an event with no end time, a value of an unnamed test or drug):
     F1 0.800 (P 0.950, R 0.691), the same 2 blocked, 17 let through. Not tuned on after that: held
-    so it can only get better."""
+    so it can only get better. Round 14 (a period with no anchor, reported once): F1 0.860, 2
+    blocked, 12 let through."""
     items = set_items(AMBIGUITY_SET, each=50)
-    assert_floor("ambiguity", score_items(gate, items), f1=0.80, blocked=2, missed=17)
+    assert_floor("ambiguity", score_items(gate, items), f1=0.86, blocked=2, missed=12)
 
 
 RESEARCHER_SET = HERE / "researcher_set.jsonl"
@@ -171,6 +172,28 @@ def test_the_gate_on_what_a_researcher_asks_that_mimic_does_not_record(gate):
     does not record, a medication "taken regularly", a cause of death, a state no catalog text names):
     F1 0.870 (P 0.979, R 0.783), the same 1 blocked, 13 let through. Measured twice, not tuned on after:
     held so it can only get better. Round 13's rules were written for kinds the issue names, some of
-    them this set's, so its rise is not a held-out measure of those kinds."""
+    them this set's, so its rise is not a held-out measure of those kinds. Round 14 (reported once, not
+    tuned on): F1 0.891, the same 1 blocked, 11 let through."""
     items = set_items(RESEARCHER_SET, each=60)
-    assert_floor("researcher", score_items(gate, items), f1=0.87, blocked=1, missed=13)
+    assert_floor("researcher", score_items(gate, items), f1=0.89, blocked=1, missed=11)
+
+
+UNANCHORED_SET = HERE / "unanchored_set.jsonl"
+
+
+def test_the_gate_on_unanchored_times_existence_the_hospital_and_after_discharge(gate):
+    """62 + 62 questions written before round 14 changed the gate, of kinds none of the other sets
+    holds: unanswerable ones say a period with no anchor ("recently", "in the past", "around the time
+    of the surgery"), ask whether something no column records ever happened ("is there any record
+    that …", "has patient N ever had a tattoo"), ask about the hospital or the database as an
+    organisation (staff, capacity, occupancy, budget, who maintains it), about life after discharge
+    (work, walking, a follow-up visit) or what the patient said or rated; answerable ones are their
+    look-alikes that MIMIC-IV records (anchored periods, recorded events, counts of stays and
+    admissions, death and readmission, charted values and diagnoses). Before round 14: F1 0.584
+    (P 0.963, R 0.419), 1 of 62 answerable blocked (by the learned model), 36 let through; after (a
+    period with no anchor, an existence question read as the question it wraps, an attribute of the
+    hospital or a unit, what happened after discharge beyond a death or a later stay, what the
+    patient said, the database itself, staff counts): F1 0.967 (P 0.983, R 0.952), the same 1
+    blocked, 3 let through. Measured twice, not tuned on after: held so it can only get better."""
+    items = set_items(UNANCHORED_SET, each=60)
+    assert_floor("unanchored", score_items(gate, items), f1=0.96, blocked=1, missed=3)
