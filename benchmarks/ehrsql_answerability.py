@@ -66,6 +66,14 @@ def linked_values(data_dir: Path) -> list[str]:
         ]
 
 
+def patient_ids(data_dir: Path) -> frozenset[int]:
+    """The patients EHRSQL's database holds: what a run's lookup of a named patient reads."""
+    import sqlite3
+
+    with sqlite3.connect(f"file:{data_dir / 'mimic_iv.sqlite'}?mode=ro", uri=True) as db:
+        return frozenset(int(v) for (v,) in db.execute("SELECT subject_id FROM patients"))
+
+
 def run(data_dir: Path = DEFAULT_DATA, *, threads: int = 2, progress=print) -> dict:
     """Train on train, score valid; every number the report prints."""
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
@@ -101,7 +109,14 @@ def run(data_dir: Path = DEFAULT_DATA, *, threads: int = 2, progress=print) -> d
     torch.set_num_threads(1)  # scoring is one short question at a time, as in the worker
     t1 = time.monotonic()
     # As in a run: the embed stage embeds the question (timed apart), the gate scores that vector.
-    valid = score_items(model, valid_items, progress, embed=lambda q: encoder.encode_questions([q])[0])
+    # As in a run, a patient the question names is looked up in the data (askdb.answerability.people).
+    from askdb.answerability.people import unknown_patient
+
+    patients = patient_ids(data_dir)
+    valid = score_items(
+        model, valid_items, progress, embed=lambda q: encoder.encode_questions([q])[0],
+        facts=lambda q: [f for f in (unknown_patient(q, lambda p: p in patients),) if f],
+    )  # fmt: skip
     return {
         "train": {"questions": len(questions), "unanswerable": sum(not q.answerable for q in questions),
                   "families": result.families, "kinds": result.kinds, "seconds": round(seconds, 1), "peak_memory_mb": memory,

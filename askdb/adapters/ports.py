@@ -15,6 +15,7 @@ from sqlglot import exp
 
 from askdb.adapters.library_cache import LIBRARY, VECTOR_FIELDS, LibraryVersion, library_version
 from askdb.adapters.recorder import relaxed_commit
+from askdb.answerability.people import PERSON_COLUMN, PERSON_TABLE, unknown_patient
 from askdb.answerability.scorer import gate_verdict
 from askdb.models import Example, Run
 from core import match
@@ -48,8 +49,12 @@ class DjangoPorts:
         ledger=None,
         snapshot: CatalogSnapshot | None = None,
         sensitive_columns: frozenset[str] | None = None,
+        row_level: bool = True,
     ):
         self.source = source
+        # May see one patient's rows: only then does the gate look a named patient up (for an
+        # aggregate-only user "no such patient" would tell which ids exist).
+        self.row_level = row_level
         self.ledger = ledger  # disclosure.Ledger: the asker's released answers and privacy budget
         self.run = run  # for the audit of the SQL it executes
         self.chat = chat
@@ -203,9 +208,29 @@ class DjangoPorts:
             if local and self._embedded and self._embedded[0] == question:
                 vector = self._embedded[1]
             version = (self.snapshot.stamp, self._library_version())
-            verdict = gate_verdict(self.source, question, vector=vector, version=version)
+            facts = (
+                [f for f in (unknown_patient(question, self._patient_exists),) if f] if self.row_level else []
+            )
+            verdict = gate_verdict(self.source, question, vector=vector, version=version, facts=facts)
             self._verdicts[question] = AnswerabilityVerdict.from_json(verdict)
         return self._verdicts[question]
+
+    def _patient_exists(self, patient: int) -> bool | None:
+        """Does the source hold this patient? A primary-key lookup by askdb's own reader; None
+        when the catalog has no patients table or the lookup failed (said in the match stage)."""
+        tables = [t for t in self._catalog.find(PERSON_TABLE) if PERSON_COLUMN in t.columns]
+        if not tables:
+            return None
+        table = tables[0]
+        name = f'"{table.schema}"."{table.name}"' if table.schema else f'"{table.name}"'
+        sql = f'SELECT 1 FROM {name} WHERE "{PERSON_COLUMN}" = {int(patient)}'
+        try:
+            return (
+                self.executor.execute(sql, timeout_s=settings.ASKDB_PROBE_TIMEOUT_S, row_cap=1).row_count > 0
+            )
+        except ExecutionError as exc:
+            self.problems.append(f"looking up patient {patient} failed ({exc.code}): {exc.message}")
+            return None
 
     def probe(self, sql: str) -> bool:
         """Does this small check query return a row (a bound value under the template's conditions)?"""

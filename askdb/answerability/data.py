@@ -324,9 +324,11 @@ def score_items(
     progress: Progress = None,
     *,
     embed: Callable[[str], Any] | None = None,
+    facts: Callable[[str], Sequence[Any]] | None = None,
 ) -> dict:
     """Precision/recall/F1/AUC of a model on labelled items (unanswerable = positive), at the
     model's threshold, with how each kind of reason was used and questions it got wrong.
+    `facts(question)`: the findings a run makes in the data itself (`people`), as the ports do.
 
     `embed` plays the pipeline's embed stage: each question is embedded first (timed apart,
     `embed_p50_ms`) and the gate gets that vector, as in a run (`p50_ms` is then the gate's own
@@ -337,7 +339,7 @@ def score_items(
         t0 = time.perf_counter()
         vector = embed(item["question"]) if embed is not None else None
         t1 = time.perf_counter()
-        score = model.score(item["question"], vector=vector)
+        score = model.score(item["question"], vector=vector, facts=facts(item["question"]) if facts else ())
         seconds.append(time.perf_counter() - t1)
         embedding.append(t1 - t0)
         # The gate's own probability, as the CV's `gate_probability`: a decisive rule declines whatever

@@ -1209,9 +1209,12 @@ class AnswerabilityModel:
         catalog = np.array([t.max(), c.max(), top3.mean()])
         return signals, catalog, c, near_a, near_u
 
-    def score(self, question: str, *, vector: Sequence[float] | None = None) -> AnswerabilityScore:
+    def score(
+        self, question: str, *, vector: Sequence[float] | None = None, facts: Sequence[rules.Finding] = ()
+    ) -> AnswerabilityScore:
         """The gate's verdict on one question; `vector` is the question's embedding when the
-        pipeline has computed it already (not encoded a second time)."""
+        pipeline has computed it already (not encoded a second time). `facts`: what the caller
+        found in the data itself (a named patient it does not hold, `people`), decided as rules."""
         vec = self.question_vector(question, vector)
         signals, catalog, col_row, near_a, near_u = self._signals(vec)
         probability = float(
@@ -1224,6 +1227,7 @@ class AnswerabilityModel:
         ungrounded = None if by_meaning else self._ungrounded(asked)
         if ungrounded is not None:
             found = rules.ordered([*found, ungrounded])
+        found = [*found, *facts]  # after the question's own words: their reason comes first
         decisive = [f for f in found if f.decisive]
         # A column that says in so many words it records the attribute asked for is not vetoed by
         # the learned model (which knows only the library's kinds); the decisive rules still apply.

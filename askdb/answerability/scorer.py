@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from askdb.answerability.model import (
     schema_texts,
     vocabulary_texts,
 )
+from askdb.answerability.rules import Finding
 
 __all__ = [
     "AnswerabilityScore",
@@ -132,11 +133,12 @@ class Scorer:
     def absent_concepts(self) -> frozenset[str]:
         return self.model.absent
 
-    def score(self, question: str, *, vector=None) -> AnswerabilityScore:
+    def score(self, question: str, *, vector=None, facts: Sequence[Finding] = ()) -> AnswerabilityScore:
         """The verdict: P(answerable), the rules that fired, and the reason in plain words;
-        `vector` is the question's embedding when the pipeline computed it already."""
+        `vector` is the question's embedding when the pipeline computed it already; `facts` what
+        the caller found in the data (`people`)."""
         self._refresh_if_stale()
-        return self.model.score(question, vector=vector)
+        return self.model.score(question, vector=vector, facts=facts)
 
     def _refresh_if_stale(self) -> None:
         if time.monotonic() - self._checked < RECHECK_S:
@@ -348,21 +350,25 @@ def _meaning_grounding(source, columns: list) -> MeaningGrounding | None:
     return meaning
 
 
-def gate_verdict(source, question: str, *, vector=None, version: Hashable | None = None) -> dict:
+def gate_verdict(
+    source, question: str, *, vector=None, version: Hashable | None = None, facts: Sequence[Finding] = ()
+) -> dict:
     """What the gate decides about one question, as JSON for the run: the trained model with
     its rules when there is one, else the rules alone (no training needed, never blocks on a
     missing model). `vector`: the question's embedding by the local MiniLM when the pipeline has
     it (not encoded again); `version`: the catalog's and library's version when the caller has
-    read them (the vocabulary is not checked with queries of its own)."""
+    read them (the vocabulary is not checked with queries of its own); `facts`: decisive findings
+    the caller made in the data itself (a named patient it does not hold, `people`)."""
     from askdb.answerability import rules
 
     scorer = get_scorer(source)
     if scorer is not None:
-        return scorer.score(question, vector=vector).to_json()
+        return scorer.score(question, vector=vector, facts=facts).to_json()
     found = rules.findings(question, absent=_absent_concepts(source), as_of_year=as_of_year(source))
     ungrounded = _grounding_finding(source, question, version)
     if ungrounded is not None:
         found = rules.ordered([*found, ungrounded])
+    found = [*found, *facts]  # after the question's own words: their reason comes first
     decisive = [f for f in found if f.decisive]
     kind = decisive[0].kind if decisive else ""
     return {

@@ -207,7 +207,7 @@ def run_execute(*, run_id: int, worker: str = ""):
         recorder = DjangoRecorder(run, llm=chat is not None)
         ports = DjangoPorts(source, chat=chat, timeout_s=config.timeout_s, row_cap=config.row_cap, run=run,
                             sensitive=config.privacy.sensitive_allowed, snapshot=snapshot,
-                            sensitive_columns=config.privacy.sensitive_columns,
+                            sensitive_columns=config.privacy.sensitive_columns, row_level=config.privacy.row_level,
                             ledger=None if evaluation else DatabaseLedger(source=source, user=run.question.user,
                                                                           run=run))  # fmt: skip
         try:

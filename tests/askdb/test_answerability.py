@@ -70,6 +70,15 @@ def library(source):
     return source
 
 
+def held_patients(source, n: int = 2) -> list[int]:
+    """Patients the test data holds (its ids are synthetic): a question about one passes the
+    gate's lookup of named patients."""
+    from metadata_admin.services import source_executor
+
+    sql = "SELECT subject_id FROM mimiciv_hosp.patients ORDER BY subject_id"
+    return [int(r[0]) for r in source_executor(source).execute(sql, timeout_s=10, row_cap=n).rows]
+
+
 @pytest.fixture
 def home(settings, tmp_path):
     settings.ASKDB_HOME = tmp_path
@@ -229,6 +238,35 @@ def test_without_a_model_the_rules_still_decline_with_a_reason(source, home):
     )
 
 
+def test_a_run_about_a_patient_the_data_lacks_is_declined_and_names_the_id(source, home):
+    """A patient named by id is looked up (by askdb's own reader); one the data lacks is declined
+    with the id, before any LLM; a patient it holds passes; an aggregate-only user gets no lookup."""
+    from askdb.models import Run
+    from askdb.roles import AGGREGATE_RESEARCHER, RESEARCHER
+    from askdb.services.runs import question_submit_sync
+    from tests.factories import make_user
+
+    def ask(user, text):
+        return Run.objects.get(pk=question_submit_sync(user=user, text=text, source=source).pk)
+
+    ann = make_user("people-ann", RESEARCHER)
+    run = ask(ann, "how many hospital admissions did patient 4711 have?")
+    assert run.status == "declined" and run.outcome == "not_in_schema" and not run.llm_calls.exists()
+    assert run.gate_reason.startswith("There is no patient 4711 in this database")
+    assert "patients.subject_id" in run.gate_reason
+
+    def rules(run):
+        return {f["rule"] for f in (run.answerability or {}).get("findings", [])}
+
+    run = ask(ann, f"how many hospital admissions did patient {held_patients(source, 1)[0]} have?")
+    assert "unknown_patient" not in rules(run) and "There is no patient" not in (run.gate_reason or "")
+
+    # An aggregate-only user would learn which ids exist: no lookup is made for them.
+    agg = make_user("people-agatha", AGGREGATE_RESEARCHER)
+    run = ask(agg, "how many hospital admissions did patient 4711 have?")
+    assert "unknown_patient" not in rules(run) and "There is no patient" not in (run.gate_reason or "")
+
+
 def test_without_a_model_a_question_that_leaves_unsaid_what_its_answer_depends_on_is_declined(source, home):
     """The rules-only gate reads what a question leaves open against the catalog too: a duration of a
     procedure (procedures_icd has no end time), a class of drugs no column records; a stay's length
@@ -358,13 +396,18 @@ def test_a_trained_model_that_says_unanswerable_does_not_veto_a_confident_librar
     def ask(text: str) -> Run:
         return Run.objects.get(pk=question_submit_sync(user=asker, text=text, source=library).pk)
 
-    run = ask("what is the gender of patient 10019003?")
+    held = held_patients(library, 1)[0]
+    run = ask(f"what is the gender of patient {held}?")
     assert run.answerability["answerable"] is False and run.answerability["version"]  # the model said no
     assert (run.status, run.answered_by) == ("succeeded", "library"), (run.message, run.library_match)
     assert run.stages.get(name="match").detail["gate_overruled"] is True
 
-    future = ask("what will the gender of patient 10019003 be?")
+    future = ask(f"what will the gender of patient {held} be?")
     assert (future.status, future.outcome, future.answered_by) == ("declined", "future_data", "")
+    # A patient the data does not hold: the library would bind the id and answer with no rows.
+    absent = ask("what is the gender of patient 10019003?")
+    assert (absent.status, absent.outcome, absent.answered_by) == ("declined", "not_in_schema", "")
+    assert absent.gate_reason.startswith("There is no patient 10019003 in this database")
 
 
 @pytest.mark.django_db(transaction=True)  # the worker thread uses its own connection
