@@ -212,7 +212,7 @@ def _source(index: LibraryIndex, i: int) -> tuple[str, tuple[str, ...]] | None:
     said = said_phrase(template, timing) if template is not None and timing is not None else None
     if template is None or timing is None or said is None:
         return None
-    conditions = _conditions(template.sql_template, template.dialect, timing.column)
+    conditions = _conditions(template, timing.column)
     return (template.question[said.start : said.end], conditions) if conditions else None
 
 
@@ -245,7 +245,7 @@ def _timing(sql: str, dialect: str, masks: tuple[tuple[int, str, str, str, str],
             marked = exp.Literal.string(f"{prefix}<{kind}>{suffix}")
             names[id(marked)] = name
             literals[index].replace(marked)
-    found = _timed(tree)
+    found = _timed(tree, set(names))
     columns = {c for _, _, c in found}
     if not found or len(columns) != 1:
         return None  # none, or two time columns filtered: which one a phrase says is not known
@@ -268,8 +268,10 @@ def _timing(sql: str, dialect: str, masks: tuple[tuple[int, str, str, str, str],
     )
 
 
-def _timed(tree: exp.Expr) -> list[tuple[exp.Select, list[exp.Expr], str]]:
-    """Every WHERE's conjuncts over one time column alone (no subquery), with the column's name."""
+def _timed(tree: exp.Expr, slotted: set[int]) -> list[tuple[exp.Select, list[exp.Expr], str]]:
+    """Every WHERE's conjuncts over one time column alone (no subquery) that hold a slot's value
+    (`slotted`: the ids of its literals; "dischtime IS NOT NULL" is no time a phrase says), with
+    the column's name."""
     out = []
     for select in list(tree.find_all(exp.Select)):
         where = select.args.get("where")
@@ -278,7 +280,7 @@ def _timed(tree: exp.Expr) -> list[tuple[exp.Select, list[exp.Expr], str]]:
         parts: dict[str, list[exp.Expr]] = defaultdict(list)
         for part in conjuncts(where.this):
             column = _time_column(part)
-            if column:
+            if column and any(id(lit) in slotted for lit in part.find_all(exp.Literal)):
                 parts[column].append(part)
         if len(parts) > 1:
             return [(select, [], c) for c in parts]  # two time columns in one WHERE: refused above
@@ -319,11 +321,17 @@ def _mark(select: exp.Select, parts: list[exp.Expr], column: str) -> None:
     select.where(*keep, copy=False)
 
 
-@functools.lru_cache(maxsize=16384)
-def _conditions(sql: str, dialect: str, column: str) -> tuple[str, ...]:
+def _slotted(tree: exp.Expr, template: Template) -> set[int]:
+    """The ids of the tree's literals that hold a slot's value (the tree parsed from its SQL)."""
+    literals = list(tree.find_all(exp.Literal))
+    return {id(literals[u.index]) for slot in template.slots for u in slot.uses if u.index < len(literals)}
+
+
+def _conditions(template: Template, column: str) -> tuple[str, ...]:
     """The time condition's conjuncts (their own values, columns unqualified) of one WHERE."""
-    tree = parsed_sql(sql, dialect).copy()  # changed below: a copy
-    found = [parts for _, parts, c in _timed(tree) if c == column]
+    tree = parsed_sql(template.sql_template, template.dialect).copy()  # changed below: a copy
+    dialect = template.dialect
+    found = [parts for _, parts, c in _timed(tree, _slotted(tree, template)) if c == column]
     if not found:
         return ()
     out = []
@@ -341,7 +349,7 @@ def _rewritten(template: Template, column: str, conditions: tuple[str, ...], dia
         new = [sqlglot.parse_one(c, dialect=dialect) for c in conditions]
     except (SqlglotError, ValueError, RecursionError):
         return None
-    found = [(s, parts) for s, parts, c in _timed(tree) if c == column]
+    found = [(s, parts) for s, parts, c in _timed(tree, _slotted(tree, template)) if c == column]
     if not found:
         return None
     for select, parts in found:
