@@ -89,7 +89,6 @@ class TimeReplace:
     new_text: str  # the source question's phrase (its values: binding writes the question's)
     shown: str  # the question's own phrase
     conditions: tuple[str, ...]
-    dialect: str
 
     @property
     def phrase(self) -> str:
@@ -102,7 +101,8 @@ class TimeReplace:
         said = said_phrase(template, timing) if timing is not None else None
         if timing is None or said is None or timing.form != self.old_form:
             return None
-        sql = _rewritten(template, timing.column, self.conditions, self.dialect)
+        indices = tuple(sorted(u.index for slot in template.slots for u in slot.uses))
+        sql = _rewritten(template.sql_template, template.dialect, indices, timing.column, self.conditions)
         if sql is None:
             return None
         return template.question[: said.start] + self.new_text + template.question[said.end :], sql
@@ -141,7 +141,7 @@ def period_plans(
     new_text, conditions = found
     shown = reading.question[asked.start : asked.end]
     old_text = template.question[said.start : said.end]
-    return [(source, TimeReplace(timing.form, old_text, new_text, shown, conditions, template.dialect))]
+    return [(source, TimeReplace(timing.form, old_text, new_text, shown, conditions))]
 
 
 # --- what the library shows -------------------------------------------------------------------------
@@ -342,14 +342,21 @@ def _conditions(template: Template, column: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _rewritten(template: Template, column: str, conditions: tuple[str, ...], dialect: str) -> str | None:
-    """The template's SQL with every copy of its time condition replaced by `conditions` on its column."""
+@functools.lru_cache(maxsize=16384)
+def _rewritten(
+    sql: str, dialect: str, indices: tuple[int, ...], column: str, conditions: tuple[str, ...]
+) -> str | None:
+    """The SQL with every copy of its time condition (on `column`, holding the literals at `indices`)
+    replaced by `conditions` on its column: once per base paraphrase and source (every question that
+    asks the same period of the same base composes the same SQL, fold after fold)."""
     try:
-        tree = parsed_sql(template.sql_template, template.dialect).copy()  # changed below: a copy
+        tree = parsed_sql(sql, dialect).copy()  # changed below: a copy
         new = [sqlglot.parse_one(c, dialect=dialect) for c in conditions]
     except (SqlglotError, ValueError, RecursionError):
         return None
-    found = [(s, parts) for s, parts, c in _timed(tree, _slotted(tree, template)) if c == column]
+    literals = list(tree.find_all(exp.Literal))
+    slotted = {id(literals[i]) for i in indices if i < len(literals)}
+    found = [(s, parts) for s, parts, c in _timed(tree, slotted) if c == column]
     if not found:
         return None
     for select, parts in found:
@@ -368,7 +375,7 @@ def _rewritten(template: Template, column: str, conditions: tuple[str, ...], dia
             keep.append(part)
         select.set("where", None)
         select.where(*keep, copy=False)
-    return tree.sql(dialect=template.dialect, copy=False)  # our copy
+    return tree.sql(dialect=dialect, copy=False)  # our copy
 
 
 # --- time phrases -----------------------------------------------------------------------------------

@@ -169,6 +169,6 @@ def test_a_paraphrase_that_says_no_time_phrase_is_not_composed(library):
     )
     swap = TimeReplace(
         ("STRFTIME('%Y', _c) = '<year>'",), "in 2100", "since 19 months ago", "since 5 months ago",
-        ("DATETIME(charttime) >= DATETIME(CURRENT_TIME, '-19 month')",), "sqlite",
+        ("DATETIME(charttime) >= DATETIME(CURRENT_TIME, '-19 month')",),
     )  # fmt: skip
     assert swap.apply(template) is None
