@@ -437,7 +437,13 @@ def _phrase(text: str, tokens: list, group: list[tuple]) -> Phrase:
             break
         pattern.append(token.lower)
         end = token.end
-    before = [t for t in tokens if t.end <= start][-2:]
+    before = [t for t in tokens if t.end <= start]
+    if before and before[-1].lower == "the" and not text[before[-1].end : start].strip():
+        # "in the last year" is not "in last year" (the past twelve months, or the calendar year?):
+        # its article is part of the phrase, so a phrase the library says without it is not this one
+        pattern.insert(0, "the")
+        start = before.pop().start
+    before = before[-2:]
     for n in (2, 1):
         words = " ".join(t.lower for t in before[-n:]) if len(before) >= n else ""
         if words in _TIME_WORDS and not text[before[-1].end : start].strip():
