@@ -39,6 +39,7 @@ from core.match.outer import conjuncts, outer_tables, read_below
 from core.match.precheck import refused_family
 from core.match.reading import Reading
 from core.match.replace import REPLACEABLE_TYPES, replaced, replacement_plans, words
+from core.match.retimed import period_plans
 from core.match.risk import Calibration
 from core.match.spans import GENDER, NUMBER, VALUE, YEAR
 from core.match.swap import library_swaps, swap_plans
@@ -156,7 +157,6 @@ def compose_follow_up(
 ) -> list[MatchResult]:
     """A follow-up that adds a condition ("and how many of them were over 80?"), composed on the
     earlier question's SQL (`earlier`: its question and SQL as a library entry, example id None).
-
     `reading` reads the earlier question and the follow-up together, so binding finds the earlier
     values and the new one, and the guard judges every word of both against the earlier question's
     wording plus the condition's. The earlier question is the base itself, so the vote reads as a
@@ -266,7 +266,7 @@ def _plans(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[
 def _swaps(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[Composed]:
     """The swap the question asks of the base (swap.py, direction.py, compared.py), worded from its source."""
     for base in sorted(index.members[key], key=lambda i: -vote.sims[i])[:MEMBERS_COMPOSED]:
-        plans = swap_plans(reading.question, index, base, vote) or order_plans(reading.question, index, base, vote) or comparison_plans(reading, index, base, vote)  # fmt: skip
+        plans = swap_plans(reading.question, index, base, vote) or order_plans(reading.question, index, base, vote) or comparison_plans(reading, index, base, vote) or period_plans(reading, index, base, vote)  # fmt: skip
         if plans:  # the nearest paraphrase that says the base's function (or first/last) in one word
             source, swap = plans[0]
             wording = Condition(index.entries[source].example_id, "", exp.true(), "aggregate", swap.phrase)

@@ -1,0 +1,174 @@
+"""The time-period replacement (core/match/retimed.py): a verified template's time condition replaced, in
+every WHERE that has it, by the condition another verified template writes for the question's time
+phrase, on EHRSQL-shaped SQLite templates with a bag-of-words stand-in for the embedder. Which
+condition a phrase writes comes from the library's own pairs of templates, never from a list; the
+attacks: two time phrases, a time about another event than the one the condition filters, a negation,
+a phrase the library never shows, a condition whose value is used elsewhere too (pure: no database)."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.match import LibraryIndex, ValueIndex, build_template, entry_for, mask_question, match_library
+from core.match.library import Vote
+from core.match.reading import read_question
+from core.match.retimed import TimeReplace, library_timings, period_plans, template_timing
+from core.match.spans import VALUE
+from tests.core.match.corpus import lookup_in
+from tests.core.match.test_library import embed
+
+# The last (or first) chart value of an item: the time condition is in the outer WHERE and in the
+# subquery that picks the row, as EHRSQL writes it.
+CHART = (
+    "SELECT chartevents.valuenum FROM chartevents WHERE chartevents.stay_id IN ( SELECT icustays.stay_id "
+    "FROM icustays WHERE icustays.hadm_id IN ( SELECT admissions.hadm_id FROM admissions WHERE "
+    "admissions.subject_id = {p} ) ) AND chartevents.itemid IN ( SELECT d_items.itemid FROM d_items WHERE "
+    "d_items.label = '{item}' AND d_items.linksto = 'chartevents' ) AND {t} AND chartevents.charttime = ( "
+    "SELECT DISTINCT chartevents.charttime FROM chartevents WHERE chartevents.stay_id IN ( SELECT "
+    "icustays.stay_id FROM icustays WHERE icustays.hadm_id IN ( SELECT admissions.hadm_id FROM admissions "
+    "WHERE admissions.subject_id = {p} ) ) AND chartevents.itemid IN ( SELECT d_items.itemid FROM d_items "
+    "WHERE d_items.label = '{item}' AND d_items.linksto = 'chartevents' ) AND {t} ORDER BY "
+    "chartevents.charttime {o} LIMIT 1 )"
+)
+C = "chartevents.charttime"
+
+
+def ago(n: int) -> str:
+    return f"datetime({C}) >= datetime(current_time,'-{n} month')"
+
+
+def this_year(month: str) -> str:
+    return f"datetime({C},'start of year') = datetime(current_time,'start of year','-0 year') AND strftime('%m',{C}) = '{month}'"
+
+
+def year(y: int) -> str:
+    return f"strftime('%Y',{C}) = '{y}'"
+
+
+def chart(p: int, item: str, t: str, o: str = "DESC") -> str:
+    return CHART.format(p=p, item=item, t=t, o=o)
+
+
+ITEMS = [
+    # the daily weight's last value three ways: the pairs that show which condition each phrase writes
+    ("What was the last daily weight of patient 10002495 since 19 months ago?", chart(10002495, "daily weight", ago(19))),
+    ("Tell me the last daily weight of patient 10010471 since 27 months ago.", chart(10010471, "daily weight", ago(27))),
+    ("What was the last daily weight of patient 10007795 in 05/this year?", chart(10007795, "daily weight", this_year("05"))),
+    ("Tell me the last daily weight of patient 10011398 in 12/this year.", chart(10011398, "daily weight", this_year("12"))),
+    ("What was the last daily weight of patient 10038081 in 2100?", chart(10038081, "daily weight", year(2100))),
+    # the first heart rate in a year alone: the base the question asks another period of
+    ("What was the first heart rate of patient 10004235 in 2100?", chart(10004235, "heart rate", year(2100), "ASC")),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def library():
+    entries = []
+    for n, (question, sql) in enumerate(ITEMS, start=1):
+        entries.append(entry_for(n, question, sql, build_template(question, sql, dialect="sqlite")))
+    return LibraryIndex(entries, embed([e.template.masked_question for e in entries]))
+
+
+def ask(index, question):
+    known: dict[str, set[str]] = {}
+    for slot in (s for e in index.entries if e.template for s in e.template.slots):
+        if slot.type == VALUE and slot.column:
+            known.setdefault(slot.column, set()).add(slot.value)
+    values = ValueIndex(known)
+    vector = embed([mask_question(question, values)])[0]
+    return match_library(
+        question, vector, index, lookup=lookup_in({c: sorted(v) for c, v in known.items()}), values=values
+    )
+
+
+def plans(index, question, base=5):
+    vote = Vote.of(embed([mask_question(question)])[0], index)
+    return period_plans(read_question(question, None), index, base, vote)
+
+
+def retimed(index, question):
+    return [r for r in ask(index, question).results if r.hard_ok and "instead of in 2100" in r.composed_with]
+
+
+def test_the_library_shows_which_condition_a_time_phrase_writes(library):
+    forms = library_timings(library).forms
+    assert forms[("since", "<number>", "months", "ago")] == (
+        "DATETIME(_c) >= DATETIME(CURRENT_TIME, '-<number> month')",
+    )
+    assert forms[("in", "<month>", "/", "<period_year>")] == (
+        "DATETIME(_c, 'start of year') = DATETIME(CURRENT_TIME, 'start of year', '-<period_year> year')",
+        "STRFTIME('%m', _c) = '<month>'",
+    )
+    assert forms[("in", "<year>")] == ("STRFTIME('%Y', _c) = '<year>'",)
+    # a library with no two templates alike but for their time condition maps nothing
+    lone = [e for e in library.entries if "heart rate" in e.question]
+    assert library_timings(LibraryIndex(lone, embed([e.question for e in lone]))).forms == {}
+
+
+def test_every_copy_of_the_time_condition_is_replaced(library):
+    question = "What was the first heart rate of patient 10002428 since 5 months ago?"
+    (source, swap), *_ = plans(library, question)
+    assert swap.phrase == "since 5 months ago instead of in 2100"
+    assert "months ago" in library.entries[source].question
+    best = retimed(library, question)[0]
+    assert best.sql.count("DATETIME(chartevents.charttime) >= DATETIME(CURRENT_TIME, '-5 month')") == 2
+    assert "'%Y'" not in best.sql and "subject_id = 10002428" in best.sql and "'heart rate'" in best.sql
+    assert "ORDER BY chartevents.charttime ASC" in best.sql  # the base's first, not the source's last
+    assert best.features["composed"] == 1.0 and best.composed_from[0] == 6
+
+
+def test_a_condition_of_two_parts_takes_the_place_of_one(library):
+    best = retimed(library, "What was the first heart rate of patient 10002428 in 03/this year?")[0]
+    assert best.sql.count("STRFTIME('%m', chartevents.charttime) = '03'") == 2
+    assert best.sql.count("'start of year', '-0 year'") == 2 and "'%Y'" not in best.sql
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        # two time phrases: which one replaces the condition is not one answer
+        "What was the first heart rate of patient 10004235 in 03/this year since 5 months ago?",
+        # a negation: "not since" is another question
+        "What was the first heart rate of patient 10004235 not since 5 months ago?",
+        # a phrase the library never shows ("weeks ago")
+        "What was the first heart rate of patient 10004235 since 5 weeks ago?",
+        # a time about another event than the heart rate the condition filters
+        "What was the first heart rate of patient 10004235 who was admitted since 5 months ago?",
+    ],
+)
+def test_no_replacement_the_question_does_not_ask(library, question):
+    assert not retimed(library, question)
+
+
+def test_the_plans_refuse_before_anything_is_built(library):
+    # the question's other operator words differ from the base's (last for first): not a time alone
+    assert not plans(library, "What was the last heart rate of patient 10004235 since 5 months ago?")
+    # the base's own phrase: a verified question, not a replacement
+    assert not plans(library, "What was the first heart rate of patient 10004235 in 2101?")
+    assert not plans(
+        library, "What was the first heart rate of patient 10004235 in 03/this year since 5 months ago?"
+    )
+
+
+def test_a_condition_whose_value_is_used_elsewhere_is_no_time_condition():
+    """The year also filters the admission: replacing the chart's copies alone would change one of two."""
+    sql = chart(10004235, "heart rate", year(2100)).replace(
+        "admissions.subject_id = 10004235 )", "admissions.subject_id = 10004235 AND strftime('%Y',admissions.admittime) = '2100' )", 1
+    )  # fmt: skip
+    template = build_template(
+        "What was the last heart rate of patient 10004235 in 2100?", sql, dialect="sqlite"
+    )
+    assert template_timing(template) is None
+
+
+def test_a_paraphrase_that_says_no_time_phrase_is_not_composed(library):
+    template = build_template(
+        "What was the first heart rate of patient 10004235?",
+        chart(10004235, "heart rate", year(2100), "ASC"),
+        dialect="sqlite",
+    )
+    swap = TimeReplace(
+        ("STRFTIME('%Y', _c) = '<year>'",), "in 2100", "since 19 months ago", "since 5 months ago",
+        ("DATETIME(charttime) >= DATETIME(CURRENT_TIME, '-19 month')",),
+    )  # fmt: skip
+    assert swap.apply(template) is None
