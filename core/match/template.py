@@ -489,7 +489,9 @@ def answer_kind(template: Template) -> str:
     return _answer_kind(template.sql_template, template.dialect) if template.usable else "other"
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(
+    maxsize=32768
+)  # a short text per SQL: the library's and its compositions' (no parse again)
 def _answer_kind(sql: str, dialect: str) -> str:
     try:
         tree = parsed_sql(sql, dialect)  # the template's one parse: only read here
@@ -518,7 +520,7 @@ def interchangeable(template: Template, slot_names: tuple[str, ...]) -> bool:
     return _one_in_list(template.sql_template, template.dialect, tuple(s.uses[0].index for s in slots))
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=32768)
 def _one_in_list(sql: str, dialect: str, indices: tuple[int, ...]) -> bool:
     literals = list(parse_sql(sql, dialect).find_all(exp.Literal))
     if any(i >= len(literals) for i in indices):
