@@ -9,7 +9,8 @@ model, threshold and counts). `--profile`: cProfile of this process (with `--pro
 work), saved beside the results, its top functions printed, and the sqlglot parses counted by
 caller. `--valid`: the 1,163 valid questions too, for time only (their accuracy is not read here).
 `--fresh`: the library's own questions asked again even when an earlier calibration of the same
-library kept their samples (askdb.services.calibration_reuse); they are kept either way.
+library kept their samples (askdb.services.calibration_reuse); they are kept either way. It also
+prints this process's garbage collections and their wall time (calibration_worker.fewer_collections).
 """
 
 from __future__ import annotations
