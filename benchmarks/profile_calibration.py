@@ -9,13 +9,15 @@ model, threshold and counts). `--profile`: cProfile of this process (with `--pro
 work), saved beside the results, its top functions printed, and the sqlglot parses counted by
 caller. `--valid`: the 1,163 valid questions too, for time only (their accuracy is not read here).
 `--fresh`: the library's own questions asked again even when an earlier calibration of the same
-library kept their samples (askdb.services.calibration_reuse); they are kept either way.
+library kept their samples (askdb.services.calibration_reuse); they are kept either way. It also
+prints this process's garbage collections and their wall time (calibration_worker.fewer_collections).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import json
 import resource
 import sys
@@ -59,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile:
             profile_question.install_counters()
         profile = cProfile.Profile()
+        collected = _gc_timer()
         t0, c0 = time.perf_counter(), time.process_time()
         k0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         if args.profile:
@@ -69,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile:
             profile.disable()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        gc.callbacks.remove(collected["callback"])
         k1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         children = (k1.ru_utime + k1.ru_stime) - (k0.ru_utime + k0.ru_stime)
     finally:
@@ -77,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         embedded.stop(started)
     print(f"calibration{' + valid' if args.valid else ''}: {wall:.1f} s wall, {cpu:.1f} s CPU here, "
           f"{children:.1f} s CPU in workers; load {_load()}")  # fmt: skip
+    print(f"garbage collections here: {collected['n']} ({collected['gen2']} of the oldest generation), "
+          f"{collected['s']:.1f} s wall")  # fmt: skip
     print({k: v for k, v in report.items() if k not in ("risk", "at")})
     if args.report is not None:
         args.report.write_text(
@@ -95,6 +101,23 @@ def main(argv: list[str] | None = None) -> int:
             f"\ntop {args.top} by cumulative time:\n{profile_question._top(profile, 'cumulative', args.top)}"
         )
     return 0
+
+
+def _gc_timer() -> dict:
+    """Counts this process's garbage collections and the wall time they take (gc.callbacks)."""
+    out: dict = {"n": 0, "gen2": 0, "s": 0.0, "at": 0.0}
+
+    def callback(phase: str, info: dict) -> None:
+        if phase == "start":
+            out["at"] = time.perf_counter()
+            return
+        out["n"] += 1
+        out["gen2"] += info.get("generation") == 2
+        out["s"] += time.perf_counter() - out["at"]
+
+    out["callback"] = callback
+    gc.callbacks.append(callback)
+    return out
 
 
 def _load() -> str:

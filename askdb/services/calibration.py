@@ -414,10 +414,11 @@ def library_cross_validate(
         asked = [(q, gold, v) for (q, gold), v in zip(labelled, masked, strict=True)]
         run_parts = _in_workers(pool, processes - 1, asked, one_more) if pool is not None else None
         run_parts = _reusing(source, key, kept if reuse else None, context, run_parts, one_more)
-        found = match.calibrate_library(
-            **context, progress=one_more, labelled=asked, run_parts=run_parts,
-            wrong_answer_cost=settings.ASKDB_WRONG_ANSWER_COST,
-        )  # fmt: skip
+        with calibration_worker.fewer_collections():
+            found = match.calibrate_library(
+                **context, progress=one_more, labelled=asked, run_parts=run_parts,
+                wrong_answer_cost=settings.ASKDB_WRONG_ANSWER_COST,
+            )  # fmt: skip
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)

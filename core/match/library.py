@@ -200,7 +200,8 @@ def _templates_to_try(reading: Reading, vote: Vote, index: LibraryIndex) -> list
         (rank, key, share)
         for rank, (key, share) in enumerate((k, s) for k, s in vote.ranked if k != UNANSWERABLE)
     ]
-    fits = [v for v in voted if _operators_fit(reading.ops, index, v[1])]
+    said = _said_key(reading.ops)  # once per question, not once per voted template
+    fits = [v for v in voted if _operators_fit(reading.ops, index, v[1], said)]
     return (fits + [v for v in voted if v not in fits])[:TEMPLATES_TRIED]
 
 
@@ -212,15 +213,24 @@ def _voted(tried: list[tuple[int, str, float]], vote: Vote) -> list[tuple[int, s
     return [v for v in voted[:COMPOSE_VOTED] if v not in tried[:BASES_TRIED]]
 
 
-def _operators_fit(ops: dict[str, Any], index: LibraryIndex, key: str) -> bool:
+def _said_key(ops: dict[str, Any]) -> tuple | None:
+    """The question's operator words as a memo key, or None when one is unhashable."""
+    try:
+        said = tuple(sorted(ops.items()))
+        hash(said)
+    except TypeError:
+        return None
+    return said
+
+
+def _operators_fit(ops: dict[str, Any], index: LibraryIndex, key: str, said: tuple | None) -> bool:
     """Whether the operator words fit the template (no operator reason), remembered on the index per
     operator words and template: questions share a few operator readings, and every question asks
-    it of the ~50 templates its neighbours vote for (a calibration asked it 250,000 times)."""
-    try:
-        memo_key = (tuple(sorted(ops.items())), key)
-        hash(memo_key)
-    except TypeError:  # an unhashable operator value: judge it afresh
+    it of the ~50 templates its neighbours vote for (a calibration asked it 250,000 times).
+    `said`: _said_key(ops); None judges afresh (an unhashable operator value)."""
+    if said is None:
         return not operator_reasons(ops, index.entries[index.members[key][0]].template, index.families[key])
+    memo_key = (said, key)
     memo = index.__dict__.setdefault("_operators_fit", {})
     if memo_key not in memo:
         template = index.entries[index.members[key][0]].template

@@ -4,6 +4,8 @@ not known, so composition does not add it)."""
 
 from __future__ import annotations
 
+import functools
+
 from sqlglot import exp
 
 from core.match.template import Template, parsed_sql
@@ -19,16 +21,23 @@ def conjuncts(node: exp.Expr) -> list[exp.Expr]:
 
 def outer_tables(template: Template) -> dict[str, str]:
     """The outer SELECT's tables by alias (or name): alias -> bare table name."""
-    tree = parsed_sql(template.sql_template, template.dialect)
+    return dict(_outer_tables(template.sql_template, template.dialect))
+
+
+@functools.lru_cache(maxsize=32768)
+def _outer_tables(sql: str, dialect: str) -> tuple[tuple[str, str], ...]:
+    """Read once per SQL: a calibration asks it of every template again and again, and the parse
+    it reads has often left parsed_sql's cache by then (the compositions' SQL passes through it)."""
+    tree = parsed_sql(sql, dialect)
     if not isinstance(tree, exp.Select):
-        return {}
+        return ()
     sources = [tree.args.get("from_") or tree.args.get("from"), *(tree.args.get("joins") or [])]
     out = {}
     for source in sources:
         table = source.this if source is not None else None
         if isinstance(table, exp.Table):
             out[table.alias_or_name] = table.name.lower()
-    return out
+    return tuple(out.items())
 
 
 def read_below(tree: exp.Select, table: str) -> bool:

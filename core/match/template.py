@@ -211,15 +211,21 @@ def template_key(template: Template) -> str:
     """
     if not template.usable:
         return ""
-    tree = parsed_sql(template.sql_template, template.dialect).copy()  # changed below: a copy
-    literals = list(tree.find_all(exp.Literal))
+    placeholders: dict[int, exp.Expr] = {}
     for slot in template.slots:
         for use in slot.uses:
             shift = f"{use.offset:+d}" if use.offset else ""
             placeholder = f"{use.prefix}{{{slot.type}{shift}}}{use.suffix}"
-            literals[use.index].replace(
-                exp.Literal.string(placeholder) if use.is_string else exp.var(placeholder)
+            placeholders.setdefault(
+                use.index, exp.Literal.string(placeholder) if use.is_string else exp.var(placeholder)
             )
+    skeleton = _skeleton_of(template)
+    if skeleton.parts is not None:  # the same text as the tree's, without copying it (see _Skeleton)
+        return skeleton.join({i: _written(p, template.dialect) for i, p in placeholders.items()})
+    tree = parsed_sql(template.sql_template, template.dialect).copy()  # changed below: a copy
+    literals = list(tree.find_all(exp.Literal))
+    for i, placeholder in placeholders.items():
+        literals[i].replace(placeholder)
     return tree.sql(dialect=template.dialect, copy=False)  # our copy: sqlglot need not copy it again
 
 
@@ -274,28 +280,130 @@ def bind_sql(template: Template, values: dict[str, str]) -> str:
     """The template's SQL with each slot's literals rebuilt from `values` (slot name -> value).
 
     Values are checked against the slot type (ids and numbers must be numbers, years four digits,
-    dates ISO); names become quoted string literals whatever they contain.
+    dates ISO); names become quoted string literals whatever they contain. The text is the one
+    sqlglot writes for the tree with those literals: each literal is written by sqlglot's own
+    generator (quotes and backslashes escaped as the dialect escapes them) into the template's
+    SQL around its slots (_Skeleton), which a tree copy per binding wrote before (a sixth of a
+    calibration's time). The bound SQL is parsed again and validated by the caller either way.
     """
     if not template.usable:
         raise BindError(template.error or "the template has no SQL")
-    tree = parsed_sql(template.sql_template, template.dialect).copy()  # parsed once per template
-    literals = list(tree.find_all(exp.Literal))
-    replacements: list[tuple[exp.Literal, exp.Expr]] = []
+    skeleton = _skeleton_of(template)
+    literals = skeleton.literals
+    replacements: dict[int, exp.Expr] = {}
     for slot in template.slots:
         if slot.name not in values:
             raise BindError(f"no value for slot {slot.name}")
         value = str(values[slot.name]).strip()
         for use in slot.uses:
-            if use.index >= len(literals) or literals[use.index].this != use.literal:
+            if use.index >= len(literals) or literals[use.index][0] != use.literal:
                 raise BindError("the template is stale: its SQL literals moved; rebuild it")
-            replacements.append((literals[use.index], _literal_for(slot, use, value)))
+            replacements.setdefault(
+                use.index, _literal_for(slot, use, value)
+            )  # the first use of a literal wins
     _no_stale_copy(template, values, literals)
-    for old, new in replacements:
-        old.replace(new)
+    if skeleton.parts is not None and all(_plain(new) for new in replacements.values()):
+        return skeleton.join({i: _written(new, template.dialect) for i, new in replacements.items()})
+    tree = parsed_sql(template.sql_template, template.dialect).copy()  # parsed once per template
+    nodes = list(tree.find_all(exp.Literal))
+    for i, new in replacements.items():
+        nodes[i].replace(new)
     return tree.sql(dialect=template.dialect, copy=False)  # our copy: sqlglot need not copy it again
 
 
-def _no_stale_copy(template: Template, values: dict[str, str], literals: list[exp.Literal]) -> None:
+_MARK = "askdbslot{}x"  # a slot literal's stand-in while a skeleton is written
+
+
+@dataclass(frozen=True)
+class _Skeleton:
+    """A template's SQL as sqlglot writes it, cut around its slot literals: binding writes each new
+    literal alone and puts it between the cuts, which gives the text sqlglot writes for the whole
+    tree with that literal (checked when the skeleton is made: the cuts with the template's own
+    literals give back its SQL; else `parts` is None and binding copies the tree as before)."""
+
+    literals: tuple[tuple[str, bool], ...]  # every literal of the parse: its text, and whether quoted
+    parts: tuple[str, ...] | None  # the SQL before, between and after the slot literals, in text order
+    order: tuple[int, ...] = ()  # the slot literals (their index among `literals`) in text order
+
+    def join(self, written: dict[int, str]) -> str:
+        assert self.parts is not None
+        out = [self.parts[0]]
+        for index, part in zip(self.order, self.parts[1:], strict=True):
+            out += (written[index], part)
+        return "".join(out)
+
+
+def _skeleton_of(template: Template) -> _Skeleton:
+    filled = tuple(sorted({use.index for slot in template.slots for use in slot.uses}))
+    return _skeleton(template.sql_template, template.dialect, filled)
+
+
+@functools.lru_cache(maxsize=32768)
+def _skeleton(sql: str, dialect: str, filled: tuple[int, ...]) -> _Skeleton:
+    """Made once per template SQL (a few KB each): one tree copy where every binding made one."""
+    tree = parsed_sql(sql, dialect)  # read here; the skeleton is written from a copy
+    literals = tuple((lit.this, lit.is_string) for lit in tree.find_all(exp.Literal))
+    if not filled or filled[-1] >= len(literals):
+        return _Skeleton(literals, None)
+    try:
+        return _cut(tree, literals, filled, sql, dialect)
+    except Exception:  # a generator that reads a stand-in's text (an interval's quarters): no cuts
+        return _Skeleton(literals, None)
+
+
+def _cut(
+    tree: exp.Expr, literals: tuple[tuple[str, bool], ...], filled: tuple[int, ...], sql: str, dialect: str
+) -> _Skeleton:
+    copy = tree.copy()
+    nodes = list(copy.find_all(exp.Literal))
+    for i in filled:
+        mark = _MARK.format(i)  # a number's stand-in is a name, as template_key writes it
+        nodes[i].replace(exp.Literal.string(mark) if nodes[i].is_string else exp.var(mark))
+    text = copy.sql(dialect=dialect, copy=False)
+    cuts = []
+    for i in filled:
+        mark = _MARK.format(i)
+        written = _written(exp.Literal.string(mark), dialect) if literals[i][1] else mark
+        if text.count(mark) != 1 or text.count(written) != 1:
+            return _Skeleton(literals, None)  # written some other way (or the SQL says it): no cuts
+        cuts.append((text.index(written), len(written), i))
+    cuts.sort()
+    parts, at = [], 0
+    for start, length, _ in cuts:
+        parts.append(text[at:start])
+        at = start + length
+    parts.append(text[at:])
+    skeleton = _Skeleton(literals, tuple(parts), tuple(i for _, _, i in cuts))
+    own = {i: _written(exp.Literal(this=literals[i][0], is_string=literals[i][1]), dialect) for i in filled}
+    return skeleton if skeleton.join(own) == sql else _Skeleton(literals, None)
+
+
+def _plain(node: exp.Expr) -> bool:
+    """A literal a skeleton may take: any string, or an unsigned number (a signed one is a Neg that
+    sqlglot writes apart from a minus before it: "- -5", never the comment "--5")."""
+    if not isinstance(node, exp.Literal):
+        return False
+    return node.is_string or re.fullmatch(r"\d+(?:\.\d+)?", node.this) is not None
+
+
+def _written(node: exp.Expr, dialect: str) -> str:
+    """A literal (or a template key's placeholder name) as sqlglot writes it in this dialect
+    (Generator.literal_sql and var_sql: a number and a name as they stand, a string quoted)."""
+    if isinstance(node, exp.Literal) and node.is_string:
+        return _string_written(node.this, dialect)
+    if isinstance(node, (exp.Literal, exp.Var)) and isinstance(node.this, str):
+        return node.this
+    return node.sql(dialect=dialect, copy=False)
+
+
+@functools.lru_cache(maxsize=65536)
+def _string_written(text: str, dialect: str) -> str:
+    return exp.Literal.string(text).sql(dialect=dialect, copy=False)
+
+
+def _no_stale_copy(
+    template: Template, values: dict[str, str], literals: tuple[tuple[str, bool], ...]
+) -> None:
     """Refuse a binding that changes a named value or an id while a literal no slot fills still says
     the old one: the SQL would ask about the new item in one subquery and the old one in another
     ('% hemoglobin a1c' kept in the first-value subquery of a question about "mesothelial cell").
@@ -311,10 +419,10 @@ def _no_stale_copy(template: Template, values: dict[str, str], literals: list[ex
         olds = {literal_core(use).strip() for use in slot.uses} | {slot.value.strip().lower()}
         if not new or new.lower() in olds:
             continue  # the example's own value: nothing changes
-        for lit in fixed:
-            text = lit.this.strip("%").strip().lower() if lit.is_string else lit.this
+        for this, is_string in fixed:
+            text = this.strip("%").strip().lower() if is_string else this
             if (text in olds) if slot.type == VALUE else text == slot.value.strip():
-                raise BindError(f"the SQL names {slot.name}'s old value {lit.this!r} where no slot fills it")
+                raise BindError(f"the SQL names {slot.name}'s old value {this!r} where no slot fills it")
 
 
 def literal_core(use: LiteralUse) -> str:
@@ -381,7 +489,9 @@ def answer_kind(template: Template) -> str:
     return _answer_kind(template.sql_template, template.dialect) if template.usable else "other"
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(
+    maxsize=32768
+)  # a short text per SQL: the library's and its compositions' (no parse again)
 def _answer_kind(sql: str, dialect: str) -> str:
     try:
         tree = parsed_sql(sql, dialect)  # the template's one parse: only read here
@@ -410,7 +520,7 @@ def interchangeable(template: Template, slot_names: tuple[str, ...]) -> bool:
     return _one_in_list(template.sql_template, template.dialect, tuple(s.uses[0].index for s in slots))
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=32768)
 def _one_in_list(sql: str, dialect: str, indices: tuple[int, ...]) -> bool:
     literals = list(parse_sql(sql, dialect).find_all(exp.Literal))
     if any(i >= len(literals) for i in indices):

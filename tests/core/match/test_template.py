@@ -16,9 +16,12 @@ from core.match.template import (
     BindError,
     Slot,
     Template,
+    _literal_for,
+    _skeleton_of,
     bind_sql,
     parsed_sql,
     template_is_current,
+    template_key,
 )
 
 GLUCOSE_Q = "what was the first measured glucose value of patient 10004235 in 2150?"
@@ -429,3 +432,86 @@ def test_binding_refuses_a_new_name_where_a_copy_of_the_old_one_stays_fixed():
     assert len(patient.uses) == 4
     with pytest.raises(BindError, match="old value"):
         bind_sql(one_id, {"value": value.value, "patient_id": "10007818"})
+
+
+# --- binding written into the template's text (template._Skeleton) -------------------------------
+
+HOSTILE = [
+    "O'Brien",
+    "x'; DROP TABLE patients; --",
+    "back\\slash\\'",
+    "a -- comment",
+    "a /* comment */ b",
+    "line\nbreak",
+    "carriage\rreturn\r\n'",
+    "''",
+    "%_'%",
+]
+
+
+def _tree_bound(template: Template, values: dict[str, str]) -> str:
+    """The bound SQL as the tree writes it: the parse copied, its slot literals replaced (what
+    bind_sql did before it wrote literals into the template's text)."""
+    tree = parsed_sql(template.sql_template, template.dialect).copy()
+    nodes = list(tree.find_all(exp.Literal))
+    new = {}
+    for s in template.slots:
+        for use in s.uses:
+            new.setdefault(use.index, _literal_for(s, use, str(values[s.name]).strip()))
+    for i, node in new.items():
+        nodes[i].replace(node)
+    return tree.sql(dialect=template.dialect)
+
+
+@pytest.mark.parametrize("dialect", ["postgres", "sqlite"])
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_a_hostile_name_binds_to_the_sql_the_tree_writes_and_stays_one_literal(hostile, dialect):
+    t = build_template(FENTANYL_Q, FENTANYL_SQL, dialect=dialect)
+    assert _skeleton_of(t).parts is not None  # written into the text, not on a tree copy
+    values = {"value": hostile, "patient_id": "10004235"}
+    sql = bind_sql(t, values)
+    assert sql == _tree_bound(t, values)
+    statements = sqlglot.parse(sql, dialect=dialect)
+    assert len(statements) == 1 and isinstance(statements[0], exp.Select)
+    like = statements[0].find(exp.ILike) or statements[0].find(exp.Like)
+    assert like is not None and like.expression.find(exp.Literal).this == f"%{hostile}%"  # the value whole
+    assert literals(sql, dialect) == {f"%{hostile}%", "10004235"}
+
+
+def test_every_slot_type_binds_as_the_tree_writes_it():
+    cases = [
+        (GLUCOSE_Q, GLUCOSE_SQL, {"value": "Potassium", "patient_id": "10006580", "year": "2151"}),
+        (FEMALE_Q, FEMALE_SQL, {"gender": "M", "year": "2160"}),
+        (SEPSIS_Q, SEPSIS_SQL, {"value": "Sepsis due to 'E. coli'", "year": "2101"}),
+    ]
+    for question, sql, values in cases:
+        t = build_template(question, sql)
+        assert t.usable, t.error
+        assert bind_sql(t, values) == _tree_bound(t, values)
+
+
+def test_sql_that_says_the_stand_in_binds_on_the_tree():
+    # The skeleton's stand-in for slot 0 already in the SQL: no cuts, binding copies the tree.
+    t = build_template(
+        "how many times was askdbslot0x prescribed to patient 10006580?",
+        "SELECT count(*) FROM prescriptions WHERE subject_id = 10006580 AND drug = 'askdbslot0x' "
+        "AND route = 'askdbslot1x'",
+        dialect="sqlite",
+    )
+    assert t.usable and _skeleton_of(t).parts is None
+    values = {s.name: s.value for s in t.slots} | {"patient_id": "7"}
+    assert bind_sql(t, values) == _tree_bound(t, values)
+    assert "askdbslot1x" in bind_sql(t, values)
+
+
+def test_template_keys_are_the_tree_written_keys():
+    for question, sql in [(GLUCOSE_Q, GLUCOSE_SQL), (FENTANYL_Q, FENTANYL_SQL), (FEMALE_Q, FEMALE_SQL)]:
+        t = build_template(question, sql)
+        tree = parsed_sql(t.sql_template, t.dialect).copy()
+        nodes = list(tree.find_all(exp.Literal))
+        for s in t.slots:
+            for use in s.uses:
+                shift = f"{use.offset:+d}" if use.offset else ""
+                text = f"{use.prefix}{{{s.type}{shift}}}{use.suffix}"
+                nodes[use.index].replace(exp.Literal.string(text) if use.is_string else exp.var(text))
+        assert template_key(t) == tree.sql(dialect=t.dialect)
