@@ -10,9 +10,10 @@ import pytest
 
 from askdb.answerability import grounding, rules
 from askdb.answerability.data import column_text, docs_catalog
-from askdb.answerability.model import ColumnText, schema_texts, vocabulary_texts
+from askdb.answerability.model import ColumnText
 from askdb.answerability.specified import Specifics
 from metadata_admin.docs import BUNDLED_DOCS, read_docs
+from tests.askdb.answerability.test_unrecorded_kinds import vocabulary_of
 
 
 @pytest.fixture(scope="module")
@@ -115,10 +116,7 @@ def test_a_catalog_that_records_notes_or_nothing_after_discharge_decides(catalog
 
 
 def _vocabulary(catalog) -> grounding.Vocabulary:
-    tables, columns = catalog
-    holding, context = vocabulary_texts(tables, columns, ("emergency room", "chest pain, unspecified"))
-    schema, people, categories = schema_texts(tables, columns)
-    return grounding.Vocabulary(holding, context=context, schema=schema, people=people, categories=categories)
+    return vocabulary_of(catalog, ("emergency room", "chest pain, unspecified"))
 
 
 @pytest.mark.parametrize(

@@ -101,11 +101,16 @@ def test_a_catalog_that_records_radiology_text_or_reasons_lets_them_through(cata
     assert specifics.findings("why was patient 4 transferred to the micu?")
 
 
-def _vocabulary(catalog) -> grounding.Vocabulary:
+def vocabulary_of(catalog, values: tuple[str, ...]) -> grounding.Vocabulary:
+    """The grounding's vocabulary of a catalog with these linked values (the kinds' tests share it)."""
     tables, columns = catalog
-    holding, context = vocabulary_texts(tables, columns, ("anxiety state, unspecified",))
+    holding, context = vocabulary_texts(tables, columns, values)
     schema, people, categories = schema_texts(tables, columns)
     return grounding.Vocabulary(holding, context=context, schema=schema, people=people, categories=categories)
+
+
+def _vocabulary(catalog) -> grounding.Vocabulary:
+    return vocabulary_of(catalog, ("anxiety state, unspecified",))
 
 
 @pytest.mark.parametrize(

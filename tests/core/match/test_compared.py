@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from core.match import LibraryIndex, ValueIndex, build_template, mask_question, match_library
+from core.match import LibraryIndex, build_template, mask_question
 from core.match.compared import ComparisonFlip, _compare_word, comparison_plans, library_comparisons
 from core.match.library import Vote
 from core.match.reading import read_question
-from core.match.spans import VALUE
-from tests.core.match.corpus import library_items, lookup_in
-from tests.core.match.test_library import embed, indexed
+from tests.core.match.corpus import library_items
+from tests.core.match.test_library import ask_with_own_values, embed, indexed
 
 HEART = (
     "(SELECT c.valuenum FROM mimiciv_icu.chartevents AS c JOIN mimiciv_icu.d_items AS di ON di.itemid = c.itemid "
@@ -32,17 +31,7 @@ def library():
     return indexed(library_items())
 
 
-def ask(index, question):
-    """The question matched as the corpus matches it: the library's own values, looked up."""
-    known: dict[str, set[str]] = {}
-    for slot in (s for e in index.entries if e.template for s in e.template.slots):
-        if slot.type == VALUE and slot.column:
-            known.setdefault(slot.column, set()).add(slot.value)
-    values = ValueIndex(known)
-    vector = embed([mask_question(question, values)])[0]
-    return match_library(
-        question, vector, index, lookup=lookup_in({c: sorted(v) for c, v in known.items()}), values=values
-    )
+ask = ask_with_own_values
 
 
 def plans(index, question, base):

@@ -20,7 +20,7 @@ from core.match.calibrate import whole_template
 from core.match.features import paraphrase_missing
 from core.match.index import column_readings, mine_synonyms
 from core.match.operators import asks_for_name, asks_for_time, question_operators
-from core.match.spans import extract_typed_spans
+from core.match.spans import VALUE, extract_typed_spans
 from core.match.template import answer_kind
 from core.match.values import value_names
 from core.match.words import tokenize
@@ -182,6 +182,22 @@ def indexed(items: list[dict]) -> tuple[L.LibraryIndex, dict[str, int]]:
         entries, embed([e.template.masked_question if e.template else e.question for e in entries])
     )
     return index, {e.question: e.example_id for e in entries}
+
+
+def ask_with_own_values(index: L.LibraryIndex, question: str):
+    """The question matched as the corpus matches it: the library's own values, looked up (the
+    composition kinds' tests: compared, retimed)."""
+    from tests.core.match.corpus import lookup_in
+
+    known: dict[str, set[str]] = {}
+    for slot in (s for e in index.entries if e.template for s in e.template.slots):
+        if slot.type == VALUE and slot.column:
+            known.setdefault(slot.column, set()).add(slot.value)
+    values = L.ValueIndex(known)
+    vector = embed([mask_question(question, values)])[0]
+    return L.match_library(
+        question, vector, index, lookup=lookup_in({c: sorted(v) for c, v in known.items()}), values=values
+    )
 
 
 def ask(index: L.LibraryIndex, question: str):

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from core.match import LibraryIndex, ValueIndex, build_template, entry_for, mask_question, match_library
+from core.match import LibraryIndex, build_template, entry_for, mask_question
 from core.match.library import Vote
 from core.match.reading import read_question
 from core.match.retimed import TimeReplace, library_timings, period_plans, template_timing
-from core.match.spans import VALUE
-from tests.core.match.corpus import lookup_in
-from tests.core.match.test_library import embed
+from tests.core.match.test_library import ask_with_own_values, embed
 
 # The last (or first) chart value of an item: the time condition is in the outer WHERE and in the
 # subquery that picks the row, as EHRSQL writes it.
@@ -69,16 +67,7 @@ def library():
     return LibraryIndex(entries, embed([e.template.masked_question for e in entries]))
 
 
-def ask(index, question):
-    known: dict[str, set[str]] = {}
-    for slot in (s for e in index.entries if e.template for s in e.template.slots):
-        if slot.type == VALUE and slot.column:
-            known.setdefault(slot.column, set()).add(slot.value)
-    values = ValueIndex(known)
-    vector = embed([mask_question(question, values)])[0]
-    return match_library(
-        question, vector, index, lookup=lookup_in({c: sorted(v) for c, v in known.items()}), values=values
-    )
+ask = ask_with_own_values
 
 
 def plans(index, question, base=5):
