@@ -14,6 +14,8 @@ from core.match.operators import question_operators
 from core.match.spans import (
     CALENDAR_TYPES,
     DATE,
+    DECADE,
+    DECADE_SPAN,
     GENDER,
     ID_COLUMNS,
     ID_TYPES,
@@ -252,7 +254,9 @@ def _claim_literal(
     if number:
         if not is_string and isinstance(literal.parent, (exp.Mul, exp.Div)):
             return None  # a constant of arithmetic (`365 / 4` for "3-month"), not a value the question names
-        return _claim_number(spans, index, literal, number, column, claims)
+        return _claim_decade(spans, index, literal) or _claim_number(
+            spans, index, literal, number, column, claims
+        )
     if not is_string:
         return None
     # Years and dates inside date strings, including the next year's / day's bound of a range.
@@ -283,6 +287,25 @@ def _claim_period(spans: list[Span], index: int, text: str, period: re.Match) ->
     if len({(s.start, s.end) for s in hits}) == 1:
         return "slot", hits[0], LiteralUse(index, text, True, "-", f" {period.group(2)}")
     return None
+
+
+def _claim_decade(spans: list[Span], index: int, literal: exp.Literal) -> tuple | None:
+    """A bound of the one age decade the question names: `BETWEEN 40 AND 49` for "in their 40s" is
+    one slot, its lower bound the decade, its upper bound the decade + 9 (an offset), so the template
+    binds another decade whole and never one bound alone."""
+    decades = [s for s in spans if s.type == DECADE]
+    between = literal.parent
+    if len(decades) != 1 or not isinstance(between, exp.Between):
+        return None
+    low, high = int(decades[0].value), int(decades[0].value) + DECADE_SPAN
+    bounds = (between.args.get("low"), between.args.get("high"))
+    if [b.this if isinstance(b, exp.Literal) and not b.is_string else None for b in bounds] != [
+        str(low),
+        str(high),
+    ]:
+        return None  # not the decade's own range (`BETWEEN 40 AND 59`): a fixed range, no slot
+    offset = int(literal.this) - low
+    return "slot", decades[0], LiteralUse(index, literal.this, False, offset=offset)
 
 
 def _claim_number(

@@ -16,6 +16,12 @@ from core.match.words import NUMBER_RE, NUMBER_WORDS, overlaps, tokenize
 # Slot types. Ids are told apart by MIMIC's ranges and by the words before them.
 PATIENT_ID, ADMISSION_ID, STAY_ID = "patient_id", "admission_id", "stay_id"
 NUMBER, YEAR, DATE, GENDER, VALUE = "number", "year", "date", "gender", "value"
+# An age decade ("patients in their 40s"): one value that the SQL writes as its two bounds (`age
+# BETWEEN 40 AND 49`), so "30s" binds where the library only has "40s". Its own type: a decade never
+# fills a threshold ("older than 40"), nor a threshold a decade.
+DECADE = "decade"
+DECADE_SPAN = 9  # a decade's upper bound is its value + 9: "40s" is 40 to 49
+_DECADE = re.compile(r"([1-9]0)s")
 # Calendar pieces questions name without a full date: "12/2100", "05/this year", "11/23/this year",
 # "last month/23", and a full "2100-06-07 05:00:00". Each binds to the SQL literal of the same shape.
 MONTH_YEAR, MONTH, MONTH_DAY, DAY, TIMESTAMP = "month_year", "month", "month_day", "day", "timestamp"
@@ -28,7 +34,7 @@ PERIOD_TYPES = {"year": PERIOD_YEAR, "month": PERIOD_MONTH}
 _PERIOD = re.compile(r"(?<![A-Za-z])(this|current|last|previous)\s+(year|month)\b", re.I)
 _PERIODS_BACK = {"this": "0", "current": "0", "last": "1", "previous": "1"}
 ID_TYPES = (PATIENT_ID, ADMISSION_ID, STAY_ID)
-SLOT_TYPES = (*ID_TYPES, NUMBER, YEAR, DATE, GENDER, VALUE, *CALENDAR_TYPES, *PERIOD_TYPES.values())
+SLOT_TYPES = (*ID_TYPES, NUMBER, YEAR, DATE, GENDER, VALUE, DECADE, *CALENDAR_TYPES, *PERIOD_TYPES.values())
 # The SQL literal each calendar type writes (its value is stored in this form).
 CALENDAR_FORMS = {
     MONTH_YEAR: r"\d{4}-\d{2}",
@@ -79,7 +85,7 @@ class Span:
     text: str
     start: int
     end: int
-    value: str  # digits for ids and numbers, "2150" for a year, ISO for a date, "F"/"M" for a gender
+    value: str  # digits for ids and numbers, "2150" for a year, ISO for a date, "F"/"M" for a gender, "40" for "40s"
 
 
 _RELATIVE = r"(?:this|last|next|previous|current)"
@@ -156,6 +162,8 @@ def extract_typed_spans(question: str) -> list[Span]:
             spans.append(
                 Span(_number_type(text, before), text, token.start, token.end, canonical_number(text))
             )
+        elif _DECADE.fullmatch(text):  # "in their 40s": the decade's first year of age
+            spans.append(Span(DECADE, text, token.start, token.end, text[:-1]))
         elif token.lower in NUMBER_WORDS:  # "the top four diagnoses": LIMIT / rank 4
             spans.append(Span(NUMBER, text, token.start, token.end, str(NUMBER_WORDS[token.lower])))
         elif token.lower in GENDER_WORDS:

@@ -32,6 +32,7 @@ from core.match.spans import (
     CALENDAR_FORMS,
     CALENDAR_TYPES,
     DATE,
+    DECADE,
     GENDER,
     ID_TYPES,
     NUMBER,
@@ -42,7 +43,7 @@ from core.match.spans import (
 from core.match.words import INT_RE, NUMBER_RE
 
 # Bump when the algorithm changes so that stored templates (Example.template) are rebuilt.
-TEMPLATE_VERSION = 8  # 8: a name written again with a leading % fills its slot again; 7: ICU care units are values; 6: periods ("last year") are slots; a number inside a name is part of it
+TEMPLATE_VERSION = 9  # 9: an age decade ("40s") is a slot; 8: a name written again with a leading % fills its slot again; 7: ICU care units are values; 6: periods ("last year") are slots; a number inside a name is part of it
 
 # Columns whose values the value index holds (metadata_admin.docs.VALUE_COLUMNS), by bare table name.
 # The pipeline core cannot import metadata_admin, so callers with a catalog pass `value_columns`.
@@ -440,6 +441,10 @@ def _literal_for(slot: Slot, use: LiteralUse, value: str) -> exp.Expr:
         decimals = re.fullmatch(r"[+-]?\d+\.(\d+)", use.literal)
         if decimals and "." not in core:  # `valuenum = 85.0` stays a real number: 92 is written 92.0
             core = f"{core}.{'0' * len(decimals.group(1))}"
+    elif slot.type == DECADE:
+        if not re.fullmatch(r"[1-9]0", value):
+            raise BindError(f"{slot.name} needs a decade of age (10, 20, … 90), not {value!r}")
+        core = str(int(value) + use.offset)
     elif slot.type == YEAR:
         if not re.fullmatch(r"\d{4}", value):
             raise BindError(f"{slot.name} needs a four-digit year, not {value!r}")

@@ -220,6 +220,40 @@ def test_a_new_age_binds_into_the_template():
     assert best.hard_ok and "70" in literals(best.sql)
 
 
+DECADE_SQL = (
+    "SELECT COUNT(DISTINCT admissions.subject_id) FROM admissions WHERE admissions.age BETWEEN {lo} AND {hi}"
+)
+DECADES = build_index(
+    [
+        ("how many patients are in their 40s?", DECADE_SQL.format(lo=40, hi=49)),
+        ("count the patients in their 50s.", DECADE_SQL.format(lo=50, hi=59)),
+        ("what is the number of patients in their 40s?", DECADE_SQL.format(lo=40, hi=49)),
+        (
+            "how many patients are older than 65?",
+            "SELECT COUNT(DISTINCT admissions.subject_id) FROM admissions WHERE admissions.age > 65",
+        ),
+    ]
+)
+
+
+def test_a_decade_the_library_never_shows_binds_both_bounds():
+    best = ask(DECADES, "how many patients are in their 30s?")
+    assert best.hard_ok and best.sql.endswith("BETWEEN 30 AND 39"), best.sql
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "how many patients are older than 30?",  # a threshold is no decade
+        "how many patients are in their 30s or 40s?",  # two decades: one slot cannot say both
+        "how many patients are not in their 30s?",  # a negation no paraphrase says
+    ],
+)
+def test_a_decade_template_never_answers_what_is_not_one_decade(question):
+    best = ask(DECADES, question)
+    assert best is None or not best.hard_ok or "BETWEEN" not in best.sql, best.sql
+
+
 @pytest.mark.parametrize(
     "question",
     [

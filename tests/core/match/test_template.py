@@ -515,3 +515,41 @@ def test_template_keys_are_the_tree_written_keys():
                 text = f"{use.prefix}{{{s.type}{shift}}}{use.suffix}"
                 nodes[use.index].replace(exp.Literal.string(text) if use.is_string else exp.var(text))
         assert template_key(t) == tree.sql(dialect=t.dialect)
+
+
+# --- an age decade ("in their 40s") is one slot of two bounds --------------------------------------
+
+DECADE_Q = "How many current patients are in their 40s?"
+DECADE_SQL = (
+    "SELECT COUNT(DISTINCT admissions.subject_id) FROM admissions "
+    "WHERE admissions.dischtime IS NULL AND admissions.age BETWEEN {lo} AND {hi}"
+)
+
+
+def test_an_age_decade_is_one_slot_whose_upper_bound_is_the_decade_plus_nine():
+    template = build_template(DECADE_Q, DECADE_SQL.format(lo=40, hi=49), dialect="sqlite")
+    (slot,) = template.slots
+    assert (slot.type, slot.value, slot.text) == ("decade", "40", "40s")
+    assert [(u.literal, u.offset) for u in slot.uses] == [("40", 0), ("49", 9)]
+    # one template for every decade: "30s" binds both bounds, never one of them
+    other = build_template(
+        "how many current patients are in their 20s?", DECADE_SQL.format(lo=20, hi=29), dialect="sqlite"
+    )
+    assert template_key(template) == template_key(other)
+    assert bind_sql(template, {"decade": "30"}).endswith("BETWEEN 30 AND 39")
+
+
+def test_a_decade_binds_only_a_decade_and_a_bound_the_question_does_not_say_stays_fixed():
+    template = build_template(DECADE_Q, DECADE_SQL.format(lo=40, hi=49), dialect="sqlite")
+    with pytest.raises(BindError):
+        bind_sql(template, {"decade": "65"})  # a threshold's number is no decade
+    # the SQL's range is not the question's decade: no slot (a fixed range, its own template)
+    fixed = build_template(DECADE_Q, DECADE_SQL.format(lo=40, hi=59), dialect="sqlite")
+    assert not fixed.slots and "BETWEEN 40 AND 59" in template_key(fixed)
+    threshold = build_template(
+        DECADE_Q, "SELECT COUNT(*) FROM admissions WHERE admissions.age >= 40", dialect="sqlite"
+    )
+    assert not threshold.slots  # "40s" is not "40 or older": the SQL's 40 is no decade's
+    # a threshold ("aged 40 or above") is a number, never a decade; "50's" is not read as one
+    assert [s.type for s in extract_typed_spans("patients aged 40 or above")] == ["number"]
+    assert "decade" not in {s.type for s in extract_typed_spans("patients in their 50's or 1990s")}
