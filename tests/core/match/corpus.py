@@ -114,6 +114,12 @@ MUST_ABSTAIN = [
     "how many patients diagnosed with acute kidney failure, unspecified were admitted since 1 year ago?",
     "how many times was patient 10004235 admitted to the hospital, except since 1 year ago?",
     "how many times was patient 10004235 admitted to the hospital since 2 months ago?",
+    # An age decade (one slot, both bounds: "in their 30s" beside the library's 40s and 60s): never
+    # two decades, a negated one, a threshold for a decade, or a decade with a condition more.
+    "how many patients are in their 30s or 40s?",
+    "how many patients are not in their 30s?",
+    "how many patients in their 30s died in the hospital?",
+    "how many patients are in their 30s or older?",
 ]
 ANSWERED_RIGHT = {
     "was the last heart rate of patient 10002428 less than the first heart rate?": (
