@@ -41,7 +41,7 @@ from core.match.reading import Reading
 from core.match.replace import REPLACEABLE_TYPES, replaced, replacement_plans, words
 from core.match.retimed import period_plans
 from core.match.risk import Calibration
-from core.match.spans import GENDER, NUMBER, VALUE, YEAR
+from core.match.spans import DECADE, GENDER, NUMBER, VALUE, YEAR
 from core.match.swap import library_swaps, swap_plans
 from core.match.template import Template, parsed_sql
 from core.match.values import ValueLookup
@@ -52,17 +52,17 @@ if TYPE_CHECKING:  # the vote is library.py's, and library.py calls this module
     from core.match.library import Vote
 
 # Slot types a condition may carry: a condition with an id ("of patient 10004235") is another question.
-CONDITION_TYPES = (GENDER, NUMBER, VALUE, YEAR)
+CONDITION_TYPES = (GENDER, NUMBER, VALUE, YEAR, DECADE)
 _READ_TYPES = frozenset(CONDITION_TYPES + REPLACEABLE_TYPES)  # …and those a replacement reads (replace.py)
 # Conditions that may be left out: without its named value ("potassium") a template reads every item
 # of its table, which is never what the shorter question means; a gender, a threshold or a year is.
-DROPPABLE_TYPES = (GENDER, NUMBER, YEAR)
+DROPPABLE_TYPES = (GENDER, NUMBER, YEAR, DECADE)
 # Words a condition's phrase extends over, left and right of its slot ("older than 65", "aged 80 or
 # older", "in the Coronary Care Unit", "for elective"): comparison words and prepositions, never a
 # word that says what is asked ("how many", "average"), so a phrase adds a condition and nothing else.
 PHRASE_LEFT = frozenset(
     "older younger than over under above below at least most more less greater fewer aged age in "
-    "during after before since from between equal to exceeding the with for who were was are is".split()
+    "during after before since from between equal to exceeding the with for who were was are is their".split()
 )
 PHRASE_OPENING = frozenset("the who were was are is".split())  # never a phrase's first word
 PHRASE_RIGHT = frozenset("or older younger more less above below over under years year old".split())

@@ -28,7 +28,7 @@ from sqlglot import exp
 from core.match.index import LibraryIndex
 from core.match.outer import conjuncts, read_below
 from core.match.reading import Reading
-from core.match.spans import CALENDAR_TYPES, DATE, NUMBER, PERIOD_TYPES, YEAR
+from core.match.spans import CALENDAR_TYPES, DATE, DECADE, NUMBER, PERIOD_TYPES, YEAR
 from core.match.template import TIME_COLUMN, Template, parsed_sql
 from core.match.words import tokenize
 
@@ -36,8 +36,9 @@ if TYPE_CHECKING:  # compose.py reads conditions and calls this module
     from core.match.compose import Condition
     from core.match.library import Vote
 
-# Conditions that may take another's place on the same column: times and thresholds.
-REPLACEABLE_TYPES = (NUMBER, YEAR, DATE, *CALENDAR_TYPES, *PERIOD_TYPES.values())
+# Conditions that may take another's place on the same column: times, thresholds and age decades
+# ("aged 60 or above" for "in their 40s", both on the age).
+REPLACEABLE_TYPES = (NUMBER, YEAR, DATE, DECADE, *CALENDAR_TYPES, *PERIOD_TYPES.values())
 
 
 def words(text: str) -> tuple[str, ...]:

@@ -475,3 +475,55 @@ def test_one_replacement_per_role_of_condition():
     found = replaced(ask_labs(index, "what was the first sodium value of patient 10014354 in 05/2150?"))
     assert len(found) == 1
     assert "STRFTIME('%Y-%m', labevents.charttime) = '2150-05'" in found[0].sql
+
+
+# --- an age decade as a condition (dropped, or said as a threshold) ---------------------------------
+
+CURRENT_DECADE = (
+    "how many current patients are in their 40s?",
+    "SELECT COUNT(DISTINCT admissions.subject_id) FROM admissions WHERE admissions.dischtime IS NULL AND "
+    "admissions.age BETWEEN 40 AND 49",
+)
+CURRENT_DECADE_2 = (
+    "count the current patients in their 30s.",
+    "SELECT COUNT(DISTINCT admissions.subject_id) FROM admissions WHERE admissions.dischtime IS NULL AND "
+    "admissions.age BETWEEN 30 AND 39",
+)
+ADMITTED_OLDER = (
+    "how many patients aged 60 or above were admitted in 2100?",
+    "SELECT COUNT(DISTINCT admissions.subject_id) FROM admissions WHERE admissions.age >= 60 AND "
+    "STRFTIME('%Y', admissions.admittime) = '2100'",
+)
+
+
+def test_a_decade_is_a_condition_with_its_wording():
+    template = build_template(*CURRENT_DECADE, dialect="sqlite")
+    (cond,) = [c for c in conditions_of(1, template) if c.slot_type == "decade"]
+    assert cond.phrase == "in their 40s" and cond.columns == frozenset({"age"})
+
+
+def test_a_decade_the_question_leaves_out_is_dropped():
+    index = _mini_sqlite([CURRENT_DECADE, CURRENT_DECADE_2, ADMITTED_OLDER])
+    best = composed(ask_labs(index, "how many current patients are there?"))[0]
+    assert "BETWEEN" not in best.sql and "dischtime IS NULL" in best.sql
+    assert best.composed_with == "without in their 40s" or best.composed_with == "without in their 30s"
+
+
+def test_a_threshold_takes_the_place_of_a_decade_on_the_age():
+    index = _mini_sqlite([CURRENT_DECADE, CURRENT_DECADE_2, ADMITTED_OLDER])
+    found = replaced(ask_labs(index, "how many current patients are aged 70 or above?"))
+    assert found and "admissions.age >= 70" in found[0].sql and "BETWEEN" not in found[0].sql
+    assert "dischtime IS NULL" in found[0].sql
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "how many current patients are aged 70 or above in their 40s?",  # a threshold and a decade at once
+        "how many current patients are not aged 70 or above?",  # a negation no verified question says
+        "how many current patients are younger than 70?",  # a comparison the library never writes on the age
+    ],
+)
+def test_no_decade_replacement_the_library_does_not_say(question):
+    index = _mini_sqlite([CURRENT_DECADE, CURRENT_DECADE_2, ADMITTED_OLDER])
+    assert not [r for r in ask_labs(index, question).results if r.hard_ok]
