@@ -5,7 +5,8 @@ Runs the service calibrate_library runs (calibration.library_cross_validate) on 
 `ehrsql` source (import it first: `library_scale.py --parts import`), in this process, and prints
 its wall and CPU seconds (this process and its worker processes). `--report FILE`: the report as
 JSON without its time stamp, to diff two versions' decisions (the same samples give the same risk
-model, threshold and counts). `--profile`: cProfile of this process (with `--processes 1`, all the
+model, threshold and counts); `--same-as FILE`: exit 1 unless the report is byte-identical to FILE
+(another version's `--report`, with 1 or 2 processes: the report is the same either way). `--profile`: cProfile of this process (with `--processes 1`, all the
 work), saved beside the results, its top functions printed, and the sqlglot parses counted by
 caller. `--valid`: the 1,163 valid questions too, for time only (their accuracy is not read here).
 `--fresh`: the library's own questions asked again even when an earlier calibration of the same
@@ -36,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=None, help="default: the setting")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--report", type=Path, default=None, help="write the report here (JSON)")
+    parser.add_argument("--same-as", type=Path, default=None,
+                        help="a --report of another version: exit 1 unless this report is byte-identical")  # fmt: skip
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--fresh", action="store_true", help="read no samples kept by an earlier calibration")
     args = parser.parse_args(argv)
@@ -84,10 +87,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"garbage collections here: {collected['n']} ({collected['gen2']} of the oldest generation), "
           f"{collected['s']:.1f} s wall")  # fmt: skip
     print({k: v for k, v in report.items() if k not in ("risk", "at")})
+    written = json.dumps({k: v for k, v in report.items() if k != "at"}, indent=1, sort_keys=True)
     if args.report is not None:
-        args.report.write_text(
-            json.dumps({k: v for k, v in report.items() if k != "at"}, indent=1, sort_keys=True)
-        )
+        args.report.write_text(written)
+    if args.same_as is not None and args.same_as.read_text() != written:
+        print(f"the report differs from {args.same_as}: the calibration decides differently")
+        return 1
+    if args.same_as is not None:
+        print(f"the report is byte-identical to {args.same_as}")
     if args.profile:
         saved = home / "results" / "profile_calibration.prof"
         saved.parent.mkdir(parents=True, exist_ok=True)

@@ -396,7 +396,8 @@ def library_cross_validate(
     pool = _workers(source, processes - 1, prepared) if prepared is not None else None
     try:
         embedding = _embed_in_worker(pool, source, labelled) if pool is not None and labelled else None
-        context = cv_context(source)
+        with calibration_worker.fewer_collections():  # the library it builds lives as long as this
+            context = cv_context(source)
         if prepared is not None:  # the workers read it from there, not from the database (cv_prepare)
             cv_prepare(context, str(prepared))
         masked = []

@@ -351,7 +351,7 @@ def _rewritten(
     asks the same period of the same base composes the same SQL, fold after fold)."""
     try:
         tree = parsed_sql(sql, dialect).copy()  # changed below: a copy
-        new = [sqlglot.parse_one(c, dialect=dialect) for c in conditions]
+        new = _condition_trees(conditions, dialect)  # only copied below
     except (SqlglotError, ValueError, RecursionError):
         return None
     literals = list(tree.find_all(exp.Literal))
@@ -376,6 +376,13 @@ def _rewritten(
         select.set("where", None)
         select.where(*keep, copy=False)
     return tree.sql(dialect=dialect, copy=False)  # our copy
+
+
+@functools.lru_cache(maxsize=4096)
+def _condition_trees(conditions: tuple[str, ...], dialect: str) -> tuple[exp.Expr, ...]:
+    """A source's time conditions parsed once: every base paraphrase it is written into (fold after
+    fold) would parse them again. Callers copy them before changing anything."""
+    return tuple(sqlglot.parse_one(c, dialect=dialect) for c in conditions)
 
 
 # --- time phrases -----------------------------------------------------------------------------------

@@ -12,7 +12,14 @@ import pytest
 from core.match import LibraryIndex, build_template, entry_for, mask_question
 from core.match.library import Vote
 from core.match.reading import read_question
-from core.match.retimed import TimeReplace, library_timings, period_plans, template_timing
+from core.match.retimed import (
+    TimeReplace,
+    _condition_trees,
+    _rewritten,
+    library_timings,
+    period_plans,
+    template_timing,
+)
 from tests.core.match.test_library import ask_with_own_values, embed
 
 # The last (or first) chart value of an item: the time condition is in the outer WHERE and in the
@@ -104,6 +111,22 @@ def test_every_copy_of_the_time_condition_is_replaced(library):
     assert "'%Y'" not in best.sql and "subject_id = 10002428" in best.sql and "'heart rate'" in best.sql
     assert "ORDER BY chartevents.charttime ASC" in best.sql  # the base's first, not the source's last
     assert best.features["composed"] == 1.0 and best.composed_from[0] == 6
+
+
+def test_the_conditions_parsed_once_are_never_changed_by_the_bases_they_are_written_into():
+    # the source's conditions are parsed once per process and shared (_condition_trees): writing them
+    # into a base renames their column and qualifies it, which must happen on copies, or the next base
+    # (another table's time column) would get this one's column
+    conditions = ("DATETIME(charttime) >= DATETIME(CURRENT_TIME, '-5 month')",)
+    before = [c.sql(dialect="sqlite") for c in _condition_trees(conditions, "sqlite")]
+    lab = "SELECT labevents.valuenum FROM labevents WHERE labevents.subject_id = 1 AND STRFTIME('%Y', labevents.charttime) = '2100'"
+    drug = "SELECT prescriptions.drug FROM prescriptions WHERE prescriptions.subject_id = 1 AND STRFTIME('%Y', prescriptions.starttime) = '2100'"
+    for sql, column in ((lab, "charttime"), (drug, "starttime")):
+        written = _rewritten(sql, "sqlite", (2,), column, conditions)  # the year literal
+        table = sql.split()[1].split(".")[0]
+        assert f"DATETIME({table}.{column}) >= DATETIME(CURRENT_TIME, '-5 month')" in written
+        assert "'%Y'" not in written
+    assert [c.sql(dialect="sqlite") for c in _condition_trees(conditions, "sqlite")] == before
 
 
 def test_a_condition_of_two_parts_takes_the_place_of_one(library):
