@@ -294,7 +294,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.unseen:
             scored.update(ehrsql_causes(cv, (UNSEEN_WORDS_SET,)))
     if not args.skip_demo:
-        scored.update(demo_causes(args.all_sets, args.ambiguity, args.researcher, args.unanchored, args.unseen))
+        scored.update(
+            demo_causes(args.all_sets, args.ambiguity, args.researcher, args.unanchored, args.unseen)
+        )
     for name, d in scored.items():
         print(_summary(name, d, d["answerable_blocked"]) + f", gate p50 {d['p50_ms']:.2f} ms")
         print(f"{name} answerable blocked by cause: {dict(Counter(b['cause'] for b in d['blocked']))}")
