@@ -197,3 +197,20 @@ def test_the_gate_on_unanchored_times_existence_the_hospital_and_after_discharge
     blocked, 3 let through. Measured twice, not tuned on after: held so it can only get better."""
     items = set_items(UNANCHORED_SET, each=60)
     assert_floor("unanchored", score_items(gate, items), f1=0.96, blocked=1, missed=3)
+
+
+UNSEEN_WORDS_SET = HERE / "unseen_words_set.jsonl"
+
+
+def test_the_gate_on_rare_attributes_in_words_the_catalog_does_not_use(gate):
+    """93 + 93 questions written in round 15 before anything was changed for them: answerable ones
+    ask for rare attributes MIMIC-IV holds (marital status, route, care unit, an item's label,
+    insurance, language, discharge location, specimen, units, order status, DRG, OMR, emar,
+    pharmacy...) in words and sentence forms the catalog does not use ("recorded as widowed",
+    "covered by medicaid", "sent to a skilled nursing facility", imperatives); unanswerable ones are
+    a look-alike of each that MIMIC-IV does not hold (the policy number, who approved, what it
+    cost, how it felt). Measured as written: F1 0.736 (P 0.919, R 0.613), 5 of 93 answerable
+    blocked (all by the grounding), 36 let through. Round 15's grounding changes for it were held
+    back (see the README), so this is the gate's floor as it stands: it can only get better."""
+    items = set_items(UNSEEN_WORDS_SET, each=90)
+    assert_floor("unseen words", score_items(gate, items), f1=0.73, blocked=5, missed=36)
