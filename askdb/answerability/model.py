@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+import sqlglot
+from sqlglot import exp
 
 from askdb.answerability import grounding, rules, specified
 
@@ -276,13 +278,6 @@ def kind_groups(
     return out
 
 
-_FROM_TABLE = re.compile(r"\b(?:from|join)\s+([a-z_][a-z0-9_]*)", re.IGNORECASE)
-_SELECTED = re.compile(
-    r"^\s*select\s+(?:distinct\s+)?(?:[a-z_]+\s*\(\s*(?:distinct\s+)?)*([a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*|\*)",
-    re.IGNORECASE,
-)
-
-
 def attribute_kinds(questions: Sequence[TrainQuestion], kinds: Sequence[str]) -> list[str]:
     """`kinds` with each answerable question with SQL regrouped by what it asks of the data: the
     tables its SQL reads and the first column it selects ("admissions / admissions.marital_status"
@@ -292,10 +287,27 @@ def attribute_kinds(questions: Sequence[TrainQuestion], kinds: Sequence[str]) ->
     out = list(kinds)
     for i, q in enumerate(questions):
         if q.answerable and q.sql:
-            tables = sorted({t.lower() for t in _FROM_TABLE.findall(q.sql)})
-            m = _SELECTED.match(q.sql)
-            out[i] = f"attribute:{'/'.join(tables)}:{m.group(1).lower() if m else ''}"
+            out[i] = f"attribute:{_attribute(q.sql)}"
     return out
+
+
+def _attribute(sql: str) -> str:
+    """ "tables:first selected column" of one SQL, read on its parsed tree (sqlglot): the tables of
+    every FROM and JOIN, and the first column the outer SELECT's first expression reads ("*" for a
+    `COUNT(*)`); "" for SQL that does not parse."""
+    try:
+        tree = sqlglot.parse_one(sql, read="sqlite")
+    except (sqlglot.errors.SqlglotError, ValueError, RecursionError):
+        return ""
+    tables = "/".join(sorted({t.name.lower() for t in tree.find_all(exp.Table)}))
+    select = tree if isinstance(tree, exp.Select) else tree.find(exp.Select)
+    first = select.expressions[0] if select is not None and select.expressions else None
+    column = first.find(exp.Column) if first is not None else None
+    if column is not None:
+        selected = f"{column.table}.{column.name}".lower() if column.table else column.name.lower()
+    else:
+        selected = "*" if first is not None and first.find(exp.Star) is not None else ""
+    return f"{tables}:{selected}"
 
 
 def family_folds(

@@ -21,6 +21,7 @@ from askdb.answerability.model import (
     TrainConfig,
     TrainingError,
     TrainQuestion,
+    attribute_kinds,
     choose_threshold,
     classification_metrics,
     family_folds,
@@ -184,6 +185,27 @@ def test_near_duplicate_unanswerable_questions_form_one_family():
           TrainQuestion("u3", "how many operating rooms are free?", False)]  # fmt: skip
     groups = paraphrase_groups(qs, BagOfWordsEncoder().encode_questions([q.text for q in qs]))
     assert groups[0] == groups[1] != groups[2]
+
+
+def test_the_attribute_hold_out_groups_sibling_templates_of_one_attribute_and_nothing_else():
+    """The first and the last visit's marital status are one attribute (held out together); the
+    insurance of the same visit, or a count, is another; unanswerable questions keep their kind."""
+    first = "SELECT admissions.marital_status FROM admissions WHERE admissions.subject_id = 1 ORDER BY admissions.admittime ASC LIMIT 1"
+    last = "SELECT admissions.marital_status FROM admissions WHERE admissions.subject_id = 2 AND admissions.dischtime IS NOT NULL ORDER BY admissions.admittime DESC LIMIT 1"
+    other = "SELECT admissions.insurance FROM admissions WHERE admissions.subject_id = 1 ORDER BY admissions.admittime ASC LIMIT 1"
+    count = "SELECT COUNT(*) FROM admissions WHERE admissions.subject_id = 1"
+    questions = [
+        TrainQuestion("1", "marital status at the first visit", True, sql=first),
+        TrainQuestion("2", "marital status at the last visit", True, sql=last),
+        TrainQuestion("3", "insurance at the first visit", True, sql=other),
+        TrainQuestion("4", "how many visits", True, sql=count),
+        TrainQuestion("5", "the spouse's name", False),
+        TrainQuestion("6", "unparsable", True, sql="SELECT (((("),
+    ]
+    kinds = attribute_kinds(questions, ["a", "b", "c", "d", "u", "e"])
+    assert kinds[0] == kinds[1] == "attribute:admissions:admissions.marital_status"
+    assert kinds[2] == "attribute:admissions:admissions.insurance" and kinds[3] == "attribute:admissions:*"
+    assert kinds[4] == "u" and kinds[5] == "attribute:"
 
 
 def test_kinds_join_unanswerable_families_that_are_alike_on_average_and_keep_answerable_ones():
