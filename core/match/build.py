@@ -435,6 +435,7 @@ def _find_name_span(question: str, core: str, spans: list[Span], claims: dict) -
     if not core_words:
         return None
     tokens = tokenize(question)
+    near: dict[str, frozenset[str]] = {}  # each word's near spellings among the name's, once per word
     best: tuple[float, int, tuple[int, int]] | None = None
     for i in range(len(tokens)):
         for j in range(i + 1, min(len(tokens), i + len(core_words) + 2) + 1):
@@ -444,7 +445,7 @@ def _find_name_span(question: str, core: str, spans: list[Span], claims: dict) -
             start, end = window[0].start, window[-1].end
             if overlaps(start, end, taken):
                 continue
-            score = _window_score(question[start:end].lower(), window, core, core_words)
+            score = _window_score(question[start:end].lower(), window, core, core_words, near)
             if score is None:
                 continue
             key = (score, j - i, (start, end))
@@ -453,15 +454,22 @@ def _find_name_span(question: str, core: str, spans: list[Span], claims: dict) -
     return best[2] if best else None
 
 
-def _window_score(text: str, window: list[Token], core: str, core_words: list[str]) -> float | None:
+def _window_score(
+    text: str, window: list[Token], core: str, core_words: list[str], near: dict[str, frozenset[str]]
+) -> float | None:
     """How well a window of question words names `core`: the fuzzy ratio of the whole, else (below
-    0.88) by its words when every one is a near spelling of a word of the name; None when it is not."""
+    0.88) by its words when every one is a near spelling of a word of the name; None when it is not.
+    `near`: each word's near spellings among `core_words`, kept by the caller across its windows
+    (a word is in up to a name's length of windows; the same ratios either way)."""
     score = fuzz.ratio(text, core.lower()) / 100
     if score >= 0.88:
         return score
     words = [t.lower for t in window if t.lower not in FUNCTION_WORDS]
-    matched = [w for w in words if max(fuzz.ratio(w, c) for c in core_words) >= 85]
-    covered = {c for c in core_words if any(fuzz.ratio(w, c) >= 85 for w in words)}
+    for w in words:
+        if w not in near:
+            near[w] = frozenset(c for c in core_words if fuzz.ratio(w, c) >= 85)
+    matched = [w for w in words if near[w]]
+    covered = set().union(*(near[w] for w in words))
     if len(matched) < len(words) or not words or sum(map(len, words)) < 4:
         return None
     coverage = len(covered) / len(core_words)

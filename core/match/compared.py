@@ -292,7 +292,7 @@ def _operand(side: exp.Expr, dialect: str) -> str:
         # a value is masked, a format ('%m-%Y') kept: it says what is compared
         return exp.var("_v") if isinstance(node, exp.Literal) and "%" not in node.this else node
 
-    return side.transform(mask).sql(dialect=dialect)
+    return side.transform(mask).sql(dialect=dialect, copy=False)  # transform made it a copy
 
 
 def _governed(found, literals: frozenset[int] | None) -> list:

@@ -303,7 +303,7 @@ def _masked(part: exp.Expr, dialect: str) -> str:
     def mask(node: exp.Expr) -> exp.Expr:
         return exp.var("_c") if isinstance(node, exp.Column) else node
 
-    return part.transform(mask).sql(dialect=dialect)
+    return part.transform(mask).sql(dialect=dialect, copy=False)  # transform made it a copy
 
 
 def _mark(select: exp.Select, parts: list[exp.Expr], column: str) -> None:

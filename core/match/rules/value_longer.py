@@ -59,7 +59,7 @@ def answers_something(sql: str, dialect: str) -> str:
     first = tree.selects[0] if isinstance(tree, exp.Query) and tree.selects else None
     # Only a column or an alias has a name every engine gives the outer query; else any row will do.
     name = first.alias_or_name if isinstance(first, exp.Alias | exp.Column) else ""
-    query = exp.select(exp.Literal.number(1)).from_(tree.subquery("answer"))
+    query = exp.select(exp.Literal.number(1)).from_(tree.subquery("answer"), copy=False)  # the one copy
     if name and name != "*":
-        query = query.where(exp.column(name, table="answer").is_(exp.null()).not_())
-    return query.limit(1).sql(dialect=dialect)
+        query = query.where(exp.column(name, table="answer").is_(exp.null()).not_(), copy=False)
+    return query.limit(1, copy=False).sql(dialect=dialect, copy=False)
