@@ -78,7 +78,9 @@ def content_hash(context: dict[str, Any]) -> str:
     digest.update(index.matrix.tobytes())
     digest.update(repr(context["catalog"]).encode())
     by_text = getattr(context["values"], "_by_text", {})  # the linkable values (core.match.ValueIndex)
-    digest.update(json.dumps(sorted((t, sorted(d.items())) for t, d in by_text.items())).encode())
+    # sort_keys orders both levels (text, then column) in json's C encoder: the same content always
+    # hashes alike, a third of the time of sorting ~200,000 values' items in Python first.
+    digest.update(json.dumps(by_text, sort_keys=True).encode())
     return digest.hexdigest()
 
 
