@@ -408,6 +408,18 @@ def test_synonyms_are_words_paraphrases_swap_in_the_same_place_in_several_templa
     assert synonyms == {"sex": {"gender"}, "gender": {"sex"}}
 
 
+def test_mining_again_reads_the_same_synonyms_from_the_pairs_kept_the_first_time():
+    # index._swap is kept per pair of word sequences (fold libraries ask the same pairs again): lists
+    # or tuples, a first or a second reading, the synonyms are the same.
+    swaps = [
+        [["count", "patient", "sex", "slotgender"], ["count", "patient", "gender", "slotgender"]],
+        [["average", "age", "sex"], ["average", "age", "gender"]],
+    ]
+    first = mine_synonyms(swaps)
+    again = mine_synonyms([[tuple(words) for words in group] for group in swaps])
+    assert first == again == {"sex": {"gender"}, "gender": {"sex"}}
+
+
 def test_a_swap_is_also_mined_where_a_paraphrase_says_one_word_of_no_content_more():
     swaps = [
         # "what is the average cost including {value}" / "how much is the average cost associated with {value}"
