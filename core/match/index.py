@@ -136,7 +136,7 @@ def _contrasts(groups: list[list[Sequence[str]]]) -> set[tuple[str, str]]:
     return out
 
 
-@functools.lru_cache(maxsize=1 << 18)
+@functools.lru_cache(maxsize=1 << 15)  # a train calibration reads 15,199 distinct pairs
 def _swap(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, str] | None:
     """The one word two word sequences differ by, in the same place, or None; also where one of them
     says one word of no content more besides ("how much is the average cost associated with {value}"
