@@ -147,6 +147,9 @@ PROPERTY_PATTERNS: tuple[re.Pattern, ...] = tuple(
         # "what color was patient N's urine specimen", "what brand of catheter was used for …": the noun is asked
         # of the thing the sentence goes on to name (not "what germ was found in …", read below).
         rf"^{_WH_NOUN} (?:{_DID} (?!{_PARTICIPLE_OR_ADVERB})|(?:was|were) used\b)(?P<about>.*{_ITEM}.*)$",
+        # "which barcode scanner brand read patient N's insulin": the noun did it to what the patient had.
+        rf"^{_WH_NOUN} (?!{_DID}\b)(?:[a-z]+(?:ed|es)|made|makes|read|held|took|gave|ran|drew|wrote|sent|kept|brought) "
+        rf"(?:the |a |an |his |her |their )?(?P<about>{_PATIENT}'s .*)$",
     )
 )
 # "What is the label of lab item 51221", "the unit name of chart item 220045": an item's property, held
@@ -167,8 +170,8 @@ _WH_AGENT = re.compile(
 # catalog holds that thing (`ground` checks); "the marital status of patient N's daughter" keeps its reading.
 _OF_POSSESSED = re.compile(
     rf"\b(?:what|which) (?:is|was|are|were) (?:the |a |an )?(?P<attr>(?!{_NOT_A_NOUN})[a-z-]+(?: [a-z-]+){{0,2}}?) "
-    rf"(?:of|for|on|in) (?:the |a |an )?(?:[a-z0-9-]+ ){{0,4}}?{_PATIENT}'s (?P<about>[a-z-]+(?: [a-z-]+){{0,3}}?)(?: (?:on|in|"
-    r"during|at|from|for|when)\b|\?|$)"
+    rf"(?:of|for|on|in) (?:the |a |an )?(?:(?:[a-z0-9-]+ ){{0,4}}?{_PATIENT}'s (?P<about>[a-z-]+(?: [a-z-]+){{0,3}}?)(?: (?:on|in|"
+    rf"during|at|from|for|when)\b|\?|$)|(?P<by>[a-z-]+(?: [a-z-]+)?) (?:that|which|who) (?!{_NOT_A_NOUN})[a-z]+ {_PATIENT}\b)"
 )
 # A relative clause ends the attribute: "the name of the nurse who cared for …".
 _CLAUSE = re.compile(r" (?:who|that|which|whom|whose|when|where)\b.*$")
@@ -330,7 +333,7 @@ def _asked(question: str, vocabulary: Vocabulary | None = None) -> tuple[str, st
             attr = _CLAUSE.sub("", m.group("attr")).strip(" -'")
             return HOW_ADJECTIVES.get(attr, attr), ""
     m = _OF_POSSESSED.search(text) if vocabulary is not None else None
-    if m and _holds_all(m.group("about"), vocabulary):
+    if m and _holds_all(m.group("about") or m.group("by"), vocabulary):
         return _CLAUSE.sub("", m.group("attr")).strip(" -'"), ""
     attribute, thing = _asked_by_shape(text)
     if not attribute:

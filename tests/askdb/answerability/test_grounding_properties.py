@@ -142,3 +142,19 @@ def test_an_items_property_the_catalog_holds_is_grounded_and_never_declined_by_t
     g = grounding.ground("what is the label of lab item 51221?", items)
     assert g is not None and g.attribute == "label" and g.grounded
     assert grounding.ground("what is the human-readable label of lab item 50912?", items) is None
+
+
+def test_the_agent_of_an_act_on_what_the_patient_had_and_a_property_of_what_treated_the_patient():
+    """ "Which barcode scanner brand read patient N's insulin" asks for the brand, not the insulin; "the
+    budget of the service that treated patient N" for the budget. The attack: "which caregiver charted
+    patient N's last temperature" reads the caregiver, which the catalog holds."""
+    vocabulary = grounding.Vocabulary(
+        [*(f"{c.text} {c.values}" for c in COLUMNS), "services.curr_service: Service the patient was under.",
+         "chartevents.caregiver_id: Caregiver who charted the value. Temperature"]
+    )  # fmt: skip
+    g = grounding.ground("which barcode scanner brand read patient 10004235's insulin?", vocabulary)
+    assert g is not None and g.attribute == "barcode scanner brand" and not g.grounded
+    g = grounding.ground("what is the budget of the service that treated patient 10037928?", vocabulary)
+    assert g is not None and g.attribute == "budget" and not g.grounded
+    g = grounding.ground("which caregiver charted patient 10037928's last temperature?", vocabulary)
+    assert g is not None and g.attribute == "caregiver" and g.grounded
