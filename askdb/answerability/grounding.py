@@ -147,6 +147,9 @@ PROPERTY_PATTERNS: tuple[re.Pattern, ...] = tuple(
         # "what color was patient N's urine specimen", "what brand of catheter was used for …": the noun is asked
         # of the thing the sentence goes on to name (not "what germ was found in …", read below).
         rf"^{_WH_NOUN} (?:{_DID} (?!{_PARTICIPLE_OR_ADVERB})|(?:was|were) used\b)(?P<about>.*{_ITEM}.*)$",
+        # "who was the respiratory therapist during patient N's first mechanical ventilation": a person's role.
+        rf"^who (?:is|was|were|are) (?:the |a |an )?(?P<attr>(?!{_NOT_A_NOUN})[a-z-]+(?: [a-z-]+){{0,2}}?) (?:during|in|at|on|for) "
+        rf"(?P<about>.*{_PATIENT}.*)$",
         # "which barcode scanner brand read patient N's insulin": the noun did it to what the patient had.
         rf"^{_WH_NOUN} (?!{_DID}\b)(?:[a-z]+(?:ed|es)|made|makes|read|held|took|gave|ran|drew|wrote|sent|kept|brought) "
         rf"(?:the |a |an |his |her |their )?(?P<about>{_PATIENT}'s .*)$",
@@ -169,7 +172,7 @@ _WH_AGENT = re.compile(
 # "What was the policy number of patient N's insurance": a property of what the patient has, when the
 # catalog holds that thing (`ground` checks); "the marital status of patient N's daughter" keeps its reading.
 _OF_POSSESSED = re.compile(
-    rf"\b(?:what|which) (?:is|was|are|were) (?:the |a |an )?(?P<attr>(?!{_NOT_A_NOUN})[a-z-]+(?: [a-z-]+){{0,2}}?) "
+    rf"\b(?:what|which) (?:is|was|are|were) (?:the |a |an )?(?P<attr>(?:[a-z-]+'s )?(?!{_NOT_A_NOUN})[a-z-]+(?: [a-z-]+){{0,2}}?) "
     rf"(?:of|for|on|in) (?:the |a |an )?(?:(?:[a-z0-9-]+ ){{0,4}}?{_PATIENT}'s (?P<about>[a-z-]+(?: [a-z-]+){{0,3}}?)(?: (?:on|in|"
     rf"during|at|from|for|when)\b|\?|$)|(?P<by>[a-z-]+(?: [a-z-]+)?) (?:that|which|who) (?!{_NOT_A_NOUN})[a-z]+ {_PATIENT}\b)"
 )

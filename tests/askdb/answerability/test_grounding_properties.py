@@ -158,3 +158,21 @@ def test_the_agent_of_an_act_on_what_the_patient_had_and_a_property_of_what_trea
     assert g is not None and g.attribute == "budget" and not g.grounded
     g = grounding.ground("which caregiver charted patient 10037928's last temperature?", vocabulary)
     assert g is not None and g.attribute == "caregiver" and g.grounded
+
+
+def test_a_role_during_a_stay_and_a_property_someone_has_of_the_patients_thing():
+    """ "Who was the respiratory therapist during patient N's stay" asks for a role no column holds; "the
+    hospital's profit on patient N's drg" for the profit, not the drg. The attack: "who was the provider
+    during patient N's last admission" is a person the catalog records (as an id)."""
+    vocabulary = grounding.Vocabulary(
+        [*(f"{c.text} {c.values}" for c in COLUMNS), "drgcodes.drg_code: DRG code of the stay.",
+         "admissions.admit_provider_id: Provider who admitted the patient."]
+    )  # fmt: skip
+    g = grounding.ground(
+        "who was the respiratory therapist during patient 10019003's first stay?", vocabulary
+    )
+    assert g is not None and g.attribute == "respiratory therapist" and not g.grounded
+    g = grounding.ground("what was the hospital's profit on patient 10037928's drg in 2150?", vocabulary)
+    assert g is not None and g.attribute == "hospital's profit" and not g.grounded
+    g = grounding.ground("who was the provider during patient 10019003's last admission?", vocabulary)
+    assert g is not None and g.attribute == "provider" and g.grounded
