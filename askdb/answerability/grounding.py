@@ -159,8 +159,11 @@ PROPERTY_PATTERNS: tuple[re.Pattern, ...] = tuple(
 # when the catalog holds its words (the learned model, which knows the library's patient questions,
 # blocked these); never a decline by itself ("the human-readable label" keeps the plain reading).
 _ITEM_PROPERTY = re.compile(
-    rf"^(?:what|which) (?:is|was|are|were) (?:the |a |an )?(?P<attr>(?!{_NOT_A_NOUN})[a-z-]+(?: [a-z-]+){{0,4}}?) (?:of|for|on) "
-    r"(?:the |a |an )?(?:lab |chart |icu |input |output |d_items |d_labitems |d )?items? (?:id |number )?\d+\b"
+    rf"^(?:(?:what|which) (?:is|was|are|were)|(?:show|tell|give) me|list|name|find|get) (?:the |a |an )?(?P<attr>(?!{_NOT_A_NOUN})"
+    r"[a-z-]+(?: [a-z-]+){0,4}?) (?:of|for|on) (?:the |a |an )?(?:lab |chart |icu |input |output |d_items |d_labitems |d )?"
+    r"items? (?:with (?:the )?)?(?:id |number |itemid )?\d+\b"
+    rf"|^(?:what|which) (?P<attr2>(?!{_NOT_A_NOUN})[a-z-]+(?: [a-z-]+)?) (?:does|did|do|is|was) (?:the )?(?:lab |chart |icu |input "
+    r"|output |d_items |d_labitems |d )?items? (?:id |number )?\d+ (?:record|measure|hold|have|show|stand for|belong to|use)\b"
 )
 # "Which device model produced the readings of lab item 51221", "what germ was found in …": the noun does
 # what the verb says; read only when the shapes above read nothing (synonyms such as "germ" are often
@@ -399,8 +402,10 @@ def ground(question: str, vocabulary: Vocabulary) -> Grounding | None:
         if event is not None:
             return event
     item = _ITEM_PROPERTY.search(_plain(question))
-    if item and all(w in vocabulary for w in words(item.group("attr")) if w not in GENERIC and len(w) > 2):
-        return Grounding(item.group("attr"), ())
+    asked = (item.group("attr") or item.group("attr2")) if item else ""
+    content = [w for w in words(asked) if w not in GENERIC and len(w) > 2]
+    if content and all(w in vocabulary for w in content):
+        return Grounding(asked, ())
     attribute, thing = _asked(question, vocabulary)
     content = [w for w in words(attribute) if w not in GENERIC and len(w) > 2]
     if not content:

@@ -176,3 +176,17 @@ def test_a_role_during_a_stay_and_a_property_someone_has_of_the_patients_thing()
     assert g is not None and g.attribute == "hospital's profit" and not g.grounded
     g = grounding.ground("who was the provider during patient 10019003's last admission?", vocabulary)
     assert g is not None and g.attribute == "provider" and g.grounded
+
+
+def test_an_items_property_asked_as_an_order_or_by_what_the_item_records_is_grounded():
+    items = grounding.Vocabulary(
+        ["d_labitems.label: Label of the lab item.", "d_labitems.category: Category of the item."]
+    )
+    for question in (
+        "show me the label of the lab item with id 51221.",
+        "what category does lab item 51221 belong to?",
+    ):
+        g = grounding.ground(question, items)
+        assert g is not None and g.grounded, question
+    # A generic word ("measurement") holds nothing: the reading passes the question on, never grounds it.
+    assert grounding.ground("what measurement does chart item 220179 record?", items) is None
