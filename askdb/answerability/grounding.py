@@ -194,7 +194,7 @@ GENERIC = frozenset(
     readings measurement measurements result results daily weekly monthly yearly hourly instance aggregate
     accumulated cumulative newly detected discovered found measured month week incident event episode done
     performed conducted test tests microbiological examination highest lowest largest smallest greatest
-    differ difference change changes""".split()
+    differ difference change changes sum""".split()
 )
 
 
@@ -620,9 +620,27 @@ def ground_event(question: str, vocabulary: Vocabulary) -> Grounding | None:
         "when": vocabulary.schema,
         "whether": vocabulary.schema | vocabulary.categories,
     }[asks]
-    held = _approved(asks, verb, vocabulary.events) or _said(verb, said)
+    held = (
+        _approved(asks, verb, vocabulary.events)
+        or _said(verb, said)
+        or _any_held(question, asks, verb, vocabulary)
+    )
     whose = _whose_event(question, verb, vocabulary)
     return Grounding(verb, () if held and not whose else (verb,), asks, _phrase(question, verb), whose=whose)
+
+
+def _any_held(question: str, asks: str, verb: str, vocabulary: Vocabulary) -> bool:
+    """ "Has patient N acquired any medication", "was patient N involved in any medical procedure":
+    whether the patient had any of a thing a table holds, the verb a paraphrase of having it (the
+    grounding hung on approved questions using that verb). Only "any" and only a thing whose every
+    content word a table or column holds: "did patient N serve in any army" stays an event."""
+    if asks != "whether":
+        return False
+    m = re.search(
+        rf"\b{re.escape(verb)} (?:(?:in|with|to|for|on|from) )?any (?P<x>[a-z-]+(?: [a-z-]+)?)\b",
+        _plain(question),
+    )
+    return bool(m) and any(_holds_all(x, vocabulary) for x in (m.group("x"), m.group("x").split()[0]))
 
 
 # "did patient N's father die", "when did the husband of patient N retire": the event is theirs.
