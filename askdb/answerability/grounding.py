@@ -391,21 +391,29 @@ def _holds_all(phrase: str, vocabulary: Vocabulary) -> bool:
 _WHO_FIRST = re.compile(r"^who (?!(?:is|was|are|were|will|would|can|could|should)\b)")
 
 
+def _who_or_item(question: str, vocabulary: Vocabulary) -> Grounding | None:
+    """The readings that come first: who did something ("who approved …"), and an item's property the
+    catalog holds ("the label of lab item N"; never a decline)."""
+    text = _plain(question)
+    if _WHO_FIRST.match(text):
+        event = ground_event(question, vocabulary)
+        if event is not None:
+            return event
+    item = _ITEM_PROPERTY.search(text)
+    asked = (item.group("attr") or item.group("attr2")) if item else ""
+    content = [w for w in words(asked) if w not in GENERIC and len(w) > 2]
+    return Grounding(asked, ()) if content and all(w in vocabulary for w in content) else None
+
+
 def ground(question: str, vocabulary: Vocabulary) -> Grounding | None:
     """None when neither an attribute nor an event is read; else the attribute with the words of
     it the catalog lacks. A name is missing when it is asked of something no text says has one
     ("the name of the family doctor": the data holds de-identified provider ids). A question that
     opens "who <did>" asks for the one who did it ("who approved the urgent admission of patient N"),
     never for the thing it did it to."""
-    if _WHO_FIRST.match(_plain(question)):
-        event = ground_event(question, vocabulary)
-        if event is not None:
-            return event
-    item = _ITEM_PROPERTY.search(_plain(question))
-    asked = (item.group("attr") or item.group("attr2")) if item else ""
-    content = [w for w in words(asked) if w not in GENERIC and len(w) > 2]
-    if content and all(w in vocabulary for w in content):
-        return Grounding(asked, ())
+    first = _who_or_item(question, vocabulary)
+    if first is not None:
+        return first
     attribute, thing = _asked(question, vocabulary)
     content = [w for w in words(attribute) if w not in GENERIC and len(w) > 2]
     if not content:
