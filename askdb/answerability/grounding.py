@@ -131,8 +131,10 @@ _MEASURE = (r"(?:long|much|many|often|old|tall|heavy|short|soon|frequently|frequ
             r"early|late|recently|common|likely|prevalent|rare|well|severe|sick|ill)")  # fmt: skip
 _DID = r"(?:was|were|is|are|did|does|do|has|had)"
 _PARTICIPLE_OR_ADVERB = r"(?:[a-z]+(?:ed|en)|found|grown|made|read|held|kept|sent|taken|given|drawn|run|done|ever|still|first|last)\b"
-_WH_NOUN = (rf"(?:(?:at|in|on|by|from|with|for|under|to|through) )?(?:what|which) (?P<attr>(?!{_NOT_A_NOUN})[a-z-]+(?: "
-            rf"(?!{_NOT_A_NOUN})[a-z-]+){{0,2}}?(?: of (?:the |a |an )?(?!{_NOT_A_NOUN})[a-z-]+(?: (?!{_NOT_A_NOUN})[a-z-]+)?)?)")  # fmt: skip
+# A modal or "be" ends the noun: "which antibiotic should be prescribed" asks for advice, not a property.
+_NOT_IN_NOUN = rf"(?:{_NOT_A_NOUN}|(?:should|would|could|can|will|may|might|must|shall|be|been)\b)"
+_WH_NOUN = (rf"(?:(?:at|in|on|by|from|with|for|under|to|through) )?(?:what|which) (?P<attr>(?!{_NOT_IN_NOUN})[a-z-]+(?: "
+            rf"(?!{_NOT_IN_NOUN})[a-z-]+){{0,2}}?(?: of (?:the |a |an )?(?!{_NOT_IN_NOUN})[a-z-]+(?: (?!{_NOT_IN_NOUN})[a-z-]+)?)?)")  # fmt: skip
 # The owner a thing is asked of ("the husband of patient N", "patient N's son"): when the catalog does
 # not hold it, the property is someone else's and the shapes above read the owner.
 _OWNER = re.compile(

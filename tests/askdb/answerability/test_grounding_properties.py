@@ -222,3 +222,12 @@ def test_a_sum_says_how_inputs_are_asked_for_not_what():
     g = grounding.ground("What was the total sum of inputs for patient 10007058 since 02/25/2100?",
                          grounding.Vocabulary(["Table inputevents. Also called: inputs, fluids."]))  # fmt: skip
     assert g is not None and g.grounded
+
+
+def test_a_question_asking_what_should_be_done_reads_no_property():
+    """The attack on the noun after "which": "which antibiotic should be prescribed to patient N next"
+    asks for advice (a rule declines it as such), not for a property "antibiotic should be"."""
+    assert grounding.asked_attribute("which antibiotic should be prescribed to patient 10002428 next?") in {
+        "",
+        "antibiotic",
+    }
