@@ -49,9 +49,10 @@ ASKED_BY_PHRASE: tuple[tuple[re.Pattern, str], ...] = tuple(
             "route",
         ),
         (
-            r"\bhow much (?:does|do|did|is|was|would) (?:[a-z0-9().,/-]+ ){0,12}?(?:cost|charge|pay)\b|\b(?:price|pricing|"
-            r"costs?|charges?) (?:of|for)\b|\bhow much is the (?:drug|procedure|price|cost)\b|\bhow much (?:[a-z0-9().,/-]+ ){0,8}?costs?\b|"
-            r"\bout of pocket\b|\bwhat does (?:a |the )?(?:[a-z0-9().,/-]+ ){1,12}?cost\b",
+            r"\bhow much (?:does|do|did|is|was|were|would) (?:[a-z0-9().,/'-]+ ){0,12}?(?:cost|charged?|pa(?:y|id)|bill(?:ed)?|"
+            r"reimbursed)\b|\b(?:price|pricing|costs?|charges?) (?:of|for)\b|\bhow much is the (?:drug|procedure|price|cost)\b|"
+            r"\bhow much (?:[a-z0-9().,/'-]+ ){0,8}?costs?\b|\bout of pocket\b|\bwhat does (?:a |the )?(?:[a-z0-9().,/'-]+ ){1,12}?"
+            r"cost\b|\b(?:most |least |more |less )?expensive\b|\bcheapest\b",
             "cost",
         ),
         (r"\b(?:a )?male or (?:a )?female\b|\bfemale or (?:a )?male\b", "gender"),
@@ -116,6 +117,70 @@ ATTRIBUTE_PATTERNS: tuple[re.Pattern, ...] = tuple(
     )
 )
 _STATE = ATTRIBUTE_PATTERNS[-1]  # a state of the patient asked by its adjective ("was patient N lonely")
+# A property asked of one thing the question names, a patient's or an item's ("what color was patient N's
+# urine specimen", "which manufacturer makes the sensor for chart item 220277", "how painful was patient
+# N's last injection", "what did the aspirin tablet of patient N taste like"): the attribute is the property,
+# not the thing. Why: the shapes above read "patient N's insurance" as the attribute asked, so "the policy
+# number of patient N's insurance" was held by admissions.insurance. The thing must be one the question
+# names by its number (a patient, an item, a code), so "how common is …" or "which lab tests are …" keep
+# their reading.
+_ITEM = rf"(?:{_PATIENT}|\b(?:lab |chart |icu |input |output |d_items |d_labitems |d )?items? \d+|\b(?:icd |hcpcs |drg |ndc )?codes? [a-z]?\d+)"
+# "How long", "how many", "how old" ask for a quantity a column may hold; any other adjective after "how"
+# ("painful", "fluent", "confident") asks for a quality of that name.
+_MEASURE = (r"(?:long|much|many|often|old|tall|heavy|short|soon|frequently|frequent|high|low|big|large|fast|quickly|"
+            r"early|late|recently|common|likely|prevalent|rare|well|severe|sick|ill)")  # fmt: skip
+_DID = r"(?:was|were|is|are|did|does|do|has|had)"
+_PARTICIPLE_OR_ADVERB = r"(?:[a-z]+(?:ed|en)|found|grown|made|read|held|kept|sent|taken|given|drawn|run|done|ever|still|first|last)\b"
+# A modal or "be" ends the noun: "which antibiotic should be prescribed" asks for advice, not a property.
+_NOT_IN_NOUN = rf"(?:{_NOT_A_NOUN}|(?:should|would|could|can|will|may|might|must|shall|be|been)\b)"
+_WH_NOUN = (rf"(?:(?:at|in|on|by|from|with|for|under|to|through) )?(?:what|which) (?P<attr>(?!{_NOT_IN_NOUN})[a-z-]+(?: "
+            rf"(?!{_NOT_IN_NOUN})[a-z-]+){{0,2}}?(?: of (?:the |a |an )?(?!{_NOT_IN_NOUN})[a-z-]+(?: (?!{_NOT_IN_NOUN})[a-z-]+)?)?)")  # fmt: skip
+# The owner a thing is asked of ("the husband of patient N", "patient N's son"): when the catalog does
+# not hold it, the property is someone else's and the shapes above read the owner.
+_OWNER = re.compile(
+    rf"(?:\b(?:the |a |an )(?P<a>[a-z-]+(?: [a-z-]+)?) of {_PATIENT}|{_PATIENT}'s (?P<b>[a-z-]+(?: [a-z-]+){{0,2}}))"
+)
+PROPERTY_PATTERNS: tuple[re.Pattern, ...] = tuple(
+    re.compile(p)
+    for p in (
+        rf"^what {_DID} (?P<about>.+?) (?P<attr>taste|smell|look|feel|sound)s? like\b",
+        rf"^how {_DID} (?P<about>.*{_ITEM}.*?) (?P<attr>feel|taste|smell|look|sound)\b",
+        rf"^how (?P<attr>(?!{_MEASURE}\b|{_NOT_A_NOUN})[a-z]{{3,}}) (?:(?:in|with|about|at) [a-z]+ )?{_DID}\b(?P<about>.*{_ITEM}.*)$",
+        # "what color was patient N's urine specimen", "what brand of catheter was used for …": the noun is asked
+        # of the thing the sentence goes on to name (not "what germ was found in …", read below).
+        rf"^{_WH_NOUN} (?:{_DID} (?!{_PARTICIPLE_OR_ADVERB})|(?:was|were) used\b)(?P<about>.*{_ITEM}.*)$",
+        # "who was the respiratory therapist during patient N's first mechanical ventilation": a person's role.
+        rf"^who (?:is|was|were|are) (?:the |a |an )?(?P<attr>(?!{_NOT_A_NOUN})[a-z-]+(?: [a-z-]+){{0,2}}?) (?:during|in|at|on|for) "
+        rf"(?P<about>.*{_PATIENT}.*)$",
+        # "which barcode scanner brand read patient N's insulin": the noun did it to what the patient had.
+        rf"^{_WH_NOUN} (?!{_DID}\b)(?:[a-z]+(?:ed|es)|made|makes|read|held|took|gave|ran|drew|wrote|sent|kept|brought) "
+        rf"(?:the |a |an |his |her |their )?(?P<about>{_PATIENT}'s .*)$",
+    )
+)
+# "What is the label of lab item 51221", "the unit name of chart item 220045": an item's property, held
+# when the catalog holds its words (the learned model, which knows the library's patient questions,
+# blocked these); never a decline by itself ("the human-readable label" keeps the plain reading).
+_ITEM_PROPERTY = re.compile(
+    rf"^(?:(?:what|which) (?:is|was|are|were)|(?:show|tell|give) me|list|name|find|get) (?:the |a |an )?(?P<attr>(?!{_NOT_A_NOUN})"
+    r"[a-z-]+(?: [a-z-]+){0,4}?) (?:of|for|on) (?:the |a |an )?(?:lab |chart |icu |input |output |d_items |d_labitems |d )?"
+    r"items? (?:with (?:the )?)?(?:id |number |itemid )?\d+\b"
+    rf"|^(?:what|which) (?P<attr2>(?!{_NOT_A_NOUN})[a-z-]+(?: [a-z-]+)?) (?:does|did|do|is|was) (?:the )?(?:lab |chart |icu |input "
+    r"|output |d_items |d_labitems |d )?items? (?:id |number )?\d+ (?:record|measure|hold|have|show|stand for|belong to|use)\b"
+)
+# "Which device model produced the readings of lab item 51221", "what germ was found in …": the noun does
+# what the verb says; read only when the shapes above read nothing (synonyms such as "germ" are often
+# asked so, and the thing they are found in is then the catalog's).
+_WH_AGENT = re.compile(
+    rf"^{_WH_NOUN} (?:{_DID} )?(?:[a-z]+(?:ed|es|en)|made|makes|read|held|grew|took|gave|ran|drew|wrote|sent|kept|"
+    rf"brought|caught|got|found)\b(?P<about>.*{_ITEM}.*)$"
+)
+# "What was the policy number of patient N's insurance": a property of what the patient has, when the
+# catalog holds that thing (`ground` checks); "the marital status of patient N's daughter" keeps its reading.
+_OF_POSSESSED = re.compile(
+    rf"\b(?:what|which) (?:is|was|are|were) (?:the |a |an )?(?P<attr>(?:[a-z-]+'s )?(?!{_NOT_A_NOUN})[a-z-]+(?: [a-z-]+){{0,2}}?) "
+    rf"(?:of|for|on|in) (?:the |a |an )?(?:(?:[a-z0-9-]+ ){{0,4}}?{_PATIENT}'s (?P<about>[a-z-]+(?: [a-z-]+){{0,3}}?)(?: (?:on|in|"
+    rf"during|at|from|for|when)\b|\?|$)|(?P<by>[a-z-]+(?: [a-z-]+)?) (?:that|which|who) (?!{_NOT_A_NOUN})[a-z]+ {_PATIENT}\b)"
+)
 # A relative clause ends the attribute: "the name of the nurse who cared for …".
 _CLAUSE = re.compile(r" (?:who|that|which|whom|whose|when|where)\b.*$")
 
@@ -131,7 +196,7 @@ GENERIC = frozenset(
     readings measurement measurements result results daily weekly monthly yearly hourly instance aggregate
     accumulated cumulative newly detected discovered found measured month week incident event episode done
     performed conducted test tests microbiological examination highest lowest largest smallest greatest
-    differ difference change changes""".split()
+    differ difference change changes sum""".split()
 )
 
 
@@ -262,13 +327,44 @@ def asked_attribute(question: str) -> str:
     return _asked(question)[0]
 
 
-def _asked(question: str) -> tuple[str, str]:
+def _asked(question: str, vocabulary: Vocabulary | None = None) -> tuple[str, str]:
     """(the attribute, the thing it is a property of when that is not the patient: "lot number",
-    "insulin" in "the lot number of the insulin administered to patient N")."""
+    "insulin" in "the lot number of the insulin administered to patient N"). With a `vocabulary`, a
+    property of a thing the patient has is read as asked of it when the catalog holds the thing."""
     text = _plain(question)
     for pattern, attribute in ASKED_BY_PHRASE:
         if pattern.search(text):
             return attribute, ""
+    for pattern in PROPERTY_PATTERNS:
+        m = pattern.search(text)
+        if m and _owner_held(m.group("about"), vocabulary):
+            attr = _CLAUSE.sub("", m.group("attr")).strip(" -'")
+            return HOW_ADJECTIVES.get(attr, attr), ""
+    m = _OF_POSSESSED.search(text) if vocabulary is not None else None
+    if m and _holds_all(m.group("about") or m.group("by"), vocabulary):
+        return _CLAUSE.sub("", m.group("attr")).strip(" -'"), ""
+    attribute, thing = _asked_by_shape(text)
+    if not attribute:
+        m = _WH_AGENT.search(text)
+        if m and _owner_held(m.group("about"), vocabulary):
+            return _CLAUSE.sub("", m.group("attr")).strip(" -'"), ""
+    return attribute, thing
+
+
+def _owner_held(about: str, vocabulary: Vocabulary | None) -> bool:
+    """Whether what a property is asked of is the patient's or a thing the catalog holds ("patient N's
+    last blood culture"), not someone the patient has ("the husband of patient N"); without a
+    vocabulary, no owner is taken as held (the plain reading stays)."""
+    m = _OWNER.search(about)
+    if not m:
+        return True
+    owner = m.group("a") or m.group("b")
+    nouns = [w for w in words(owner) if w not in GENERIC and len(w) > 2]
+    return vocabulary is not None and all(vocabulary.holds(w) for w in nouns) if nouns else True
+
+
+def _asked_by_shape(text: str) -> tuple[str, str]:
+    """The attribute as ATTRIBUTE_PATTERNS read it."""
     for pattern in ATTRIBUTE_PATTERNS:
         m = pattern.search(text)
         if m:
@@ -288,11 +384,39 @@ def names_a_person(attribute: str) -> bool:
     return bool(_NAME_OF.match(attribute))
 
 
+def _holds_all(phrase: str, vocabulary: Vocabulary) -> bool:
+    """Every content word of a thing is one a column, a table or an approved question holds."""
+    nouns = [w for w in words(phrase) if w not in GENERIC and len(w) > 2]
+    return bool(nouns) and all(vocabulary.holds(w) for w in nouns)
+
+
+_WHO_FIRST = re.compile(r"^who (?!(?:is|was|are|were|will|would|can|could|should)\b)")
+
+
+def _who_or_item(question: str, vocabulary: Vocabulary) -> Grounding | None:
+    """The readings that come first: who did something ("who approved …"), and an item's property the
+    catalog holds ("the label of lab item N"; never a decline)."""
+    text = _plain(question)
+    if _WHO_FIRST.match(text):
+        event = ground_event(question, vocabulary)
+        if event is not None:
+            return event
+    item = _ITEM_PROPERTY.search(text)
+    asked = (item.group("attr") or item.group("attr2")) if item else ""
+    content = [w for w in words(asked) if w not in GENERIC and len(w) > 2]
+    return Grounding(asked, ()) if content and all(w in vocabulary for w in content) else None
+
+
 def ground(question: str, vocabulary: Vocabulary) -> Grounding | None:
     """None when neither an attribute nor an event is read; else the attribute with the words of
     it the catalog lacks. A name is missing when it is asked of something no text says has one
-    ("the name of the family doctor": the data holds de-identified provider ids)."""
-    attribute, thing = _asked(question)
+    ("the name of the family doctor": the data holds de-identified provider ids). A question that
+    opens "who <did>" asks for the one who did it ("who approved the urgent admission of patient N"),
+    never for the thing it did it to."""
+    first = _who_or_item(question, vocabulary)
+    if first is not None:
+        return first
+    attribute, thing = _asked(question, vocabulary)
     content = [w for w in words(attribute) if w not in GENERIC and len(w) > 2]
     if not content:
         return ground_event(question, vocabulary)
@@ -424,6 +548,9 @@ EVENT_PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple(
     for asks, p in (
         ("who", rf"\bwho (?:(?:has|had|have) )?(?!(?:is|was|are|were|did|does|do|will|would|can|could|should)\b)"
                 rf"(?P<verb>[a-z-]+) (?:the |a |an |his |her |their )?(?:[a-z-]+ ){{0,3}}?{_PATIENT}\b"),
+        # "who signed off the last lab test result of patient N", "who paid for the vancomycin prescribed to patient N"
+        ("who", rf"^who (?:(?:has|had|have) )?(?!(?:is|was|are|were|did|does|do|will|would|can|could|should)\b)"
+                rf"(?P<verb>[a-z-]+)(?: (?:off|up|out|over|for|on|to|with|in))? (?:[a-z0-9'-]+ ){{0,6}}?{_PATIENT}\b"),
         ("when", rf"\b(?:when|(?:in|on|at|during) (?:what|which) (?:year|month|day|date|time)|what (?:year|month|day|"
                  rf"date|time)) {_HAPPENED}"),
         ("whether", rf"^{_HAPPENED}"),
@@ -503,9 +630,27 @@ def ground_event(question: str, vocabulary: Vocabulary) -> Grounding | None:
         "when": vocabulary.schema,
         "whether": vocabulary.schema | vocabulary.categories,
     }[asks]
-    held = _approved(asks, verb, vocabulary.events) or _said(verb, said)
+    held = (
+        _approved(asks, verb, vocabulary.events)
+        or _said(verb, said)
+        or _any_held(question, asks, verb, vocabulary)
+    )
     whose = _whose_event(question, verb, vocabulary)
     return Grounding(verb, () if held and not whose else (verb,), asks, _phrase(question, verb), whose=whose)
+
+
+def _any_held(question: str, asks: str, verb: str, vocabulary: Vocabulary) -> bool:
+    """ "Has patient N acquired any medication", "was patient N involved in any medical procedure":
+    whether the patient had any of a thing a table holds, the verb a paraphrase of having it (the
+    grounding hung on approved questions using that verb). Only "any" and only a thing whose every
+    content word a table or column holds: "did patient N serve in any army" stays an event."""
+    if asks != "whether":
+        return False
+    m = re.search(
+        rf"\b{re.escape(verb)} (?:(?:in|with|to|for|on|from) )?any (?P<x>[a-z-]+(?: [a-z-]+)?)\b",
+        _plain(question),
+    )
+    return bool(m) and any(_holds_all(x, vocabulary) for x in (m.group("x"), m.group("x").split()[0]))
 
 
 # "did patient N's father die", "when did the husband of patient N retire": the event is theirs.

@@ -113,9 +113,10 @@ def test_the_gate_on_attributes_whose_words_the_catalog_has_but_no_column_holds(
     20 let through, 12 blocked; after: F1 0.774, 9 let through, 12 blocked. The blocked ones are
     synonyms no catalog text uses ("relationship status", "tongue", "pass away", "ethnic
     background"): a known gap, held here so it can only shrink. Round 11 (grounding by meaning,
-    reported once, not tuned on): F1 0.800, 9 blocked, 9 let through."""
+    reported once, not tuned on): F1 0.800, 9 blocked, 9 let through. Round 16 (the property asked of a
+    thing, not the thing; reported, not tuned on): F1 0.875, 9 blocked, 3 let through."""
     items = set_items(CATALOG_WORDS_SET, each=40)
-    assert_floor("catalog words", score_items(gate, items), f1=0.79, blocked=9, missed=9)
+    assert_floor("catalog words", score_items(gate, items), f1=0.87, blocked=9, missed=3)
 
 
 SYNONYMS_SET = HERE / "synonyms_set.jsonl"
@@ -131,9 +132,10 @@ def test_the_gate_on_synonyms_no_catalog_text_has_and_things_mimic_does_not_hold
     (declined in both runs). Before round 11: F1 0.793 (P 0.742, R 0.852), 16 of 55 answerable
     blocked (all by the grounding: the words are not the catalog's), 8 let through; after (grounding
     by meaning): F1 0.829 (P 0.807, R 0.852), 11 blocked, 8 let through. Held so it can only get
-    better."""
+    better. Round 16 (the property asked of a thing; reported, not tuned on): F1 0.860, 11 blocked, 5 let
+    through."""
     items = set_items(SYNONYMS_SET, each=50)
-    assert_floor("synonyms", score_items(gate, items), f1=0.82, blocked=11, missed=8)
+    assert_floor("synonyms", score_items(gate, items), f1=0.85, blocked=11, missed=5)
 
 
 AMBIGUITY_SET = HERE / "ambiguity_set.jsonl"
@@ -173,9 +175,10 @@ def test_the_gate_on_what_a_researcher_asks_that_mimic_does_not_record(gate):
     F1 0.870 (P 0.979, R 0.783), the same 1 blocked, 13 let through. Measured twice, not tuned on after:
     held so it can only get better. Round 13's rules were written for kinds the issue names, some of
     them this set's, so its rise is not a held-out measure of those kinds. Round 14 (reported once, not
-    tuned on): F1 0.891, the same 1 blocked, 11 let through."""
+    tuned on): F1 0.891, the same 1 blocked, 11 let through. Round 16 (reported, not tuned on): F1 0.901, 1
+    blocked, 10 let through."""
     items = set_items(RESEARCHER_SET, each=60)
-    assert_floor("researcher", score_items(gate, items), f1=0.89, blocked=1, missed=11)
+    assert_floor("researcher", score_items(gate, items), f1=0.90, blocked=1, missed=10)
 
 
 UNANCHORED_SET = HERE / "unanchored_set.jsonl"
@@ -211,6 +214,24 @@ def test_the_gate_on_rare_attributes_in_words_the_catalog_does_not_use(gate):
     a look-alike of each that MIMIC-IV does not hold (the policy number, who approved, what it
     cost, how it felt). Measured as written: F1 0.736 (P 0.919, R 0.613), 5 of 93 answerable
     blocked (all by the grounding), 36 let through. Round 15's grounding changes for it were held
-    back (see the README), so this is the gate's floor as it stands: it can only get better."""
+    back (see the README), so this is the gate's floor as it stands: it can only get better. Round 16 tuned
+    on it (the property asked of a thing, not the thing: a policy number, a colour, who approved, what it
+    cost, how it felt): F1 0.874 (P 0.938, R 0.817), the same 5 blocked, 17 let through."""
     items = set_items(UNSEEN_WORDS_SET, each=90)
-    assert_floor("unseen words", score_items(gate, items), f1=0.73, blocked=5, missed=36)
+    assert_floor("unseen words", score_items(gate, items), f1=0.87, blocked=5, missed=17)
+
+
+ENTITY_ATTRIBUTES_SET = HERE / "entity_attributes_set.jsonl"
+
+
+def test_the_gate_on_attributes_of_real_entities_no_column_holds(gate):
+    """90 + 90 questions written in round 16 before anything was changed for them, each unanswerable one
+    beside an answerable look-alike: attributes of real MIMIC-IV entities (a drug, a lab test or item, a
+    culture, an order, a stay, a DRG) that no column holds (a price where the layout has none, a brand, a
+    maker, who approved, mixed or witnessed, how it felt or tasted, a colour, a reason, a rating), and the
+    ones the layout does hold (dose, route, strength, status, reference range, priority, organism, care
+    unit, caregiver, ordering provider). Held out: round 16 was built on the eighth set and the train
+    CVs, and this set read before (F1 0.612, P 0.932, R 0.456; 3 blocked, 49 let through) and after (F1
+    0.792, P 0.953, R 0.678; 3 blocked, 29 let through). A floor: it can only get better."""
+    items = set_items(ENTITY_ATTRIBUTES_SET, each=80)
+    assert_floor("entity attributes", score_items(gate, items), f1=0.79, blocked=3, missed=29)
