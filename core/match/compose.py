@@ -276,10 +276,10 @@ def _swaps(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[
 
 
 def _item_swaps(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[Composed]:
-    """The item (items.py) or else table (retabled.py) swaps the question asks of the base template."""
+    """The table (retabled.py) or else item (items.py) swaps the question asks of the base template."""
     base = max(index.members[key], key=lambda i: vote.sims[i])
     out = []
-    for source, swap in item_plans(reading.question, reading.values, index, base, vote) or table_plans(reading, index, base, vote):  # fmt: skip
+    for source, swap in table_plans(reading, index, base, vote) or item_plans(reading.question, reading.values, index, base, vote):  # fmt: skip
         wording = Condition(index.entries[source].example_id, "", exp.true(), VALUE, swap.phrase)
         out.append(Composed(base, key, wording, drop=False, source=source, swap=swap))
     return out

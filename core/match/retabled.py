@@ -12,8 +12,9 @@ at least may be applied to a base template of any shape. The words the library t
 (its subjects: the core words of templates over one side that their siblings over the other side
 never say, "diagnos" and "procedur") must agree with the question: a question that says a subject of
 the old side is refused (it names the old table: "the cost of the diagnosis <a procedure title>"),
-and a base paraphrase that says one is composed only with the question's own word for the new side
-in its place (the composed wording then says what the question says; else it is left out).
+and a base paraphrase that says one is composed with the question's own word for the new side in its
+place, or without it where the question says no side: the composed wording says what the question
+says, and the item it names is the new table's alone (a value of the old column is binding's).
 
 Refused before anything is built: no renaming learned for the base's tables, the base reading a table
 of the new side already (both tables), a negation, a value slot binding fills (the question names a
@@ -24,6 +25,7 @@ question and SQL then go through the same rules, binding, validation and risk as
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -31,7 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from core.match.index import LibraryIndex
-from core.match.items import ItemSwap, _renaming, _unnamed_slot, shape_of
+from core.match.items import ItemSwap, _renaming, shape_of
 from core.match.reading import Reading
 from core.match.spans import VALUE
 from core.match.template import Template
@@ -42,7 +44,8 @@ if TYPE_CHECKING:  # the vote is library.py's, and library.py calls compose.py, 
     from core.match.library import Vote
 
 RENAME_SUPPORT = 2  # shapes the library must show one renaming in (one pair may be an accident)
-SUBJECT_SUPPORT = 2  # …and shapes a word must tell the two sides apart in to be a side's subject
+SUBJECT_SUPPORT = 2  # …and shape pairs a word must tell the two sides apart in to be a side's subject
+SUBJECT_SHARE = 0.2  # …and the share of the renaming's shape pairs it must tell them apart in
 SUBJECT_STEM = 5  # letters a subject's stem and a word's share at least to be one word in two forms
 
 Renaming = tuple[tuple[str, str], ...]  # sorted (old table, new table) pairs, changed tables only
@@ -52,7 +55,8 @@ Renaming = tuple[tuple[str, str], ...]  # sorted (old table, new table) pairs, c
 class TableSwap(ItemSwap):
     """An item swap (items.ItemSwap) whose renaming comes from other shapes, with the base wording's
     subject words of the old side (`old_subjects`, stems) replaced by the question's word for the new
-    side (`new_word`; "" where the question says none, and a paraphrase saying one is left out)."""
+    side (`new_word`; "" where the question says no side: the word is left out, "the cost of a
+    diagnosis of X" read as "the cost of a of X", which says no side either)."""
 
     old_subjects: frozenset[str] = frozenset()
     new_word: str = ""
@@ -64,22 +68,17 @@ class TableSwap(ItemSwap):
         if made is None or len(slots) != 1:
             return None
         before = self._reworded(template.question[: slots[0].start])
-        after = self._reworded(template.question[slots[0].end :])
-        if before is None or after is None:
-            return None
-        return before + self.text + after, made[1]
+        return before + self.text + self._reworded(template.question[slots[0].end :]), made[1]
 
-    def _reworded(self, text: str) -> str | None:
+    def _reworded(self, text: str) -> str:
         """`text` with each subject word of the old side replaced by the question's word for the new
-        side; None where it says one and the question says no side."""
+        side (or left out)."""
         out, end = [], 0
         for token in tokenize(text):
             if _says(_word(token.text), self.old_subjects):
-                if not self.new_word:
-                    return None
                 out += [text[end : token.start], self.new_word]
                 end = token.end
-        return "".join(out) + text[end:]
+        return re.sub(r" {2,}", " ", "".join(out) + text[end:])
 
 
 @dataclass(frozen=True)
@@ -119,13 +118,30 @@ def library_tables(index: LibraryIndex) -> LibraryTables:
     kept = [key for key, n in support.items() if n >= RENAME_SUPPORT]
     out = LibraryTables(
         {key: tuple(sources[key]) for key in kept},
-        {
-            key: tuple(frozenset(w for w, n in c.items() if n >= SUBJECT_SUPPORT) for c in said[key])
-            for key in kept
-        },  # type: ignore[misc]
+        {key: _subjects(*said[key], support[key]) for key in kept},
     )
     index._compose_tables = out  # type: ignore[attr-defined]
     return out
+
+
+def _contained(reading: Reading, column: str) -> list[tuple[int, int, str]]:
+    """The question's values of one column, read once per question (memo on the reading: a question
+    is asked of five bases, and the value index's own cache is emptied by composed questions)."""
+    memo = reading.__dict__.setdefault("_retabled", {})
+    if column not in memo:
+        memo[column] = reading.values.contained(reading.question, column) if reading.values else []
+    return memo[column]
+
+
+def _subjects(old: Counter[str], new: Counter[str], shapes: int) -> tuple[frozenset[str], frozenset[str]]:
+    """Each side's subjects: words that tell it from the other side in SUBJECT_SHARE of the shape
+    pairs showing the renaming (SUBJECT_SUPPORT at least) and never tell the other side from it
+    ("patient" or "test", said on either side by some template, is no side's word)."""
+    floor = max(SUBJECT_SUPPORT, SUBJECT_SHARE * shapes)
+    return (
+        frozenset(w for w, n in old.items() if n >= floor and not new[w]),
+        frozenset(w for w, n in new.items() if n >= floor and not old[w]),
+    )
 
 
 def _core(index: LibraryIndex, entries: list[int]) -> set[str]:
@@ -150,22 +166,27 @@ def table_plans(reading: Reading, index: LibraryIndex, base: int, vote: Vote) ->
     """The table swaps the question asks of the base entry's template (with the nearest entry over
     the new side, whose use shows the renaming), or []."""
     template = index.entries[base].template
-    values = reading.values
-    if values is None or template is None or reading.ops.get("negation"):
+    if reading.values is None or template is None or reading.ops.get("negation"):
         return []
     _, tables = shape_of(template)
     learned = library_tables(index)
-    plans = [key for key in learned.sources if {o for o, _ in key} <= set(tables)]
-    if not plans:
+    plans = [  # not where the base reads the new side already: both tables
+        key
+        for key in learned.sources
+        if {o for o, _ in key} <= set(tables) and not {n for _, n in key} & set(tables)
+    ]
+    unnamed = [
+        s
+        for s in template.slots
+        if s.type == VALUE
+        and not _contained(reading, s.column)
+        and s.text.strip().lower() not in reading.lowered
+    ]
+    if not plans or len(unnamed) != 1:  # binding fills a slot whose own column the question names
         return []
-    slot = _unnamed_slot(template, reading.question, values)
-    if slot is None:
-        return []
+    slot = unnamed[0]
     out = []
     for key in plans:
-        rename = dict(key)
-        if set(rename.values()) & set(tables):
-            continue  # the base reads the new side already: both tables
         swap = _swap(reading, key, slot.column, slot.text, learned.subjects[key])
         if swap is not None:
             sources = learned.sources[key]
@@ -181,14 +202,14 @@ def _swap(
     subjects: tuple[frozenset[str], frozenset[str]],
 ) -> TableSwap | None:
     """The swap of the slot's column onto the renamed table, if the question names one value of it
-    and says no subject of the old side and at most one word of the new."""
+    and says no subject of the old side (its words for the new side, in order, replace the base's)."""
     old_column = bare_column(column)
     table, _, name = old_column.rpartition(".")
     new_table = next((n for o, n in key if o.rpartition(".")[2] == table), "")
     if not new_table or reading.values is None:
         return None
     new_column = f"{new_table.rpartition('.')[2]}.{name}"
-    found = reading.values.contained(reading.question, new_column)
+    found = _contained(reading, new_column)
     longest = max(found, key=lambda f: f[1] - f[0], default=None)
     if longest is None or len({v for a, b, v in found if b - a == longest[1] - longest[0]}) != 1:
         return None
@@ -196,9 +217,9 @@ def _swap(
     rest = reading.question[:a] + " " + reading.question[b:]  # the value's own words say no side
     words = [(t.text, _word(t.text)) for t in tokenize(rest)]
     old_subjects, new_subjects = subjects
-    said_new = {text.lower() for text, w in words if _says(w, new_subjects)}
-    if any(_says(w, old_subjects) for _, w in words) or len(said_new) > 1:
+    said_new = dict.fromkeys(text.lower() for text, w in words if _says(w, new_subjects))
+    if any(_says(w, old_subjects) for _, w in words):
         return None
     base = ItemSwap(key, old_column, new_column, reading.question[a:b], value, old_text)
     return TableSwap(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)},
-                     old_subjects=old_subjects, new_word=next(iter(said_new), ""))  # fmt: skip
+                     old_subjects=old_subjects, new_word=" ".join(said_new))  # fmt: skip

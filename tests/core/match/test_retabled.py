@@ -84,3 +84,24 @@ def test_no_table_swap_where_the_library_shows_the_tables_alike_in_one_shape_onl
     """One pair of templates may be an accident of the library: the renaming needs two shapes."""
     index = _index([COST, *ALIKE[:2]])
     assert not retabled(ask(index, "what is the cost of a procedure of colonoscopy?"))
+
+
+def test_the_base_wording_says_the_new_side_as_the_question_says_it_or_no_side():
+    """'a diagnosis of sepsis' becomes 'a procedure of colonoscopy' where the question says
+    'procedure', and 'a of colonoscopy' where it says no side: the guard then reads the words the
+    question says, never the old table's subject."""
+    from core.match.retabled import TableSwap
+
+    rename = (("d_icd_diagnoses", "d_icd_procedures"), ("diagnoses_icd", "procedures_icd"))
+    common = (rename, "d_icd_diagnoses.long_title", "d_icd_procedures.long_title", "colonoscopy", "colonoscopy")
+    template = build_template(*COST)
+    said = TableSwap(*common, "sepsis", old_subjects=frozenset({"diagnos"}), new_word="procedure")
+    unsaid = TableSwap(*common, "sepsis", old_subjects=frozenset({"diagnos"}))
+    assert said.apply(template)[0] == "what is the cost of a procedure of colonoscopy?"
+    assert unsaid.apply(template)[0] == "what is the cost of a of colonoscopy?"
+    assert "procedures_icd" in unsaid.apply(template)[1]
+
+
+def test_a_question_that_says_no_side_is_answered_over_the_table_that_holds_its_item(library):
+    found = retabled(ask(library, "what is the cost of colonoscopy?"))
+    assert found and "d_icd_procedures.long_title = 'colonoscopy'" in found[0].sql
