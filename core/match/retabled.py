@@ -46,6 +46,9 @@ if TYPE_CHECKING:  # the vote is library.py's, and library.py calls compose.py, 
 RENAME_SUPPORT = 2  # shapes the library must show one renaming in (one pair may be an accident)
 SUBJECT_SUPPORT = 2  # …and shape pairs a word must tell the two sides apart in to be a side's subject
 SUBJECT_SHARE = 0.2  # …and the share of the renaming's shape pairs it must tell them apart in
+# Table swaps planned per question, on its best voted base: each composes and matches three
+# paraphrases (a train-size calibration's CPU), and the nearest base is the one the question asks of.
+PLANS_PER_QUESTION = 1
 SUBJECT_STEM = 5  # letters a subject's stem and a word's share at least to be one word in two forms
 
 Renaming = tuple[tuple[str, str], ...]  # sorted (old table, new table) pairs, changed tables only
@@ -175,6 +178,9 @@ def table_plans(reading: Reading, index: LibraryIndex, base: int, vote: Vote) ->
         for key in learned.sources
         if {o for o, _ in key} <= set(tables) and not {n for _, n in key} & set(tables)
     ]
+    planned = vote.__dict__.setdefault("_table_swaps", [0])  # one question: its best voted base only
+    if not plans or planned[0] >= PLANS_PER_QUESTION:
+        return []
     unnamed = [
         s
         for s in template.slots
@@ -182,7 +188,7 @@ def table_plans(reading: Reading, index: LibraryIndex, base: int, vote: Vote) ->
         and not _contained(reading, s.column)
         and s.text.strip().lower() not in reading.lowered
     ]
-    if not plans or len(unnamed) != 1:  # binding fills a slot whose own column the question names
+    if len(unnamed) != 1:  # binding fills a slot whose own column the question names
         return []
     slot = unnamed[0]
     out = []
@@ -191,6 +197,7 @@ def table_plans(reading: Reading, index: LibraryIndex, base: int, vote: Vote) ->
         if swap is not None:
             sources = learned.sources[key]
             out.append((sources[int(np.argmax(vote.sims[np.asarray(sources)]))], swap))
+    planned[0] += len(out)
     return out
 
 

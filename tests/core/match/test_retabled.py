@@ -74,6 +74,7 @@ def test_a_procedure_asked_of_the_diagnosis_template_is_answered_over_procedures
         "what is the cost of a procedure of colonoscopy for sepsis?",  # both tables named
         "what is the cost of not having a procedure of colonoscopy?",  # a negation
         "what is the cost of a procedure of heparin?",  # an item the other table does not hold
+        "what is the cost of a procedure of colonoscopy per patient?",  # a phrase the library never shows
     ],
 )
 def test_no_table_swap_for_the_attacks(library, question):
