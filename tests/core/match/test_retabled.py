@@ -14,7 +14,9 @@ PX = "(SELECT d_icd_procedures.icd_code FROM d_icd_procedures WHERE d_icd_proced
 COST = (
     "what is the cost of a diagnosis of sepsis?",
     "SELECT DISTINCT cost.cost FROM cost WHERE cost.event_type = 'diagnoses_icd' AND cost.event_id IN "
-    "(SELECT diagnoses_icd.row_id FROM diagnoses_icd WHERE diagnoses_icd.icd_code = " + DX.format(v="sepsis") + ")",
+    "(SELECT diagnoses_icd.row_id FROM diagnoses_icd WHERE diagnoses_icd.icd_code = "
+    + DX.format(v="sepsis")
+    + ")",
 )
 # Two shapes the library holds over both sides: diagnoses and procedures are used alike.
 ALIKE = [
@@ -94,7 +96,13 @@ def test_the_base_wording_says_the_new_side_as_the_question_says_it_or_no_side()
     from core.match.retabled import TableSwap
 
     rename = (("d_icd_diagnoses", "d_icd_procedures"), ("diagnoses_icd", "procedures_icd"))
-    common = (rename, "d_icd_diagnoses.long_title", "d_icd_procedures.long_title", "colonoscopy", "colonoscopy")
+    common = (
+        rename,
+        "d_icd_diagnoses.long_title",
+        "d_icd_procedures.long_title",
+        "colonoscopy",
+        "colonoscopy",
+    )
     template = build_template(*COST)
     said = TableSwap(*common, "sepsis", old_subjects=frozenset({"diagnos"}), new_word="procedure")
     unsaid = TableSwap(*common, "sepsis", old_subjects=frozenset({"diagnos"}))
