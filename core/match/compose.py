@@ -39,6 +39,7 @@ from core.match.outer import conjuncts, outer_tables, read_below
 from core.match.precheck import refused_family
 from core.match.reading import Reading
 from core.match.replace import REPLACEABLE_TYPES, replaced, replacement_plans, words
+from core.match.retabled import table_plans
 from core.match.retimed import period_plans
 from core.match.risk import Calibration
 from core.match.spans import DECADE, GENDER, NUMBER, VALUE, YEAR
@@ -275,11 +276,10 @@ def _swaps(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[
 
 
 def _item_swaps(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[Composed]:
-    """The item swaps the question asks of the base template (items.py): a named item of tables the
-    library uses alike, the entry over those tables the source of the wording."""
+    """The table (retabled.py) or else item (items.py) swaps the question asks of the base template."""
     base = max(index.members[key], key=lambda i: vote.sims[i])
     out = []
-    for source, swap in item_plans(reading.question, reading.values, index, base, vote):
+    for source, swap in table_plans(reading, index, base, vote) or item_plans(reading.question, reading.values, index, base, vote):  # fmt: skip
         wording = Condition(index.entries[source].example_id, "", exp.true(), VALUE, swap.phrase)
         out.append(Composed(base, key, wording, drop=False, source=source, swap=swap))
     return out

@@ -1,0 +1,232 @@
+"""The table swap: a verified template's item tables swapped for the ones the library uses alike in
+other shapes (procedures for diagnoses: procedures_icd / d_icd_procedures for diagnoses_icd /
+d_icd_diagnoses), on the SQL tree, where the question names an item of the other table.
+
+Why: items.py swaps an item's tables only where the library holds the base template's own shape over
+the other tables too; a template whose sibling the library lacks ("the cost of a procedure" beside a
+verified "the cost of a diagnosis") stays out of reach, though the library shows in other shapes that
+the two table sets are used alike. Here the renaming is learned across shapes: two library templates
+whose SQL is the same tree once tables, aliases and literals are masked (items.shape_of), over table
+sets that differ by one consistent renaming, show that renaming; one shown in RENAME_SUPPORT shapes
+at least may be applied to a base template of any shape. The words the library ties to each side
+(its subjects: the core words of templates over one side that their siblings over the other side
+never say, "diagnos" and "procedur") must agree with the question: a question that says a subject of
+the old side is refused (it names the old table: "the cost of the diagnosis <a procedure title>"),
+and a base paraphrase that says one is composed with the question's own word for the new side in its
+place, or without it where the question says no side: the composed wording says what the question
+says, and the item it names is the new table's alone (a value of the old column is binding's).
+
+Refused before anything is built: no renaming learned for the base's tables, the base reading a table
+of the new side already (both tables), a negation, a value slot binding fills (the question names a
+value of its own column), not exactly one value of the renamed column in the question. The composed
+question and SQL then go through the same rules, binding, validation and risk as any composition.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from core.match.index import LibraryIndex
+from core.match.items import ItemSwap, _renaming, shape_of
+from core.match.reading import Reading
+from core.match.spans import VALUE
+from core.match.template import Template
+from core.match.values import bare_column
+from core.match.words import canonical, stem, tokenize
+
+if TYPE_CHECKING:  # the vote is library.py's, and library.py calls compose.py, which calls this module
+    from core.match.library import Vote
+
+RENAME_SUPPORT = 2  # shapes the library must show one renaming in (one pair may be an accident)
+SUBJECT_SUPPORT = 2  # …and shape pairs a word must tell the two sides apart in to be a side's subject
+SUBJECT_SHARE = 0.2  # …and the share of the renaming's shape pairs it must tell them apart in
+# Table swaps planned per question, on its best voted base: each composes and matches three
+# paraphrases (a train-size calibration's CPU), and the nearest base is the one the question asks of.
+PLANS_PER_QUESTION = 1
+SUBJECT_STEM = 5  # letters a subject's stem and a word's share at least to be one word in two forms
+
+Renaming = tuple[tuple[str, str], ...]  # sorted (old table, new table) pairs, changed tables only
+
+
+@dataclass(frozen=True)
+class TableSwap(ItemSwap):
+    """An item swap (items.ItemSwap) whose renaming comes from other shapes, with the base wording's
+    subject words of the old side (`old_subjects`, stems) replaced by the question's word for the new
+    side (`new_word`; "" where the question says no side: the word is left out, "the cost of a
+    diagnosis of X" read as "the cost of a of X", which says no side either)."""
+
+    old_subjects: frozenset[str] = frozenset()
+    new_word: str = ""
+
+    def apply(self, template: Template) -> tuple[str, str] | None:
+        """The item swap, its wording outside the item said of the new side, or None."""
+        made = super().apply(template)
+        slots = [s for s in template.slots if s.type == VALUE and bare_column(s.column) == self.old_column]
+        if made is None or len(slots) != 1:
+            return None
+        before = self._reworded(template.question[: slots[0].start])
+        return before + self.text + self._reworded(template.question[slots[0].end :]), made[1]
+
+    def _reworded(self, text: str) -> str:
+        """`text` with each subject word of the old side replaced by the question's word for the new
+        side (or left out)."""
+        out, end = [], 0
+        for token in tokenize(text):
+            if _says(_word(token.text), self.old_subjects):
+                out += [text[end : token.start], self.new_word]
+                end = token.end
+        return re.sub(r" {2,}", " ", "".join(out) + text[end:])
+
+
+@dataclass(frozen=True)
+class LibraryTables:
+    """What the library shows: renamings -> the entries over their new side, and each renaming's
+    subject stems (old side's, new side's)."""
+
+    sources: dict[Renaming, tuple[int, ...]]
+    subjects: dict[Renaming, tuple[frozenset[str], frozenset[str]]]
+
+
+def library_tables(index: LibraryIndex) -> LibraryTables:
+    """Read once per library (cached on the index, as compose.py caches its conditions)."""
+    cached = getattr(index, "_compose_tables", None)
+    if cached is not None:
+        return cached
+    by_shape: dict[str, dict[tuple[str, ...], list[int]]] = defaultdict(lambda: defaultdict(list))
+    for i, entry in enumerate(index.entries):
+        shape, tables = shape_of(entry.template)
+        if shape:
+            by_shape[shape][tables].append(i)
+    support: Counter[Renaming] = Counter()
+    sources: dict[Renaming, list[int]] = defaultdict(list)
+    said: dict[Renaming, tuple[Counter[str], Counter[str]]] = defaultdict(lambda: (Counter(), Counter()))
+    for sets in by_shape.values():
+        for a, at in sets.items():
+            for b, bt in sets.items():
+                rename = _renaming(a, b) if a != b and len(a) == len(b) else None
+                if not rename:
+                    continue
+                key = tuple(sorted(rename.items()))
+                support[key] += 1
+                sources[key] += bt
+                old, new = _core(index, at), _core(index, bt)
+                said[key][0].update(old - new)
+                said[key][1].update(new - old)
+    kept = [key for key, n in support.items() if n >= RENAME_SUPPORT]
+    out = LibraryTables(
+        {key: tuple(sources[key]) for key in kept},
+        {key: _subjects(*said[key], support[key]) for key in kept},
+    )
+    index._compose_tables = out  # type: ignore[attr-defined]
+    return out
+
+
+def _contained(reading: Reading, column: str) -> list[tuple[int, int, str]]:
+    """The question's values of one column, read once per question (memo on the reading: a question
+    is asked of five bases, and the value index's own cache is emptied by composed questions)."""
+    memo = reading.__dict__.setdefault("_retabled", {})
+    if column not in memo:
+        memo[column] = reading.values.contained(reading.question, column) if reading.values else []
+    return memo[column]
+
+
+def _subjects(old: Counter[str], new: Counter[str], shapes: int) -> tuple[frozenset[str], frozenset[str]]:
+    """Each side's subjects: words that tell it from the other side in SUBJECT_SHARE of the shape
+    pairs showing the renaming (SUBJECT_SUPPORT at least) and never tell the other side from it
+    ("patient" or "test", said on either side by some template, is no side's word)."""
+    floor = max(SUBJECT_SUPPORT, SUBJECT_SHARE * shapes)
+    return (
+        frozenset(w for w, n in old.items() if n >= floor and not new[w]),
+        frozenset(w for w, n in new.items() if n >= floor and not old[w]),
+    )
+
+
+def _core(index: LibraryIndex, entries: list[int]) -> set[str]:
+    """The words every template of these entries says (its family's core), together."""
+    cores = [index.families[k].core for k in {index.entries[i].key for i in entries} if k in index.families]
+    return set.intersection(*map(set, cores)) if cores else set()
+
+
+def _word(text: str) -> str:
+    return canonical(stem(text))
+
+
+def _says(word: str, subjects: frozenset[str]) -> bool:
+    """Whether the word is one of the subjects in another form: the crude stem leaves "diagnosi"
+    (diagnosis), "diagnos" (diagnosed) and "diagnostic" apart, one subject in three forms."""
+    return any(
+        word.startswith(s) or s.startswith(word) for s in subjects if min(len(word), len(s)) >= SUBJECT_STEM
+    )
+
+
+def table_plans(reading: Reading, index: LibraryIndex, base: int, vote: Vote) -> list[tuple[int, TableSwap]]:
+    """The table swaps the question asks of the base entry's template (with the nearest entry over
+    the new side, whose use shows the renaming), or []."""
+    template = index.entries[base].template
+    if reading.values is None or template is None or reading.ops.get("negation"):
+        return []
+    _, tables = shape_of(template)
+    learned = library_tables(index)
+    plans = [  # not where the base reads the new side already: both tables
+        key
+        for key in learned.sources
+        if {o for o, _ in key} <= set(tables) and not {n for _, n in key} & set(tables)
+    ]
+    planned = vote.__dict__.setdefault("_table_swaps", [0])  # one question: its best voted base only
+    if not plans or planned[0] >= PLANS_PER_QUESTION:
+        return []
+    unnamed = [
+        s
+        for s in template.slots
+        if s.type == VALUE
+        and not _contained(reading, s.column)
+        and s.text.strip().lower() not in reading.lowered
+    ]
+    if len(unnamed) != 1:  # binding fills a slot whose own column the question names
+        return []
+    slot = unnamed[0]
+    out = []
+    for key in plans:
+        swap = _swap(reading, key, slot.column, slot.text, learned.subjects[key])
+        if swap is not None:
+            sources = learned.sources[key]
+            out.append((sources[int(np.argmax(vote.sims[np.asarray(sources)]))], swap))
+    planned[0] += len(out)
+    return out
+
+
+def _swap(
+    reading: Reading,
+    key: Renaming,
+    column: str,
+    old_text: str,
+    subjects: tuple[frozenset[str], frozenset[str]],
+) -> TableSwap | None:
+    """The swap of the slot's column onto the renamed table, if the question names one value of it
+    and says no subject of the old side (its words for the new side, in order, replace the base's)."""
+    old_column = bare_column(column)
+    table, _, name = old_column.rpartition(".")
+    new_table = next((n for o, n in key if o.rpartition(".")[2] == table), "")
+    if not new_table or reading.values is None:
+        return None
+    new_column = f"{new_table.rpartition('.')[2]}.{name}"
+    found = _contained(reading, new_column)
+    longest = max(found, key=lambda f: f[1] - f[0], default=None)
+    if longest is None or len({v for a, b, v in found if b - a == longest[1] - longest[0]}) != 1:
+        return None
+    a, b, value = longest
+    rest = reading.question[:a] + " " + reading.question[b:]  # the value's own words say no side
+    words = [(t.text, _word(t.text)) for t in tokenize(rest)]
+    old_subjects, new_subjects = subjects
+    said_new = dict.fromkeys(text.lower() for text, w in words if _says(w, new_subjects))
+    if any(_says(w, old_subjects) for _, w in words):
+        return None
+    base = ItemSwap(key, old_column, new_column, reading.question[a:b], value, old_text)
+    return TableSwap(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)},
+                     old_subjects=old_subjects, new_word=" ".join(said_new))  # fmt: skip

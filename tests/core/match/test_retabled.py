@@ -1,0 +1,116 @@
+"""The table swap (core/match/retabled.py): a verified template over diagnoses answered for a
+procedure the question names (or the reverse), where the library shows in other shapes that the two
+table sets are used alike, with the attacks it must refuse (pure: no database)."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.match import LibraryIndex, ValueIndex, build_template, entry_for, mask_question, match_library
+from tests.core.match.test_library import embed
+
+DX = "(SELECT d_icd_diagnoses.icd_code FROM d_icd_diagnoses WHERE d_icd_diagnoses.long_title = '{v}')"
+PX = "(SELECT d_icd_procedures.icd_code FROM d_icd_procedures WHERE d_icd_procedures.long_title = '{v}')"
+COST = (
+    "what is the cost of a diagnosis of sepsis?",
+    "SELECT DISTINCT cost.cost FROM cost WHERE cost.event_type = 'diagnoses_icd' AND cost.event_id IN "
+    "(SELECT diagnoses_icd.row_id FROM diagnoses_icd WHERE diagnoses_icd.icd_code = "
+    + DX.format(v="sepsis")
+    + ")",
+)
+# Two shapes the library holds over both sides: diagnoses and procedures are used alike.
+ALIKE = [
+    ("how many patients were diagnosed with sepsis?",
+     "SELECT COUNT(DISTINCT diagnoses_icd.subject_id) FROM diagnoses_icd WHERE diagnoses_icd.icd_code = "
+     + DX.format(v="sepsis")),
+    ("how many patients had the procedure appendectomy?",
+     "SELECT COUNT(DISTINCT procedures_icd.subject_id) FROM procedures_icd WHERE procedures_icd.icd_code = "
+     + PX.format(v="appendectomy")),
+    ("when was patient 10014354 last diagnosed with sepsis?",
+     "SELECT diagnoses_icd.charttime FROM diagnoses_icd WHERE diagnoses_icd.subject_id = 10014354 AND "
+     "diagnoses_icd.icd_code = " + DX.format(v="sepsis") + " ORDER BY diagnoses_icd.charttime DESC LIMIT 1"),
+    ("when did patient 10014354 last have the procedure appendectomy?",
+     "SELECT procedures_icd.charttime FROM procedures_icd WHERE procedures_icd.subject_id = 10014354 AND "
+     "procedures_icd.icd_code = " + PX.format(v="appendectomy") + " ORDER BY procedures_icd.charttime DESC LIMIT 1"),
+]  # fmt: skip
+VALUES = {
+    "d_icd_diagnoses.long_title": ["sepsis", "hyperkalemia"],
+    "d_icd_procedures.long_title": ["appendectomy", "colonoscopy"],
+    "prescriptions.drug": ["heparin"],
+}
+
+
+def _index(items):
+    entries = [entry_for(n, q, sql, build_template(q, sql)) for n, (q, sql) in enumerate(items, start=1)]
+    return LibraryIndex(entries, embed([e.template.masked_question for e in entries]))
+
+
+def ask(index, question):
+    values = ValueIndex(VALUES)
+    vector = embed([mask_question(question, values)])[0]
+    return match_library(question, vector, index, lookup=lambda c, t: [], values=values)
+
+
+def retabled(found):
+    return [r for r in found.results if r.composed_from and r.hard_ok and "procedures_icd" in (r.sql or "")]
+
+
+@pytest.fixture(scope="module")
+def library():
+    return _index([COST, *ALIKE])
+
+
+def test_a_procedure_asked_of_the_diagnosis_template_is_answered_over_procedures(library):
+    found = retabled(ask(library, "what is the cost of a procedure of colonoscopy?"))
+    best = found[0]
+    assert "diagnoses" not in best.sql, best.sql
+    assert "cost.event_type = 'procedures_icd'" in best.sql
+    assert "d_icd_procedures.long_title = 'colonoscopy'" in best.sql
+    assert best.composed_from[0] == 1 and best.composed_with == "colonoscopy instead of sepsis"
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "what is the cost of a diagnosis of colonoscopy?",  # a procedure named with a diagnosis word
+        "what is the cost of a procedure of colonoscopy for sepsis?",  # both tables named
+        "what is the cost of not having a procedure of colonoscopy?",  # a negation
+        "what is the cost of a procedure of heparin?",  # an item the other table does not hold
+        "what is the cost of a procedure of colonoscopy per patient?",  # a phrase the library never shows
+    ],
+)
+def test_no_table_swap_for_the_attacks(library, question):
+    assert not retabled(ask(library, question))
+
+
+def test_no_table_swap_where_the_library_shows_the_tables_alike_in_one_shape_only():
+    """One pair of templates may be an accident of the library: the renaming needs two shapes."""
+    index = _index([COST, *ALIKE[:2]])
+    assert not retabled(ask(index, "what is the cost of a procedure of colonoscopy?"))
+
+
+def test_the_base_wording_says_the_new_side_as_the_question_says_it_or_no_side():
+    """'a diagnosis of sepsis' becomes 'a procedure of colonoscopy' where the question says
+    'procedure', and 'a of colonoscopy' where it says no side: the guard then reads the words the
+    question says, never the old table's subject."""
+    from core.match.retabled import TableSwap
+
+    rename = (("d_icd_diagnoses", "d_icd_procedures"), ("diagnoses_icd", "procedures_icd"))
+    common = (
+        rename,
+        "d_icd_diagnoses.long_title",
+        "d_icd_procedures.long_title",
+        "colonoscopy",
+        "colonoscopy",
+    )
+    template = build_template(*COST)
+    said = TableSwap(*common, "sepsis", old_subjects=frozenset({"diagnos"}), new_word="procedure")
+    unsaid = TableSwap(*common, "sepsis", old_subjects=frozenset({"diagnos"}))
+    assert said.apply(template)[0] == "what is the cost of a procedure of colonoscopy?"
+    assert unsaid.apply(template)[0] == "what is the cost of a of colonoscopy?"
+    assert "procedures_icd" in unsaid.apply(template)[1]
+
+
+def test_a_question_that_says_no_side_is_answered_over_the_table_that_holds_its_item(library):
+    found = retabled(ask(library, "what is the cost of colonoscopy?"))
+    assert found and "d_icd_procedures.long_title = 'colonoscopy'" in found[0].sql
