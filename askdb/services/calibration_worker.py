@@ -51,7 +51,11 @@ def _warm_up(source) -> None:
         .order_by("id")
         .values_list("pk", "template")
     )
-    warm_up((pk, Template.from_dict(t)) for pk, t in stored.iterator() if template_is_current(t))
+    warm_up(
+        (pk, Template.from_dict(t), t.get("key") or "")
+        for pk, t in stored.iterator()
+        if template_is_current(t)
+    )
 
 
 def part(part: Any, labelled: Sequence[tuple[str, str, Sequence[float]]] = ()) -> tuple[list, int]:

@@ -155,18 +155,19 @@ def fold_sizes(index: LibraryIndex, folds: int = CV_FOLDS) -> dict[tuple[str, in
     return sizes
 
 
-def warm_up(templates: Iterable[tuple[int | None, Template]]) -> None:
+def warm_up(templates: Iterable[tuple[int | None, Template, str]]) -> None:
     """Read what every fold's library reads of each template (its guard reading, its conditions, its
     shape) into the per-template caches, which are keyed by content: a worker process does it while
     the calling process builds the library it will hand over (a template that differs there is
-    read again, never wrongly). `templates`: (example id, template) of the library's examples."""
-    for example_id, template in templates:
+    read again, never wrongly). `templates`: (example id, template, its stored key or "") of the
+    library's examples; the shape is read once per key (items.shape_of), as the folds read it."""
+    for example_id, template, key in templates:
         if not template.usable:
             continue
         spans = tuple((x.start, x.end) for x in template.slots if x.type == VALUE)
         library_reading(template.masked_question, template.question, spans)  # as LibraryIndex._families
         conditions_of(example_id, template)
-        shape_of(template)
+        shape_of(template, key)
 
 
 @dataclass(frozen=True)

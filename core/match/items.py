@@ -96,17 +96,33 @@ def _name(table: exp.Table) -> str:
     return f"{table.db}.{table.name}".lower() if table.db else table.name.lower()
 
 
-def shape_of(template: Template | None) -> tuple[str, tuple[str, ...]]:
+def shape_of(template: Template | None, key: str = "") -> tuple[str, tuple[str, ...]]:
     """The template's SQL with table names, aliases and literals masked, and its tables in order;
-    ("", ()) for a template with no value slot (nothing to swap) or SQL that does not parse."""
+    ("", ()) for a template with no value slot (nothing to swap) or SQL that does not parse.
+
+    `key`: the template's key (index.Entry.key), where the caller has it. Paraphrases of one template
+    differ only in their slot literals, which the key replaces and the shape masks: one shape per key
+    (1,055 keys for 4,095 distinct SQL texts in EHRSQL train), so each is read once per process
+    however many folds' libraries, libraries or paraphrases ask (a train calibration's CPU)."""
     if template is None or not template.usable or not any(s.type == VALUE for s in template.slots):
         return "", ()
-    return _shape(template.sql_template, template.dialect)
+    if not key:
+        return _shape(template.sql_template, template.dialect)
+    found = _BY_KEY.get((key, template.dialect))
+    if found is None:
+        if len(_BY_KEY) >= SHAPES_KEPT:  # a web process that sees many libraries stays small
+            _BY_KEY.clear()
+        found = _BY_KEY[(key, template.dialect)] = _shape.__wrapped__(template.sql_template, template.dialect)
+    return found
 
 
-@functools.lru_cache(maxsize=16384)
+SHAPES_KEPT = 16384
+_BY_KEY: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}
+
+
+@functools.lru_cache(maxsize=SHAPES_KEPT)
 def _shape(sql: str, dialect: str) -> tuple[str, tuple[str, ...]]:
-    """Once per SQL: a calibration builds a library per fold from the same templates."""
+    """Once per SQL, for a template read without its key (a composed one)."""
     try:
         tree = parsed_sql(sql, dialect).copy()
     except (SqlglotError, ValueError, RecursionError):
@@ -135,7 +151,7 @@ def library_items(index: LibraryIndex) -> LibraryItems:
         return cached
     by_shape: dict[str, dict[tuple[str, ...], list[int]]] = defaultdict(lambda: defaultdict(list))
     for i, entry in enumerate(index.entries):
-        shape, tables = shape_of(entry.template)
+        shape, tables = shape_of(entry.template, entry.key)
         if shape:
             by_shape[shape][tables].append(i)
     support: dict[tuple[tuple[str, ...], tuple[str, ...]], int] = defaultdict(int)
@@ -163,7 +179,7 @@ def item_plans(
     template = index.entries[base].template
     if values is None or template is None:
         return []
-    _, tables = shape_of(template)
+    _, tables = shape_of(template, index.entries[base].key)
     others = library_items(index).alike.get(tables, {})
     if not others:
         return []

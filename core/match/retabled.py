@@ -100,7 +100,7 @@ def library_tables(index: LibraryIndex) -> LibraryTables:
         return cached
     by_shape: dict[str, dict[tuple[str, ...], list[int]]] = defaultdict(lambda: defaultdict(list))
     for i, entry in enumerate(index.entries):
-        shape, tables = shape_of(entry.template)
+        shape, tables = shape_of(entry.template, entry.key)
         if shape:
             by_shape[shape][tables].append(i)
     support: Counter[Renaming] = Counter()
@@ -169,17 +169,19 @@ def table_plans(reading: Reading, index: LibraryIndex, base: int, vote: Vote) ->
     """The table swaps the question asks of the base entry's template (with the nearest entry over
     the new side, whose use shows the renaming), or []."""
     template = index.entries[base].template
+    planned = vote.__dict__.setdefault("_table_swaps", [0])  # one question: its best voted base only
     if reading.values is None or template is None or reading.ops.get("negation"):
         return []
-    _, tables = shape_of(template)
+    if planned[0] >= PLANS_PER_QUESTION:  # before the library's renamings are read
+        return []
+    _, tables = shape_of(template, index.entries[base].key)
     learned = library_tables(index)
     plans = [  # not where the base reads the new side already: both tables
         key
         for key in learned.sources
         if {o for o, _ in key} <= set(tables) and not {n for _, n in key} & set(tables)
     ]
-    planned = vote.__dict__.setdefault("_table_swaps", [0])  # one question: its best voted base only
-    if not plans or planned[0] >= PLANS_PER_QUESTION:
+    if not plans:
         return []
     unnamed = [
         s

@@ -114,3 +114,24 @@ def test_the_base_wording_says_the_new_side_as_the_question_says_it_or_no_side()
 def test_a_question_that_says_no_side_is_answered_over_the_table_that_holds_its_item(library):
     found = retabled(ask(library, "what is the cost of colonoscopy?"))
     assert found and "d_icd_procedures.long_title = 'colonoscopy'" in found[0].sql
+
+
+def test_a_shape_is_read_once_per_template_key_and_is_the_shape_of_its_sql():
+    """Paraphrases of one template (same key, other values) share one shape, read once per key
+    (items.shape_of: a calibration's CPU); it is the shape read from either paraphrase's own SQL, and
+    another template (other key) keeps its own shape even if asked after."""
+    from core.match.items import _BY_KEY, _shape, shape_of
+
+    first, second = (entry_for(n, q, sql, build_template(q, sql)) for n, (q, sql) in enumerate(ALIKE[:2]))
+    again = entry_for(9, "how many patients were diagnosed with hyperkalemia?",
+                      ALIKE[0][1].replace("sepsis", "hyperkalemia"),
+                      build_template("how many patients were diagnosed with hyperkalemia?",
+                                     ALIKE[0][1].replace("sepsis", "hyperkalemia")))  # fmt: skip
+    assert again.key == first.key and again.template.sql_template != first.template.sql_template
+    _BY_KEY.clear()
+    shape = shape_of(first.template, first.key)
+    assert shape == _shape(first.template.sql_template, "sqlite") == _shape(again.template.sql_template, "sqlite")
+    assert shape_of(again.template, again.key) is shape and len(_BY_KEY) == 1
+    other = shape_of(second.template, second.key)
+    assert other[1] != shape[1] and other[0] == shape[0]  # the same masked SQL over the other tables
+    assert len(_BY_KEY) == 2
