@@ -49,6 +49,7 @@ class ItemSwap:
     text: str  # the question's words for the item: "heart rate"
     value: str  # the database value: "Heart Rate"
     old_text: str  # the base question's words for its item, for the wording
+    columns: tuple[tuple[str, str], ...] = ()  # renamed columns ("table.column" -> "table.column")
 
     @property
     def phrase(self) -> str:
@@ -69,14 +70,20 @@ class ItemSwap:
         literals = list(tree.find_all(exp.Literal))
         for use in slot.uses:
             literals[use.index].replace(exp.Literal.string(use.prefix + self.value + use.suffix))
-        return question, _renamed(tree, dict(self.rename)).sql(dialect=template.dialect, copy=False)
+        renamed = _renamed(tree, dict(self.rename), dict(self.columns))
+        return question, renamed.sql(dialect=template.dialect, copy=False)
 
 
-def _renamed(tree: exp.Expr, rename: dict[str, str]) -> exp.Expr:
+def _renamed(tree: exp.Expr, rename: dict[str, str], columns: dict[str, str] | None = None) -> exp.Expr:
     """Every reference to a renamed table renamed: the table, a column qualified by the table's own
     name (EHRSQL writes `diagnoses_icd.icd_code`, no alias), and a string naming the table
-    (`cost.event_type = 'diagnoses_icd'`); a column qualified by an alias keeps its alias."""
+    (`cost.event_type = 'diagnoses_icd'`); a column qualified by an alias keeps its alias. `columns`:
+    columns renamed too, as the table qualifies them ("transfers.careunit" -> "prescriptions.drug")."""
     bare = {old.rpartition(".")[2]: new.rpartition(".")[2] for old, new in rename.items()}
+    for column in tree.find_all(exp.Column) if columns else ():
+        new_name = columns.get(f"{column.table}.{column.name}".lower())
+        if new_name is not None:
+            column.set("this", exp.to_identifier(new_name.rpartition(".")[2]))
     for table in tree.find_all(exp.Table):
         new = rename.get(_name(table))
         if new is not None:
@@ -96,9 +103,12 @@ def _name(table: exp.Table) -> str:
     return f"{table.db}.{table.name}".lower() if table.db else table.name.lower()
 
 
-def shape_of(template: Template | None, key: str = "") -> tuple[str, tuple[str, ...]]:
+def shape_of(template: Template | None, key: str = "", *, roles: bool = False) -> tuple[str, tuple[str, ...]]:
     """The template's SQL with table names, aliases and literals masked, and its tables in order;
     ("", ()) for a template with no value slot (nothing to swap) or SQL that does not parse.
+    `roles`: column names masked too, and the names are its tables then its columns ("table.column",
+    as the SQL qualifies them), in order: two event tables read alike with their own columns
+    (transfers.careunit / intime, prescriptions.drug / starttime) have one role shape.
 
     `key`: the template's key (index.Entry.key), where the caller has it. Paraphrases of one template
     differ only in their slot literals, which the key replaces and the shape masks: one shape per key
@@ -107,34 +117,38 @@ def shape_of(template: Template | None, key: str = "") -> tuple[str, tuple[str, 
     if template is None or not template.usable or not any(s.type == VALUE for s in template.slots):
         return "", ()
     if not key:
-        return _shape(template.sql_template, template.dialect)
-    found = _BY_KEY.get((key, template.dialect))
+        return _shape(template.sql_template, template.dialect, roles)
+    found = _BY_KEY.get((key, template.dialect, roles))
     if found is None:
         if len(_BY_KEY) >= SHAPES_KEPT:  # a web process that sees many libraries stays small
             _BY_KEY.clear()
-        found = _BY_KEY[(key, template.dialect)] = _shape.__wrapped__(template.sql_template, template.dialect)
+        found = _shape.__wrapped__(template.sql_template, template.dialect, roles)
+        _BY_KEY[(key, template.dialect, roles)] = found
     return found
 
 
 SHAPES_KEPT = 16384
-_BY_KEY: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}
+_BY_KEY: dict[tuple[str, str, bool], tuple[str, tuple[str, ...]]] = {}
 
 
 @functools.lru_cache(maxsize=SHAPES_KEPT)
-def _shape(sql: str, dialect: str) -> tuple[str, tuple[str, ...]]:
+def _shape(sql: str, dialect: str, roles: bool = False) -> tuple[str, tuple[str, ...]]:
     """Once per SQL, for a template read without its key (a composed one)."""
     try:
         tree = parsed_sql(sql, dialect).copy()
     except (SqlglotError, ValueError, RecursionError):
         return "", ()
-    tables = tuple(_name(t) for t in tree.find_all(exp.Table))
+    names = tuple(_name(t) for t in tree.find_all(exp.Table))
     for table in list(tree.find_all(exp.Table)):
         table.replace(exp.to_table("_t"))
     for column in tree.find_all(exp.Column):
+        if roles:
+            names += (f"{column.table}.{column.name}".lower(),)
+            column.set("this", exp.to_identifier("_c"))
         column.set("table", None)
     for literal in list(tree.find_all(exp.Literal)):
         literal.replace(exp.var("_v"))
-    return tree.sql(dialect=dialect, copy=False), tables
+    return tree.sql(dialect=dialect, copy=False), names
 
 
 @dataclass(frozen=True)

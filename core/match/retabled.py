@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from core.match.index import LibraryIndex
+from core.match.index import Entry, LibraryIndex
 from core.match.items import ItemSwap, _renaming, shape_of
 from core.match.reading import Reading
 from core.match.spans import VALUE
@@ -86,45 +86,106 @@ class TableSwap(ItemSwap):
 
 @dataclass(frozen=True)
 class LibraryTables:
-    """What the library shows: renamings -> the entries over their new side, and each renaming's
-    subject stems (old side's, new side's)."""
+    """What the library shows: renamings -> the entries over their new side, each renaming's
+    subject stems (old side's, new side's), and the columns a role renaming renames too."""
 
     sources: dict[Renaming, tuple[int, ...]]
     subjects: dict[Renaming, tuple[frozenset[str], frozenset[str]]]
+    columns: dict[Renaming, Renaming] = dataclasses.field(default_factory=dict)
 
 
 def library_tables(index: LibraryIndex) -> LibraryTables:
-    """Read once per library (cached on the index, as compose.py caches its conditions)."""
+    """Read once per library (cached on the index, as compose.py caches its conditions).
+
+    Two readings of the same pairs: tables renamed alone (the masked SQL the same: diagnoses and
+    procedures), and tables renamed with their own columns (the SQL the same once column names are
+    masked too, the columns renamed one to one with their tables: a stay in a care unit and an order
+    of a drug, transfers.careunit / intime for prescriptions.drug / starttime). A role renaming is
+    kept only where no plain one renames the same tables and one column renaming alone is shown."""
     cached = getattr(index, "_compose_tables", None)
     if cached is not None:
         return cached
+    support, sources, said = _pairs(index, roles=False)
+    kept = [key for key, n in support.items() if n >= RENAME_SUPPORT]
+    out = LibraryTables(
+        {key: tuple(sources[key]) for key in kept},
+        {key: _subjects(*said[key], support[key]) for key in kept},
+    )
+    support, sources, said = _pairs(index, roles=True)
+    by_tables: dict[Renaming, list[Renaming]] = defaultdict(list)
+    for key, n in support.items():
+        tables = tuple(p for p in key if not _is_column(p))
+        if n >= RENAME_SUPPORT and tables and tables not in out.sources:
+            by_tables[tables].append(key)
+    for tables, keys in by_tables.items():
+        if len(keys) == 1:
+            out.sources[tables] = tuple(sources[keys[0]])
+            out.subjects[tables] = _subjects(*said[keys[0]], support[keys[0]])
+            out.columns[tables] = tuple(p for p in keys[0] if _is_column(p))
+    index._compose_tables = out  # type: ignore[attr-defined]
+    return out
+
+
+def _is_column(pair: tuple[str, str]) -> bool:
+    return pair[0].startswith(COLUMN)
+
+
+COLUMN = "column:"  # a role renaming's column pairs, told from its table pairs in one key
+
+
+def _pairs(index: LibraryIndex, *, roles: bool) -> tuple[Counter, dict, dict]:
+    """Per renaming shown by two templates of one (role) shape: its shape pairs, the entries over
+    its new side, and the core words each side says that the other does not. With `roles`, only
+    pairs whose plain shapes differ (a column renamed), column pairs marked COLUMN."""
     by_shape: dict[str, dict[tuple[str, ...], list[int]]] = defaultdict(lambda: defaultdict(list))
     for i, entry in enumerate(index.entries):
-        shape, tables = shape_of(entry.template, entry.key)
+        shape, names = shape_of(entry.template, entry.key, roles=roles)
         if shape:
-            by_shape[shape][tables].append(i)
+            by_shape[shape][names].append(i)
     support: Counter[Renaming] = Counter()
     sources: dict[Renaming, list[int]] = defaultdict(list)
     said: dict[Renaming, tuple[Counter[str], Counter[str]]] = defaultdict(lambda: (Counter(), Counter()))
     for sets in by_shape.values():
         for a, at in sets.items():
             for b, bt in sets.items():
-                rename = _renaming(a, b) if a != b and len(a) == len(b) else None
-                if not rename:
+                key = _key(index, a, b, at[0], bt[0]) if roles else _plain_key(a, b)
+                if not key:
                     continue
-                key = tuple(sorted(rename.items()))
                 support[key] += 1
                 sources[key] += bt
                 old, new = _core(index, at), _core(index, bt)
                 said[key][0].update(old - new)
                 said[key][1].update(new - old)
-    kept = [key for key, n in support.items() if n >= RENAME_SUPPORT]
-    out = LibraryTables(
-        {key: tuple(sources[key]) for key in kept},
-        {key: _subjects(*said[key], support[key]) for key in kept},
+    return support, sources, said
+
+
+def _plain_key(a: tuple[str, ...], b: tuple[str, ...]) -> Renaming | None:
+    rename = _renaming(a, b) if a != b and len(a) == len(b) else None
+    return tuple(sorted(rename.items())) if rename else None
+
+
+def _key(index: LibraryIndex, a: tuple[str, ...], b: tuple[str, ...], i: int, j: int) -> Renaming | None:
+    """A role renaming from names `a` to `b` (tables, then "table.column"), or None: its tables
+    renamed one to one, each column onto a column of its table's new table, a column name changed."""
+    if a == b or len(a) != len(b):
+        return None
+    (plain, tables_a), (other, _) = (
+        shape_of(index.entries[k].template, index.entries[k].key) for k in (i, j)
     )
-    index._compose_tables = out  # type: ignore[attr-defined]
-    return out
+    if plain == other:
+        return None  # the same SQL but for its tables: a plain renaming's
+    n = len(tables_a)
+    tables, columns = _renaming(a[:n], b[:n]), _renaming(a[n:], b[n:])
+    if not tables or columns is None:
+        return None
+    bare = {o.rpartition(".")[2]: t.rpartition(".")[2] for o, t in tables.items()}
+    if any(
+        bare.get(o.partition(".")[0], o.partition(".")[0]) != t.partition(".")[0] for o, t in columns.items()
+    ):
+        return None
+    if all(o.partition(".")[2] == t.partition(".")[2] for o, t in columns.items()):
+        return None  # no column name changed: a plain renaming's
+    return tuple(sorted(tables.items())) + tuple(sorted((COLUMN + o, COLUMN + t) for o, t in columns.items()))
 
 
 def _contained(reading: Reading, column: str) -> list[tuple[int, int, str]]:
@@ -179,7 +240,9 @@ def table_plans(reading: Reading, index: LibraryIndex, base: int, vote: Vote) ->
     plans = [  # not where the base reads the new side already: both tables
         key
         for key in learned.sources
-        if {o for o, _ in key} <= set(tables) and not {n for _, n in key} & set(tables)
+        if {o for o, _ in key} <= set(tables)
+        and not {n for _, n in key} & set(tables)
+        and _covered(index.entries[base], key, learned.columns.get(key, ()))
     ]
     if not plans:
         return []
@@ -195,12 +258,25 @@ def table_plans(reading: Reading, index: LibraryIndex, base: int, vote: Vote) ->
     slot = unnamed[0]
     out = []
     for key in plans:
-        swap = _swap(reading, key, slot.column, slot.text, learned.subjects[key])
+        swap = _swap(
+            reading, key, slot.column, slot.text, learned.subjects[key], learned.columns.get(key, ())
+        )
         if swap is not None:
             sources = learned.sources[key]
             out.append((sources[int(np.argmax(vote.sims[np.asarray(sources)]))], swap))
     planned[0] += len(out)
     return out
+
+
+def _covered(entry: Entry, key: Renaming, renamed: Renaming) -> bool:
+    """Whether a role renaming renames every column the base reads of its renamed tables (another
+    column, `transfers.dose_val_rx` for a prescriptions base, is no column of the new table)."""
+    if not renamed:
+        return True
+    _, names = shape_of(entry.template, entry.key, roles=True)
+    old = {o.rpartition(".")[2] for o, _ in key if not _is_column((o, ""))}
+    columns = {o.removeprefix(COLUMN) for o, _ in renamed}
+    return all(name in columns for name in names if "." in name and name.partition(".")[0] in old)
 
 
 def _swap(
@@ -209,26 +285,33 @@ def _swap(
     column: str,
     old_text: str,
     subjects: tuple[frozenset[str], frozenset[str]],
+    renamed: Renaming = (),
 ) -> TableSwap | None:
-    """The swap of the slot's column onto the renamed table, if the question names one value of it
-    and says no subject of the old side (its words for the new side, in order, replace the base's)."""
+    """The swap of the slot's column onto the renamed table (or the column a role renaming renames
+    it to), if the question names one value of it and says no subject of the old side (its words for
+    the new side, in order, replace the base's)."""
     old_column = bare_column(column)
     table, _, name = old_column.rpartition(".")
     new_table = next((n for o, n in key if o.rpartition(".")[2] == table), "")
     if not new_table or reading.values is None:
         return None
-    new_column = f"{new_table.rpartition('.')[2]}.{name}"
+    columns = {o.removeprefix(COLUMN): n.removeprefix(COLUMN) for o, n in renamed}
+    new_column = columns.get(old_column, f"{new_table.rpartition('.')[2]}.{name}")
     found = _contained(reading, new_column)
     longest = max(found, key=lambda f: f[1] - f[0], default=None)
     if longest is None or len({v for a, b, v in found if b - a == longest[1] - longest[0]}) != 1:
         return None
     a, b, value = longest
+    if (a, b) not in reading.values.spans(reading.question):
+        return None  # a part of a longer value ("vascular" in a procedure's title): not the item named
     rest = reading.question[:a] + " " + reading.question[b:]  # the value's own words say no side
     words = [(t.text, _word(t.text)) for t in tokenize(rest)]
     old_subjects, new_subjects = subjects
     said_new = dict.fromkeys(text.lower() for text, w in words if _says(w, new_subjects))
     if any(_says(w, old_subjects) for _, w in words):
         return None
-    base = ItemSwap(key, old_column, new_column, reading.question[a:b], value, old_text)
+    base = ItemSwap(
+        key, old_column, new_column, reading.question[a:b], value, old_text, tuple(columns.items())
+    )
     return TableSwap(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)},
                      old_subjects=old_subjects, new_word=" ".join(said_new))  # fmt: skip

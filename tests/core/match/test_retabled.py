@@ -130,8 +130,90 @@ def test_a_shape_is_read_once_per_template_key_and_is_the_shape_of_its_sql():
     assert again.key == first.key and again.template.sql_template != first.template.sql_template
     _BY_KEY.clear()
     shape = shape_of(first.template, first.key)
-    assert shape == _shape(first.template.sql_template, "sqlite") == _shape(again.template.sql_template, "sqlite")
+    assert (
+        shape
+        == _shape(first.template.sql_template, "sqlite")
+        == _shape(again.template.sql_template, "sqlite")
+    )
     assert shape_of(again.template, again.key) is shape and len(_BY_KEY) == 1
     other = shape_of(second.template, second.key)
     assert other[1] != shape[1] and other[0] == shape[0]  # the same masked SQL over the other tables
     assert len(_BY_KEY) == 2
+
+
+# The role swap: an event table and its own columns renamed (transfers.careunit / intime for
+# prescriptions.drug / starttime), where the library shows the two read alike in two shapes.
+ADM = "(SELECT admissions.hadm_id FROM admissions WHERE admissions.subject_id = 10014354)"
+STAY = (
+    "how many patients stayed in the sicu since 2100?",
+    "SELECT COUNT(DISTINCT admissions.subject_id) FROM admissions WHERE admissions.hadm_id IN (SELECT "
+    "transfers.hadm_id FROM transfers WHERE transfers.careunit = 'sicu' AND strftime('%Y',transfers.intime) >= '2100')",
+)
+ROLES = [
+    ("when did patient 10014354 last stay in the sicu?",
+     f"SELECT transfers.intime FROM transfers WHERE transfers.hadm_id IN {ADM} AND transfers.careunit = 'sicu' "
+     "ORDER BY transfers.intime DESC LIMIT 1"),
+    ("when was patient 10014354 last prescribed heparin?",
+     f"SELECT prescriptions.starttime FROM prescriptions WHERE prescriptions.hadm_id IN {ADM} AND "
+     "prescriptions.drug = 'heparin' ORDER BY prescriptions.starttime DESC LIMIT 1"),
+    ("did patient 10014354 stay in the sicu in 2100?",
+     f"SELECT COUNT(*)>0 FROM transfers WHERE transfers.hadm_id IN {ADM} AND transfers.careunit = 'sicu' AND "
+     "strftime('%Y',transfers.intime) = '2100'"),
+    ("was patient 10014354 prescribed heparin in 2100?",
+     f"SELECT COUNT(*)>0 FROM prescriptions WHERE prescriptions.hadm_id IN {ADM} AND prescriptions.drug = 'heparin' "
+     "AND strftime('%Y',prescriptions.starttime) = '2100'"),
+]  # fmt: skip
+ROLE_VALUES = {
+    **VALUES,
+    "transfers.careunit": ["sicu", "vascular"],
+    "prescriptions.drug": ["heparin", "insulin"],
+}
+
+
+@pytest.fixture(scope="module")
+def roles():
+    return _index([STAY, *ROLES])
+
+
+def ask_roles(index, question):
+    values = ValueIndex(ROLE_VALUES)
+    vector = embed([mask_question(question, values)])[0]
+    found = match_library(question, vector, index, lookup=lambda c, t: [], values=values)
+    return [r for r in found.results if r.composed_from and r.hard_ok and "prescriptions" in (r.sql or "")]
+
+
+def test_a_drug_asked_of_the_care_unit_template_is_answered_over_prescriptions(roles):
+    found = ask_roles(roles, "how many patients were prescribed insulin since 2100?")
+    assert found, "the role swap should reach the care-unit template"
+    sql = found[0].sql
+    assert "transfers" not in sql and "careunit" not in sql and "intime" not in sql, sql
+    assert "prescriptions.drug = 'insulin'" in sql and "prescriptions.starttime" in sql, sql
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "how many patients were prescribed colonoscopy since 2100?",  # an item of neither table
+        "how many patients in the sicu were prescribed insulin since 2100?",  # both sides' items
+        "how many patients were not prescribed insulin since 2100?",  # a negation
+        "how many patients stayed in insulin since 2100?",  # the old side's verb
+    ],
+)
+def test_no_role_swap_for_the_attacks(roles, question):
+    assert not ask_roles(roles, question)
+
+
+def test_no_role_swap_where_the_base_reads_a_column_the_renaming_does_not_rename():
+    """A prescriptions base that reads its dose (no column of transfers) is never renamed onto
+    transfers: the renamed SQL would read transfers.dose_val_rx."""
+    from core.match.retabled import _covered, library_tables
+
+    dose = ("what was the dose of heparin patient 10014354 was last prescribed?",
+            f"SELECT prescriptions.dose_val_rx FROM prescriptions WHERE prescriptions.hadm_id IN {ADM} AND "
+            "prescriptions.drug = 'heparin' ORDER BY prescriptions.starttime DESC LIMIT 1")  # fmt: skip
+    index = _index([STAY, *ROLES, dose])
+    learned = library_tables(index)
+    key = (("prescriptions", "transfers"),)
+    assert key in learned.sources and learned.columns[key]
+    assert not _covered(index.entries[-1], key, learned.columns[key])
+    assert _covered(index.entries[2], key, learned.columns[key])
