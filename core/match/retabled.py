@@ -16,10 +16,17 @@ and a base paraphrase that says one is composed with the question's own word for
 place, or without it where the question says no side: the composed wording says what the question
 says, and the item it names is the new table's alone (a value of the old column is binding's).
 
+The role swap is the same learning with column names masked too: two templates of one role shape
+over an event table each with its own columns (transfers.careunit / intime, prescriptions.drug /
+starttime: "present in the SICU" and "given heparin") show a renaming of the tables and of their
+columns one to one; kept where no plain renaming renames the same tables and one column renaming
+alone is shown; never applied to a base that reads a column of the old table it does not rename.
+
 Refused before anything is built: no renaming learned for the base's tables, the base reading a table
 of the new side already (both tables), a negation, a value slot binding fills (the question names a
-value of its own column), not exactly one value of the renamed column in the question. The composed
-question and SQL then go through the same rules, binding, validation and risk as any composition.
+value of its own column), not exactly one value of the renamed column in the question, or that value
+inside a longer one the question names. The composed question and SQL then go through the same rules,
+binding, validation and risk as any composition.
 """
 
 from __future__ import annotations
