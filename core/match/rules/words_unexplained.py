@@ -1,7 +1,11 @@
 """Every content word of the question must be explained: by some paraphrase of the template, by a
 bound value ("the drug vancomycin": a drug value says "drug"), or as wording the library's paraphrases
 leave out. "… who died in the hospital" added to a count of patients is a condition no paraphrase
-has: answering with that SQL would drop it."""
+has: answering with that SQL would drop it.
+
+A bound value explains a word by its column's name only where the word is not itself a value of
+another column: in "how many patients in medicine were prescribed heparin", "medicine" says "drug"
+(a synonym) but names a care unit, and the prescriptions count that binds heparin would drop it."""
 
 from __future__ import annotations
 
@@ -12,7 +16,8 @@ from core.match.binding import Bound, bound_column_words, outside_values
 from core.match.candidate import TemplateCandidate
 from core.match.index import Family
 from core.match.reading import Reading
-from core.match.words import GUARD_FILLER, canonical, same_stem, stem
+from core.match.spans import VALUE
+from core.match.words import GUARD_FILLER, canonical, overlaps, same_stem, stem
 
 
 def check(reading: Reading, candidate: TemplateCandidate, bound: Bound) -> list[R.Reason]:
@@ -31,13 +36,26 @@ def check(reading: Reading, candidate: TemplateCandidate, bound: Bound) -> list[
 def unexplained(reading: Reading, bound: Bound, family: Family) -> list[str]:
     """Content words of the question that no paraphrase, bound value or common word accounts for."""
     named = bound_column_words(bound)
+    elsewhere = values_of_other_columns(reading, bound)
     out = []
     for token in outside_values(reading, bound):
         word = canonical(stem(token.text))
-        if explained(word, family) or any(same_stem(word, w) for w in named):
+        if explained(word, family):
+            continue
+        if any(same_stem(word, w) for w in named) and not overlaps(token.start, token.end, elsewhere):
             continue
         out.append(token.text)
     return out
+
+
+def values_of_other_columns(reading: Reading, bound: Bound) -> list[tuple[int, int]]:
+    """Where the question names a database value of a column no bound value is of (the longest
+    values it names, as retrieval masks them): such a word is that value, not the bound column's name."""
+    if reading.values is None:
+        return []
+    columns = {b.column for b in bound.bindings.values() if b.type == VALUE and b.column}
+    own = {(a, b) for c in columns for a, b, _ in reading.values.contained(reading.question, c)}
+    return [span for span in reading.values.spans(reading.question) if span not in own]
 
 
 def explained(word: str, family: Family) -> bool:

@@ -133,6 +133,9 @@ MUST_ABSTAIN = [
     "how many patients stayed in medicine and were prescribed heparin in 2150?",
     "how many patients were not prescribed heparin in medicine in 2150?",
     "how many patients stayed in colonoscopy in 2150?",
+    # "medicine" says "drug" (a synonym of the bound column's name) but names a care unit here: a
+    # prescriptions count that binds heparin would drop it (answered wrong until session 16).
+    "how many patients in medicine were prescribed heparin in 2150?",
 ]
 ANSWERED_RIGHT = {
     "was the last heart rate of patient 10002428 less than the first heart rate?": (
