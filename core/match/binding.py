@@ -25,6 +25,7 @@ from core.match.words import (
     Token,
     canonical,
     content_words,
+    is_neutral,
     name_pattern,
     norm,
     overlaps,
@@ -461,12 +462,11 @@ def bound_column_words(work: Bound) -> set[str]:
 def outside_values(reading: Reading, bound: Bound) -> list[Token]:
     """The question's content-word tokens outside its values (typed or bound)."""
     taken = [(s.start, s.end) for s in reading.typed] + [(p.start, p.end) for p in bound.placed.values()]
+    tokens = reading.tokens
     return [
         t
-        for t in reading.tokens
-        if not overlaps(t.start, t.end, taken)
-        and t.lower not in NEUTRAL_WORDS
-        and not NUMERIC.fullmatch(t.text)
+        for i, t in enumerate(tokens)
+        if not overlaps(t.start, t.end, taken) and not is_neutral(tokens, i) and not NUMERIC.fullmatch(t.text)
     ]
 
 

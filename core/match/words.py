@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rapidfuzz import fuzz
@@ -23,7 +24,7 @@ FUNCTION_WORDS = frozenset(
 # Words the operator signature already compares exactly; they are neutral in word overlap so that
 # "count the number of" and "how many" paraphrase each other when their operators agree.
 OPERATOR_WORDS = frozenset(
-    """first earliest initial initially 1st last latest recent recently final lastly maximum max highest largest
+    """first earliest initial initially 1st last latest recent final lastly maximum max highest largest
     greatest peak biggest top most minimum min lowest smallest fewest least how many number count counts counted
     total average averages avg mean sum cumulative much since after before prior until till through up between
     within during throughout ever times often not no never without none neither nor excluding except more less than
@@ -161,12 +162,20 @@ def content_words(text: str) -> list[str]:
 
 @functools.lru_cache(maxsize=1 << 16)
 def _content_words(text: str) -> tuple[str, ...]:
-    text = re.sub(r"\{[^}]*\}", " ", text)
+    tokens = _tokens(re.sub(r"\{[^}]*\}", " ", text))
     return tuple(
         stem(t.text)
-        for t in _tokens(text)
-        if t.lower not in NEUTRAL_WORDS and not NUMBER_RE.fullmatch(t.text)
+        for i, t in enumerate(tokens)
+        if not is_neutral(tokens, i) and not NUMBER_RE.fullmatch(t.text)
     )
+
+
+def is_neutral(tokens: Sequence[Token], i: int) -> bool:
+    """A function or operator word, or "recently" in "most recently" (the operator signature reads it
+    as "last"). "Recently" alone is a content word a paraphrase must say: it names no period, and
+    a template without one would answer for all time in silence."""
+    word = tokens[i].lower
+    return word in NEUTRAL_WORDS or (word == "recently" and i > 0 and tokens[i - 1].lower == "most")
 
 
 def overlaps(start: int, end: int, ranges: list[tuple[int, int]]) -> bool:

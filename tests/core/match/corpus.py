@@ -136,6 +136,10 @@ MUST_ABSTAIN = [
     # "medicine" says "drug" (a synonym of the bound column's name) but names a care unit here: a
     # prescriptions count that binds heparin would drop it (answered wrong until session 16).
     "how many patients in medicine were prescribed heparin in 2150?",
+    # "recently" names no period: a count over all time would drop it (answered until session 17;
+    # "most recently" is the last one, which the operator signature reads).
+    "how many times was heparin prescribed to patient 10004235 recently?",
+    "has patient 10014354 recently been prescribed insulin?",
 ]
 ANSWERED_RIGHT = {
     "was the last heart rate of patient 10002428 less than the first heart rate?": (

@@ -150,6 +150,41 @@ def test_a_word_that_is_another_columns_value_is_not_explained_by_the_bound_colu
         assert R.WORDS_UNEXPLAINED in best.reason_codes and "medicine" in " ".join(best.reasons)
 
 
+COUNT_OF = "SELECT COUNT(*) FROM prescriptions WHERE subject_id = {p} AND drug = '{d}'"
+LAST_DRUG = "SELECT drug FROM prescriptions WHERE subject_id = 5 ORDER BY starttime DESC LIMIT 1"
+
+
+@pytest.mark.parametrize(
+    ("question", "answered"),
+    [
+        ("how many times was heparin prescribed to patient 7?", "COUNT(*)"),
+        # "recently" names no period: the count over all time would drop it in silence
+        ("how many times was heparin prescribed to patient 7 recently?", None),
+        ("how many times was heparin RECENTLY prescribed to patient 7?", None),
+        ("how many times has patient 7 recently been prescribed heparin?", None),
+        # "most recently" is the last one, which the operator signature compares, not a period
+        ("what drug was most recently prescribed to patient 7?", "DESC LIMIT 1"),
+        ("what was the drug patient 7 was most recently prescribed?", "DESC LIMIT 1"),
+    ],
+)
+def test_recently_alone_is_a_condition_no_paraphrase_says(question: str, answered: str | None) -> None:
+    pairs = [
+        ("how many times was aspirin prescribed to patient 5?", COUNT_OF.format(p=5, d="aspirin")),
+        ("what was the last drug prescribed to patient 5?", LAST_DRUG),
+    ]
+    entries = [L.entry_for(i, q, s, build_template(q, s, dialect="sqlite")) for i, (q, s) in enumerate(pairs)]
+    index = L.LibraryIndex(entries, embed([mask_question(e.question, UNITS) for e in entries]))
+    vector = embed([mask_question(question, UNITS)])[0]
+    best = L.match_library(question, vector, index, lookup=no_lookup, values=UNITS).best
+    assert best is not None
+    if answered is not None:
+        assert best.hard_ok and best.sql is not None, best.reasons
+        assert answered in best.sql and "subject_id = 7" in best.sql
+    else:
+        assert not best.hard_ok and R.WORDS_UNEXPLAINED in best.reason_codes, best.reasons
+        assert "recently" in " ".join(best.reasons).lower()
+
+
 @pytest.mark.parametrize(
     ("question", "key", "value"),
     [
