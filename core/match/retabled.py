@@ -22,6 +22,12 @@ starttime: "present in the SICU" and "given heparin") show a renaming of the tab
 columns one to one; kept where no plain renaming renames the same tables and one column renaming
 alone is shown; never applied to a base that reads a column of the old table it does not rename.
 
+The subject swap is the same renaming for a template that names no item ("was patient N given any
+procedure on the first visit?"): nothing to bind, so the question's subject word says the side (it must
+say one of the new side and none of the old, and name no value at all: an item would be a condition
+the base's SQL lacks), and the renaming is restricted to the tables the base reads (the yes/no reads
+procedures_icd alone; the shapes that show the renaming read d_icd_procedures too).
+
 Refused before anything is built: no renaming learned for the base's tables, the base reading a table
 of the new side already (both tables), a negation, a value slot binding fills (the question names a
 value of its own column), not exactly one value of the renamed column in the question, or that value
