@@ -12,7 +12,6 @@ paraphrases composed alike, and goes through the same rules, binding, SQL valida
 a verified template: a composition the guard would refuse for a verified question is refused too.
 Its features say `composed`, so the calibrated P(correct) learns how compositions fail (the
 cross-validation composes for held-out templates the same way, through library.match_library).
-
 Composition is tried only when no verified template passes the rules: it never competes with one.
 """
 
@@ -45,6 +44,7 @@ from core.match.risk import Calibration
 from core.match.spans import DECADE, GENDER, NUMBER, VALUE, YEAR
 from core.match.swap import library_swaps, swap_plans
 from core.match.template import Template, parsed_sql
+from core.match.untimed import untimed_plans
 from core.match.values import ValueLookup
 from core.match.words import tokenize
 from core.types import CatalogSchema
@@ -267,7 +267,7 @@ def _plans(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[
 def _swaps(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[Composed]:
     """The swap the question asks of the base (swap.py, direction.py, compared.py), worded from its source."""
     for base in sorted(index.members[key], key=lambda i: -vote.sims[i])[:MEMBERS_COMPOSED]:
-        plans = swap_plans(reading.question, index, base, vote) or order_plans(reading.question, index, base, vote) or comparison_plans(reading, index, base, vote) or period_plans(reading, index, base, vote)  # fmt: skip
+        plans = swap_plans(reading.question, index, base, vote) or order_plans(reading.question, index, base, vote) or comparison_plans(reading, index, base, vote) or period_plans(reading, index, base, vote) or untimed_plans(reading, index, base, vote)  # fmt: skip
         if plans:  # the nearest paraphrase that says the base's function (or first/last) in one word
             source, swap = plans[0]
             wording = Condition(index.entries[source].example_id, "", exp.true(), "aggregate", swap.phrase)

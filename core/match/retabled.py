@@ -22,6 +22,12 @@ starttime: "present in the SICU" and "given heparin") show a renaming of the tab
 columns one to one; kept where no plain renaming renames the same tables and one column renaming
 alone is shown; never applied to a base that reads a column of the old table it does not rename.
 
+The subject swap is the same renaming for a template that names no item ("was patient N given any
+procedure on the first visit?"): nothing to bind, so the question's subject word says the side (it must
+say one of the new side and none of the old, and name no value at all: an item would be a condition
+the base's SQL lacks), and the renaming is restricted to the tables the base reads (the yes/no reads
+procedures_icd alone; the shapes that show the renaming read d_icd_procedures too).
+
 Refused before anything is built: no renaming learned for the base's tables, the base reading a table
 of the new side already (both tables), a negation, a value slot binding fills (the question names a
 value of its own column), not exactly one value of the renamed column in the question, or that value
@@ -32,18 +38,21 @@ binding, validation and risk as any composition.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
 
 from core.match.index import Entry, LibraryIndex
-from core.match.items import ItemSwap, _renaming, shape_of
+from core.match.items import ItemSwap, _name, _renamed, _renaming, shape_of
 from core.match.reading import Reading
 from core.match.spans import VALUE
-from core.match.template import Template
+from core.match.template import Template, parsed_sql
 from core.match.values import bare_column
 from core.match.words import canonical, stem, tokenize
 
@@ -81,14 +90,53 @@ class TableSwap(ItemSwap):
         return before + self.text + self._reworded(template.question[slots[0].end :]), made[1]
 
     def _reworded(self, text: str) -> str:
-        """`text` with each subject word of the old side replaced by the question's word for the new
-        side (or left out)."""
-        out, end = [], 0
-        for token in tokenize(text):
-            if _says(_word(token.text), self.old_subjects):
-                out += [text[end : token.start], self.new_word]
-                end = token.end
-        return re.sub(r" {2,}", " ", "".join(out) + text[end:])
+        return _reworded(text, self.old_subjects, self.new_word)
+
+
+def _reworded(text: str, old_subjects: frozenset[str], new_word: str) -> str:
+    """`text` with each subject word of the old side replaced by the question's word for the new side
+    (or left out)."""
+    out, end = [], 0
+    for token in tokenize(text):
+        if _says(_word(token.text), old_subjects):
+            out += [text[end : token.start], new_word]
+            end = token.end
+    return re.sub(r" {2,}", " ", "".join(out) + text[end:])
+
+
+@dataclass(frozen=True)
+class SubjectSwap:
+    """A template that names no item (a yes/no or a count of a visit's events: "was patient N given
+    any procedure on the first visit?") over the renamed tables (`rename`, the pairs of a learned
+    renaming the base reads), its old side's subject words replaced by the question's (`new_word`)."""
+
+    rename: Renaming
+    old_subjects: frozenset[str]
+    new_word: str
+    old_text: str  # the base question's subject words, for the answer's wording
+
+    @property
+    def phrase(self) -> str:
+        return f"{self.new_word} instead of {self.old_text}"
+
+    def apply(self, template: Template) -> tuple[str, str] | None:
+        """One paraphrase's question and SQL over the new side, or None where it names an item or says
+        no subject of the old side (its wording would not say which side it asks of)."""
+        if any(s.type == VALUE for s in template.slots) or not _subject_words(
+            template.question, self.old_subjects
+        ):
+            return None
+        try:
+            tree = parsed_sql(template.sql_template, template.dialect).copy()  # changed below: a copy
+        except (SqlglotError, ValueError, RecursionError):
+            return None
+        renamed = _renamed(tree, dict(self.rename))
+        question = _reworded(template.question, self.old_subjects, self.new_word)
+        return question, renamed.sql(dialect=template.dialect, copy=False)
+
+
+def _subject_words(text: str, subjects: frozenset[str]) -> list[str]:
+    return [t.text.lower() for t in tokenize(text) if _says(_word(t.text), subjects)]
 
 
 @dataclass(frozen=True)
@@ -242,6 +290,8 @@ def table_plans(reading: Reading, index: LibraryIndex, base: int, vote: Vote) ->
         return []
     if planned[0] >= PLANS_PER_QUESTION:  # before the library's renamings are read
         return []
+    if not any(s.type == VALUE for s in template.slots):
+        return _subject_plans(reading, index, base, vote)
     _, tables = shape_of(template, index.entries[base].key)
     learned = library_tables(index)
     plans = [  # not where the base reads the new side already: both tables
@@ -273,6 +323,47 @@ def table_plans(reading: Reading, index: LibraryIndex, base: int, vote: Vote) ->
             out.append((sources[int(np.argmax(vote.sims[np.asarray(sources)]))], swap))
     planned[0] += len(out)
     return out
+
+
+def _subject_plans(
+    reading: Reading, index: LibraryIndex, base: int, vote: Vote
+) -> list[tuple[int, SubjectSwap]]:
+    """The subject swaps the question asks of a base that names no item: a plain renaming (no column
+    renamed) of tables it reads, restricted to those (the yes/no of any procedure reads
+    procedures_icd alone, the renaming's shapes read d_icd_procedures too), where the base question
+    says a subject of the old side, the question one of the new side and none of the old, and the
+    question names no value at all (an item would be a condition this SQL lacks)."""
+    template = index.entries[base].template
+    assert template is not None and reading.values is not None
+    if reading.values.spans(reading.question):
+        return []
+    tables = set(_tables(template.sql_template, template.dialect))
+    learned = library_tables(index)
+    words = [_word(t.text) for t in tokenize(reading.question)]
+    out = []
+    for key, sources in learned.sources.items():
+        rename = tuple((o, n) for o, n in key if o in tables)
+        if key in learned.columns or not rename or {n for _, n in key} & tables:
+            continue
+        old_subjects, new_subjects = learned.subjects[key]
+        said_new = dict.fromkeys(t for t in _subject_words(reading.question, new_subjects))
+        said_old = _subject_words(template.question, old_subjects)
+        if not said_new or not said_old or any(_says(w, old_subjects) for w in words):
+            continue
+        source = sources[int(np.argmax(vote.sims[np.asarray(sources)]))]
+        out.append((source, SubjectSwap(rename, old_subjects, " ".join(said_new), " ".join(said_old))))
+        break  # one renaming of the base's tables: two would be two answers
+    vote.__dict__["_table_swaps"][0] += len(out)
+    return out
+
+
+@functools.lru_cache(maxsize=16384)
+def _tables(sql: str, dialect: str) -> tuple[str, ...]:
+    """The tables a template's SQL reads ("db.table" or "table"), once per SQL."""
+    try:
+        return tuple(_name(t) for t in parsed_sql(sql, dialect).find_all(exp.Table))
+    except (SqlglotError, ValueError, RecursionError):
+        return ()
 
 
 def _covered(entry: Entry, key: Renaming, renamed: Renaming) -> bool:

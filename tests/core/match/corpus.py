@@ -136,6 +136,15 @@ MUST_ABSTAIN = [
     # "medicine" says "drug" (a synonym of the bound column's name) but names a care unit here: a
     # prescriptions count that binds heparin would drop it (answered wrong until session 16).
     "how many patients in medicine were prescribed heparin in 2150?",
+    # A time drop (core/match/untimed.py: the base's time condition left out where the question says
+    # no time): never for a negation of a time, or a time about another event.
+    "how many times was heparin prescribed to patient 10004235 but not since 2150?",
+    "how many times was heparin prescribed to patient 10004235 before the ICU stay?",
+    # A subject swap (retabled.py: a template that names no item over the other side's tables): never
+    # for an item named, both sides' subjects, or a negation.
+    "was patient 10004235 given any diagnosis of sepsis on the first hospital visit?",
+    "was patient 10004235 given any procedure or diagnosis on the first hospital visit?",
+    "was patient 10004235 not given any diagnosis on the first hospital visit?",
     # "recently" names no period: a count over all time would drop it (answered until session 17;
     # "most recently" is the last one, which the operator signature reads).
     "how many times was heparin prescribed to patient 10004235 recently?",

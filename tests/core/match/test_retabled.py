@@ -217,3 +217,55 @@ def test_no_role_swap_where_the_base_reads_a_column_the_renaming_does_not_rename
     assert key in learned.sources and learned.columns[key]
     assert not _covered(index.entries[-1], key, learned.columns[key])
     assert _covered(index.entries[2], key, learned.columns[key])
+
+
+# --- the subject swap: a template that names no item, over the renamed tables --------------------
+
+ANY_PX = (
+    "was patient 10014354 given any procedure on the first hospital visit?",
+    "SELECT COUNT(*) > 0 FROM procedures_icd WHERE procedures_icd.hadm_id IN (SELECT admissions.hadm_id FROM "
+    "admissions WHERE admissions.subject_id = 10014354 AND admissions.dischtime IS NOT NULL ORDER BY "
+    "admissions.admittime ASC LIMIT 1)",
+)
+
+
+@pytest.fixture(scope="module")
+def subjects():
+    return _index([ANY_PX, *ALIKE])
+
+
+def subject_swapped(found):
+    return [r for r in found.results if r.composed_from and r.hard_ok and "diagnoses_icd" in (r.sql or "")]
+
+
+def test_a_template_that_names_no_item_is_asked_of_the_other_side(subjects):
+    best = subject_swapped(
+        ask(subjects, "was patient 10002495 given any diagnosis on the first hospital visit?")
+    )[0]
+    assert "procedures_icd" not in best.sql and "COUNT(*) > 0 FROM diagnoses_icd" in best.sql
+    assert "subject_id = 10002495" in best.sql
+    assert best.composed_with == "diagnosis instead of procedure"
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        # an item named: a condition the base's SQL lacks ("diagnosed with sepsis" is not "any diagnosis")
+        "was patient 10002495 given a diagnosis of sepsis on the first hospital visit?",
+        # both sides' subjects: which one it asks of is not one answer
+        "was patient 10002495 given any diagnosis or procedure on the first hospital visit?",
+        # a negation
+        "was patient 10002495 not given any diagnosis on the first hospital visit?",
+        # no side named: the base's own question, not a swap
+        "was patient 10002495 given anything on the first hospital visit?",
+    ],
+)
+def test_no_subject_swap_for_the_attacks(subjects, question):
+    assert not subject_swapped(ask(subjects, question))
+
+
+def test_no_subject_swap_where_the_library_shows_the_tables_alike_in_one_shape_only():
+    index = _index([ANY_PX, *ALIKE[:2]])
+    assert not subject_swapped(
+        ask(index, "was patient 10002495 given any diagnosis on the first hospital visit?")
+    )

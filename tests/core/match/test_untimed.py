@@ -1,0 +1,125 @@
+"""The time drop (core/match/untimed.py): a verified template's time condition left out, in every
+WHERE that has it, where the question says no time at all, on EHRSQL-shaped SQLite templates with a
+bag-of-words stand-in for the embedder. Which condition forms may be left out comes from the library's
+own pairs of templates (one with it, one the same without), never from a list; the attacks: a time
+value or a time word the question says, a negation, another operator word, a form the library never
+shows left out, a paraphrase that does not say its time (pure: no database)."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.match import LibraryIndex, build_template, entry_for, mask_question
+from core.match.library import Vote
+from core.match.reading import read_question
+from core.match.untimed import TimeDrop, library_untimed, untimed_plans
+from tests.core.match.test_library import ask_with_own_values, embed
+from tests.core.match.test_retimed import CHART, year
+
+C = "chartevents.charttime"
+UNTIMED = CHART.replace(" AND {t}", "")  # the same chart value with no time condition
+
+
+def chart(p: int, item: str, t: str | None, o: str = "DESC") -> str:
+    return UNTIMED.format(p=p, item=item, o=o) if t is None else CHART.format(p=p, item=item, t=t, o=o)
+
+
+ITEMS = [
+    # the daily weight's last value with and without a year: the pair that shows the year left out
+    ("What was the last daily weight of patient 10002495 in 2100?", chart(10002495, "daily weight", year(2100))),
+    ("Tell me the last daily weight of patient 10010471 in 2100.", chart(10010471, "daily weight", year(2100))),
+    ("What was the last daily weight of patient 10007795?", chart(10007795, "daily weight", None)),
+    ("Tell me the last daily weight of patient 10011398.", chart(10011398, "daily weight", None)),
+    # the first heart rate in a year alone: the base the question asks of all time
+    ("What was the first heart rate of patient 10004235 in 2100?", chart(10004235, "heart rate", year(2100), "ASC")),
+    ("Tell me the first heart rate of patient 10038081 in 2100.", chart(10038081, "heart rate", year(2100), "ASC")),
+]  # fmt: skip
+
+
+def _index(items):
+    entries = [
+        entry_for(n, q, sql, build_template(q, sql, dialect="sqlite")) for n, (q, sql) in enumerate(items, 1)
+    ]
+    return LibraryIndex(entries, embed([e.template.masked_question for e in entries]))
+
+
+@pytest.fixture(scope="module")
+def library():
+    return _index(ITEMS)
+
+
+def plans(index, question, base=4):
+    vote = Vote.of(embed([mask_question(question)])[0], index)
+    return untimed_plans(read_question(question, None), index, base, vote)
+
+
+def untimed(index, question):
+    return [
+        r
+        for r in ask_with_own_values(index, question).results
+        if r.hard_ok and "without in 2100" in r.composed_with
+    ]
+
+
+def test_the_library_shows_which_time_condition_is_left_out(library):
+    # the form the daily weight's pair shows left out, with the templates that say no time (3 and 4)
+    assert library_untimed(library) == {("STRFTIME('%Y', _c) = '<year>'",): (2, 3)}
+    # a library with no template alike but for its time condition shows none left out
+    timed = [e for e in library.entries if "2100" in e.question]
+    assert library_untimed(LibraryIndex(timed, embed([e.question for e in timed]))) == {}
+
+
+def test_every_copy_of_the_time_condition_is_left_out(library):
+    question = "What was the first heart rate of patient 10002428?"
+    (source, drop), *_ = plans(library, question)
+    assert drop.phrase == "without in 2100" and "daily weight" in library.entries[source].question
+    best = untimed(library, question)[0]
+    assert "'%Y'" not in best.sql and "charttime" in best.sql  # the order by stays, the year goes
+    assert "subject_id = 10002428" in best.sql and "'heart rate'" in best.sql
+    assert "ORDER BY chartevents.charttime ASC" in best.sql  # the base's first
+    assert best.features["composed"] == 1.0 and best.composed_from[0] == 5
+
+
+def test_the_wording_loses_the_phrase_and_nothing_else():
+    template = build_template(
+        "In 2100, what was the first heart rate of patient 10004235?",
+        chart(10004235, "heart rate", year(2100), "ASC"),
+        dialect="sqlite",
+    )
+    question, sql = TimeDrop(("STRFTIME('%Y', _c) = '<year>'",), "in 2100").apply(template)
+    assert question == "What was the first heart rate of patient 10004235?"
+    assert "'%Y'" not in sql
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        # a time the question says: the replacement's (retimed.py), never the drop
+        "What was the first heart rate of patient 10004235 since 5 months ago?",
+        "What was the first heart rate of patient 10004235 in 2101?",
+        # a time word with no value: "this year", "today" and "recently" name a time
+        "What was the first heart rate of patient 10004235 this year?",
+        "What was the first heart rate of patient 10004235 today?",
+        # a negation: "not in 2100" is another question
+        "What was the first heart rate of patient 10004235 not in any year?",
+        # another operator word (last for first): not a time alone
+        "What was the last heart rate of patient 10004235?",
+    ],
+)
+def test_no_drop_the_question_does_not_ask(library, question):
+    assert not plans(library, question)
+    assert not untimed(library, question)
+
+
+def test_a_form_the_library_never_shows_left_out_is_kept():
+    timed = [item for item in ITEMS if "2100" in item[0]]
+    assert not plans(_index(timed), "What was the first heart rate of patient 10002428?", base=2)
+
+
+def test_a_paraphrase_that_says_no_time_phrase_is_not_composed():
+    template = build_template(
+        "What was the first heart rate of patient 10004235?",
+        chart(10004235, "heart rate", year(2100), "ASC"),
+        dialect="sqlite",
+    )
+    assert TimeDrop(("STRFTIME('%Y', _c) = '<year>'",), "in 2100").apply(template) is None
