@@ -804,26 +804,14 @@ def gate_probability(
     declined_by_rule: np.ndarray,
     held: np.ndarray | None = None,
     named: np.ndarray | None = None,
-    *,
-    threshold: float,
 ) -> np.ndarray:
-    """P(answerable) of the whole gate, the score its AUC ranks: a question naming a value (`named`)
-    is scaled by 1 / VALUE_MARGIN, so the one threshold applies its margin; an attribute a column
-    records in so many words (`held`, and no rule declines) is lifted to the threshold, no further;
-    a decisive rule puts the score under every one the model gives alone, in the model's order.
-    Why not 1 and 0: a held reading or a rule decides the verdict, not how sure the gate is, and a
-    reading that wrongly holds an unanswerable question ranked it above every answerable one
-    (round 16's readings moved the AUC on valid, 0.954 -> 0.948, while the model's own did not)."""
+    """P(answerable) of the whole gate: a decisive rule sets it to 0, an attribute a column
+    records in so many words (and no rule declines) to 1; a question naming a value (`named`)
+    is scaled by 1 / VALUE_MARGIN, so the one threshold applies its margin."""
     if named is not None:
         p_answerable = np.where(named, np.minimum(1.0, p_answerable / VALUE_MARGIN), p_answerable)
-    p = np.minimum(1.0, p_answerable)
-    if held is not None:
-        p = np.where(held & ~declined_by_rule, np.maximum(p, threshold), p)
-    return np.where(declined_by_rule, p * DECLINED_SCALE, p)
-
-
-# A decisive rule's score: the model's own times this, under any threshold the model can choose.
-DECLINED_SCALE = 1e-3
+    p = np.where(declined_by_rule, 0.0, p_answerable)
+    return p if held is None else np.where(held & ~declined_by_rule, 1.0, p)
 
 
 def holding_columns(columns: Sequence[ColumnText]) -> dict[str, Any]:
@@ -990,9 +978,7 @@ def train(
         threshold=float(threshold),
         metrics=_per_question(
             classification_metrics(
-                gate_probability(
-                    oof, by_gate.ravel(), held.ravel(), np.tile(named, len(dealings)), threshold=threshold
-                ),
+                gate_probability(oof, by_gate.ravel(), held.ravel(), np.tile(named, len(dealings))),
                 y_all,
                 threshold,
             ),
@@ -1092,19 +1078,6 @@ class AnswerabilityScore:
     # admissions.insurance): not declined as not in the schema; the learned model still decides.
     meaning_column: str = ""
     margin: float = 1.0  # VALUE_MARGIN when the question names a value the database holds
-
-    @property
-    def gate(self) -> float:
-        """P(answerable) of the whole gate (`gate_probability`), what its AUC ranks: the model's
-        probability under its margin, a held attribute lifted to the threshold, a rule's decline
-        under every score the model gives alone."""
-        decisive = any(f.decisive for f in self.findings)
-        return float(
-            gate_probability(
-                np.array([self.probability]), np.array([decisive]), np.array([bool(self.grounded_column)]),
-                np.array([self.margin != 1.0]), threshold=self.threshold,
-            )[0]
-        )  # fmt: skip
 
     @property
     def category(self) -> str:
