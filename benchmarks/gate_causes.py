@@ -58,6 +58,10 @@ UNSEEN_WORDS_SET = ROOT / "tests" / "askdb" / "answerability" / "unseen_words_se
 # how it felt) beside look-alikes the layout holds (round 16, written before round 16 changed the gate):
 # scored only with --entity, by the demo and the EHRSQL gates, read once before and once after.
 ENTITY_ATTRIBUTES_SET = ROOT / "tests" / "askdb" / "answerability" / "entity_attributes_set.jsonl"
+# Cohort statistics (shares, top-N, averages, trends, distributions over patients) asking for an attribute
+# MIMIC-IV holds or a look-alike it does not (round 17, written before round 17 changed the gate): scored
+# only with --cohort, by the demo and the EHRSQL gates, read once before and once after.
+COHORT_SET = ROOT / "tests" / "askdb" / "answerability" / "cohort_set.jsonl"
 DEMO_LIBRARY = ROOT / "benchmarks" / "data" / "mimiciv" / "train.json"
 AS_OF_YEAR = 2100
 SIMILARITY_FLOOR = 0.15  # config/settings/base.py ASKDB_SIMILARITY_FLOOR's default
@@ -181,6 +185,7 @@ def demo_causes(
     unanchored: bool = False,
     unseen: bool = False,
     entity: bool = False,
+    cohort: bool = False,
 ) -> dict[str, dict]:
     """The demo set and the new-kinds set scored by a gate trained on the demo library, as
     tests/askdb/answerability does."""
@@ -213,6 +218,7 @@ def demo_causes(
             *((UNANCHORED_SET,) if unanchored else ()),
             *((UNSEEN_WORDS_SET,) if unseen else ()),
             *((ENTITY_ATTRIBUTES_SET,) if entity else ()),
+            *((COHORT_SET,) if cohort else ()),
         )
     }
 
@@ -220,7 +226,7 @@ def demo_causes(
 def _summary(name: str, m: dict, blocked: float) -> str:
     u = m["unanswerable"]
     return (f"{name}: unanswerable F1 {u['f1']:.3f} (precision {u['precision']:.3f}, recall {u['recall']:.3f}), "
-            f"answerable blocked {blocked:.1%}")  # fmt: skip
+            f"answerable blocked {blocked:.1%}, AUC {m.get('auc') or 0:.3f}")  # fmt: skip
 
 
 def _print_cv(c: dict, listing: bool) -> None:
@@ -293,25 +299,37 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also the ninth set (attributes of real entities no column holds), by the demo and the EHRSQL gates",
     )
+    parser.add_argument(
+        "--cohort",
+        action="store_true",
+        help="also the tenth set (cohort statistics over patients), by the demo and the EHRSQL gates",
+    )
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT / "benchmarks"))
     t0 = time.monotonic()
     say = lambda s: print(f"[{time.monotonic() - t0:6.1f}s] {s}", flush=True)  # noqa: E731
     scored = {}
-    if not args.skip_cv or args.unseen or args.entity:
+    if not args.skip_cv or args.unseen or args.entity or args.cohort:
         cv = _train_cv(args.data, args.retrain, say, args.hold_out)
         if not args.skip_cv:
             _print_cv(cv_causes(cv), args.list)
-        if args.unseen or args.entity:
+        if args.unseen or args.entity or args.cohort:
             paths = (
                 *((UNSEEN_WORDS_SET,) if args.unseen else ()),
                 *((ENTITY_ATTRIBUTES_SET,) if args.entity else ()),
+                *((COHORT_SET,) if args.cohort else ()),
             )
             scored.update(ehrsql_causes(cv, paths))
     if not args.skip_demo:
         scored.update(
             demo_causes(
-                args.all_sets, args.ambiguity, args.researcher, args.unanchored, args.unseen, args.entity
+                args.all_sets,
+                args.ambiguity,
+                args.researcher,
+                args.unanchored,
+                args.unseen,
+                args.entity,
+                args.cohort,
             )
         )
     for name, d in scored.items():

@@ -499,13 +499,26 @@ def column_holding(
     # omr.result_name), not for a category ("HOME" in discharge_location is not the home), and
     # a value has no time or author: "when was patient N married" is not held by "MARRIED".
     by_value = grounded.event not in ("when", "who")
+    asks_time = grounded.event == "when" or any(stem(w) in _TIME_STEMS for w in words(grounded.attribute))
     for name, (own, values) in columns.items():
+        if _TIME_COLUMN.search(name) and not asks_time:
+            # A time column records when, never who or how much: its doc's other words ("time the
+            # pharmacist verified the order") do not make it hold "which pharmacist verified …".
+            continue
         if wanted <= own or (by_value and _NAMES_THINGS.search(name) and wanted in values):
             return name
     return ""
 
 
 _NAMES_THINGS = re.compile(r"(?:label|_name|name|title|test|description|category)$")
+# A column that records a moment (pharmacy.verifiedtime, admissions.admittime, chartdate, patients.dod)
+# and the words that ask for one.
+_TIME_COLUMN = re.compile(r"(?:time|date|_dt|\.dod)$")
+_TIME_STEMS = frozenset(
+    stem(w)
+    for w in "time times date dates day days hour hours minute minutes year years month months when moment "
+    "datetime timestamp week weeks".split()
+)
 
 
 def names_things(column: str) -> bool:

@@ -235,3 +235,22 @@ def test_the_gate_on_attributes_of_real_entities_no_column_holds(gate):
     0.792, P 0.953, R 0.678; 3 blocked, 29 let through). A floor: it can only get better."""
     items = set_items(ENTITY_ATTRIBUTES_SET, each=80)
     assert_floor("entity attributes", score_items(gate, items), f1=0.79, blocked=3, missed=29)
+
+
+COHORT_SET = HERE / "cohort_set.jsonl"
+
+
+def test_the_gate_on_cohort_statistics_over_patients(gate):
+    """64 + 64 questions written in round 17 before anything was changed for them, each unanswerable one
+    beside an answerable look-alike in the same sentence: cohort statistics (a share, the top N, an average
+    or median, a count per year, a distribution, two units compared, a list of patients), a shape the nine
+    other sets hardly use, over attributes the layout holds (marital status, insurance, route, care unit,
+    ED times, DRG severity, emar sites, pharmacy verification, OMR, caregivers, reference ranges) and
+    look-alikes it does not (who paid or filled, staff and their pay, devices and makers, what happened at
+    home or at another hospital, religion, education, visitors). Read before and after round 17 (not tuned
+    on): F1 0.476 (P 1.000, R 0.312), 0 blocked, 44 let through, both times: the grounding reads no
+    attribute in a cohort statistic's shape ("what percentage of patients ... were vegetarian", "the top
+    three hometowns of ..."), so the learned model alone decides. The EHRSQL gate: F1 0.593, 12 blocked
+    (by the model), 32 let through. A floor: it can only get better."""
+    items = set_items(COHORT_SET, each=60)
+    assert_floor("cohort statistics", score_items(gate, items), f1=0.47, blocked=0, missed=44)
