@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def both(question: str, sql: str, dialect: str):
             template = made(question, sql, dialect)
+            counts["asked"] = counts.get("asked", 0) + 1
             if (question, sql, dialect) in seen:
                 return template
             seen.add((question, sql, dialect))
