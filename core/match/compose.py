@@ -510,10 +510,10 @@ def _entry(entry: Entry, made: tuple[str, str] | None) -> Entry | None:
     return composed if composed is not None and composed.template is not None else None
 
 
-@functools.lru_cache(maxsize=8192)
+@functools.lru_cache(maxsize=1 << 15)
 def _template(question: str, sql: str, dialect: str) -> Template:
-    """A composition's template, built once: the same compositions come back question after question
-    (and fold after fold in a calibration). Templates are frozen; callers never change one."""
+    """A composition's template, built once: the same ones come back question after question, fold after
+    fold (train: 16,478 distinct of 20,531 asked; 8,192 rebuilt ~290). Frozen: callers never change one."""
     return build_template(question, sql, dialect=dialect, generated=True)
 
 

@@ -321,17 +321,21 @@ def _mark(select: exp.Select, parts: list[exp.Expr], column: str) -> None:
     select.where(*keep, copy=False)
 
 
-def _slotted(tree: exp.Expr, template: Template) -> set[int]:
-    """The ids of the tree's literals that hold a slot's value (the tree parsed from its SQL)."""
-    literals = list(tree.find_all(exp.Literal))
-    return {id(literals[u.index]) for slot in template.slots for u in slot.uses if u.index < len(literals)}
-
-
 def _conditions(template: Template, column: str) -> tuple[str, ...]:
     """The time condition's conjuncts (their own values, columns unqualified) of one WHERE."""
-    tree = parsed_sql(template.sql_template, template.dialect).copy()  # changed below: a copy
-    dialect = template.dialect
-    found = [parts for _, parts, c in _timed(tree, _slotted(tree, template)) if c == column]
+    indices = tuple(sorted({u.index for slot in template.slots for u in slot.uses}))
+    return _conditions_of(template.sql_template, template.dialect, indices, column)
+
+
+@functools.lru_cache(maxsize=16384)
+def _conditions_of(sql: str, dialect: str, indices: tuple[int, ...], column: str) -> tuple[str, ...]:
+    """Once per source SQL: the nearest source of a time phrase is the same entry question after
+    question, fold after fold (a tree copy and a generation each time, before). Keyed by all it
+    reads: the SQL, and which of its literals hold a slot's value."""
+    tree = parsed_sql(sql, dialect).copy()  # changed below: a copy
+    literals = list(tree.find_all(exp.Literal))
+    slotted = {id(literals[i]) for i in indices if i < len(literals)}
+    found = [parts for _, parts, c in _timed(tree, slotted) if c == column]
     if not found:
         return ()
     out = []

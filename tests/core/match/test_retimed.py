@@ -15,6 +15,7 @@ from core.match.reading import read_question
 from core.match.retimed import (
     TimeReplace,
     _condition_trees,
+    _conditions,
     _rewritten,
     library_timings,
     period_plans,
@@ -184,3 +185,18 @@ def test_a_paraphrase_that_says_no_time_phrase_is_not_composed(library):
         ("DATETIME(charttime) >= DATETIME(CURRENT_TIME, '-19 month')",),
     )  # fmt: skip
     assert swap.apply(template) is None
+
+
+def test_a_sources_conditions_read_once_are_keyed_by_which_literals_hold_its_values():
+    # _conditions is cached per SQL (the nearest source is the same entry question after question): the
+    # key holds which literals are slots, so a paraphrase whose year is no slot (it says no year)
+    # never gets the conditions read for one whose year is a slot
+    sql = "SELECT labevents.valuenum FROM labevents WHERE labevents.subject_id = 1 AND STRFTIME('%Y', labevents.charttime) = '2100'"
+    said = build_template("what was the value of patient 1 in 2100?", sql, dialect="sqlite")
+    unsaid = build_template("what was the value of patient 1?", sql, dialect="sqlite")
+    assert [s.type for s in said.slots] == ["patient_id", "year"] and [s.type for s in unsaid.slots] == [
+        "patient_id"
+    ]
+    first = _conditions(said, "charttime")
+    assert first == ("STRFTIME('%Y', charttime) = '2100'",) and _conditions(said, "charttime") is first
+    assert _conditions(unsaid, "charttime") == ()  # "charttime = '2100'" holds no slot's value here
