@@ -1,9 +1,13 @@
 """A calibration tells the garbage collector what it holds (calibration_worker.fewer_collections),
-and leaves the process's collector as it found it: a Celery worker or a web process goes on."""
+and leaves the process's collector as it found it: a Celery worker or a web process goes on. A
+worker process ends without freeing what it held object by object (calibration_worker.leave)."""
 
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
 import weakref
 
 import pytest
@@ -40,3 +44,21 @@ def test_cycles_made_while_calibrating_are_still_freed():
         del a, b
         gc.collect()
         assert gone() is None
+
+
+def test_a_worker_ends_without_the_interpreters_teardown_its_output_flushed():
+    """calibration_worker.leave, registered at a worker's start: what the worker wrote reaches its
+    parent and it ends 0, yet nothing of the interpreter's exit after it runs (the handler registered
+    before it stands for the teardown that frees the worker's gigabyte object by object)."""
+    code = (
+        "import atexit, sys, django\n"
+        "django.setup()\n"
+        "from askdb.services import calibration_worker\n"
+        "atexit.register(print, 'the teardown ran', flush=True)\n"
+        "atexit.register(calibration_worker.leave)\n"
+        "sys.stdout.write('a part done')\n"
+        "sys.exit(0)\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings.test"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (0, "a part done"), done.stderr
