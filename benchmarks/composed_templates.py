@@ -3,7 +3,7 @@
 
 Runs a train-size calibration (calibration.library_cross_validate on library_scale.py's `ehrsql`
 source, one process, nothing reused: import it first with `library_scale.py --parts import`) with
-compose.py's template maker wrapped: each composed (question, SQL) is built by build_template (which
+composing.py's template maker wrapped: each composed (question, SQL) is built by build_template (which
 takes a composition's SQL text as its normal form when its self-check proves it, build._as_written)
 and by the general path (build._built: the parse written again first), and the two templates must
 be equal (`to_dict()` and `==`). Prints how many were taken as written, how many fell back, and the
@@ -38,13 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     started = pipeline.prepare(args.home.resolve())
     try:
         from askdb.services.calibration import library_cross_validate
-        from core.match import build, compose
+        from core.match import build, composing
         from core.match.operators import question_operators
 
         counts = {"as written": 0, "fell back": 0, "differ": 0}
         shown: list[str] = []
         seen: set[tuple[str, str, str]] = set()
-        made = compose._template
+        made = composing._template
 
         def both(question: str, sql: str, dialect: str):
             template = made(question, sql, dialect)
@@ -62,11 +62,11 @@ def main(argv: list[str] | None = None) -> int:
                     shown.append(f"{question!r}\n  {sql}\n  {template.to_dict()}\n  {general.to_dict()}")
             return template
 
-        compose._template = both  # type: ignore[assignment]
+        composing._template = both  # type: ignore[assignment]
         try:
             library_cross_validate(source=library_scale.ensure_source(), processes=1, reuse=False)
         finally:
-            compose._template = made  # type: ignore[assignment]
+            composing._template = made  # type: ignore[assignment]
     finally:
         from infra import embedded
 

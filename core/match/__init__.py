@@ -15,6 +15,8 @@ Read it in this order; each module says why it is as it is:
     library                   a question against the whole library: the vote, the templates tried
     compose                   where no template fits: a template with a condition of another added
                               (or one of its own left out), and follow-ups on an earlier answer
+    conditions, composing     compose's parts: the conditions a template carries (with their
+                              words), and one composition made (entries, family, matched)
     swap, items               compose's swaps: an aggregate for the one the question asks (swap), an
                               item for one of tables the library uses alike (items)
     calibrate                 P(correct) fitted by grouped cross-validation; the decision to answer

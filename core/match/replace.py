@@ -32,8 +32,8 @@ from core.match.spans import CALENDAR_TYPES, DATE, DECADE, NUMBER, PERIOD_TYPES,
 from core.match.template import TIME_COLUMN, Template, parsed_sql
 from core.match.words import tokenize
 
-if TYPE_CHECKING:  # compose.py reads conditions and calls this module
-    from core.match.compose import Condition
+if TYPE_CHECKING:  # conditions.py reads conditions and calls this module
+    from core.match.conditions import Condition
     from core.match.library import Vote
 
 # Conditions that may take another's place on the same column: times, thresholds and age decades

@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from core.match.candidate import MatchResult, TemplateCandidate
-from core.match.compose import _swaps, _try, _vote_features
+from core.match.compose import _swaps, _vote_features
+from core.match.composing import try_plan
 from core.match.index import LibraryIndex
 from core.match.reading import Reading
 from core.match.risk import Calibration
@@ -39,7 +40,7 @@ def compose_swaps(
     out: list[MatchResult] = []
     for rank, key, share in bases:
         for plan in _swaps(reading, index, key, vote):
-            result = _try(plan, index, vote, match, reading.ops)
+            result = try_plan(plan, index, vote, match, reading.ops)
             if result is None:
                 continue
             features = {**result.features, **_vote_features(vote, index, plan, rank, share), "composed": 1.0}

@@ -10,7 +10,7 @@ import pytest
 
 from core.match.build import build_template
 from core.match.checked import validation_error
-from core.match.compose import _template
+from core.match.composing import _template
 from core.types import CatalogSchema, TableSchema
 from core.validation import SqlValidationError, validate_sql
 

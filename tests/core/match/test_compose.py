@@ -13,7 +13,7 @@ import sqlglot
 from sqlglot import exp
 
 from core.match import LibraryIndex, ValueIndex, build_template, entry_for, mask_question, match_library
-from core.match.compose import conditions_of
+from core.match.conditions import conditions_of
 from tests.core.match.test_library import embed, indexed
 
 TRAIN = Path(__file__).resolve().parents[3] / "benchmarks" / "data" / "mimiciv" / "train.json"
@@ -361,7 +361,7 @@ def test_no_condition_is_added_or_dropped_where_a_subquery_reads_the_same_table(
     """The attack a 30 % library found in train: the route added to the outer WHERE of "the last
     drug" filters after the subquery chose the last row (the last drug, if it was an IV bolus), not
     before it (the last IV bolus drug). Where the condition belongs is not known: no composition."""
-    from core.match.compose import _with, _without
+    from core.match.composing import _with, _without
 
     route = build_template(
         "what drugs were given to patient 10014354 via iv bolus?",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.match import build, compose
+from core.match import build, composing
 from core.match.build import build_template
 from core.match.operators import question_operators
 from tests.core.match import corpus
@@ -22,14 +22,14 @@ def _both(question: str, sql: str, dialect: str) -> tuple:
 
 def test_every_composition_of_the_corpus_is_the_template_the_general_path_builds(monkeypatch):
     seen: dict[tuple[str, str, str], tuple] = {}
-    made = compose._template.__wrapped__  # not the cache: every composition is built here
+    made = composing._template.__wrapped__  # not the cache: every composition is built here
 
     def both(question: str, sql: str, dialect: str):
         seen.setdefault((question, sql, dialect), _both(question, sql, dialect))
         return made(question, sql, dialect)
 
-    monkeypatch.setattr(compose, "_template", both)
-    monkeypatch.setattr(compose, "_COMPOSED", {})
+    monkeypatch.setattr(composing, "_template", both)
+    monkeypatch.setattr(composing, "_COMPOSED", {})
     corpus.decisions(corpus.build(), corpus.RISK)
     written = [w for w, _ in seen.values() if w is not None]
     assert len(seen) >= 100 and len(written) >= 0.9 * len(seen)  # most are taken as written
