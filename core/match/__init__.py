@@ -17,6 +17,8 @@ Read it in this order; each module says why it is as it is:
                               (or one of its own left out), and follow-ups on an earlier answer
     conditions, composing     compose's parts: the conditions a template carries (with their
                               words), and one composition made (entries, family, matched)
+    reselected                compose's column swap: the one column a base returns for another of
+                              its table, where library pairs show which phrase names which column
     swap, items               compose's swaps: an aggregate for the one the question asks (swap), an
                               item for one of tables the library uses alike (items)
     calibrate                 P(correct) fitted by grouped cross-validation; the decision to answer
