@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.match import LibraryIndex, build_template, entry_for, precheck
-from core.match import compose as compose_module
+from core.match import LibraryIndex, build_template, composing, entry_for, precheck
 from core.match.library import match_library
 from core.match.operators import question_operators
 from core.match.reading import mask_question
@@ -35,9 +34,9 @@ def test_every_corpus_result_is_the_one_the_whole_family_gives(monkeypatch):
         used.append(family is not None)
         return family
 
-    monkeypatch.setattr(compose_module, "refused_family", counted)
+    monkeypatch.setattr(composing, "refused_family", counted)
     prechecked = _results(built.index, built.values, lookup, cases, vectors)
-    monkeypatch.setattr(compose_module, "refused_family", lambda ops, entries: None)
+    monkeypatch.setattr(composing, "refused_family", lambda ops, entries: None)
     whole = _results(built.index, built.values, lookup, cases, vectors)
     assert sum(used) >= 20, "the corpus must exercise the precheck"
     assert any(not u for u in used), "…and compositions it leaves to the whole family"
