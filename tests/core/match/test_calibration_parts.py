@@ -81,3 +81,33 @@ def test_without_sizes_or_questions_a_fold_is_one_part():
         (500, 600),
     ]
     assert [(p.start, p.stop) for p in labelled if p.kind == "labelled"] == [(0, 200), (200, 400), (400, 450)]
+
+
+def test_a_fold_is_cut_by_family_and_its_parts_put_back_in_its_order(monkeypatch):
+    """A fold's parts are cut in template-key order (by_family: each process composes for the
+    families it asks), yet their samples go back in the fold's own order: done in any order, one
+    question per part, the parts fit exactly what whole folds fit."""
+    import random
+
+    index = build_index(PAIRS)
+    whole = _calibrate(index)
+    monkeypatch.setattr(calibrate, "FOLD_PART", 1)
+    seen: list[list] = []
+
+    def shuffled(parts, local):
+        seen.append(parts)
+        order = list(range(len(parts)))
+        random.Random(7).shuffle(order)
+        done = {n: local(parts[n]) for n in order}
+        return [done[n] for n in range(len(parts))]
+
+    cut = _calibrate(index, shuffled)
+    assert cut.samples == whole.samples and cut.siblings == whole.siblings
+    assert cut.sample_folds == whole.sample_folds and cut.sibling_folds == whole.sibling_folds
+    assert cut.risk.to_dict() == whole.risk.to_dict() and cut.expected == whole.expected
+    # the parts of a fold, in order, ask its questions by template key: a family is never split
+    # between parts that other families' parts stand between
+    for held in calibrate.grouped_folds(index.entries):
+        keys = [index.entries[held[n]].key for n in calibrate.by_family(index, held)]
+        assert keys == sorted(keys)
+        assert len({k for k in keys}) == len([k for n, k in enumerate(keys) if n == 0 or keys[n - 1] != k])
