@@ -488,10 +488,10 @@ def _in_workers(pool: ProcessPoolExecutor, workers: int, labelled: list, one_mor
     from the last one back, one each at a time (no part waits in a worker's queue while this process
     could do it). Samples come back in the parts' order.
 
-    Why fold by fold, from both ends: a fold's parts are cut in family order (match.by_family), so
+    Why fold by fold, from both ends: a fold's parts are cut in family order (core.match.calibrate.by_family), so
     this process asks the families at one end of every fold and the workers those at the other, and
-    each composes for its own families' templates; taken from both ends of the whole calibration,
-    each process asked every family and composed for nearly every template of the library."""
+    each composes, parses and reads for its own families' templates; taken from both ends of the
+    whole calibration, each process asked every family (by_family has the figures)."""
 
     def run(parts: list, local) -> list:
         lock = threading.Lock()

@@ -28,10 +28,11 @@ PAIRS = [
 ]  # fmt: skip
 
 
-def _calibrate(index, run_parts=None):
+def _calibrate(index, run_parts=None, details=None, observe=None):
     return L.calibrate_library(
         index, lambda held: index.matrix[held], is_correct=lambda e, best: best.sql == e.template.sql,
-        lookup=no_lookup, values=VALUES, wrong_answer_cost=4.0, run_parts=run_parts,
+        lookup=no_lookup, values=VALUES, wrong_answer_cost=4.0, run_parts=run_parts, details=details,
+        observe=observe,
     )  # fmt: skip
 
 
@@ -90,7 +91,9 @@ def test_a_fold_is_cut_by_family_and_its_parts_put_back_in_its_order(monkeypatch
     import random
 
     index = build_index(PAIRS)
-    whole = _calibrate(index)
+    details: tuple[list, list] = ([], [])
+    observed: tuple[list, list] = ([], [])
+    whole = _calibrate(index, details=details[0], observe=lambda e, f, i: observed[0].append(e.question))
     monkeypatch.setattr(calibrate, "FOLD_PART", 1)
     seen: list[list] = []
 
@@ -101,8 +104,14 @@ def test_a_fold_is_cut_by_family_and_its_parts_put_back_in_its_order(monkeypatch
         done = {n: local(parts[n]) for n in order}
         return [done[n] for n in range(len(parts))]
 
-    cut = _calibrate(index, shuffled)
+    cut = _calibrate(
+        index, shuffled, details=details[1], observe=lambda e, f, i: observed[1].append(e.question)
+    )
     assert cut.samples == whole.samples and cut.siblings == whole.siblings
+    # the benchmark pairs details with the samples one by one: handed on in the folds' order too
+    assert [(e.question, ok) for e, _, ok in details[1]] == [(e.question, ok) for e, _, ok in details[0]]
+    assert [ok for _, _, ok in details[1]] == [ok for _, ok in cut.samples] and details[1]
+    assert observed[1] == observed[0] and len(observed[0]) == len(index.entries)
     assert cut.sample_folds == whole.sample_folds and cut.sibling_folds == whole.sibling_folds
     assert cut.risk.to_dict() == whole.risk.to_dict() and cut.expected == whole.expected
     # the parts of a fold, in order, ask its questions by template key: a family is never split
