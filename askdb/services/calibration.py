@@ -483,17 +483,29 @@ def _workers(source, n: int, prepared: Path) -> ProcessPoolExecutor:
 
 
 def _in_workers(pool: ProcessPoolExecutor, workers: int, labelled: list, one_more):
-    """match.calibrate_library's `run_parts`: this process takes parts from the first one on, and a
-    thread hands the workers parts from the last one back, one each at a time (no part waits in a
-    worker's queue while this process could do it). Samples come back in the parts' order."""
+    """match.calibrate_library's `run_parts`: fold by fold (and then the labelled questions), this
+    process takes the fold's parts from its first one on, and a thread hands the workers its parts
+    from the last one back, one each at a time (no part waits in a worker's queue while this process
+    could do it). Samples come back in the parts' order.
+
+    Why fold by fold, from both ends: a fold's parts are cut in family order (core.match.calibrate.by_family), so
+    this process asks the families at one end of every fold and the workers those at the other, and
+    each composes, parses and reads for its own families' templates; taken from both ends of the
+    whole calibration, each process asked every family (by_family has the figures)."""
 
     def run(parts: list, local) -> list:
-        todo, lock = collections.deque(parts), threading.Lock()
+        lock = threading.Lock()
+        folds: dict = collections.defaultdict(collections.deque)
+        for part in parts:
+            folds[(part.kind, part.fold)].append(part)
+        todo = collections.deque(folds.values())
         futures: dict = {}
 
         def take(back: bool):
             with lock:
-                return (todo.pop() if back else todo.popleft()) if todo else None
+                while todo and not todo[0]:
+                    todo.popleft()
+                return (todo[0].pop() if back else todo[0].popleft()) if todo else None
 
         def feed() -> None:
             running: set = set()
@@ -508,7 +520,7 @@ def _in_workers(pool: ProcessPoolExecutor, workers: int, labelled: list, one_mor
                         future = pool.submit(calibration_worker.part, part, rows)
                     except BrokenProcessPool:  # no worker left: this process does the rest
                         with lock:
-                            todo.append(part)
+                            todo.append(collections.deque([part]))
                         return
                     with lock:
                         futures[part] = future

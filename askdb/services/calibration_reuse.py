@@ -99,8 +99,8 @@ def kept_parts(source, key: str) -> tuple[str, dict[Part, PartSamples]] | None:
             return None
         parts = {
             Part(kind=str(kind), fold=int(fold), start=int(start), stop=int(stop)): [
-                ({str(k): float(v) for k, v in features.items()}, bool(ok), int(fold_of))
-                for features, ok, fold_of in samples
+                ({str(k): float(v) for k, v in features.items()}, bool(ok), int(fold_of), int(place))
+                for features, ok, fold_of, place in samples
             ]
             for kind, fold, start, stop, samples in kept["parts"]
         }
@@ -116,7 +116,7 @@ def keep_parts(source, key: str, content: str, parts: dict[Part, PartSamples]) -
     """Keep the library's own parts' samples (never labelled ones) for the next calibration."""
     path = _path(source)
     mine = [
-        [p.kind, p.fold, p.start, p.stop, [[features, ok, fold] for features, ok, fold in samples]]
+        [p.kind, p.fold, p.start, p.stop, [list(sample) for sample in samples]]
         for p, samples in parts.items()
         if p.kind != "labelled"
     ]

@@ -74,6 +74,7 @@ def cross_validate(
     folds_out: list[int] | None = None,
     siblings: bool = False,
     within: tuple[int, int] | None = None,
+    positions_out: list[int] | None = None,
 ) -> list[tuple[dict[str, float], bool]]:
     """Held-out (features, correct) for the best hard-rule-passing match of every library question.
 
@@ -91,8 +92,10 @@ def cross_validate(
     always) a sibling's wrong answer, and its samples go with the ordinary ones into fit_risk, never
     into the reported coverage or precision. Their folds are numbered after the ordinary ones.
 
-    `within`: the fold's held-out questions [start, stop) alone (a part of a fold, run_part); the
-    fold's library is built once per process and kept while its parts are asked (_train).
+    `within`: a part of a fold (run_part): its held-out questions [start, stop) in family order
+    (by_family), asked in the fold's order; the fold's library is built once per process and kept
+    while its parts are asked (_train). `positions_out` gets each sample's place in the fold's
+    questions, to put the parts' samples back in the fold's order (calibrate_library).
     """
     samples: list[tuple[dict[str, float], bool]] = []
     done = 0
@@ -101,10 +104,12 @@ def cross_validate(
             continue
         train = _train(index, held, (folds, fold, siblings), keep=within is not None)
         held = _asked(index, held, siblings)
+        at = list(range(len(held)))
         if within is not None:
-            held = held[within[0] : within[1]]
+            at = sorted(by_family(index, held)[within[0] : within[1]])
+            held = [held[n] for n in at]
         vectors = vectors_of(held)
-        for i, vector in zip(held, vectors, strict=True):
+        for n, i, vector in zip(at, held, vectors, strict=True):
             entry = index.entries[i]
             found = match_library(
                 entry.question, vector, train, lookup=lookup, values=values, catalog=catalog, probe=probe
@@ -117,6 +122,8 @@ def cross_validate(
                 samples.append((best.features, ok))
                 if folds_out is not None:
                     folds_out.append(fold + (folds if siblings else 0))
+                if positions_out is not None:
+                    positions_out.append(n)
                 if details is not None:  # for tuning on the library: what answered what
                     details.append((entry, best, ok))
             done += 1
@@ -131,6 +138,18 @@ def _asked(index: LibraryIndex, held: list[int], siblings: bool) -> list[int]:
     if not siblings:
         return held
     return [i for i in held if index.entries[i].template and not whole_template(index.entries[i].key)]
+
+
+def by_family(index: LibraryIndex, held: list[int]) -> list[int]:
+    """The places of a fold's questions (indices into `held`) ordered by template key: what the
+    parts of a fold are cut from (calibration_parts), so that each part asks a few neighbouring
+    families. Why: a question's compositions, parses and readings are made from the library
+    templates it matches, mostly its own family's neighbours, and each process keeps them (keyed
+    by content): two processes that ask different families of a fold make fewer of them twice
+    (EHRSQL train, 2 processes: compositions made twice 3,291 -> 1,015 of 17,791, SQL parsed twice
+    8,211 -> 3,687 of 26,111, readings 7,466 -> 5,279 of 21,109, against parts cut in the fold's
+    order). Each process then builds every fold's library (a fraction of a second each)."""
+    return sorted(range(len(held)), key=lambda n: (index.entries[held[n]].key, n))
 
 
 def _train(index: LibraryIndex, held: list[int], fold: tuple, *, keep: bool) -> LibraryIndex:
@@ -189,8 +208,8 @@ class LibraryCalibration:
 @dataclass(frozen=True)
 class Part:
     """One piece of a calibration's work, which any process holding the same library can do alone:
-    a slice [start, stop) of an ordinary fold's questions, of a sibling-pass fold's (stop 0: the
-    whole fold) or of the labelled questions.
+    a slice [start, stop) of an ordinary fold's questions or of a sibling-pass fold's, in family
+    order (by_family; stop 0: the whole fold), or of the labelled questions.
     Its samples do not depend on which process does it or in what order, so the pieces can be shared
     between processes and put back together in order (calibrate_library's `run_parts`)."""
 
@@ -222,7 +241,7 @@ def calibration_parts(labelled: int, sizes: dict[tuple[str, int], int] | None = 
     ]
 
 
-PartSamples = list[tuple[dict[str, float], bool, int]]  # (features, correct, fold)
+PartSamples = list[tuple[dict[str, float], bool, int, int]]  # (features, correct, fold, place)
 
 
 def run_part(
@@ -241,8 +260,9 @@ def run_part(
     observe: Callable[[Entry, LibraryMatch, LibraryIndex], None] | None = None,
     details: list | None = None,
 ) -> PartSamples:
-    """The held-out samples of one part, each with its fold (see calibrate_library); `progress`,
-    `observe` and `details` see the ordinary folds' questions, `progress` the labelled ones too."""
+    """The held-out samples of one part, each with its fold and its place among the fold's (or the
+    labelled) questions (see calibrate_library); `progress`, `observe` and `details` see the
+    ordinary folds' questions, `progress` the labelled ones too."""
     if part.kind == "labelled":
         samples: PartSamples = []
         for n in range(part.start, part.stop):
@@ -252,18 +272,19 @@ def run_part(
             ).best
             if best is not None and best.hard_ok and best.sql:
                 ok = bool(gold) and same is not None and same(best.sql, gold)
-                samples.append((best.features, ok, n % CV_FOLDS))  # in no fold of the library: spread
+                samples.append((best.features, ok, n % CV_FOLDS, n))  # in no fold of the library: spread
             if progress:
                 progress(0)
         return samples
     ordinary = part.kind == "fold"
+    places: list[int] = []
     found = cross_validate(
         index, vectors_of, is_correct=is_correct, lookup=lookup, values=values, catalog=catalog,
         only=[part.fold], probe=probe, siblings=not ordinary, progress=progress if ordinary else None,
         observe=observe if ordinary else None, details=details if ordinary else None,
-        within=(part.start, part.stop) if part.stop else None,
+        within=(part.start, part.stop) if part.stop else None, positions_out=places,
     )  # fmt: skip
-    return [(x, ok, part.fold) for x, ok in found]
+    return [(x, ok, part.fold, n) for (x, ok), n in zip(found, places, strict=True)]
 
 
 def calibrate_library(
@@ -296,25 +317,29 @@ def calibrate_library(
     service); the fit below sees the same samples in the same order either way.
     """
     parts = calibration_parts(len(labelled), fold_sizes(index))
+    seen: list[tuple[str, tuple]] = []  # what observe and details get, handed on in the folds' order
 
     def local(part: Part) -> PartSamples:
         return run_part(
             part, index, vectors_of, is_correct=is_correct, lookup=lookup, values=values, catalog=catalog,
-            probe=probe, labelled=labelled, same=same, progress=progress, observe=observe, details=details,
+            probe=probe, labelled=labelled, same=same, progress=progress,
+            observe=(lambda *x: seen.append(("observe", x))) if observe is not None else None,
+            details=_Noted(seen) if details is not None else None,
         )  # fmt: skip
 
     try:
         found = run_parts(parts, local) if run_parts is not None else [local(part) for part in parts]
     finally:
         index.__dict__.pop("_cv_train", None)  # the last fold's library (_train): not kept with the index
+    _hand_on(index, seen, observe, details)
     samples, folds, siblings, sibling_folds = [], [], [], []
-    for part, got in zip(parts, found, strict=True):
-        if part.kind == "siblings":
-            siblings += [(x, ok) for x, ok, _ in got]
-            sibling_folds += [f for _, _, f in got]
+    for kind, got in _in_order(parts, found):
+        if kind == "siblings":
+            siblings += [(x, ok) for x, ok, _, _ in got]
+            sibling_folds += [f for _, _, f, _ in got]
         else:
-            samples += [(x, ok) for x, ok, _ in got]
-            folds += [f for _, _, f in got]
+            samples += [(x, ok) for x, ok, _, _ in got]
+            folds += [f for _, _, f, _ in got]
     risk = fit_risk(samples + siblings, wrong_answer_cost=wrong_answer_cost)
     risks = fold_risks(samples + siblings, folds + sibling_folds, wrong_answer_cost=wrong_answer_cost)
     scored = [(risks[f].predict(x), ok) for (x, ok), f in zip(samples, folds, strict=True)]
@@ -322,6 +347,44 @@ def calibrate_library(
     return LibraryCalibration(
         risk, samples, siblings, folds, risks, expected(scored, risk.threshold, asked), asked, sibling_folds
     )
+
+
+class _Noted(list):
+    """calibrate_library's `details` while parts run: each item noted with observe's, in one list."""
+
+    def __init__(self, seen: list) -> None:
+        super().__init__()
+        self.seen = seen
+
+    def append(self, item) -> None:
+        self.seen.append(("details", item))
+
+
+def _hand_on(index: LibraryIndex, seen: list, observe, details: list | None) -> None:
+    """Hand what the ordinary folds' questions made to `observe` and `details` in the order one pass
+    over each fold makes it (a fold's parts are cut in family order, by_family): the benchmark pairs
+    `details` with the samples one by one, and compares `observe`'s rows between versions."""
+    place = {
+        id(index.entries[i]): (fold, n)
+        for fold, held in enumerate(grouped_folds(index.entries))
+        for n, i in enumerate(held)
+    }
+    for what, item in sorted(seen, key=lambda s: place[id(s[1][0])]):  # stable: a question's own order
+        if what == "observe" and observe is not None:
+            observe(*item)
+        elif details is not None:
+            details.append(item)
+
+
+def _in_order(parts: list[Part], found: list[PartSamples]) -> list[tuple[str, PartSamples]]:
+    """Each fold's (and the labelled questions') samples, from all its parts, in the order one pass
+    over its questions makes them: a fold's parts are cut in family order (by_family), so their
+    samples interleave; every sample's place puts it back, so the fit sees the same samples in the
+    same order however the fold was cut."""
+    by_fold: dict[tuple[str, int], PartSamples] = {}
+    for part, got in zip(parts, found, strict=True):
+        by_fold.setdefault((part.kind, part.fold), []).extend(got)
+    return [(kind, sorted(got, key=lambda s: s[3])) for (kind, _), got in by_fold.items()]
 
 
 def decide(results: Sequence[MatchResult], threshold: float) -> tuple[MatchResult | None, list[MatchResult]]:

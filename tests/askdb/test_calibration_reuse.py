@@ -123,7 +123,7 @@ def test_kept_samples_under_another_content_are_never_used(source, library, aske
     first, _ = _calibrated(source, items)
     path = calibration_reuse._path(source)
     kept = json.loads(path.read_text())
-    forged = [[*part, [[x, not ok, f] for x, ok, f in samples]] for *part, samples in kept["parts"]]
+    forged = [[*part, [[x, not ok, f, n] for x, ok, f, n in samples]] for *part, samples in kept["parts"]]
     path.write_text(json.dumps({**kept, "content": "another library", "parts": forged}))
     asked.clear()
     assert _calibrated(source, items)[0] == first and "fold" in asked

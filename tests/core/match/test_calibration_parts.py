@@ -28,10 +28,11 @@ PAIRS = [
 ]  # fmt: skip
 
 
-def _calibrate(index, run_parts=None):
+def _calibrate(index, run_parts=None, details=None, observe=None):
     return L.calibrate_library(
         index, lambda held: index.matrix[held], is_correct=lambda e, best: best.sql == e.template.sql,
-        lookup=no_lookup, values=VALUES, wrong_answer_cost=4.0, run_parts=run_parts,
+        lookup=no_lookup, values=VALUES, wrong_answer_cost=4.0, run_parts=run_parts, details=details,
+        observe=observe,
     )  # fmt: skip
 
 
@@ -81,3 +82,41 @@ def test_without_sizes_or_questions_a_fold_is_one_part():
         (500, 600),
     ]
     assert [(p.start, p.stop) for p in labelled if p.kind == "labelled"] == [(0, 200), (200, 400), (400, 450)]
+
+
+def test_a_fold_is_cut_by_family_and_its_parts_put_back_in_its_order(monkeypatch):
+    """A fold's parts are cut in template-key order (by_family: each process composes for the
+    families it asks), yet their samples go back in the fold's own order: done in any order, one
+    question per part, the parts fit exactly what whole folds fit."""
+    import random
+
+    index = build_index(PAIRS)
+    details: tuple[list, list] = ([], [])
+    observed: tuple[list, list] = ([], [])
+    whole = _calibrate(index, details=details[0], observe=lambda e, f, i: observed[0].append(e.question))
+    monkeypatch.setattr(calibrate, "FOLD_PART", 1)
+    seen: list[list] = []
+
+    def shuffled(parts, local):
+        seen.append(parts)
+        order = list(range(len(parts)))
+        random.Random(7).shuffle(order)
+        done = {n: local(parts[n]) for n in order}
+        return [done[n] for n in range(len(parts))]
+
+    cut = _calibrate(
+        index, shuffled, details=details[1], observe=lambda e, f, i: observed[1].append(e.question)
+    )
+    assert cut.samples == whole.samples and cut.siblings == whole.siblings
+    # the benchmark pairs details with the samples one by one: handed on in the folds' order too
+    assert [(e.question, ok) for e, _, ok in details[1]] == [(e.question, ok) for e, _, ok in details[0]]
+    assert [ok for _, _, ok in details[1]] == [ok for _, ok in cut.samples] and details[1]
+    assert observed[1] == observed[0] and len(observed[0]) == len(index.entries)
+    assert cut.sample_folds == whole.sample_folds and cut.sibling_folds == whole.sibling_folds
+    assert cut.risk.to_dict() == whole.risk.to_dict() and cut.expected == whole.expected
+    # the parts of a fold, in order, ask its questions by template key: a family is never split
+    # between parts that other families' parts stand between
+    for held in calibrate.grouped_folds(index.entries):
+        keys = [index.entries[held[n]].key for n in calibrate.by_family(index, held)]
+        assert keys == sorted(keys)
+        assert len({k for k in keys}) == len([k for n, k in enumerate(keys) if n == 0 or keys[n - 1] != k])
