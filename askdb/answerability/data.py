@@ -342,12 +342,7 @@ def score_items(
         score = model.score(item["question"], vector=vector, facts=facts(item["question"]) if facts else ())
         seconds.append(time.perf_counter() - t1)
         embedding.append(t1 - t0)
-        # The gate's own probability, as the CV's `gate_probability`: a decisive rule declines whatever
-        # the model says, and a held attribute (a column or approved questions) passes it.
-        decisive = any(f.decisive for f in score.findings)
-        probabilities.append(
-            0.0 if decisive else 1.0 if score.grounded_column else min(1.0, score.probability / score.margin)
-        )
+        probabilities.append(score.gate_probability)  # the one score a run reports and the CV ranks
         labels.append(item["answerable"])
         if not score.answerable:
             k = by_kind.setdefault(score.kind, {"declined": 0, "of_them_unanswerable": 0, "example": ""})

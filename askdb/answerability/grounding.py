@@ -312,13 +312,70 @@ _EXISTENCE = (
 )  # fmt: skip
 
 
+# A statistic over patients ("what percentage of patients admitted in 2150 were vegetarian", "the top
+# three hometowns of patients aged 80 or above", "the average daily step count of patients with diabetes",
+# "how many patients of each religion", "the distribution of education levels among patients") asks of
+# each of them what a question about one patient asks: read as that question ("was patient 0
+# vegetarian", "what is the hometown of patient 0"), so the attribute is grounded as it is there. Why: the
+# shapes above read no attribute in a statistic, so the learned model alone decided (round 17's cohort
+# set: 44 of 64 unanswerable let through). Only over patients or their admissions: "the average heart
+# rate of the nurses" or "the top four pharmacies where prescriptions were filled" asks of someone or
+# something else, and keeps the plain reading.
+_POPULATION = (r"(?:(?:the|all|those|these|our) )?(?:(?!of\b)[a-z0-9'-]+ ){0,3}?(?:patients|people|persons|subjects|"
+               r"admissions|men|women|adults|individuals)\b")  # fmt: skip
+_OFTEN = r"(?:common(?:ly)?|frequent(?:ly)?|often|popular|usual(?:ly)?)"
+_RANKED = rf"(?:top (?:[a-z0-9]+ )?(?:(?:most |least )?{_OFTEN} )?|(?:[a-z0-9]+ )?(?:most|least) {_OFTEN} )"
+# What was done to the things counted ("the most often performed treatments", "laboratory tests undertaken
+# by patients"): not the attribute, which is the noun.
+_DONE = (r"(?:performed|ordered|taken|undertaken|given|done|prescribed|charted|recorded|measured|administered|"
+         r"received|used|drawn|seen|sent|collected|conducted|carried|made|found|diagnosed|treated|tested|run|"
+         r"obtained|reported|documented|assigned|billed|coded)")  # fmt: skip
+_NOT_STAT = rf"(?!{_NOT_A_NOUN}|(?:patients|people|admissions)\b|{_DONE}\b)"
+_STAT_NOUN = (rf"(?:{_DONE} )?(?P<attr>{_NOT_STAT}[a-z-]+(?: {_NOT_STAT}[a-z-]+){{0,2}}?(?: of {_NOT_STAT}[a-z-]+"
+              rf"(?: {_NOT_STAT}[a-z-]+)?)?)")  # fmt: skip
+_STATISTIC = r"(?:average|mean|median|total|typical|usual|overall|maximum|minimum|highest|lowest)"
+_COHORT = (
+    # "what percentage of patients … were vegetarian" / "… had an autopsy": the last "were" or "had" says it.
+    (re.compile(rf"^(?:what|which) (?:is |was |are |were )?(?:the )?(?:percentage|percent|proportion|fraction|share|rate|"
+                rf"ratio) of {_POPULATION}.* (?P<aux>were|was|had been|had|have|has) (?P<pred>(?:(?!\b(?:were|was|had|have|"
+                rf"has)\b)[^?.])+)[?.]?$"), "share"),
+    # "what are the top three hometowns of patients aged 80 or above"
+    (re.compile(rf"^(?:what|which) (?:are|were|is|was) the {_RANKED}{_STAT_NOUN} (?:of|among|for|in|on|at|from|by|that|"
+                rf"which|where|{_DONE}) "
+                rf"(?=.*\b(?:patients|people|admissions|subjects|men|women)\b)"), "what"),
+    # "what is the average daily step count of patients with diabetes"
+    (re.compile(rf"^(?:what|which) (?:is|was|are|were) the {_STATISTIC} {_STAT_NOUN} (?:of|for|among|in|per|across) "
+                rf"{_POPULATION}"), "what"),
+    # "what is the distribution of education levels among patients admitted in 2150"
+    (re.compile(rf"^(?:what|which) (?:is|was|are|were) the (?:distribution|breakdown|spread|mix) of {_STAT_NOUN} "
+                rf"(?:among|of|for|in|across) {_POPULATION}"), "what"),
+    # "how many patients of each religion were admitted in 2150"
+    (re.compile(rf"^how many {_POPULATION} (?:of|with|in|from|by|per) (?:each|every) (?P<attr>[a-z-]+(?: [a-z-]+){{0,2}}?)"
+                r"(?: (?:were|was|are|is|have|had|did|in|on|at|since|during|who|that)\b.*)?[?.]?$"), "what"),
+)  # fmt: skip
+
+
+def _one_of(text: str) -> str:
+    """A statistic over patients read as the question it asks of one of them ("" when it is not one)."""
+    for pattern, shape in _COHORT:
+        m = pattern.search(text)
+        if not m:
+            continue
+        if shape == "what":
+            return f"what is the {m.group('attr')} of patient 0?"
+        aux, pred = m.group("aux"), m.group("pred").strip()
+        return f"{'was' if aux in ('were', 'was', 'had been') else 'did'} patient 0 {'' if aux in ('were', 'was', 'had been') else 'have '}{pred}?"
+    return ""
+
+
 def _plain(question: str) -> str:
-    """The question lower-cased on one line, an existence question read as the question it wraps."""
+    """The question lower-cased on one line, an existence question read as the question it wraps and
+    a statistic over patients as the question it asks of one of them."""
     text = " ".join(str(question or "").lower().replace("’", "'").split())
     for pattern, plain in _EXISTENCE:
         if pattern.search(text):
             return pattern.sub(plain, text, count=1)
-    return text
+    return _one_of(text) or text
 
 
 def asked_attribute(question: str) -> str:

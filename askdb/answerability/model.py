@@ -1083,14 +1083,28 @@ class AnswerabilityScore:
     def category(self) -> str:
         return rules.CATEGORY.get(self.kind, "answerable") if self.kind else "answerable"
 
+    @property
+    def gate_probability(self) -> float:
+        """The whole gate's P(answerable), the one score evaluation ranks, reviews read and the CV
+        measures (`gate_probability` over arrays): at or above the threshold exactly when the gate
+        passes the question. Why one function: `to_json` reported the model's probability with 0 for a
+        decisive rule while the measured AUC ranked another score (a held attribute at 1, a named
+        value's margin), so a run's figure and the AUC could disagree."""
+        decisive = any(f.decisive for f in self.findings)
+        return float(
+            gate_probability(
+                np.array([self.probability]), np.array([decisive]), np.array([bool(self.grounded_column)]),
+                np.array([self.margin < 1.0]),
+            )[0]
+        )  # fmt: skip
+
     def to_json(self, *, top: int = 8) -> dict[str, Any]:
         def near(n: tuple[Any, float, str] | None) -> dict[str, Any] | None:
             return {"example_id": n[0], "similarity": round(n[1], 4), "question": n[2]} if n else None
 
-        decisive = any(f.decisive for f in self.findings)
         return {
-            # The gate's P(answerable) (0 when a rule declined), what evaluation ranks by; and the model's.
-            "probability": 0.0 if decisive else round(self.probability, 4),
+            # The gate's P(answerable) (`gate_probability`), what evaluation ranks by; and the model's.
+            "probability": round(self.gate_probability, 4),
             "model_probability": round(self.probability, 4),
             "threshold": round(self.threshold, 4),
             "answerable": self.answerable,

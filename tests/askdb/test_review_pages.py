@@ -144,7 +144,7 @@ def test_a_library_answer_for_review_names_its_example_the_hold_and_the_gates_ve
     assert f'Answered from verified example <a href="/library/{example.pk}/">#{example.pk}</a>' in page
     assert f"Example #{example.pk} goes on hold" in page  # said where the reviewer flags
     assert "Attempt 1 (written by the LLM)" in page  # where each attempt came from, in words
-    assert "the data can answer this" in page and "model 0.97, needs 0.38" in page and "v42" in page
+    assert "the data can answer this" in page and "gate score 0.97, needs 0.38" in page and "v42" in page
     done = client.post(f"/runs/{run.pk}/review/", {"action": "flag", "category": "wrong_values",
                                                     "comment": "wrong age column"}, follow=True).content.decode()  # fmt: skip
     assert f"Verified example #{example.pk} is on hold" in done

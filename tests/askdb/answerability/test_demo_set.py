@@ -251,6 +251,25 @@ def test_the_gate_on_cohort_statistics_over_patients(gate):
     on): F1 0.476 (P 1.000, R 0.312), 0 blocked, 44 let through, both times: the grounding reads no
     attribute in a cohort statistic's shape ("what percentage of patients ... were vegetarian", "the top
     three hometowns of ..."), so the learned model alone decides. The EHRSQL gate: F1 0.593, 12 blocked
-    (by the model), 32 let through. A floor: it can only get better."""
+    (by the model), 32 let through. Round 18 (a statistic over patients read as the question it asks of one
+    of them, built on this set): F1 0.609 (P 1.000, R 0.438), 0 blocked, 36 let through; the EHRSQL gate
+    0.642, 10 blocked, 29 let through. A floor: it can only get better."""
     items = set_items(COHORT_SET, each=60)
-    assert_floor("cohort statistics", score_items(gate, items), f1=0.47, blocked=0, missed=44)
+    assert_floor("cohort statistics", score_items(gate, items), f1=0.60, blocked=0, missed=36)
+
+
+RELATIONS_SET = HERE / "relations_set.jsonl"
+
+
+def test_the_gate_on_relations_between_events_people_and_stays(gate):
+    """64 + 64 questions written in round 18 before anything was changed, of kinds the ten other sets lack,
+    each unanswerable one beside an answerable look-alike: the time between two events (an admission and
+    its first lab test; symptom onset and admission), two patients compared, a cohort filtered by a
+    condition the layout records or does not (married, medicare; vaccinated, born by caesarean section),
+    clinical shorthand (k+, los, dx; fhx, pcp, hpi), derived measures (weekday, fluid balance, age at death;
+    steps walked, body fat), absence ("never had a procedure"; "never missed a meal"), a patient's own stays
+    compared, and what came before or after. Held out: never read to build round 18, scored before and
+    after only: F1 0.609 (P 1.000, R 0.438), 0 blocked, 36 let through, both times (AUC 0.834 → 0.832); the
+    EHRSQL gate 0.661 → 0.654 (blocked 11 → 10, let through 27 → 28). A floor: it can only get better."""
+    items = set_items(RELATIONS_SET, each=60)
+    assert_floor("relations", score_items(gate, items), f1=0.60, blocked=0, missed=36)
