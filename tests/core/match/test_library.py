@@ -41,6 +41,15 @@ def embed(texts: list[str]) -> np.ndarray:
     return out
 
 
+def index_of(items: list[tuple[str, str]], *, dialect: str = "sqlite") -> L.LibraryIndex:
+    """A library of (question, SQL) pairs, numbered from 1, embedded with `embed`: the small
+    libraries the composition kinds' tests build."""
+    entries = [
+        L.entry_for(n, q, sql, build_template(q, sql, dialect=dialect)) for n, (q, sql) in enumerate(items, 1)
+    ]
+    return L.LibraryIndex(entries, embed([e.template.masked_question for e in entries]))
+
+
 def no_lookup(column: str, text: str):
     return []
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from core.match import LibraryIndex, build_template, entry_for, mask_question
+from core.match import LibraryIndex, build_template, mask_question
 from core.match.library import Vote
 from core.match.reading import read_question
 from core.match.reselected import column_plans, library_columns, selected_column
-from tests.core.match.test_library import ask_with_own_values, embed
+from tests.core.match.test_library import ask_with_own_values, embed, index_of
 
 VISIT = (
     "SELECT admissions.{c} FROM admissions WHERE admissions.subject_id = {p} "
@@ -41,16 +41,9 @@ ITEMS = [
 BASE = 3  # "What was the admission type of patient 10004235 on the first hospital visit?"
 
 
-def _index(items):
-    entries = [
-        entry_for(n, q, sql, build_template(q, sql, dialect="sqlite")) for n, (q, sql) in enumerate(items, 1)
-    ]
-    return LibraryIndex(entries, embed([e.template.masked_question for e in entries]))
-
-
 @pytest.fixture(scope="module")
 def library():
-    return _index(ITEMS)
+    return index_of(ITEMS)
 
 
 def plans(index, question, base=BASE - 1):
@@ -121,10 +114,11 @@ def test_a_phrase_the_library_shows_naming_two_columns_never_swaps():
             any_visit.format(c="admission_type", p=10010471),
         ),
     ]
-    learnt = library_columns(_index(items))
+    learnt = library_columns(index_of(items))
     assert ("insurance",) not in learnt.column and ("admission", "type") in learnt.column
     assert (
-        plans(_index(items), "What was the insurance of patient 10002428 on the first hospital visit?") == []
+        plans(index_of(items), "What was the insurance of patient 10002428 on the first hospital visit?")
+        == []
     )
 
 

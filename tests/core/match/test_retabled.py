@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.match import LibraryIndex, ValueIndex, build_template, entry_for, mask_question, match_library
-from tests.core.match.test_library import embed
+from core.match import ValueIndex, build_template, entry_for, mask_question, match_library
+from tests.core.match.test_library import embed, index_of
 
 DX = "(SELECT d_icd_diagnoses.icd_code FROM d_icd_diagnoses WHERE d_icd_diagnoses.long_title = '{v}')"
 PX = "(SELECT d_icd_procedures.icd_code FROM d_icd_procedures WHERE d_icd_procedures.long_title = '{v}')"
@@ -40,11 +40,6 @@ VALUES = {
 }
 
 
-def _index(items):
-    entries = [entry_for(n, q, sql, build_template(q, sql)) for n, (q, sql) in enumerate(items, start=1)]
-    return LibraryIndex(entries, embed([e.template.masked_question for e in entries]))
-
-
 def ask(index, question):
     values = ValueIndex(VALUES)
     vector = embed([mask_question(question, values)])[0]
@@ -57,7 +52,7 @@ def retabled(found):
 
 @pytest.fixture(scope="module")
 def library():
-    return _index([COST, *ALIKE])
+    return index_of([COST, *ALIKE], dialect="postgres")
 
 
 def test_a_procedure_asked_of_the_diagnosis_template_is_answered_over_procedures(library):
@@ -85,7 +80,7 @@ def test_no_table_swap_for_the_attacks(library, question):
 
 def test_no_table_swap_where_the_library_shows_the_tables_alike_in_one_shape_only():
     """One pair of templates may be an accident of the library: the renaming needs two shapes."""
-    index = _index([COST, *ALIKE[:2]])
+    index = index_of([COST, *ALIKE[:2]], dialect="postgres")
     assert not retabled(ask(index, "what is the cost of a procedure of colonoscopy?"))
 
 
@@ -172,7 +167,7 @@ ROLE_VALUES = {
 
 @pytest.fixture(scope="module")
 def roles():
-    return _index([STAY, *ROLES])
+    return index_of([STAY, *ROLES], dialect="postgres")
 
 
 def ask_roles(index, question):
@@ -211,7 +206,7 @@ def test_no_role_swap_where_the_base_reads_a_column_the_renaming_does_not_rename
     dose = ("what was the dose of heparin patient 10014354 was last prescribed?",
             f"SELECT prescriptions.dose_val_rx FROM prescriptions WHERE prescriptions.hadm_id IN {ADM} AND "
             "prescriptions.drug = 'heparin' ORDER BY prescriptions.starttime DESC LIMIT 1")  # fmt: skip
-    index = _index([STAY, *ROLES, dose])
+    index = index_of([STAY, *ROLES, dose], dialect="postgres")
     learned = library_tables(index)
     key = (("prescriptions", "transfers"),)
     assert key in learned.sources and learned.columns[key]
@@ -231,7 +226,7 @@ ANY_PX = (
 
 @pytest.fixture(scope="module")
 def subjects():
-    return _index([ANY_PX, *ALIKE])
+    return index_of([ANY_PX, *ALIKE], dialect="postgres")
 
 
 def subject_swapped(found):
@@ -265,7 +260,7 @@ def test_no_subject_swap_for_the_attacks(subjects, question):
 
 
 def test_no_subject_swap_where_the_library_shows_the_tables_alike_in_one_shape_only():
-    index = _index([ANY_PX, *ALIKE[:2]])
+    index = index_of([ANY_PX, *ALIKE[:2]], dialect="postgres")
     assert not subject_swapped(
         ask(index, "was patient 10002495 given any diagnosis on the first hospital visit?")
     )

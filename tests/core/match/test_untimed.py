@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from core.match import LibraryIndex, build_template, entry_for, mask_question
+from core.match import LibraryIndex, build_template, mask_question
 from core.match.library import Vote
 from core.match.reading import read_question
 from core.match.untimed import TimeDrop, library_untimed, untimed_plans
-from tests.core.match.test_library import ask_with_own_values, embed
+from tests.core.match.test_library import ask_with_own_values, embed, index_of
 from tests.core.match.test_retimed import CHART, year
 
 C = "chartevents.charttime"
@@ -36,16 +36,9 @@ ITEMS = [
 ]  # fmt: skip
 
 
-def _index(items):
-    entries = [
-        entry_for(n, q, sql, build_template(q, sql, dialect="sqlite")) for n, (q, sql) in enumerate(items, 1)
-    ]
-    return LibraryIndex(entries, embed([e.template.masked_question for e in entries]))
-
-
 @pytest.fixture(scope="module")
 def library():
-    return _index(ITEMS)
+    return index_of(ITEMS)
 
 
 def plans(index, question, base=4):
@@ -113,7 +106,7 @@ def test_no_drop_the_question_does_not_ask(library, question):
 
 def test_a_form_the_library_never_shows_left_out_is_kept():
     timed = [item for item in ITEMS if "2100" in item[0]]
-    assert not plans(_index(timed), "What was the first heart rate of patient 10002428?", base=2)
+    assert not plans(index_of(timed), "What was the first heart rate of patient 10002428?", base=2)
 
 
 def test_a_paraphrase_that_says_no_time_phrase_is_not_composed():
