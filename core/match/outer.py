@@ -21,7 +21,12 @@ def conjuncts(node: exp.Expr) -> list[exp.Expr]:
 
 def outer_tables(template: Template) -> dict[str, str]:
     """The outer SELECT's tables by alias (or name): alias -> bare table name."""
-    return dict(_outer_tables(template.sql_template, template.dialect))
+    return outer_tables_of(template.sql_template, template.dialect)
+
+
+def outer_tables_of(sql: str, dialect: str) -> dict[str, str]:
+    """The same for SQL text (reselected.py reads a stored template's SQL before any Template of it)."""
+    return dict(_outer_tables(sql, dialect))
 
 
 @functools.lru_cache(maxsize=32768)

@@ -33,6 +33,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from core.match.index import UNANSWERABLE, LibraryIndex
+from core.match.outer import outer_tables_of
 from core.match.reading import Reading
 from core.match.template import Template, parsed_sql
 from core.match.words import tokenize
@@ -97,7 +98,7 @@ def selected_column(sql: str, dialect: str) -> tuple[str, str]:
     column = tree.expressions[0].unalias()
     if not isinstance(column, exp.Column) or not column.table:
         return "", ""
-    tables = _outer_tables(tree)
+    tables = outer_tables_of(sql, dialect)
     if column.table not in tables:
         return "", ""
     same = [c for c in tree.find_all(exp.Column) if c.name.lower() == column.name.lower()]
@@ -108,15 +109,6 @@ def selected_column(sql: str, dialect: str) -> tuple[str, str]:
     for lit in masked.find_all(exp.Literal):
         lit.replace(exp.var("L"))
     return f"{tables[column.table]}.{column.name.lower()}", masked.sql(dialect=dialect)
-
-
-def _outer_tables(tree: exp.Select) -> dict[str, str]:
-    sources = [tree.args.get("from_") or tree.args.get("from"), *(tree.args.get("joins") or [])]
-    return {
-        s.this.alias_or_name: s.this.name.lower()
-        for s in sources
-        if s is not None and isinstance(s.this, exp.Table)
-    }
 
 
 @functools.lru_cache(maxsize=16384)
