@@ -14,6 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from askdb.adapters import recorder as recorder_module
 from askdb.adapters.ports import DjangoPorts
+from askdb.answerability import scorer as answerability_scorer
 from askdb.models import Question, Run
 from askdb.roles import AGGREGATE_RESEARCHER, RESEARCHER
 from askdb.services.examples import example_upsert
@@ -50,9 +51,12 @@ def _count(sqls: list[str]) -> tuple[int, int]:
 @pytest.fixture
 def quiet_boundaries(monkeypatch):
     """No time-based statements: a cancel look or a heartbeat falls due by the clock (every 0.2 s,
-    every 10 s), which a slow machine would turn into a different count."""
+    every 10 s), and so does the gate's look for library and catalog changes (every 60 s from the
+    scorer's load, which an earlier test of the same process may have made: a full suite once
+    counted its one statement here), which a slow machine would turn into a different count."""
     monkeypatch.setattr(recorder_module, "CANCEL_CHECK_S", 1e9)
     monkeypatch.setattr(recorder_module, "HEARTBEAT_S", 1e9)
+    monkeypatch.setattr(answerability_scorer, "RECHECK_S", 1e9)
 
 
 def _library(source):
