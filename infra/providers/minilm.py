@@ -132,12 +132,13 @@ class MiniLM:
             for layer in self.layers:
                 for name in ("qkv", "out", "up", "down"):
                     layer[name].add_blocks()
-        # OpenBLAS's x86 sgemm kernels (Haswell's among them) compute a product's rows four at a
-        # time, and a remainder of one to three rows by slower edge kernels: a 10- or 11-row
-        # product costs more than a 12-row one (its weights are packed all the same). So a text's
-        # rows are rounded up to a multiple of 4 for the full products (12-22% less for 10, 11, 14
-        # or 15 rows, within float32 rounding of the rows alone); the blocked products' small-matrix
-        # kernel has no such steps, and rows added there measure slower (9 rows 7%).
+        # The full products (OpenBLAS packing the weights, its Haswell kernels where AVX-512 is off)
+        # cost steps of 4 rows: a question's 24 products at 9, 10 or 11 rows measured 7%, 10% and
+        # 24% slower than at 12, at 13-15 rows 0-17% slower than at 16, the weights streamed the
+        # same (the kernels take the rows 4 at a time, a remainder by slower edge code). So a
+        # text's rows are rounded up to a multiple of 4 there; the vectors agree to float32
+        # rounding. The blocked products (the small-matrix kernel) have no such steps: rows added
+        # there measured slower (9 rows as 12: 7%).
         self.row_multiple = 1 if blocks else 4
 
     def _new_tokenizer(self):
@@ -215,7 +216,9 @@ class MiniLM:
         tokens = batch * length
         # The token rows of the whole batch as one matrix: each projection is one matrix product
         # (numpy multiplies a (batch, length, d) stack one text at a time, a fifth slower), its
-        # rows rounded up to a multiple of row_multiple with rows of zeros, which nothing reads.
+        # rows rounded up to a multiple of row_multiple by rows of zeros: the row-wise steps carry
+        # them along (finite: a zero row's LayerNorm is the bias), attention and the mean never
+        # read them.
         rows = -(-tokens // self.row_multiple) * self.row_multiple
         x = np.zeros((rows, self.word.shape[1]), dtype=np.float32)
         embedded = x[:tokens].reshape(batch, length, -1)
