@@ -255,14 +255,22 @@ def parsed_sql(sql: str, dialect: str) -> exp.Expr:
 
 
 def without_positions(tree: exp.Expr) -> exp.Expr:
-    """The tree with the parser's token positions (each node's `meta`: line, column, offsets) let go.
+    """The tree with the parser's token positions (each node's `meta`: line, column, offsets) and its
+    empty comment lists let go.
 
     Why: a kept parse is copied again and again (binding, composing, generating SQL, which copies by
     default), and sqlglot deep-copies each node's meta dict in Python: half of a copy's cost. Nothing
     reads the positions of a kept parse (they serve parse-error messages; core.validation parses on
-    its own), and the SQL written from a tree never depends on them."""
+    its own), and the SQL written from a tree never depends on them. Likewise the parser leaves an
+    empty comment list on many nodes (a SELECT, an alias, a function: 8 of a typical composition's
+    53), which a copy deep-copies one by one (copy.deepcopy: a quarter of such a tree's copy time;
+    a train calibration's deepcopy calls 2.24 -> 1.86 million). Every reader of a node's comments (sqlglot's
+    generator, add_comments, pop_comments, its serialiser) reads an empty list as None, so the SQL
+    written and every decision are the same; a comment that says something is kept."""
     for node in tree.walk():
         node._meta = None
+        if not node.comments:
+            node.comments = None
     return tree
 
 

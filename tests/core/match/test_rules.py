@@ -201,3 +201,17 @@ def test_operator_words_found_on_train_cross_validation(question, key, value):
     from core.match.operators import question_operators
 
     assert question_operators(question)[key] == value
+
+
+def test_operator_words_read_once_are_each_callers_own():
+    # question_operators reads a text once (operators._operators_of); a caller that changes the dict
+    # it got must not change what the next caller reads of the same text.
+    from core.match.operators import question_operators
+
+    question = "what was the first heart rate of patient 10004235 since 2100?"
+    first = question_operators(question)
+    expected = dict(first)
+    first["order"] = "last"
+    first.clear()
+    assert question_operators(question) == expected
+    assert question_operators(question) is not question_operators(question)

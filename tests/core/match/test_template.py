@@ -553,3 +553,35 @@ def test_a_decade_binds_only_a_decade_and_a_bound_the_question_does_not_say_stay
     # a threshold ("aged 40 or above") is a number, never a decade; "50's" is not read as one
     assert [s.type for s in extract_typed_spans("patients aged 40 or above")] == ["number"]
     assert "decade" not in {s.type for s in extract_typed_spans("patients in their 50's or 1990s")}
+
+
+# --- a kept parse lets its empty comment lists go (copies skip them) -------------------------------
+
+
+def test_a_kept_parse_drops_empty_comment_lists_and_writes_the_same_sql():
+    # The parser leaves an empty comment list on SELECTs, aliases and functions; a copy deep-copies
+    # each one. A kept parse lets them go: its copies and the SQL written from them are unchanged.
+    sqls = [
+        (GLUCOSE_SQL, "postgres"),
+        (SEPSIS_SQL, "postgres"),
+        (
+            "SELECT COUNT(*) FROM (SELECT DISTINCT p.subject_id FROM patients AS p WHERE p.gender = 'F' "
+            "AND STRFTIME('%Y', p.dob) >= '2100') AS t",
+            "sqlite",
+        ),
+    ]
+    for sql, dialect in sqls:
+        fresh = sqlglot.parse_one(sql, dialect=dialect)
+        assert any(n.comments == [] for n in fresh.walk())  # what the parser leaves
+        kept = parsed_sql(sql, dialect)
+        assert all(n.comments is None for n in kept.walk())
+        assert kept.copy().sql(dialect=dialect) == fresh.sql(dialect=dialect)
+        assert kept.copy() == fresh
+
+
+def test_a_kept_parse_keeps_a_comment_that_says_something():
+    sql = "SELECT /* the newest */ MAX(charttime) FROM labevents"
+    fresh = sqlglot.parse_one(sql, dialect="sqlite")
+    kept = parsed_sql(sql, "sqlite")
+    assert kept.copy().sql(dialect="sqlite") == fresh.sql(dialect="sqlite")
+    assert "the newest" in kept.copy().sql(dialect="sqlite")
