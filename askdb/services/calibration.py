@@ -398,24 +398,28 @@ def library_cross_validate(
         embedding = _embed_in_worker(pool, source, labelled) if pool is not None and labelled else None
         with calibration_worker.fewer_collections():  # the library it builds lives as long as this
             context = cv_context(source)
-        if prepared is not None:  # the workers read it from there, not from the database (cv_prepare)
-            cv_prepare(context, str(prepared))
-        masked = []
-        if labelled:
-            masked = _embedded(embedding) or get_embedder().embed(
-                [match.mask_question(q, context["values"]) for q, _ in labelled]
-            )
-        count = [0]
-
-        def one_more(_: int) -> None:
-            count[0] += 1
-            if progress:
-                progress(count[0])
-
-        asked = [(q, gold, v) for (q, gold), v in zip(labelled, masked, strict=True)]
-        run_parts = _in_workers(pool, processes - 1, asked, one_more) if pool is not None else None
-        run_parts = _reusing(source, key, kept if reuse else None, context, run_parts, one_more)
+        # From here to the fit with the library frozen too (this second fewer_collections freezes what
+        # the first built): the workers' file, the masking and the content hash (_reusing) once ran
+        # between the two with the default collector, whose collections walked the whole library
+        # (299 of a one-process train calibration's 521 collections, a full one among them).
         with calibration_worker.fewer_collections():
+            if prepared is not None:  # the workers read it from there, not from the database (cv_prepare)
+                cv_prepare(context, str(prepared))
+            masked = []
+            if labelled:
+                masked = _embedded(embedding) or get_embedder().embed(
+                    [match.mask_question(q, context["values"]) for q, _ in labelled]
+                )
+            count = [0]
+
+            def one_more(_: int) -> None:
+                count[0] += 1
+                if progress:
+                    progress(count[0])
+
+            asked = [(q, gold, v) for (q, gold), v in zip(labelled, masked, strict=True)]
+            run_parts = _in_workers(pool, processes - 1, asked, one_more) if pool is not None else None
+            run_parts = _reusing(source, key, kept if reuse else None, context, run_parts, one_more)
             found = match.calibrate_library(
                 **context, progress=one_more, labelled=asked, run_parts=run_parts,
                 wrong_answer_cost=settings.ASKDB_WRONG_ANSWER_COST,

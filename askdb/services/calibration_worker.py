@@ -90,7 +90,8 @@ def part(part: Any, labelled: Sequence[tuple[str, str, Sequence[float]]] = ()) -
     from core import match
 
     if "_later" in _WORKER:  # the parent's library, written before it handed out any part
-        _WORKER.update(_WORKER.pop("_later")())
+        with fewer_collections():  # millions of objects read back: no collection walks them as they come
+            _WORKER.update(_WORKER.pop("_later")())
     asked = [0]
 
     def count(_: int) -> None:
@@ -118,7 +119,8 @@ GC_YOUNG = 100_000  # allocations between two collections of the youngest genera
 def fewer_collections() -> Iterator[None]:
     """The cyclic garbage collector told what a calibration holds: the library read before it starts
     (frozen: gc.freeze, no collection walks it again) and no collection every 700 allocations.
-    Also while the library is built or read (cv_context, a worker's warm-up): it is millions of
+    Also while the library is built or read (cv_context, a worker's warm-up, a worker reading the
+    parent's file): it is millions of
     objects that live as long as the calibration, which the collector would otherwise walk again and
     again as it grows (a third of the build's CPU time at 5,000 examples).
 

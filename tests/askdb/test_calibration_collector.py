@@ -62,3 +62,32 @@ def test_a_worker_ends_without_the_interpreters_teardown_its_output_flushed():
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings.test"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert (done.returncode, done.stdout) == (0, "a part done"), done.stderr
+
+
+@pytest.mark.django_db
+def test_what_runs_between_the_library_and_the_fit_sees_the_library_frozen(
+    source, settings, tmp_path, monkeypatch
+):
+    """The content hash (and the workers' file, the masking) once ran between the library's build
+    and the fit with the default collector, whose collections walked the whole library: ~300 of a
+    one-process train calibration's ~520 collections, a full one among them."""
+    from askdb.services import calibration
+    from tests.askdb.test_calibration_progress import calibration_library
+
+    settings.ASKDB_HOME = tmp_path
+    calibration_library(source, patients=5, examples=4)
+    seen: list[tuple[int, int]] = []
+    content_hash = calibration.content_hash
+
+    def hashed(context):
+        seen.append((gc.get_threshold()[0], gc.get_freeze_count()))
+        return content_hash(context)
+
+    monkeypatch.setattr(calibration, "content_hash", hashed)
+    before = gc.get_threshold()
+    calibration.library_cross_validate(source=source, processes=1, reuse=False)
+    assert len(seen) == 1
+    threshold, frozen = seen[0]
+    assert threshold == max(before[0], GC_YOUNG)
+    assert frozen > 0  # the library read just before is frozen: no collection walks it
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
