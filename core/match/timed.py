@@ -6,11 +6,11 @@ was patient N on the first hospital visit?" reads the same row and asks for its 
 its age. Which word names which time column comes from the library, never from a list: the library's
 templates that read a time column of a table in a time condition or return it ("how many patients were
 discharged from the hospital in 2100?": admissions.dischtime) say words that every such template says
-and no template reading another time column says ("discharged", not "admitted": those name
-admissions.admittime; not "patients": every kind says it). The words that say the base's own column ("how old") are the words most
-paraphrases of the base say and the library's templates of the same SQL returning another column
-("what was the insurance of …") do not: they are left out of the base's wording, and the question's
-words for the time take their place.
+and no template reading another time column says ("discharged"; not "admitted", which would name
+admissions.admittime; not "patients", which every kind says). The words that say the base's own
+column ("how old") are the words its paraphrases say and the library's templates of the same SQL
+returning another column ("what was the insurance of …") rarely do: they are left out of the base's
+wording, and the question's words for the time take their place.
 
 Hard rules (refused before anything is built): no negation; the question asks for a time
 (operators.says_time: "when", "what time", "the date of"); the base returns one bare non-time column
@@ -44,8 +44,8 @@ if TYPE_CHECKING:  # the vote is library.py's, and library.py calls compose.py, 
     from core.match.library import Vote
 
 MIN_FAMILIES = 2  # templates that must read a time column (all saying the word) before a word names it
-OWN_SHARE = 0.5  # a base's word for its column: said by at least this share of its paraphrases…
-OTHER_SHARE = 0.2  # …and by less than this share of each same-SQL template returning another column
+OWN_SHARE = 0.5  # a time column's word: said by at least this share of the paraphrases of each template
+OTHER_SHARE = 0.2  # a base's word for its column: said by less than this share of each same-SQL sibling's
 TIME_NOUNS = frozenset({"time", "date"})  # the words TIME_COLUMN reads a time column's name by
 
 
@@ -182,15 +182,22 @@ def library_times(index: LibraryIndex) -> LibraryTimes:
         c: tuple(i for k in timed[c] for i in index.members[k] if _says(index, i, w))
         for c, w in words.items()
     }
+    out = LibraryTimes(words, sayers, _own_words(shapes, said))
+    index._compose_times = out  # type: ignore[attr-defined]
+    return out
+
+
+def _own_words(shapes: dict[str, list[str]], said: dict[str, Counter]) -> dict[str, frozenset[str]]:
+    """Each base's words for the column it returns: said by any of its paraphrases and by few of each
+    template of the same SQL returning another column ("old", "age" for the age; not "patient" or
+    "visit"). Any paraphrase's, not most: a question saying one of them asks for the value too."""
     own = {}
     for keys in shapes.values():
         for key in keys:
             others = [said[k] for k in keys if k != key]
             if others:
                 own[key] = frozenset(w for w in said[key] if all(o[w] < OTHER_SHARE for o in others))
-    out = LibraryTimes(words, sayers, own)
-    index._compose_times = out  # type: ignore[attr-defined]
-    return out
+    return own
 
 
 def _said(index: LibraryIndex, members: list[int]) -> Counter:
