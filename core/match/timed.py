@@ -25,7 +25,7 @@ and risk as any composition (compose.py, feature `composed`): the guard judges e
 from __future__ import annotations
 
 import functools
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -119,7 +119,8 @@ def _returning(sql: str, dialect: str, old: str, new: str) -> str | None:
 @functools.lru_cache(maxsize=16384)
 def timed_columns(sql: str, dialect: str) -> frozenset[str]:
     """The time columns ("table.column") a SQL reads as a time: returned, or inside a time condition
-    (not only ordered on or checked for NULL, as every "first hospital visit" template does)."""
+    (not only ordered on or checked for NULL, as every "first hospital visit" template does, nor in a
+    duration: "the length of the ICU stay" names no time column)."""
     try:
         tree = parsed_sql(sql, dialect)
     except (SqlglotError, ValueError, RecursionError):
@@ -128,11 +129,22 @@ def timed_columns(sql: str, dialect: str) -> frozenset[str]:
     for column in tree.find_all(exp.Column):
         if not TIME_COLUMN.search(column.name.lower()) or isinstance(column.parent, (exp.Is, exp.Ordered)):
             continue
+        if _in_arithmetic(column):
+            continue  # a duration ("outtime - intime", "days since intime") is no time read
         select = column.find_ancestor(exp.Select)
         table = _tables(select).get(column.table.lower()) if select is not None else None
         if table:
             out.add(f"{table}.{column.name.lower()}")
     return frozenset(out)
+
+
+def _in_arithmetic(column: exp.Column) -> bool:
+    node = column.parent
+    while node is not None and not isinstance(node, exp.Select):
+        if isinstance(node, (exp.Sub, exp.Add, exp.Mul, exp.Div)):
+            return True
+        node = node.parent
+    return False
 
 
 def _tables(select: exp.Select) -> dict[str, str]:
@@ -163,14 +175,14 @@ def library_times(index: LibraryIndex) -> LibraryTimes:
     cached = getattr(index, "_compose_times", None)
     if cached is not None:
         return cached
-    said: dict[str, Counter] = {}  # template key -> stems said by at least OWN_SHARE of its paraphrases
+    said: dict[str, _Said] = {}  # template key -> the stems its paraphrases say (values masked)
     timed: dict[str, list[str]] = defaultdict(list)  # time column -> template keys reading it as a time
     shapes: dict[str, list[str]] = defaultdict(list)  # masked SQL -> keys returning one bare column
     for key, members in index.members.items():
         template = index.entries[members[0]].template if key != UNANSWERABLE else None
         if template is None or not template.usable:
             continue
-        said[key] = _said(index, members)
+        said[key] = _Said(index, members)
         for column in timed_columns(template.sql_template, template.dialect):
             timed[column].append(key)
         column, shape = selected_column(template.sql_template, template.dialect)
@@ -187,7 +199,7 @@ def library_times(index: LibraryIndex) -> LibraryTimes:
     return out
 
 
-def _own_words(shapes: dict[str, list[str]], said: dict[str, Counter]) -> dict[str, frozenset[str]]:
+def _own_words(shapes: dict[str, list[str]], said: dict[str, _Said]) -> dict[str, frozenset[str]]:
     """Each base's words for the column it returns: said by any of its paraphrases and by few of each
     template of the same SQL returning another column ("old", "age" for the age; not "patient" or
     "visit"). Any paraphrase's, not most: a question saying one of them asks for the value too."""
@@ -196,34 +208,52 @@ def _own_words(shapes: dict[str, list[str]], said: dict[str, Counter]) -> dict[s
         for key in keys:
             others = [said[k] for k in keys if k != key]
             if others:
-                own[key] = frozenset(w for w in said[key] if all(o[w] < OTHER_SHARE for o in others))
+                own[key] = frozenset(
+                    w for w in said[key].stems if all(o.share(w) < OTHER_SHARE for o in others)
+                )
     return own
 
 
-def _said(index: LibraryIndex, members: list[int]) -> Counter:
-    """Each content stem's share of the paraphrases that say it."""
-    counts: Counter = Counter()
-    for i in members:
-        template = index.entries[i].template
-        text = template.question if template is not None else index.entries[i].question
-        counts.update(
-            {stem(t.lower) for t in tokenize(text) if t.lower not in FUNCTION_WORDS and t.lower.isalpha()}
-        )
-    return Counter({w: n / len(members) for w, n in counts.items()})
+class _Said:
+    """The content stems each paraphrase of one template says, and each word's share of them, a word
+    said in any form counted ("discharge" with "discharged": words.same_stem)."""
+
+    def __init__(self, index: LibraryIndex, members: list[int]) -> None:
+        self.members = [_stems(_masked(index, i)) for i in members]
+        self.stems = frozenset().union(*self.members)
+        self._shares: dict[str, float] = {}
+
+    def share(self, word: str) -> float:
+        if word not in self._shares:
+            forms = {s for s in self.stems if same_stem(s, word)}
+            self._shares[word] = sum(1 for m in self.members if m & forms) / len(self.members)
+        return self._shares[word]
+
+
+def _masked(index: LibraryIndex, i: int) -> str:
+    """An entry's question with its values masked: "the discharge lounge" is a care unit, no time's word."""
+    template = index.entries[i].template
+    return template.masked_question if template is not None else index.entries[i].question
+
+
+def _stems(question: str) -> frozenset[str]:
+    return frozenset(
+        stem(t.lower) for t in tokenize(question) if t.lower not in FUNCTION_WORDS and t.lower.isalpha()
+    )
 
 
 def _time_words(
-    column: str, keys: list[str], timed: dict[str, list[str]], said: dict[str, Counter]
+    column: str, keys: list[str], timed: dict[str, list[str]], said: dict[str, _Said]
 ) -> frozenset[str]:
     """Stems most paraphrases of every template reading `column` as a time say, and no paraphrase of a
     template reading another time column (and not that one) says: "discharged", never "patients"."""
-    common = set.intersection(*({w for w, s in said[k].items() if s >= OWN_SHARE} for k in keys))
+    common = {w for w in said[keys[0]].stems if all(said[k].share(w) >= OWN_SHARE for k in keys)}
     mine = set(keys)
     for other, other_keys in timed.items():
         if other != column:
             for k in other_keys:
                 if k not in mine:
-                    common -= {w for w in common if said[k][w] > 0}
+                    common = {w for w in common if said[k].share(w) == 0}
     return frozenset(common)
 
 
@@ -252,7 +282,7 @@ def time_plans(reading: Reading, index: LibraryIndex, base: int, vote: Vote) -> 
     own = library.own_words.get(index.entries[base].key, frozenset())
     if not old or not own:
         return []
-    tokens = tokenize(reading.question)
+    tokens = tokenize(reading.masked)  # a value ("the discharge lounge") names no time
     if any(stem(t.lower) in own for t in tokens):
         return []  # the value asked too ("the age and the discharge time")
     named = {c for c, w in library.words.items() if any(_names(t.lower, w) for t in tokens)}
