@@ -19,6 +19,8 @@ Read it in this order; each module says why it is as it is:
                               words), and one composition made (entries, family, matched)
     reselected                compose's column swap: the one column a base returns for another of
                               its table, where library pairs show which phrase names which column
+    timed                     compose's time swap: the one column a base returns for the time column
+                              of its table the question names, the word learned from the library
     swap, items               compose's swaps: an aggregate for the one the question asks (swap), an
                               item for one of tables the library uses alike (items)
     calibrate                 P(correct) fitted by grouped cross-validation; the decision to answer

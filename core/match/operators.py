@@ -82,7 +82,8 @@ _OPERATOR_PATTERNS: dict[str, list[tuple[str, str]]] = {
 _VISIT = re.compile(
     r"\b(first|initial|earliest|1st|last|latest|most recent|final|current|present|this|ongoing)\s+"
     r"(?:(?:(?:hospital|icu|hospital's|ward)\s+)?(?:visit|encounter|admission|hospitalization|hospital)s?\b"
-    r"|(?:hospital|icu)\s+stays?\b)"
+    r"|(?:hospital|icu)\s+stays?\b"
+    r"|(?:enter(?:ed|s)?|entry|entries)\s+(?:into\s+|to\s+)?the\s+hospital\b)"  # "first entered the hospital"
 )
 _VISIT_NAMES = {"initial": "first", "earliest": "first", "1st": "first", "latest": "last", "most recent": "last",
                 "final": "last", "present": "current", "this": "current", "ongoing": "current"}  # fmt: skip

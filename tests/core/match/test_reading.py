@@ -360,3 +360,19 @@ def test_how_a_drug_is_taken_is_not_answered_with_its_price():
     assert question_operators("how is insulin taken?")["manner"] is True
     for question in ("how much is insulin?", "how many patients took insulin?", "how long was the stay?"):
         assert question_operators(question)["manner"] is None, question
+
+
+@pytest.mark.parametrize(
+    ("question", "visit", "order"),
+    [
+        # the first or last entry into the hospital is that visit, as "the first hospital visit" is
+        ("what was the admission type for patient 10027445's first entry into the hospital?", "first", None),
+        ("what was the admission type when patient 10018423 last entered the hospital?", "last", None),
+        # entering the hospital with no first or last names no visit; the first time in a visit is an order
+        ("has patient 10024043 entered the hospital since 2100?", None, None),
+        ("what was the first drug patient 10024043 received after entering the hospital?", None, "first"),
+    ],
+)
+def test_an_entry_into_the_hospital_is_a_visit(question, visit, order):
+    ops = question_operators(question)
+    assert (ops["visit"], ops["order"]) == (visit, order), question
