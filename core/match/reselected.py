@@ -66,7 +66,7 @@ class ColumnSwap:
         old_at = phrase_spans(template.question, self.old_phrase)
         if len(old_at) != 1 or phrase_spans(template.question, self.new_phrase):
             return None
-        sql = _swapped(template.sql_template, template.dialect, self.old, self.new)
+        sql = returning_column(template.sql_template, template.dialect, self.old, self.new)
         if sql is None:
             return None
         start, end = old_at[0]
@@ -112,8 +112,9 @@ def selected_column(sql: str, dialect: str) -> tuple[str, str]:
 
 
 @functools.lru_cache(maxsize=16384)
-def _swapped(sql: str, dialect: str, old: str, new: str) -> str | None:
-    """The SQL returning column `new` in place of `old` (same table, same alias), or None."""
+def returning_column(sql: str, dialect: str, old: str, new: str) -> str | None:
+    """The SQL returning column `new` in place of `old` (same table, same alias), or None. The one
+    way a composition swaps the returned column: this kind's and timed.py's (a time column)."""
     found, _ = selected_column(sql, dialect)
     if found != old or old.split(".")[0] != new.split(".")[0]:
         return None

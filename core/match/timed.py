@@ -36,7 +36,7 @@ from sqlglot.errors import SqlglotError
 from core.match.index import UNANSWERABLE, LibraryIndex
 from core.match.operators import question_operators, says_time
 from core.match.reading import Reading
-from core.match.reselected import selected_column
+from core.match.reselected import returning_column, selected_column
 from core.match.template import TIME_COLUMN, Template, answer_kind, parsed_sql
 from core.match.words import FUNCTION_WORDS, same_stem, stem, tokenize
 
@@ -78,7 +78,7 @@ class TimeSwap:
         ]
         if not any(stem(t.lower) in self.old_words for t in gone):
             return None
-        sql = _returning(template.sql_template, template.dialect, self.old, self.new)
+        sql = returning_column(template.sql_template, template.dialect, self.old, self.new)
         if sql is None:
             return None
         parts, at = [], 0
@@ -103,17 +103,6 @@ def _names(word: str, stems: frozenset[str]) -> bool:
         return False
     s = stem(word)
     return any(same_stem(s, t) for t in stems)
-
-
-@functools.lru_cache(maxsize=16384)
-def _returning(sql: str, dialect: str, old: str, new: str) -> str | None:
-    """The SQL returning column `new` in place of `old` (same table, same alias), or None."""
-    found, _ = selected_column(sql, dialect)
-    if found != old or old.split(".")[0] != new.split(".")[0]:
-        return None
-    tree = parsed_sql(sql, dialect).copy()  # changed below: a copy
-    tree.expressions[0].unalias().set("this", exp.to_identifier(new.split(".", 1)[1]))
-    return tree.sql(dialect=dialect, copy=False)
 
 
 @functools.lru_cache(maxsize=16384)
