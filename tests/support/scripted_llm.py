@@ -801,18 +801,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open(args.script, encoding="utf-8") as fh:
             load_script(llm, json.load(fh))
 
-    done = threading.Event()
+    # The handler only appends to a list: it runs in the main thread between two bytecodes, and a
+    # threading.Event's set() takes the lock its wait() may hold at that moment, a deadlock (the
+    # process once ignored SIGTERM for good that way).
+    signals: list[int] = []
 
     def _on_signal(signum: int, frame: Any) -> None:
-        done.set()
+        signals.append(signum)
 
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
     llm.start()
     print(llm.base_url, flush=True)
     try:
-        while not done.wait(0.2):
-            pass
+        while not signals:
+            time.sleep(0.05)
     finally:
         llm.stop()
     return 0
