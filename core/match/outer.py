@@ -36,13 +36,20 @@ def _outer_tables(sql: str, dialect: str) -> tuple[tuple[str, str], ...]:
     tree = parsed_sql(sql, dialect)
     if not isinstance(tree, exp.Select):
         return ()
-    sources = [tree.args.get("from_") or tree.args.get("from"), *(tree.args.get("joins") or [])]
+    return tuple(select_tables(tree).items())
+
+
+def select_tables(select: exp.Select) -> dict[str, str]:
+    """One SELECT's own tables (its FROM and joins, not its subqueries'): alias (or name, as written)
+    -> bare table name, lower-cased. The one reading of them: the outer SELECT's here, any SELECT's in
+    timed.py."""
+    sources = [select.args.get("from_") or select.args.get("from"), *(select.args.get("joins") or [])]
     out = {}
     for source in sources:
         table = source.this if source is not None else None
         if isinstance(table, exp.Table):
             out[table.alias_or_name] = table.name.lower()
-    return tuple(out.items())
+    return out
 
 
 def read_below(tree: exp.Select, table: str) -> bool:

@@ -35,6 +35,7 @@ from sqlglot.errors import SqlglotError
 
 from core.match.index import UNANSWERABLE, LibraryIndex
 from core.match.operators import question_operators, says_time
+from core.match.outer import select_tables
 from core.match.reading import Reading
 from core.match.reselected import returning_column, selected_column
 from core.match.template import TIME_COLUMN, Template, answer_kind, parsed_sql
@@ -121,7 +122,8 @@ def timed_columns(sql: str, dialect: str) -> frozenset[str]:
         if _in_arithmetic(column):
             continue  # a duration ("outtime - intime", "days since intime") is no time read
         select = column.find_ancestor(exp.Select)
-        table = _tables(select).get(column.table.lower()) if select is not None else None
+        tables = {a.lower(): t for a, t in select_tables(select).items()} if select is not None else {}
+        table = tables.get(column.table.lower())
         if table:
             out.add(f"{table}.{column.name.lower()}")
     return frozenset(out)
@@ -134,16 +136,6 @@ def _in_arithmetic(column: exp.Column) -> bool:
             return True
         node = node.parent
     return False
-
-
-def _tables(select: exp.Select) -> dict[str, str]:
-    """One SELECT's own tables by alias (or name), lower-cased: alias -> bare table name."""
-    sources = [select.args.get("from_") or select.args.get("from"), *(select.args.get("joins") or [])]
-    return {
-        s.this.alias_or_name.lower(): s.this.name.lower()
-        for s in sources
-        if s is not None and isinstance(s.this, exp.Table)
-    }
 
 
 # --- what the library shows -------------------------------------------------------------------------
