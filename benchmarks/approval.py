@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         print("target (< 1 s, no model loaded):", "met" if ok else "NOT met")
         return 0 if ok else 1
     finally:
-        embedded.stop(started)
+        embedded.release(started)
 
 
 if __name__ == "__main__":

@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         from infra import embedded
 
-        embedded.stop(started)
+        embedded.release(started)
     print(f"distinct composed templates: {counts}")
     print("\n".join(shown))
     return 1 if counts["differ"] else 0

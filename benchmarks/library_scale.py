@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         from infra import embedded
 
-        embedded.stop(started)
+        embedded.release(started)
     print(f"load average at start: {load_at_start}; running on: {targets.machine()}\n")
     print(table(["what", "measured", "detail", "load at start"], rows))
     return 0

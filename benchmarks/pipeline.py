@@ -219,7 +219,7 @@ def prepare(home: Path = DEFAULT_HOME, *, log: Callable[[str], None] | None = No
         log(f"clinical data ready in {time.monotonic() - t0:.1f} s ({summary})")
         demo_users_ensure()
     except BaseException:
-        embedded.stop(started)
+        embedded.release(started)
         raise
     return started
 
@@ -832,7 +832,7 @@ def main(argv: list[str] | None = None) -> int:
             child.stop()
         from infra import embedded
 
-        stopped = embedded.stop(started)
+        stopped = embedded.release(started)
         if stopped:
             _log(f"stopped {', '.join(stopped)}")
     print(f"running on: {targets.machine()}\n")

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         from infra import embedded
 
-        embedded.stop(started)
+        embedded.release(started)
     print(f"calibration{' + valid' if args.valid else ''}: {wall:.1f} s wall, {cpu:.1f} s CPU here, "
           f"{children:.1f} s CPU in workers; load {_load()}")  # fmt: skip
     by_generation = ", ".join(f"gen {g}: {n} taking {collected['cpu'][g]:.1f} s CPU"

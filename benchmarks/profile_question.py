@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         from infra import embedded
 
-        embedded.stop(started)
+        embedded.release(started)
     n = len(walls)
     under = ", under cProfile" if args.profile else ""
     print(f"{n} train questions{under}: wall p50 {percentile(walls, 50):.0f} ms, p95 {percentile(walls, 95):.0f} ms; "

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         from infra import embedded
 
-        embedded.stop(started)
+        embedded.release(started)
     print("\n# targets\n")
     print(f"mode: {mode}; in use: {in_use}\n")
     print(targets.report(home))

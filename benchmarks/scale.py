@@ -240,7 +240,7 @@ def retime(home: Path, repeat: int) -> dict:
         found["templates"], _ = _timed("library templates", lambda: _template_times(source_get(None), repeat))
         return found
     finally:
-        embedded.stop(started)
+        embedded.release(started)
 
 
 def one_size(
@@ -299,7 +299,7 @@ def one_size(
                 "warm_up_s": warm_s, "database_bytes": size, "rows": rows, "templates": templates,
                 "questions": asked}  # fmt: skip
     finally:
-        embedded.stop(started)
+        embedded.release(started)
 
 
 # --------------------------------------------------------------------------- both sizes, the report

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         from infra import embedded
 
-        embedded.stop(started)
+        embedded.release(started)
     rows = [
         ["manage.py retrieve: whole command", f"{values['retrieve_wall_s']:.2f}"],
         ["manage.py ask: start to the first stage done", f"{values['ask_first_stage_s']:.2f}"],

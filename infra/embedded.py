@@ -9,6 +9,8 @@ settings, manage.py and the Celery app all need it before Django is configured.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import pwd
@@ -562,9 +564,125 @@ def _bootstrap_once(p: Paths, home: Path | None) -> None:
         mark.write_text(stamp)
 
 
-def ensure_started(home: Path | None = None) -> list[str]:
-    """Start whatever embedded service is configured and not running; name what was started."""
+# --------------------------------------------------------------------------- users of the services
+#
+# Several processes may use one ASKDB_HOME's servers at once (two benchmarks, a test run beside a
+# shell). The process that started a server used to stop it when it ended, under the others. Now
+# each process that starts or reuses the servers holds a lease (a file named after its pid, with
+# its start time, so a reused pid is not mistaken for it); a process that is done releases its
+# lease, and what it started is stopped only when no other live process holds one — else the
+# stop is owed, and the last user to release pays it.
+
+
+def _users_dir(p: Paths) -> Path:
+    return p.home / "users"
+
+
+@contextlib.contextmanager
+def _users_locked(p: Paths):
+    """One process at a time reads and changes the leases (two releasing at once would each see the
+    other's lease and neither stop the servers)."""
+    folder = _users_dir(p)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield folder
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _process_stamp(pid: int) -> str | None:
+    """pid and start time: what a lease records, None for a process that is gone."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return f"{pid} {proc.create_time()}"
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def _other_users(folder: Path) -> list[int]:
+    """The live processes other than this one and its own children holding a lease; stale leases
+    (a process that ended without releasing, as every plain manage.py command does) are removed.
+    Children do not count: a process ends what it started (the demo's web server and worker, a test's
+    subprocess) before it releases, and one that has not yet finished dying must not keep the servers."""
+    import psutil
+
+    me = psutil.Process()
+    mine = {me.pid} | {child.pid for child in me.children(recursive=True)}
+    users = []
+    for lease in folder.glob("[0-9]*"):
+        try:
+            recorded = lease.read_text().strip()
+            pid = int(lease.name)
+        except (OSError, ValueError):
+            continue
+        if _process_stamp(pid) != recorded:
+            lease.unlink(missing_ok=True)
+        elif pid not in mine:
+            users.append(pid)
+    return sorted(users)
+
+
+def _owed(folder: Path) -> set[str]:
+    try:
+        return set((folder / "owed").read_text().split())
+    except OSError:
+        return set()
+
+
+def _write_owed(folder: Path, services: set[str]) -> None:
+    if services:
+        (folder / "owed").write_text(" ".join(sorted(services)))
+    else:
+        (folder / "owed").unlink(missing_ok=True)
+
+
+def _lease(folder: Path, started: list[str]) -> None:
+    """This process uses the servers. A server it has just started owes no earlier stop (whoever owed
+    it one saw it stopped already)."""
+    stamp = _process_stamp(os.getpid())
+    if stamp:
+        (folder / str(os.getpid())).write_text(stamp)
+    if started:
+        _write_owed(folder, _owed(folder) - set(started))
+
+
+def release(started: list[str], home: Path | None = None) -> list[str]:
+    """This process is done with the embedded servers: stop those it started (`started`, what
+    ensure_started returned) unless another live process still uses them — then the last of those to
+    release stops them. Name what was stopped; [] when they are left to another user."""
     p = paths(home)
+    if not started and not _users_dir(p).exists():
+        return []  # this process never leased (external servers): nothing to release
+    with _users_locked(p) as folder:
+        (folder / str(os.getpid())).unlink(missing_ok=True)
+        owed = _owed(folder) | set(started)
+        if _other_users(folder):
+            _write_owed(folder, owed)
+            return []
+        _write_owed(folder, set())
+        # Under the lock: a process starting meanwhile waits, then finds the servers stopped.
+        return stop([name for name in ("redis", "postgresql") if name in owed], home) if owed else []
+
+
+def ensure_started(home: Path | None = None) -> list[str]:
+    """Start whatever embedded service is configured and not running; name what was started. This
+    process holds a lease on the servers from now on (see release)."""
+    if not (uses_embedded_postgres() or uses_embedded_redis()):
+        return []  # external servers: nothing to start, nothing of ours to lease
+    p = paths(home)
+    with _users_locked(p) as folder:  # one process at a time starts them, none while one stops them
+        started = _start(p, home)
+        _lease(folder, started)
+    return started
+
+
+def _start(p: Paths, home: Path | None) -> list[str]:
     started = []
     if uses_embedded_postgres():
         check_system_dependencies()

@@ -29,10 +29,10 @@ def pytest_configure(config):
 
 def pytest_unconfigure(config):
     started = getattr(config, "_askdb_started", None)
-    if started:
+    if started is not None:  # released even when this run started nothing: it may be the last user
         from infra import embedded
 
-        embedded.stop(started)
+        embedded.release(started)
 
 
 @pytest.fixture

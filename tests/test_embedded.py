@@ -178,3 +178,79 @@ def test_the_started_server_uses_the_sizes(home, monkeypatch):
     mb = int(shown["effective_cache_size"][:-2]) * to_mb[shown["effective_cache_size"][-2:]]
     # Memory available moves between the two readings (other processes run): same size, roughly.
     assert abs(mb - int(computed.removesuffix("MB"))) <= 0.2 * mb
+
+
+# A process using one ASKDB_HOME's servers, in another interpreter: it leases them (ensure_started),
+# says what it started, waits for a line, releases what it started and says what it stopped.
+_USER = """
+import json, sys
+from pathlib import Path
+from infra import embedded
+home = Path(sys.argv[1])
+started = embedded.ensure_started(home)
+print(json.dumps(sorted(started)), flush=True)
+sys.stdin.readline()
+print(json.dumps(sorted(embedded.release(started, home))), flush=True)
+"""
+
+
+def _user(home):
+    import subprocess
+    import sys
+
+    return subprocess.Popen(
+        [sys.executable, "-c", _USER, str(home)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=embedded.BASE_DIR,
+    )
+
+
+def _running(home):
+    return embedded.status(home) == {"postgresql": True, "redis": True}
+
+
+def test_the_process_that_started_the_servers_ending_does_not_stop_them_under_another(home):
+    # Two benchmarks on one ASKDB_HOME: the first starts the servers, the second reuses them; the
+    # first ends and used to stop PostgreSQL under the second.
+    first = _user(home)
+    try:
+        assert first.stdout.readline().strip() == '["postgresql", "redis"]'
+        assert embedded.ensure_started(home) == []  # this process: a second user
+        first.stdin.write("\n")
+        first.stdin.flush()
+        assert first.stdout.readline().strip() == "[]"  # left running for this process
+        assert first.wait(30) == 0
+        assert _running(home)
+        with psycopg.connect(embedded.pg_dsn("askdb", home=home)) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        # The last user out pays the stop the first one owed, though it started nothing itself.
+        assert sorted(embedded.release([], home)) == ["postgresql", "redis"]
+        assert embedded.status(home) == {"postgresql": False, "redis": False}
+    finally:
+        first.kill()
+
+
+def test_a_lease_of_a_process_that_is_gone_or_reused_does_not_keep_the_servers(home):
+    started = embedded.ensure_started(home)
+    users = embedded.paths(home).home / "users"
+    (users / "999999999").write_text("999999999 0.0")  # a pid no process has
+    parent = psutil.Process().ppid()  # alive, but its lease was written by an earlier process
+    (users / str(parent)).write_text(f"{parent} 1.0")
+    assert sorted(embedded.release(started, home)) == ["postgresql", "redis"]
+    assert not (users / "999999999").exists() and not (users / str(parent)).exists()
+
+
+def test_a_process_that_releases_is_not_kept_waiting_by_its_own_children(home):
+    # The demo's web server and worker, or a test's subprocess, lease the servers as children of the
+    # process that started them; it ends them before it releases, and one still dying must not
+    # keep the servers running after the demo has stopped.
+    started = embedded.ensure_started(home)
+    child = _user(home)
+    try:
+        assert child.stdout.readline().strip() == "[]"  # it holds a lease now
+        assert sorted(embedded.release(started, home)) == ["postgresql", "redis"]
+    finally:
+        child.kill()
+        child.wait(30)

@@ -154,11 +154,11 @@ class Command(BaseCommand):
             ok = self._run(supervisor, smoke, host, port, question, stopping, t0)
         finally:
             supervisor.stop_all()
-            if smoke or started_services:
-                # The demo owns the services it started; `--smoke` always leaves nothing behind.
-                stopped = embedded.stop(None if smoke else started_services)
-                if stopped:
-                    self.stdout.write(f"stopped {', '.join(stopped)}")
+            # The demo owns the services it started; `--smoke` always leaves nothing behind. Either is
+            # left to another process still using them, the last of which stops them.
+            stopped = embedded.release(["redis", "postgresql"] if smoke else started_services)
+            if stopped:
+                self.stdout.write(f"stopped {', '.join(stopped)}")
             if claimed:
                 pidfile.unlink(missing_ok=True)
         if smoke and not ok:
