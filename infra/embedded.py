@@ -645,6 +645,7 @@ def _write_owed(folder: Path, services: set[str]) -> None:
 def _lease(folder: Path, started: list[str]) -> None:
     """This process uses the servers. A server it has just started owes no earlier stop (whoever owed
     it one saw it stopped already)."""
+    _other_users(folder)  # prunes the leases of processes gone (every plain manage.py command leaves one)
     stamp = _process_stamp(os.getpid())
     if stamp:
         (folder / str(os.getpid())).write_text(stamp)

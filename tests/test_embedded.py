@@ -240,6 +240,9 @@ def test_a_lease_of_a_process_that_is_gone_or_reused_does_not_keep_the_servers(h
     (users / str(parent)).write_text(f"{parent} 1.0")
     assert sorted(embedded.release(started, home)) == ["postgresql", "redis"]
     assert not (users / "999999999").exists() and not (users / str(parent)).exists()
+    (users / "999999999").write_text("999999999 0.0")
+    embedded.ensure_started(home)  # a new lease prunes the stale ones too (manage.py never releases)
+    assert not (users / "999999999").exists() and (users / str(os.getpid())).exists()
 
 
 def test_a_process_that_releases_is_not_kept_waiting_by_its_own_children(home):
