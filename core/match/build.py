@@ -34,6 +34,7 @@ from core.match.template import (
     Slot,
     Template,
     bind_sql,
+    dialect_named,
     literal_core,
     parse_sql,
     parsed_sql,
@@ -119,10 +120,10 @@ def _normalised(sql: str, dialect: str, generated: bool) -> tuple[str, exp.Expr]
     (a parse of that same text); else its normal form is parsed again."""
     if generated:
         tree = parsed_sql(sql, dialect)
-        if tree.sql(dialect=dialect) == sql:  # copies: the cached tree stays as parsed
+        if tree.sql(dialect=dialect_named(dialect)) == sql:  # copies: the cached tree stays as parsed
             return sql, tree
     # A tree of its own, generated without the copy sqlglot makes by default (a third of the cost).
-    normalised = parse_sql(sql, dialect).sql(dialect=dialect, copy=False)
+    normalised = parse_sql(sql, dialect).sql(dialect=dialect_named(dialect), copy=False)
     return normalised, parsed_sql(normalised, dialect)
 
 
@@ -133,7 +134,7 @@ def _unusable_sql(question: str, sql: str, dialect: str, ops: dict, error: objec
 def _round_trip_error(tree: exp.Expr, normalised: str, dialect: str) -> str:
     """Why the parse of `normalised` does not generate `normalised` again ("" when it does)."""
     try:
-        if tree.sql(dialect=dialect) != normalised:  # copies: the cached tree stays as parsed
+        if tree.sql(dialect=dialect_named(dialect)) != normalised:  # copies: the cached tree stays as parsed
             return "the SQL does not survive a round trip through sqlglot"
     except (SqlglotError, ValueError, RecursionError) as error:
         return str(error)

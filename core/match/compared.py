@@ -43,7 +43,7 @@ from core.match.operators import _OPERATOR_PATTERNS, _TIME_WORDS
 from core.match.reading import Reading
 from core.match.spans import CALENDAR_TYPES, DATE, NUMBER, YEAR
 from core.match.swap import AggregateSwap
-from core.match.template import Template, parsed_sql
+from core.match.template import Template, dialect_named, parsed_sql
 from core.match.words import tokenize
 
 if TYPE_CHECKING:  # the vote is library.py's, and library.py calls compose.py, which calls this module
@@ -102,7 +102,9 @@ class ComparisonFlip:
         for node, c in found:
             node.replace(COMPARISONS[flips[(c.form, c.operator)]](this=node.this, expression=node.expression))
         question = template.question[:start] + self.new_word + template.question[end:]
-        return question, tree.sql(dialect=template.dialect, copy=False)  # our copy: not copied again
+        return question, tree.sql(
+            dialect=dialect_named(template.dialect), copy=False
+        )  # our copy: not copied again
 
 
 def comparison_plans(
@@ -252,7 +254,7 @@ def _shape_of(sql: str, dialect: str, slots: tuple[int, ...]) -> tuple[str, tupl
         literals[i].replace(exp.var("slot"))
     for node, _ in found:
         node.replace(exp.func("CMP", node.this, node.expression))
-    return tree.sql(dialect=dialect, copy=False), tuple(c for _, c in found)
+    return tree.sql(dialect=dialect_named(dialect), copy=False), tuple(c for _, c in found)
 
 
 def _comparisons(template: Template) -> tuple[Comparison, ...]:
@@ -292,7 +294,7 @@ def _operand(side: exp.Expr, dialect: str) -> str:
         # a value is masked, a format ('%m-%Y') kept: it says what is compared
         return exp.var("_v") if isinstance(node, exp.Literal) and "%" not in node.this else node
 
-    return side.transform(mask).sql(dialect=dialect, copy=False)  # transform made it a copy
+    return side.transform(mask).sql(dialect=dialect_named(dialect), copy=False)  # transform made it a copy
 
 
 def _governed(found, literals: frozenset[int] | None) -> list:

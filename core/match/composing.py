@@ -26,7 +26,7 @@ from core.match.index import Entry, Family, LibraryIndex, entry_for
 from core.match.outer import conjuncts, outer_tables, read_below
 from core.match.precheck import refused_family
 from core.match.replace import replaced
-from core.match.template import Template, parsed_sql
+from core.match.template import Template, dialect_named, parsed_sql
 
 if TYPE_CHECKING:  # the vote is library.py's, and library.py calls compose.py, which calls this module
     from core.match.library import Vote
@@ -105,12 +105,15 @@ def composed_entry(
 ) -> Entry | None:
     """One paraphrase composed with the condition (added, or dropped) as a library entry, or None;
     made once: the same compositions come back question after question, and fold after fold in a
-    calibration (keyed by content, so a changed library never reads a stale one)."""
+    calibration (keyed by content, so a changed library never reads a stale one). A swap's entry is
+    keyed by the swap alone, not by `cond`: _compose_one reads nothing of the condition for a swap
+    (`cond` is then only its wording, what the answer shows), so questions that say one swap in
+    other words (retimed.TimeReplace.shown) share it."""
     template = entry.template
     assert template is not None
-    key = (entry.example_id, template.question, template.sql_template, template.dialect,
-           cond.table, cond.slot_type, cond.phrase, cond.ident, cond.sql, drop, swap,
-           old.ident if old is not None else "")  # fmt: skip
+    key = (entry.example_id, template.question, template.sql_template, template.dialect, drop, swap,
+           old.ident if old is not None else "",
+           None if swap is not None else (cond.table, cond.slot_type, cond.phrase, cond.ident, cond.sql))  # fmt: skip
     if key not in _COMPOSED:
         if len(_COMPOSED) > 50_000:
             _COMPOSED.clear()
@@ -166,7 +169,7 @@ def _with(template: Template, cond: Condition) -> str:
     conjunct = cond.conjunct.copy()
     for column in conjunct.find_all(exp.Column):
         column.set("table", exp.to_identifier(aliases[0]))
-    return tree.where(conjunct, copy=False).sql(dialect=template.dialect, copy=False)
+    return tree.where(conjunct, copy=False).sql(dialect=dialect_named(template.dialect), copy=False)
 
 
 def _without(template: Template, cond: Condition) -> str:
@@ -181,12 +184,14 @@ def _without(template: Template, cond: Condition) -> str:
             column.set("table", None)
         for lit in masked.find_all(exp.Literal):
             lit.replace(exp.var(cond.slot_type))
-        if masked.sql(dialect=template.dialect, copy=False) != ident:
+        if masked.sql(dialect=dialect_named(template.dialect), copy=False) != ident:
             keep.append(conjunct)
     if len(keep) == len(conjuncts(tree.args["where"].this)):
         return ""
     tree.set("where", None)
-    return (tree.where(*keep, copy=False) if keep else tree).sql(dialect=template.dialect, copy=False)
+    return (tree.where(*keep, copy=False) if keep else tree).sql(
+        dialect=dialect_named(template.dialect), copy=False
+    )
 
 
 _FAMILIES: dict[tuple, Family] = {}

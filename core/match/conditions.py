@@ -24,7 +24,7 @@ from core.match.outer import conjuncts, outer_tables
 from core.match.reading import Reading
 from core.match.replace import REPLACEABLE_TYPES, words
 from core.match.spans import DECADE, GENDER, NUMBER, VALUE, YEAR
-from core.match.template import Template, parsed_sql
+from core.match.template import Template, dialect_named, parsed_sql
 from core.match.words import tokenize
 
 if TYPE_CHECKING:  # the vote is library.py's, and library.py calls compose.py, which calls this module
@@ -178,8 +178,8 @@ def _conditions_of(example_id: int | None, template: Template) -> list[Condition
             lit.replace(exp.var(slot.type))
         out.append(Condition(
             example_id, tables[next(iter(aliases))], plain, slot.type, template.question[start:end], start, end,
-            f"{tables[next(iter(aliases))]}:{masked.sql(dialect=template.dialect, copy=False)}",
-            plain.sql(dialect=template.dialect), frozenset(_columns_of(plain)),
+            f"{tables[next(iter(aliases))]}:{masked.sql(dialect=dialect_named(template.dialect), copy=False)}",
+            plain.sql(dialect=dialect_named(template.dialect)), frozenset(_columns_of(plain)),
             words(template.question[start:slot.start]), words(template.question[slot.end:end]),
         ))  # fmt: skip
     return out

@@ -28,6 +28,7 @@ judges every word, and the answer is shown as "… instead of …" and goes to r
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections import Counter, defaultdict
@@ -44,7 +45,7 @@ from core.match.operators import _TIME_WORDS
 from core.match.outer import conjuncts
 from core.match.reading import Reading
 from core.match.spans import CALENDAR_TYPES, DATE, NUMBER, PERIOD_TYPES, YEAR
-from core.match.template import TIME_COLUMN, Template, parsed_sql
+from core.match.template import TIME_COLUMN, Template, dialect_named, parsed_sql, without_positions
 from core.match.words import tokenize
 
 if TYPE_CHECKING:  # the vote is library.py's, and library.py calls compose.py, which calls this module
@@ -87,7 +88,9 @@ class TimeReplace:
     old_form: tuple[str, ...]
     old_text: str  # the base question's phrase: what the answer says it replaced
     new_text: str  # the source question's phrase (its values: binding writes the question's)
-    shown: str  # the question's own phrase
+    # The question's own phrase: shown in the answer alone (`phrase`), never written by `apply`, so two
+    # replacements that differ in it alone are equal (composing.composed_entry makes their entry once).
+    shown: str = dataclasses.field(compare=False)
     conditions: tuple[str, ...]
 
     @property
@@ -264,7 +267,10 @@ def _timing(sql: str, dialect: str, masks: tuple[tuple[int, str, str, str, str],
     if any(names.get(id(lit)) in slots for lit in tree.find_all(exp.Literal)):
         return None  # a slot of the condition used outside it too: replacing it would change more
     return Timing(
-        tree.sql(dialect=dialect, copy=False), next(iter(forms)), next(iter(columns)), frozenset(slots)
+        tree.sql(dialect=dialect_named(dialect), copy=False),
+        next(iter(forms)),
+        next(iter(columns)),
+        frozenset(slots),
     )
 
 
@@ -303,7 +309,7 @@ def _masked(part: exp.Expr, dialect: str) -> str:
     def mask(node: exp.Expr) -> exp.Expr:
         return exp.var("_c") if isinstance(node, exp.Column) else node
 
-    return part.transform(mask).sql(dialect=dialect, copy=False)  # transform made it a copy
+    return part.transform(mask).sql(dialect=dialect_named(dialect), copy=False)  # transform made it a copy
 
 
 def _mark(select: exp.Select, parts: list[exp.Expr], column: str) -> None:
@@ -342,7 +348,7 @@ def _conditions_of(sql: str, dialect: str, indices: tuple[int, ...], column: str
     for part in found[0]:
         for col in part.find_all(exp.Column):
             col.set("table", None)
-        out.append(part.sql(dialect=dialect))
+        out.append(part.sql(dialect=dialect_named(dialect)))
     return tuple(out)
 
 
@@ -379,14 +385,16 @@ def _rewritten(
             keep.append(part)
         select.set("where", None)
         select.where(*keep, copy=False)
-    return tree.sql(dialect=dialect, copy=False)  # our copy
+    return tree.sql(dialect=dialect_named(dialect), copy=False)  # our copy
 
 
 @functools.lru_cache(maxsize=4096)
 def _condition_trees(conditions: tuple[str, ...], dialect: str) -> tuple[exp.Expr, ...]:
     """A source's time conditions parsed once: every base paraphrase it is written into (fold after
-    fold) would parse them again. Callers copy them before changing anything."""
-    return tuple(sqlglot.parse_one(c, dialect=dialect) for c in conditions)
+    fold) would parse them again. Callers copy them before changing anything; kept without the
+    parser's positions and empty comment lists (template.without_positions: the same SQL is written
+    from them, and each copy costs half as much)."""
+    return tuple(without_positions(sqlglot.parse_one(c, dialect=dialect_named(dialect))) for c in conditions)
 
 
 # --- time phrases -----------------------------------------------------------------------------------

@@ -200,3 +200,70 @@ def test_a_sources_conditions_read_once_are_keyed_by_which_literals_hold_its_val
     first = _conditions(said, "charttime")
     assert first == ("STRFTIME('%Y', charttime) = '2100'",) and _conditions(said, "charttime") is first
     assert _conditions(unsaid, "charttime") == ()  # "charttime = '2100'" holds no slot's value here
+
+
+def test_replacements_that_differ_in_the_shown_phrase_alone_make_one_composition():
+    """A replacement's `shown` (the question's own phrase) is display alone: two that differ only in it
+    are equal and compose one entry, made once (composing.composed_entry); the attacks: a replacement
+    that writes another condition or another phrase, or a condition added in other words (no swap:
+    its wording is what it writes), is never served another's entry."""
+    import dataclasses
+
+    import sqlglot
+    from sqlglot import exp
+
+    from core.match import composing
+    from core.match.conditions import Condition
+
+    question = "What was the last heart rate of patient 10004235 in 2100?"
+    sql = chart(10004235, "heart rate", year(2100))
+    base = entry_for(1, question, sql, build_template(question, sql, dialect="sqlite"))
+    timing = template_timing(base.template)
+    assert timing is not None
+    ago19 = ("DATETIME(charttime) >= DATETIME(CURRENT_TIME, '-19 month')",)
+    ago5 = ("DATETIME(charttime) >= DATETIME(CURRENT_TIME, '-5 month')",)
+    first = TimeReplace(timing.form, "in 2100", "since 19 months ago", "since 5 months ago", ago19)
+    second = TimeReplace(timing.form, "in 2100", "since 19 months ago", "in the last 5 months", ago19)
+    assert first == second and hash(first) == hash(second) and first.phrase != second.phrase
+    other_sql = TimeReplace(timing.form, "in 2100", "since 19 months ago", "since 5 months ago", ago5)
+    other_text = TimeReplace(timing.form, "in 2100", "since 5 months ago", "since 5 months ago", ago19)
+    assert first != other_sql and first != other_text
+
+    def wording(swap: TimeReplace) -> Condition:
+        return Condition(2, "", exp.true(), "aggregate", swap.phrase)
+
+    made = composing.composed_entry(base, wording(first), drop=False, swap=first)
+    assert made is not None and "since 19 months ago" in made.question and "-19 month" in made.template.sql
+    assert composing.composed_entry(base, wording(second), drop=False, swap=second) is made
+    assert first.apply(base.template) == second.apply(base.template) == (made.question, made.template.sql)
+    for other in (other_sql, other_text):
+        entry = composing.composed_entry(base, wording(other), drop=False, swap=other)
+        assert entry is not None and entry is not made
+        assert (entry.question, entry.template.sql) == other.apply(base.template)
+    # a condition added (no swap) is keyed by its wording and SQL, as before
+    older = "SELECT COUNT(*) FROM patients WHERE patients.anchor_age > 65"
+    plain = entry_for(4, "How many patients are older than 65?", older,
+                      build_template("How many patients are older than 65?", older, dialect="sqlite"))  # fmt: skip
+    gender = sqlglot.parse_one("gender = 'F'", dialect="sqlite")
+    female = Condition(3, "patients", gender, "gender", "who are female", ident="g", sql="gender = 'F'")
+    women = dataclasses.replace(female, phrase="who are women")
+    one, other = (composing.composed_entry(plain, c, drop=False) for c in (female, women))
+    assert one is not None and other is not None and one is not other
+    assert one.question.endswith("who are female?") and other.question.endswith("who are women?")
+
+
+def test_a_sources_kept_conditions_write_what_a_fresh_parse_writes():
+    """_condition_trees keeps the conditions without the parser's positions and empty comment lists
+    (cheaper copies): the SQL written from them and into a base is the same, a real comment stays."""
+    import sqlglot
+
+    conditions = (
+        "DATETIME(charttime) >= DATETIME(CURRENT_TIME, '-19 month')",
+        "STRFTIME('%m', charttime) = '03' /* kept */",
+    )
+    kept = _condition_trees(conditions, "sqlite")
+    fresh = [sqlglot.parse_one(c, dialect="sqlite") for c in conditions]
+    assert [k.sql(dialect="sqlite") for k in kept] == [f.sql(dialect="sqlite") for f in fresh]
+    assert [k.copy().sql(dialect="sqlite") for k in kept] == [f.copy().sql(dialect="sqlite") for f in fresh]
+    assert kept == tuple(fresh) and "kept" in kept[1].sql(dialect="sqlite")
+    assert all(node.meta == {} and node.comments != [] for k in kept for node in k.walk())

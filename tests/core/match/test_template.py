@@ -19,6 +19,8 @@ from core.match.template import (
     _literal_for,
     _skeleton_of,
     bind_sql,
+    dialect_named,
+    parse_sql,
     parsed_sql,
     template_is_current,
     template_key,
@@ -585,3 +587,28 @@ def test_a_kept_parse_keeps_a_comment_that_says_something():
     kept = parsed_sql(sql, "sqlite")
     assert kept.copy().sql(dialect="sqlite") == fresh.sql(dialect="sqlite")
     assert "the newest" in kept.copy().sql(dialect="sqlite")
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_one_dialect_instance_reads_and_writes_sql_as_its_name_does(dialect):
+    """dialect_named hands out one shared sqlglot Dialect per name: every parse and every write with
+    it must be the one the name gives, and using it must not change it (the attack: a shared
+    instance that a parse or a write left different would change every later reading)."""
+    shared = dialect_named(dialect)
+    assert dialect_named(dialect) is shared
+    before = dict(vars(shared))
+    sqls = [
+        "SELECT COUNT(*) FROM patients AS p WHERE p.gender = 'F' AND p.anchor_age > 65",
+        "SELECT labevents.valuenum FROM labevents WHERE labevents.subject_id = 1 AND "
+        "STRFTIME('%Y', labevents.charttime) = '2100' ORDER BY labevents.charttime DESC LIMIT 1",
+        "SELECT d.long_title FROM d_icd_diagnoses AS d WHERE d.long_title LIKE '%o''brien%'",
+        "SELECT CAST(x AS INT) FROM t WHERE DATETIME(t.charttime) >= DATETIME(CURRENT_TIME, '-19 month')",
+        "SELECT MAX(a.admittime) FROM admissions AS a WHERE a.hadm_id IN (SELECT hadm_id FROM icustays)",
+    ]
+    for sql in sqls:
+        by_name = sqlglot.parse_one(sql, dialect=dialect)
+        by_instance = sqlglot.parse_one(sql, dialect=shared)
+        assert by_instance == by_name
+        assert by_instance.sql(dialect=shared) == by_name.sql(dialect=dialect)
+        assert parse_sql(sql, dialect).sql(dialect=shared) == by_name.sql(dialect=dialect)
+    assert vars(shared) == before == vars(sqlglot.Dialect.get_or_raise(dialect))
