@@ -9,10 +9,22 @@ from rapidfuzz import fuzz
 from core.match.binding import Bound
 from core.match.candidate import TemplateCandidate
 from core.match.index import Family
-from core.match.operators import ops_key
+from core.match.operators import VISIT_NOUNS, ops_key, same_visit
 from core.match.spans import TEXT, VALUE, Span
 from core.match.template import Template
-from core.match.words import content_words, plain, same_stem, same_word
+from core.match.words import content_words, guard_words, plain, same_stem, same_word, stem
+
+# A visit's nouns as the guard reads them ("encounter" is "visit") and as stems (operators.VISIT_NOUNS).
+_VISIT_WORDS = frozenset(guard_words(" ".join(VISIT_NOUNS))) | frozenset(stem(w) for w in VISIT_NOUNS)
+
+
+def visit_words_compared(ops: dict[str, Any], family: Family | None) -> frozenset[str]:
+    """The visit's nouns a question need not say for this template ("the first discharge" beside "the
+    first hospital visit"): where it reads the visit every paraphrase reads, the visit operator has
+    compared them (operators.same_visit). The words rule and the features read them alike."""
+    if family is None or not same_visit(ops, family.operators.get("visit", frozenset())):
+        return frozenset()
+    return _VISIT_WORDS
 
 
 def masked_with(question: str, template: Template, work: Bound) -> str:
@@ -38,7 +50,10 @@ def match_features(
     work: Bound,
     runs: list[Span],
     quoted: list[Span],
+    compared: frozenset[str] = frozenset(),
 ) -> dict[str, float]:
+    """What the risk model reads of one bound template; `compared`: words the question need not say
+    (visit_words_compared)."""
     masked = masked_with(question, template, work)
     masked_similarity = fuzz.token_sort_ratio(plain(masked), plain(template.masked_question)) / 100
     new_words = set(content_words(masked))
@@ -48,7 +63,7 @@ def match_features(
     placed_words = sum(len(content_words(p.text)) for p in work.placed.values() if p.type == TEXT)
     leftover = sum(len(content_words(r.text)) for r in runs) + sum(len(content_words(q.text)) for q in quoted)
     extra = max(0, leftover - placed_words)
-    missing = sum(1 for w in old_words if not any(same_word(w, n) for n in new_words))
+    missing = sum(1 for w in old_words - compared if not any(same_word(w, n) for n in new_words))
     value_scores = [b.score for b in work.bindings.values() if b.type == VALUE]
     similarity = candidate.similarity if candidate.similarity is not None else masked_similarity
     slots_bound = all(s.name in work.bindings for s in template.slots)
@@ -76,6 +91,7 @@ def paraphrase_missing(said: set[str], family: Family, ops: dict[str, Any] | Non
     when no single word is in all of them (the template's `core`).
     """
     mine = ops_key(ops) if ops is not None else None
+    compared = visit_words_compared(ops, family) if ops is not None else frozenset()
     known: dict[str, bool] = {}  # paraphrases share most words: each is judged once
 
     def is_said(w: str) -> bool:
@@ -83,6 +99,7 @@ def paraphrase_missing(said: set[str], family: Family, ops: dict[str, Any] | Non
             known[w] = (
                 w in said
                 or w in family.neutral
+                or w in compared
                 or any(same_stem(w, x) or x in family.synonyms.get(w, ()) for x in said)
             )
         return known[w]

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from core.match import reasons as R
 from core.match.binding import MIN_VALUE_SCORE, Bound, bind_and_check, bind_values
 from core.match.candidate import MatchResult, TemplateCandidate
-from core.match.features import masked_with, match_features, paraphrase_missing
+from core.match.features import masked_with, match_features, paraphrase_missing, visit_words_compared
 from core.match.reading import Reading
 from core.match.risk import DEFAULT_CALIBRATION, Calibration
 from core.match.rules import BOUND, QUESTION, SQL, TEMPLATE, apply_rules
@@ -77,7 +77,10 @@ def match_one(
     if not bound.reasons:
         bound.sql = bind_and_check(template, bound, catalog)
     apply_rules(SQL, reading, candidate, bound)
-    features = match_features(reading.question, candidate, template, bound, bound.runs, list(reading.quoted))
+    compared = visit_words_compared(reading.ops, candidate.family)
+    features = match_features(
+        reading.question, candidate, template, bound, bound.runs, list(reading.quoted), compared
+    )
     if candidate.family is not None:
         features["paraphrase_missing"] = float(paraphrase_missing(bound.said, candidate.family, reading.ops))
     confidence = 0.0 if bound.reasons else calibration.predict(features)

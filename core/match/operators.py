@@ -85,8 +85,31 @@ _VISIT = re.compile(
     r"|(?:hospital|icu)\s+stays?\b"
     r"|(?:enter(?:ed|s)?|entry|entries)\s+(?:into\s+|to\s+)?the\s+hospital\b)"  # "first entered the hospital"
 )
+# "the first discharge", "last discharged", "the last time patient N was discharged", "discharged from the
+# hospital for the first time": the first or last visit, as "the first hospital visit" is (train's
+# every such question returns that visit's discharge time), not an order within one; never "the
+# discharge lounge" (a care unit) nor "discharged since 2100" (no first or last).
+_DISCHARGE_ORDINAL = r"(first|initial|earliest|1st|last|latest|most recent|final)"
+_DISCHARGE = re.compile(
+    rf"\b{_DISCHARGE_ORDINAL}\s+(?:hospital\s+)?discharge[ds]?\b(?!\s+lounge)"
+    rf"|\b{_DISCHARGE_ORDINAL}\s+time\s+(?:that\s+)?(?:\S+\s+){{0,3}}?(?:was|were|is|got|get|gets)\s+discharged\b"
+    rf"|\bdischarged\s+(?:from\s+(?:the\s+)?hospitals?\s+)?for\s+the\s+{_DISCHARGE_ORDINAL}\s+time\b"
+)
+# The nouns a visit is said with ("the first hospital visit", "the last encounter", "the first
+# hospitalization"). Where the question reads the template's visit in other words ("the first
+# discharge", "the last entry into the hospital"), the visit operator has compared them: they say which
+# visit, not what the template is about (same_visit). Never "admission" (the admission type's word too),
+# nor "icu" (an ICU stay is no hospital visit).
+VISIT_NOUNS = ("visit", "encounter", "stay", "hospitalization", "hospital")
 _VISIT_NAMES = {"initial": "first", "earliest": "first", "1st": "first", "latest": "last", "most recent": "last",
                 "final": "last", "present": "current", "this": "current", "ongoing": "current"}  # fmt: skip
+
+
+def same_visit(ops: dict[str, Any], visits: frozenset) -> bool:
+    """Whether the question (its operators `ops`) reads the one visit every paraphrase of a template
+    reads (`visits`: the values of their "visit" key), so that VISIT_NOUNS need not be said."""
+    visit = ops.get("visit")
+    return bool(visit) and visits == frozenset({visit})
 
 
 def question_operators(question: str) -> dict[str, Any]:
@@ -109,7 +132,13 @@ def _operators_of(question: str) -> dict[str, Any]:
     time. The same dict either way: it depends on the text alone (this module's patterns and word
     lists), and its values (strings, None, booleans) cannot change; callers get a copy of it."""
     text = " " + re.sub(r"\s+", " ", question.lower().replace("’", "'")) + " "
-    visits = [(m.start(), m.end(), _VISIT_NAMES.get(m.group(1), m.group(1))) for m in _VISIT.finditer(text)]
+    asked = text  # "what was the last time patient N was discharged": the visit's words may ask a time
+    visits = [
+        (m.start(), m.end(), _VISIT_NAMES.get(word, word))
+        for pattern in (_VISIT, _DISCHARGE)
+        for m in pattern.finditer(text)
+        for word in [next(g for g in m.groups() if g)]
+    ]
     for start, end, _ in visits:  # the visit's own first/last is not the question's order
         text = text[:start] + " " * (end - start) + text[end:]
     ops: dict[str, Any] = {"visit": "|".join(sorted({v for _, _, v in visits})) or None}
@@ -141,9 +170,9 @@ def _operators_of(question: str) -> dict[str, Any]:
             r"(?:^\s*|[,;:]\s*|\b(?:me|know|us)\s+)when\b|\bwhen\s+(?:was|did|is|were|has|had|does|do|will|are)\b"
             r"|\bwhat (?:time|date|day)\b|\bthe (?:time|date) (?:of|when)\b|\b(?:instance|moment|occasion) when\b"
             r"|\b(?:what|which) (?:is|was|were) the (?:\w+ )?(?:first|last|latest|earliest|initial) time\b",
-            text,
+            asked,
         )
-        or _OPENS_WITH_TIME.search(text.strip())
+        or _OPENS_WITH_TIME.search(asked.strip())
     )
     # A yes/no question ("has patient … been …?", "was … given?") asks whether, not what or how much.
     ops["yes_no"] = bool(

@@ -8,7 +8,10 @@ with its time period said another way: the question names a period relative to n
 ago", "this year", "last month") where the template names a fixed one ("in 2100"), or the reverse.
 That is a whole condition replaced, not an operator flipped, and it mostly sits both in the outer
 WHERE and in the subquery that picks the first or last row (where replace.py does not reach: it
-would change one copy and leave the other). Here every copy is replaced alike.
+would change one copy and leave the other). Here every copy is replaced alike, on each time column
+the condition bounds: "the drug prescribed after the procedure this month" bounds both events' times
+by the one period the question says (train's two-event templates write it on both), so "in 03/2100"
+said of it is written on both too.
 
 Which condition a time phrase writes comes from the library, never from a list: two templates that
 are the same SQL but for their time condition on one column (the frame), whose paraphrases each say
@@ -20,8 +23,9 @@ values, so a phrase learned over a lab's charttime applies to a drug's starttime
 Hard rules (refused before anything is built): no negation in the question; the question says one
 time phrase (its time values and the words around them) and the library maps it; the base paraphrase
 says one time phrase, made of exactly its time condition's slots, mapped to the base's condition;
-the base template has one time condition (conjuncts over one time column, no subquery, the same in
-every WHERE that has it) and the two conditions differ. The composition then goes through the same
+the base template has one time condition (conjuncts over a time column, no subquery, the same in
+every WHERE that has it, on every time column; never two time columns in one WHERE) and the two
+conditions differ. The composition then goes through the same
 rules, binding, validation and risk as any other (compose.py, feature `composed`): the guard still
 judges every word, and the answer is shown as "… instead of …" and goes to review.
 """
@@ -66,7 +70,9 @@ class Timing:
 
     frame: str  # the SQL with slot values masked and the condition's conjuncts marked
     form: tuple[str, ...]  # the condition's conjuncts, column and slot values masked
-    column: str  # the time column it filters ("charttime")
+    # the time columns it filters ("charttime"; "charttime" and "starttime" where one period bounds
+    # two events: "the drug prescribed after the procedure this month", each event's time in it)
+    columns: tuple[str, ...]
     slots: frozenset[str]  # names of the slots it holds
 
 
@@ -105,7 +111,7 @@ class TimeReplace:
         if timing is None or said is None or timing.form != self.old_form:
             return None
         indices = tuple(sorted(u.index for slot in template.slots for u in slot.uses))
-        sql = _rewritten(template.sql_template, template.dialect, indices, timing.column, self.conditions)
+        sql = _rewritten(template.sql_template, template.dialect, indices, timing.columns, self.conditions)
         if sql is None:
             return None
         return template.question[: said.start] + self.new_text + template.question[said.end :], sql
@@ -215,7 +221,7 @@ def _source(index: LibraryIndex, i: int) -> tuple[str, tuple[str, ...]] | None:
     said = said_phrase(template, timing) if template is not None and timing is not None else None
     if template is None or timing is None or said is None:
         return None
-    conditions = _conditions(template, timing.column)
+    conditions = _conditions(template, timing.columns)
     return (template.question[said.start : said.end], conditions) if conditions else None
 
 
@@ -223,7 +229,8 @@ def _source(index: LibraryIndex, i: int) -> tuple[str, tuple[str, ...]] | None:
 
 
 def template_timing(template: Template) -> Timing | None:
-    """The template's one time condition, or None (none, two, or one not the same in every WHERE)."""
+    """The template's one time condition, or None (none, two, or one not the same in every WHERE and
+    on every time column it filters)."""
     masks = tuple(
         sorted(
             (use.index, use.prefix, use.suffix, slot.type, slot.name)
@@ -249,9 +256,10 @@ def _timing(sql: str, dialect: str, masks: tuple[tuple[int, str, str, str, str],
             names[id(marked)] = name
             literals[index].replace(marked)
     found = _timed(tree, set(names))
-    columns = {c for _, _, c in found}
-    if not found or len(columns) != 1:
-        return None  # none, or two time columns filtered: which one a phrase says is not known
+    if not found or _nested(found):
+        return None
+    # One form on every column (the period that bounds both events); two forms, or two time columns
+    # in one WHERE, and which one a phrase says is not known.
     forms = {tuple(_masked(p, dialect) for p in parts) for _, parts, _ in found}
     slots = {
         names[id(lit)]
@@ -266,12 +274,30 @@ def _timing(sql: str, dialect: str, masks: tuple[tuple[int, str, str, str, str],
         _mark(select, parts, name)
     if any(names.get(id(lit)) in slots for lit in tree.find_all(exp.Literal)):
         return None  # a slot of the condition used outside it too: replacing it would change more
+    columns = tuple(sorted({c for _, _, c in found}))
     return Timing(
-        tree.sql(dialect=dialect_named(dialect), copy=False),
-        next(iter(forms)),
-        next(iter(columns)),
-        frozenset(slots),
+        tree.sql(dialect=dialect_named(dialect), copy=False), next(iter(forms)), columns, frozenset(slots)
     )
+
+
+def _nested(found: list[tuple[exp.Select, list[exp.Expr], str]]) -> bool:
+    """Whether a copy on one time column sits inside a SELECT that filters another ("the last heart
+    rate in 2100" whose admission is in 2100 too): the period of the event and of what holds it, not
+    one period of two events side by side ("the drug after the procedure this month", T1 JOIN T2)."""
+    for outer, _, column in found:
+        for inner, _, other in found:
+            if other != column and inner is not outer and _inside(inner, outer):
+                return True
+    return False
+
+
+def _inside(node: exp.Expr, outer: exp.Expr) -> bool:
+    parent = node.parent
+    while parent is not None:
+        if parent is outer:
+            return True
+        parent = parent.parent
+    return False
 
 
 def _timed(tree: exp.Expr, slotted: set[int]) -> list[tuple[exp.Select, list[exp.Expr], str]]:
@@ -327,21 +353,23 @@ def _mark(select: exp.Select, parts: list[exp.Expr], column: str) -> None:
     select.where(*keep, copy=False)
 
 
-def _conditions(template: Template, column: str) -> tuple[str, ...]:
+def _conditions(template: Template, columns: tuple[str, ...]) -> tuple[str, ...]:
     """The time condition's conjuncts (their own values, columns unqualified) of one WHERE."""
     indices = tuple(sorted({u.index for slot in template.slots for u in slot.uses}))
-    return _conditions_of(template.sql_template, template.dialect, indices, column)
+    return _conditions_of(template.sql_template, template.dialect, indices, columns)
 
 
 @functools.lru_cache(maxsize=16384)
-def _conditions_of(sql: str, dialect: str, indices: tuple[int, ...], column: str) -> tuple[str, ...]:
+def _conditions_of(
+    sql: str, dialect: str, indices: tuple[int, ...], columns: tuple[str, ...]
+) -> tuple[str, ...]:
     """Once per source SQL: the nearest source of a time phrase is the same entry question after
     question, fold after fold (a tree copy and a generation each time, before). Keyed by all it
     reads: the SQL, and which of its literals hold a slot's value."""
     tree = parsed_sql(sql, dialect).copy()  # changed below: a copy
     literals = list(tree.find_all(exp.Literal))
     slotted = {id(literals[i]) for i in indices if i < len(literals)}
-    found = [parts for _, parts, c in _timed(tree, slotted) if c == column]
+    found = [parts for _, parts, c in _timed(tree, slotted) if c in columns]
     if not found:
         return ()
     out = []
@@ -354,11 +382,11 @@ def _conditions_of(sql: str, dialect: str, indices: tuple[int, ...], column: str
 
 @functools.lru_cache(maxsize=16384)
 def _rewritten(
-    sql: str, dialect: str, indices: tuple[int, ...], column: str, conditions: tuple[str, ...]
+    sql: str, dialect: str, indices: tuple[int, ...], columns: tuple[str, ...], conditions: tuple[str, ...]
 ) -> str | None:
-    """The SQL with every copy of its time condition (on `column`, holding the literals at `indices`)
-    replaced by `conditions` on its column: once per base paraphrase and source (every question that
-    asks the same period of the same base composes the same SQL, fold after fold)."""
+    """The SQL with every copy of its time condition (on `columns`, holding the literals at `indices`)
+    replaced by `conditions`, each copy on its own column: once per base paraphrase and source (every
+    question that asks the same period of the same base composes the same SQL, fold after fold)."""
     try:
         tree = parsed_sql(sql, dialect).copy()  # changed below: a copy
         new = _condition_trees(conditions, dialect)  # only copied below
@@ -366,7 +394,7 @@ def _rewritten(
         return None
     literals = list(tree.find_all(exp.Literal))
     slotted = {id(literals[i]) for i in indices if i < len(literals)}
-    found = [(s, parts) for s, parts, c in _timed(tree, slotted) if c == column]
+    found = [(s, parts) for s, parts, c in _timed(tree, slotted) if c in columns]
     if not found:
         return None
     for select, parts in found:

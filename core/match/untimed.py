@@ -40,7 +40,7 @@ from sqlglot.errors import SqlglotError
 from core.match.index import UNANSWERABLE, LibraryIndex
 from core.match.outer import conjuncts
 from core.match.reading import Reading
-from core.match.retimed import TIME_KEYS, TIME_TYPES, _phrases, _timed, said_phrase, template_timing
+from core.match.retimed import TIME_KEYS, TIME_TYPES, _nested, _phrases, _timed, said_phrase, template_timing
 from core.match.spans import NUMBER
 from core.match.template import Template, parsed_sql
 
@@ -70,7 +70,7 @@ class TimeDrop:
         if timing is None or said is None or timing.form != self.old_form:
             return None
         indices = tuple(sorted(u.index for slot in template.slots for u in slot.uses))
-        sql = _dropped(template.sql_template, template.dialect, indices, timing.column)
+        sql = _dropped(template.sql_template, template.dialect, indices, timing.columns)
         if sql is None:
             return None
         question = template.question[: said.start] + " " + template.question[said.end :]
@@ -160,15 +160,15 @@ def _masked_rest(
             marked.add(id(new))
             literals[index].replace(new)
     found = _timed(tree, marked)
-    if len({c for _, _, c in found}) > 1:
-        return None
+    if any(not parts for _, parts, _ in found) or _nested(found):
+        return None  # two time columns in one WHERE, or one inside the other: not one condition
     _leave_out(found)
     return tree.sql(dialect=dialect, copy=False), bool(found)
 
 
 @functools.lru_cache(maxsize=16384)
-def _dropped(sql: str, dialect: str, indices: tuple[int, ...], column: str) -> str | None:
-    """The SQL with every copy of its time condition (on `column`, holding the literals at `indices`)
+def _dropped(sql: str, dialect: str, indices: tuple[int, ...], columns: tuple[str, ...]) -> str | None:
+    """The SQL with every copy of its time condition (on `columns`, holding the literals at `indices`)
     left out: once per base paraphrase (every question that drops the same base's time composes the
     same SQL, fold after fold)."""
     try:
@@ -177,7 +177,7 @@ def _dropped(sql: str, dialect: str, indices: tuple[int, ...], column: str) -> s
         return None
     literals = list(tree.find_all(exp.Literal))
     slotted = {id(literals[i]) for i in indices if i < len(literals)}
-    found = [f for f in _timed(tree, slotted) if f[2] == column]
+    found = [f for f in _timed(tree, slotted) if f[2] in columns]
     if not found:
         return None
     _leave_out(found)

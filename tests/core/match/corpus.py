@@ -164,6 +164,12 @@ MUST_ABSTAIN = [
     "how old was patient 10021118 and when was the patient discharged at the first hospital visit?",
     "how many days was patient 10021118 in the hospital before the discharge at the first hospital visit?",
     "when was patient 10021118 transferred to the icu at the first hospital visit?",
+    # "the first discharge", "discharged for the last time" are that visit (operators._DISCHARGE): never
+    # for an event after it, a discharge location, or the discharge from the ICU (no hospital visit).
+    "what was the first drug prescribed to patient 10021118 after the first discharge?",
+    "when was the first time patient 10021118 was discharged to home?",
+    "when was patient 10021118's first discharge from the icu?",
+    "when was patient 10021118 last discharged from the icu?",
 ]
 ANSWERED_RIGHT = {
     "was the last heart rate of patient 10002428 less than the first heart rate?": (
@@ -220,6 +226,9 @@ READING = [
     "how many patients died by 2155?",
     "how many patients died in 2155, by any cause?",
     "how many patients died of causes caused by sepsis in 2155?",
+    "when was patient 10021118 discharged from the hospital for the first time?",
+    "what was the last time patient 10021118 was discharged from the hospital?",
+    "how old was patient 10021118 at the first discharge?",
 ]
 OTHER_IDS = ("10002428", "10014354", "10019003", "10031404", "10037861")
 

@@ -371,8 +371,46 @@ def test_how_a_drug_is_taken_is_not_answered_with_its_price():
         # entering the hospital with no first or last names no visit; the first time in a visit is an order
         ("has patient 10024043 entered the hospital since 2100?", None, None),
         ("what was the first drug patient 10024043 received after entering the hospital?", None, "first"),
+        # the first or last discharge is that visit too: train's every such question returns that
+        # visit's discharge time (ORDER BY dischtime, the visit's order)
+        ("when was patient 10022017's first discharge?", "first", None),
+        ("when was the last time patient 10040025 was discharged from hospital?", "last", None),
+        ("when did patient 10020187 get discharged from the hospital for the first time?", "first", None),
+        ("when patient 10010471 was last discharged from the hospital?", "last", None),
+        # discharged with no first or last names no visit; "the discharge lounge" is a care unit
+        ("how many patients were discharged from the hospital since 2100?", None, None),
+        ("when did patient 10039831 first stay in the careunit discharge lounge?", None, "first"),
+        # the first drug after the first discharge: the drug's order stays, "after" stays a sequence
+        (
+            "what was the first drug prescribed to patient 10022017 after the first discharge?",
+            "first",
+            "first",
+        ),
     ],
 )
 def test_an_entry_into_the_hospital_is_a_visit(question, visit, order):
     ops = question_operators(question)
     assert (ops["visit"], ops["order"]) == (visit, order), question
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "what was the last time that patient 10003046 was discharged from the hospital?",
+        "when was the first time patient 10020306 was discharged from hospital?",
+    ],
+)
+def test_a_discharge_s_visit_still_asks_its_time(question):
+    # the visit's words are no order, yet "what was the last time …" still asks for a time
+    ops = question_operators(question)
+    assert ops["visit"] and ops["when"] and not ops["order"], question
+
+
+def test_the_visit_s_nouns_need_not_be_said_only_for_the_same_visit():
+    from core.match.operators import same_visit
+
+    first = question_operators("when was patient 10022017's first discharge?")
+    assert same_visit(first, frozenset({"first"}))
+    assert not same_visit(first, frozenset({"last"}))
+    assert not same_visit(first, frozenset({"first", "last"}))  # not every paraphrase reads it
+    assert not same_visit(question_operators("when was patient 1 discharged?"), frozenset({None}))

@@ -123,7 +123,7 @@ def test_the_conditions_parsed_once_are_never_changed_by_the_bases_they_are_writ
     lab = "SELECT labevents.valuenum FROM labevents WHERE labevents.subject_id = 1 AND STRFTIME('%Y', labevents.charttime) = '2100'"
     drug = "SELECT prescriptions.drug FROM prescriptions WHERE prescriptions.subject_id = 1 AND STRFTIME('%Y', prescriptions.starttime) = '2100'"
     for sql, column in ((lab, "charttime"), (drug, "starttime")):
-        written = _rewritten(sql, "sqlite", (2,), column, conditions)  # the year literal
+        written = _rewritten(sql, "sqlite", (2,), (column,), conditions)  # the year literal
         table = sql.split()[1].split(".")[0]
         assert f"DATETIME({table}.{column}) >= DATETIME(CURRENT_TIME, '-5 month')" in written
         assert "'%Y'" not in written
@@ -197,9 +197,9 @@ def test_a_sources_conditions_read_once_are_keyed_by_which_literals_hold_its_val
     assert [s.type for s in said.slots] == ["patient_id", "year"] and [s.type for s in unsaid.slots] == [
         "patient_id"
     ]
-    first = _conditions(said, "charttime")
-    assert first == ("STRFTIME('%Y', charttime) = '2100'",) and _conditions(said, "charttime") is first
-    assert _conditions(unsaid, "charttime") == ()  # "charttime = '2100'" holds no slot's value here
+    first = _conditions(said, ("charttime",))
+    assert first == ("STRFTIME('%Y', charttime) = '2100'",) and _conditions(said, ("charttime",)) is first
+    assert _conditions(unsaid, ("charttime",)) == ()  # "charttime = '2100'" holds no slot's value here
 
 
 def test_replacements_that_differ_in_the_shown_phrase_alone_make_one_composition():
@@ -267,3 +267,67 @@ def test_a_sources_kept_conditions_write_what_a_fresh_parse_writes():
     assert [k.copy().sql(dialect="sqlite") for k in kept] == [f.copy().sql(dialect="sqlite") for f in fresh]
     assert kept == tuple(fresh) and "kept" in kept[1].sql(dialect="sqlite")
     assert all(node.meta == {} and node.comments != [] for k in kept for node in k.walk())
+
+
+# Two events side by side, one period said of both (EHRSQL's "the drug prescribed after the procedure
+# in 2100": each event's own SELECT has the period on its own time column, T1 JOIN T2).
+TWO_EVENTS = (
+    "SELECT T2.drug FROM ( SELECT procedures_icd.subject_id, procedures_icd.charttime FROM procedures_icd "
+    "WHERE procedures_icd.subject_id = {p} AND procedures_icd.icd_code = ( SELECT d_icd_procedures.icd_code FROM d_icd_procedures WHERE d_icd_procedures.long_title = '{code}' ) AND {t1} ) AS T1 JOIN ( "
+    "SELECT prescriptions.subject_id, prescriptions.drug, prescriptions.starttime FROM prescriptions WHERE "
+    "prescriptions.subject_id = {p} AND {t2} ) AS T2 ON T1.subject_id = T2.subject_id "
+    "WHERE T1.charttime < T2.starttime"
+)
+
+
+def two_events(p: int, code: str, when) -> str:
+    """`when(column)`: the period's condition on one event's time column."""
+    return TWO_EVENTS.format(
+        p=p, code=code, t1=when("procedures_icd.charttime"), t2=when("prescriptions.starttime")
+    )
+
+
+def in_year(y: int):
+    return lambda column: f"strftime('%Y',{column}) = '{y}'"
+
+
+def months_ago(n: int):
+    return lambda column: f"datetime({column}) >= datetime(current_time,'-{n} month')"
+
+
+def test_one_period_of_two_events_is_replaced_on_both():
+    base = "What drug was patient 10004235 prescribed after the procedure colonoscopy in 2100?"
+    template = build_template(base, two_events(10004235, "colonoscopy", in_year(2100)), dialect="sqlite")
+    timing = template_timing(template)
+    assert timing is not None and timing.columns == ("charttime", "starttime")
+    assert timing.form == ("STRFTIME('%Y', _c) = '<year>'",)
+    items = [
+        *ITEMS,
+        (base, two_events(10004235, "colonoscopy", in_year(2100))),
+        ("What drug was patient 10002428 prescribed after the procedure biopsy of kidney in 2100?", two_events(10002428, "biopsy of kidney", in_year(2100))),
+    ]  # fmt: skip
+    entries = [
+        entry_for(n, q, sql, build_template(q, sql, dialect="sqlite")) for n, (q, sql) in enumerate(items, 1)
+    ]
+    index = LibraryIndex(entries, embed([e.template.masked_question for e in entries]))
+    question = "What drug was patient 10021118 prescribed after the procedure colonoscopy since 5 months ago?"
+    found = [r for r in ask(index, question).results if r.hard_ok and r.composed_with]
+    assert found, [r.reasons for r in ask(index, question).results[:3]]
+    sql = found[0].sql
+    # the question's period on both events' times, the base's year on neither
+    assert "DATETIME(procedures_icd.charttime) >= DATETIME(CURRENT_TIME, '-5 month')" in sql
+    assert "DATETIME(prescriptions.starttime) >= DATETIME(CURRENT_TIME, '-5 month')" in sql
+    assert "'%Y'" not in sql and "10021118" in sql
+
+
+def test_two_events_with_two_periods_are_no_one_time_condition():
+    # the procedure in 2100, the drug since 5 months ago: which one a phrase says is not known
+    sql = TWO_EVENTS.format(
+        p=10004235, code="colonoscopy", t1=in_year(2100)("procedures_icd.charttime"), t2=months_ago(5)("prescriptions.starttime")
+    )  # fmt: skip
+    template = build_template(
+        "What drug was patient 10004235 prescribed since 5 months ago after the procedure colonoscopy in 2100?",
+        sql,
+        dialect="sqlite",
+    )
+    assert template_timing(template) is None

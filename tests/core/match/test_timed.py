@@ -122,3 +122,39 @@ def test_a_word_said_for_two_time_columns_names_neither():
     # "hospital" is said by the discharged and the admitted templates alike: it names no time column
     learnt = library_times(index_of(ITEMS))
     assert all("hospit" not in words and "hospital" not in words for words in learnt.words.values())
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "When was patient 10002428's first discharge?",
+        "When was patient 10002428 discharged from the hospital for the first time?",
+        "What was the first time patient 10002428 was discharged from the hospital?",
+        "When was patient 10002428 first discharged?",
+    ],
+)
+def test_the_first_discharge_is_the_first_visit_s_discharge_time(library, question):
+    # "the first discharge" is the first visit (operators._DISCHARGE), whose nouns ("hospital visit")
+    # the question need not say: the base's first visit with its discharge time returned
+    answers = [r for r in ask_with_own_values(library, question).results if r.hard_ok and r.composed_with]
+    assert answers, question
+    assert all("admissions.dischtime" in r.sql and "admittime ASC" in r.sql for r in answers)
+    assert all("10002428" in r.sql for r in answers)
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        # the last discharge is not the first visit
+        "When was patient 10002428's last discharge?",
+        # an ICU discharge: "icu" is no visit noun, so the base's words still miss it
+        "When was patient 10002428's first discharge from the icu?",
+        # a discharge location: a value the base has no place for
+        "When was the first time patient 10002428 was discharged to home?",
+    ],
+)
+def test_no_first_visit_discharge_time_for_another_discharge(library, question):
+    answers = [r for r in ask_with_own_values(library, question).results if r.hard_ok]
+    assert not any("admittime ASC" in (r.sql or "") and "dischtime" in (r.sql or "") for r in answers), (
+        question
+    )

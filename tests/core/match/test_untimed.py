@@ -116,3 +116,21 @@ def test_a_paraphrase_that_says_no_time_phrase_is_not_composed():
         dialect="sqlite",
     )
     assert TimeDrop(("STRFTIME('%Y', _c) = '<year>'",), "in 2100").apply(template) is None
+
+
+def test_one_period_of_two_events_is_left_out_of_both():
+    # the year said of both events ("the drug prescribed after the procedure in 2100") goes from both
+    # (the library's daily weight pair shows the year's form left out: the lesson is the form's)
+    from tests.core.match.test_retimed import in_year, two_events
+
+    items = [
+        *ITEMS,
+        ("What drug was patient 10004235 prescribed after the procedure colonoscopy in 2100?", two_events(10004235, "colonoscopy", in_year(2100))),
+        ("Which drug was patient 10038081 prescribed after the procedure colonoscopy in 2100?", two_events(10038081, "colonoscopy", in_year(2100))),
+    ]  # fmt: skip
+    index = index_of(items)
+    question = "What drug was patient 10021118 prescribed after the procedure colonoscopy?"
+    found = [r for r in ask_with_own_values(index, question).results if r.hard_ok and r.composed_with]
+    assert found, [r.reasons for r in ask_with_own_values(index, question).results[:3]]
+    sql = found[0].sql
+    assert "'%Y'" not in sql and "10021118" in sql and "T1.charttime < T2.starttime" in sql
