@@ -11,6 +11,13 @@ no column holding the attribute). The similarity floor acts in the pipeline, not
 never read. The learned model's held-out scores do not depend on the rules or the grounding, so
 they are kept in `.askdb/cache/gate_cv.pkl` and a change to the rules or the grounding is
 measured again in seconds (`--retrain` fits them again).
+
+`--record` scores every written set by both gates (the demo gate trained on the demo library, the
+EHRSQL gate on train) and the train CV once, keeping the gates' fits, every vector they used and
+every verdict in `.askdb/cache/gate_record.pkl`; `--replay` scores them all again from it with the
+current rules and grounding (no training, no encoding but a new attribute phrase's) and says which
+verdicts changed: a change to the rules or the grounding measured everywhere in seconds. A change to
+the learned model needs a new recording.
 """
 
 from __future__ import annotations
@@ -72,6 +79,17 @@ RELATIONS_SET = ROOT / "tests" / "askdb" / "answerability" / "relations_set.json
 # own question (round 19, written before round 19 changed the gate): scored only with --column-touch,
 # by both gates, counts only (held out: never listed).
 COLUMN_TOUCH_SET = ROOT / "tests" / "askdb" / "answerability" / "column_touch_set.jsonl"
+# A property asked of a thing a column names (a drug, a lab test, an insurance, a care unit) that no
+# column holds, beside the look-alike asking a property a column does hold (round 20, written before
+# round 20 changed the gate): the set round 20 built on, with --thing-property or --both-gates.
+THING_PROPERTY_SET = ROOT / "tests" / "askdb" / "answerability" / "thing_property_set.jsonl"
+# Every written set, as --both-gates and the recording score them.
+ALL_SETS = (DEMO_SET, NEW_KINDS_SET, SYNONYMS_SET, CATALOG_WORDS_SET, AMBIGUITY_SET, RESEARCHER_SET, UNANCHORED_SET,
+            UNSEEN_WORDS_SET, ENTITY_ATTRIBUTES_SET, COHORT_SET, RELATIONS_SET, COLUMN_TOUCH_SET,
+            THING_PROPERTY_SET)  # fmt: skip
+# Held out: their numbers are read, their questions never listed.
+HELD_OUT = (RELATIONS_SET.stem, COLUMN_TOUCH_SET.stem)
+RECORDING = ROOT / ".askdb" / "cache" / "gate_record.pkl"
 DEMO_LIBRARY = ROOT / "benchmarks" / "data" / "mimiciv" / "train.json"
 AS_OF_YEAR = 2100
 SIMILARITY_FLOOR = 0.15  # config/settings/base.py ASKDB_SIMILARITY_FLOOR's default
@@ -144,7 +162,7 @@ def cv_causes(cv: dict) -> dict:
                 by_model = oof[r, i] >= threshold * (m.VALUE_MARGIN if named[i] else 1.0)
                 let_through[("held" if held[r, i] and not by_model else "model", q.text)] += 1
     return {"gate": metrics, "model": model_only, "blocked": blocked, "let_through": let_through,
-            "dealings": len(dealings), "floor": floor_causes(cv, passed, y)}  # fmt: skip
+            "dealings": len(dealings), "floor": floor_causes(cv, passed, y), "passed": passed}  # fmt: skip
 
 
 def floor_causes(cv: dict, passed: np.ndarray, y: np.ndarray, floor: float = SIMILARITY_FLOOR) -> dict:
@@ -169,25 +187,58 @@ def floor_causes(cv: dict, passed: np.ndarray, y: np.ndarray, floor: float = SIM
     }
 
 
+def ehrsql_fit(cv: dict) -> dict:
+    """The fit of the gate trained on EHRSQL train (the cached one: the gate valid meets)."""
+    fit = {k: cv[k] for k in ("combiner", "threshold", "values", "vectors")}
+    return {**fit, "library": [(q.id, q.text, q.answerable) for q in cv["questions"]]}
+
+
+def ehrsql_gate(cv: dict, encoder=None):
+    """The gate trained on EHRSQL train, with no "now": the sets' years (2150) are the demo's, not
+    EHRSQL's. `encoder`: MiniLM unless given (a recording's)."""
+    return _gate_of(ehrsql_fit(cv), encoder or _minilm(), "ehrsql-train")
+
+
 def ehrsql_causes(cv: dict, paths: tuple[Path, ...]) -> dict[str, dict]:
-    """Written sets scored by the gate trained on EHRSQL train (the cached fit: the gate valid
-    meets), with no "now": the sets' years (2150) are the demo's, not EHRSQL's."""
+    """Written sets scored by the gate trained on EHRSQL train."""
+    gate = ehrsql_gate(cv)
+    return {f"{path.stem} (EHRSQL gate)": _score(gate, path) for path in paths}
+
+
+def _score(gate, path: Path) -> dict:
     from askdb.answerability.data import score_items
-    from askdb.answerability.model import AnswerabilityModel, MiniLMEncoder
+
+    return score_items(gate, [json.loads(line) for line in path.read_text().splitlines() if line.strip()])
+
+
+def demo_gate(encoder=None):
+    """The gate trained on the demo library, as tests/askdb/answerability trains it, and its fit
+    ({combiner, threshold, library, vectors}: what a recording keeps to build it again)."""
+    from askdb.answerability.model import LocalEncoder, TrainConfig, TrainQuestion, train
+    from infra.providers.embeddings import LocalEmbedder
+
+    encoder = encoder or LocalEncoder(LocalEmbedder())
+    tables, columns = _catalog()
+    library = [
+        TrainQuestion(i["id"], i["question"], i["category"] == "answerable", tuple(i.get("tables") or ()),
+                      "file", i.get("sql") or "")
+        for i in json.loads(DEMO_LIBRARY.read_text())
+    ]  # fmt: skip
+    result = train(library, tables, columns, encoder=encoder, config=TrainConfig())
+    fit = {"combiner": result.combiner, "threshold": result.threshold, "values": [],
+           "library": [(q.id, q.text, q.answerable) for q in library], "vectors": result.library_vectors}  # fmt: skip
+    return _gate_of(fit, encoder, "demo-set"), fit
+
+
+def _gate_of(fit: dict, encoder, version: str):
+    """A gate built from a fit, scoring with `encoder`."""
+    from askdb.answerability.model import AnswerabilityModel
 
     tables, columns = _catalog()
-    questions = cv["questions"]
-    gate = AnswerabilityModel(
-        MiniLMEncoder.installed(), cv["combiner"], cv["threshold"], tables, columns,
-        [(q.id, q.text, q.answerable) for q in questions], version="ehrsql-train", values=cv["values"],
-        vector_cache=dict(zip([q.text for q in questions], cv["vectors"], strict=True)),
+    return AnswerabilityModel(
+        encoder, fit["combiner"], fit["threshold"], tables, columns, fit["library"], version=version,
+        values=fit["values"], vector_cache=dict(zip([t for _, t, _ in fit["library"]], fit["vectors"], strict=True)),
     )  # fmt: skip
-    return {
-        f"{path.stem} (EHRSQL gate)": score_items(
-            gate, [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        )
-        for path in paths
-    }
 
 
 def demo_causes(
@@ -200,29 +251,13 @@ def demo_causes(
     cohort: bool = False,
     relations: bool = False,
     column_touch: bool = False,
+    thing_property: bool = False,
 ) -> dict[str, dict]:
     """The demo set and the new-kinds set scored by a gate trained on the demo library, as
     tests/askdb/answerability does."""
-    from askdb.answerability.data import score_items
-    from askdb.answerability.model import AnswerabilityModel, LocalEncoder, TrainConfig, TrainQuestion, train
-    from infra.providers.embeddings import LocalEmbedder
-
-    encoder = LocalEncoder(LocalEmbedder())
-    tables, columns = _catalog()
-    library = [
-        TrainQuestion(i["id"], i["question"], i["category"] == "answerable", tuple(i.get("tables") or ()),
-                      "file", i.get("sql") or "")
-        for i in json.loads(DEMO_LIBRARY.read_text())
-    ]  # fmt: skip
-    result = train(library, tables, columns, encoder=encoder, config=TrainConfig())
-    gate = AnswerabilityModel(
-        encoder, result.combiner, result.threshold, tables, columns, [(q.id, q.text, q.answerable) for q in library],
-        version="demo-set", vector_cache=dict(zip([q.text for q in library], result.library_vectors, strict=True)),
-    )  # fmt: skip
+    gate, _ = demo_gate()
     return {
-        path.stem: score_items(
-            gate, [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        )
+        path.stem: _score(gate, path)
         for path in (
             DEMO_SET,
             NEW_KINDS_SET,
@@ -235,8 +270,127 @@ def demo_causes(
             *((COHORT_SET,) if cohort else ()),
             *((RELATIONS_SET,) if relations else ()),
             *((COLUMN_TOUCH_SET,) if column_touch else ()),
+            *((THING_PROPERTY_SET,) if thing_property else ()),
         )
     }
+
+
+# -- the replay: every set by both gates and the train CV, from one recording ----------------------
+
+
+class RecordedEncoder:
+    """An encoder that keeps every vector it hands out, by text, and hands the same one out again:
+    a replay then gets the very vectors the recording's gates got (a batch and a single encoding may
+    differ in the last bits), and only a text never seen (a new attribute phrase) is encoded, by the
+    encoder `load` returns, loaded only then."""
+
+    def __init__(self, load, memo: dict | None = None) -> None:
+        self._load, self._inner = load, None
+        self.memo: dict[str, dict] = memo or {"questions": {}, "docs": {}}
+
+    def _vectors(self, kind: str, texts) -> np.ndarray:
+        texts = list(texts)
+        new = [t for t in dict.fromkeys(texts) if t not in self.memo[kind]]
+        if new:
+            self._inner = self._inner or self._load()
+            encode = self._inner.encode_questions if kind == "questions" else self._inner.encode_docs
+            self.memo[kind].update(zip(new, encode(new), strict=True))
+        if not texts:
+            return np.zeros((0, len(next(iter(self.memo[kind].values()), ()))), dtype=np.float32)
+        return np.vstack([self.memo[kind][t] for t in texts])
+
+    def encode_questions(self, texts) -> np.ndarray:
+        return self._vectors("questions", texts)
+
+    def encode_docs(self, texts) -> np.ndarray:
+        return self._vectors("docs", texts)
+
+
+class _Noting:
+    """A gate that notes each verdict it gives (passed, the gate's probability), in order."""
+
+    def __init__(self, gate) -> None:
+        self.gate, self.threshold, self.verdicts = gate, gate.threshold, []
+
+    def score(self, question: str, **kw):
+        s = self.gate.score(question, **kw)
+        self.verdicts.append((bool(s.answerable), float(s.gate_probability)))
+        return s
+
+
+def score_noted(gate, paths, suffix: str = "") -> tuple[dict[str, dict], dict[str, list]]:
+    """Each set's figures and its verdicts in order, keyed by the set's name (+ `suffix`)."""
+    scored, verdicts = {}, {}
+    for path in paths:
+        noting = _Noting(gate)
+        scored[path.stem + suffix] = _score(noting, path)
+        verdicts[path.stem + suffix] = noting.verdicts
+    return scored, verdicts
+
+
+def _minilm():
+    from askdb.answerability.model import MiniLMEncoder
+
+    return MiniLMEncoder.installed()
+
+
+def _local():
+    from askdb.answerability.model import LocalEncoder
+    from infra.providers.embeddings import LocalEmbedder
+
+    return LocalEncoder(LocalEmbedder())
+
+
+EHRSQL = " (EHRSQL gate)"
+
+
+def record(cv: dict | None, paths=ALL_SETS) -> tuple[dict, dict[str, dict]]:
+    """Score every set by both gates (and the train CV when `cv` is given) and keep what a replay
+    needs: each gate's fit, every vector it used, every verdict."""
+    out: dict = {"gates": {}, "verdicts": {}, "sets": [str(p) for p in paths]}
+    scored: dict[str, dict] = {}
+    demo_encoder = RecordedEncoder(_local)
+    gate, fit = demo_gate(demo_encoder)
+    s, v = score_noted(gate, paths)
+    scored.update(s)
+    out["verdicts"].update(v)
+    out["gates"]["demo"] = {"fit": fit, "memo": demo_encoder.memo, "version": "demo-set"}
+    if cv is not None:
+        ehrsql_encoder = RecordedEncoder(_minilm)
+        s, v = score_noted(ehrsql_gate(cv, ehrsql_encoder), paths, EHRSQL)
+        scored.update(s)
+        out["verdicts"].update(v)
+        out["gates"]["ehrsql"] = {
+            "fit": ehrsql_fit(cv),
+            "memo": ehrsql_encoder.memo,
+            "version": "ehrsql-train",
+        }
+        causes = cv_causes(cv)
+        out["cv_passed"] = causes["passed"]
+        scored["train CV"] = causes
+    return out, scored
+
+
+def replay(recording: dict, cv: dict | None = None) -> tuple[dict[str, dict], dict[str, int]]:
+    """Every recorded set scored again by the recorded gates under the current rules and grounding,
+    and, per set, how many verdicts differ from the recording (the train CV's too when `cv` is given)."""
+    scored: dict[str, dict] = {}
+    changed: dict[str, int] = {}
+    paths = [Path(p) for p in recording["sets"]]
+    for key, load, suffix in (("demo", _local, ""), ("ehrsql", _minilm, EHRSQL)):
+        kept = recording["gates"].get(key)
+        if kept is None:
+            continue
+        gate = _gate_of(kept["fit"], RecordedEncoder(load, kept["memo"]), kept["version"])
+        s, v = score_noted(gate, paths, suffix)
+        scored.update(s)
+        for name, verdicts in v.items():
+            changed[name] = sum(a != b for a, b in zip(verdicts, recording["verdicts"][name], strict=True))
+    if cv is not None and "cv_passed" in recording:
+        causes = cv_causes(cv)
+        scored["train CV"] = causes
+        changed["train CV"] = int((causes["passed"] != recording["cv_passed"]).sum())
+    return scored, changed
 
 
 def _summary(name: str, m: dict, blocked: float) -> str:
@@ -331,6 +485,21 @@ def main(argv: list[str] | None = None) -> int:
         help="also the twelfth set (words touching a real column, asking what none holds), by both gates: counts only",
     )
     parser.add_argument(
+        "--thing-property",
+        action="store_true",
+        help="also the thirteenth set (a property of a thing a column names), by both gates",
+    )
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help=f"score every set by both gates and the train CV once and keep it all in {RECORDING.name}",
+    )
+    parser.add_argument(
+        "--replay",
+        action="store_true",
+        help="score every set by both gates and the train CV again from the recording: which verdicts changed",
+    )
+    parser.add_argument(
         "--both-gates",
         action="store_true",
         help="score all twelve sets by the EHRSQL gate too (the demo gate's selection is the other flags')",
@@ -339,10 +508,13 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     t0 = time.monotonic()
     say = lambda s: print(f"[{time.monotonic() - t0:6.1f}s] {s}", flush=True)  # noqa: E731
+    if args.record or args.replay:
+        return _record_or_replay(args, say)
     scored = {}
     ehrsql_sets = (
-        args.unseen or args.entity or args.cohort or args.relations or args.column_touch or args.both_gates
-    )
+        args.unseen or args.entity or args.cohort or args.relations or args.column_touch or args.thing_property
+        or args.both_gates
+    )  # fmt: skip
     if not args.skip_cv or ehrsql_sets:
         cv = _train_cv(args.data, args.retrain, say, args.hold_out)
         if not args.skip_cv:
@@ -354,11 +526,10 @@ def main(argv: list[str] | None = None) -> int:
                 *((COHORT_SET,) if args.cohort else ()),
                 *((RELATIONS_SET,) if args.relations else ()),
                 *((COLUMN_TOUCH_SET,) if args.column_touch else ()),
+                *((THING_PROPERTY_SET,) if args.thing_property else ()),
             )
-            if args.both_gates:  # every set the demo gate scores, and the twelfth
-                paths = (DEMO_SET, NEW_KINDS_SET, SYNONYMS_SET, CATALOG_WORDS_SET, AMBIGUITY_SET, RESEARCHER_SET,
-                         UNANCHORED_SET, UNSEEN_WORDS_SET, ENTITY_ATTRIBUTES_SET, COHORT_SET, RELATIONS_SET,
-                         COLUMN_TOUCH_SET)  # fmt: skip
+            if args.both_gates:  # every set the demo gate scores
+                paths = ALL_SETS
             scored.update(ehrsql_causes(cv, paths))
     if not args.skip_demo:
         scored.update(
@@ -372,20 +543,49 @@ def main(argv: list[str] | None = None) -> int:
                 args.cohort,
                 args.relations,
                 args.column_touch,
+                args.thing_property,
             )
         )
+    _print_sets(scored, args.list)
+    return 0
+
+
+def _print_sets(scored: dict[str, dict], listing: bool, changed: dict[str, int] | None = None) -> None:
+    """Each set's figures; with `listing`, what it blocks and lets through (never a held-out set's)."""
     for name, d in scored.items():
+        if name == "train CV":
+            continue
         print(_summary(name, d, d["answerable_blocked"]) + f", gate p50 {d['p50_ms']:.2f} ms")
         print(f"{name} answerable blocked by cause: {dict(Counter(b['cause'] for b in d['blocked']))}")
         print(f"{name} unanswerable let through: {len(d['missed'])}")
-        held_out = (RELATIONS_SET.stem, COLUMN_TOUCH_SET.stem)
-        if args.list and not name.startswith(held_out):  # held out: never listed
+        if changed is not None:
+            print(f"{name} verdicts changed from the recording: {changed[name]}")
+        if listing and not name.startswith(HELD_OUT):  # held out: never listed
             for b in d["blocked"]:
                 print(f"  blocked {b['cause']:>16}  {b['question']}  → {b['reason']}")
             for k in d["by_kind"].values():
                 print(f"  a decline: {k['example']}")
             for q in d["missed"]:
                 print(f"  let through  {q}")
+
+
+def _record_or_replay(args: argparse.Namespace, say) -> int:
+    """--record: score and keep everything; --replay: score it again from the recording."""
+    cv = None if args.skip_cv else _train_cv(args.data, args.retrain, say, args.hold_out)
+    if args.record:
+        kept, scored = record(cv)
+        RECORDING.parent.mkdir(parents=True, exist_ok=True)
+        RECORDING.write_bytes(pickle.dumps(kept))
+        say(f"recorded {len(kept['verdicts'])} set × gate verdict lists in {RECORDING}")
+        changed = None
+    else:
+        scored, changed = replay(pickle.loads(RECORDING.read_bytes()), cv)
+        say(f"replayed: {sum(changed.values())} verdicts changed from the recording")
+    if "train CV" in scored:
+        _print_cv(scored["train CV"], args.list)
+        if changed is not None:
+            print(f"train CV verdicts (question × dealing) changed from the recording: {changed['train CV']}")
+    _print_sets(scored, args.list, changed)
     return 0
 
 

@@ -176,10 +176,40 @@ _WH_AGENT = re.compile(
 )
 # "What was the policy number of patient N's insurance": a property of what the patient has, when the
 # catalog holds that thing (`ground` checks); "the marital status of patient N's daughter" keeps its reading.
+# Also a property at or after it ("the pharmacy queue length at patient N's last pharmacy order", "the
+# prognosis given with patient N's first diagnosis"), which the shapes below read as the thing itself.
 _OF_POSSESSED = re.compile(
     rf"\b(?:what|which) (?:is|was|are|were) (?:the |a |an )?(?P<attr>(?:[a-z-]+'s )?(?!{_NOT_A_NOUN})[a-z-]+(?: [a-z-]+){{0,2}}?) "
-    rf"(?:of|for|on|in) (?:the |a |an )?(?:(?:[a-z0-9-]+ ){{0,4}}?{_PATIENT}'s (?P<about>[a-z-]+(?: [a-z-]+){{0,3}}?)(?: (?:on|in|"
+    rf"(?:of|for|on|in|at|after|during|before|(?:given|made|done|used|noted) (?:with|at|for|during|after)) (?:the |a |an )?"
+    rf"(?:(?:[a-z0-9-]+ ){{0,4}}?{_PATIENT}'s (?P<about>[a-z-]+(?: [a-z-]+){{0,3}}?)(?: (?:on|in|"
     rf"during|at|from|for|when)\b|\?|$)|(?P<by>[a-z-]+(?: [a-z-]+)?) (?:that|which|who) (?!{_NOT_A_NOUN})[a-z]+ {_PATIENT}\b)"
+)
+# A property asked of a thing the catalog names, not of a patient ("what is the storage temperature of the
+# heparin vials", "list the customer service hours of each insurance", "what turnaround time does the
+# creatinine lab test have", "which insurance has the highest deductible"): the attribute is the property.
+# Why: the shapes above read a property only of a patient or a numbered item, so a property of a drug, a
+# test, an insurance or a care unit that no column holds went to the learned model, which passed most of
+# them (round 19: costs, lot numbers, how a thing looked). Read only where the shapes above read nothing,
+# and only of a thing one of whose words the catalog holds (`_of_a_thing`).
+_DET = r"(?:the |a |an |each |every |all |any |this |that |these |those )?"
+# The property's first word is a noun; a later one may be "time" or "day" ("turnaround time").
+_PROP = (rf"(?P<attr>(?!{_NOT_IN_NOUN})[a-z-]+(?: (?!(?:is|was|are|were|the|a|an|of|did|does|do|has|had|have)\b)"
+         rf"[a-z-]+){{0,2}}?)")  # fmt: skip
+_THING = r"(?P<about>(?!(?:patient|subject|person|people)s?\b)(?:[a-z0-9'-]+ ){0,3}?[a-z0-9'-]+)"
+_THING_END = (r"(?: (?:that|which|who|whom|was|were|is|are|has|had|have|does|do|did|given|prescribed|ordered|used|"
+              r"recorded|charted|measured|administered|taken|in|on|at|for|during|from|to|of|by|with|patient|"
+              r"subject)\b|[?.]?$)")  # fmt: skip
+_MOST = r"(?:highest|lowest|most|least|largest|smallest|best|worst|longest|shortest|greatest|fewest)"
+OF_A_THING: tuple[re.Pattern, ...] = tuple(
+    re.compile(p)
+    for p in (
+        rf"^(?:what|which|who) (?:is|was|are|were) (?:the |a |an )?{_PROP} (?:of|for|on|in|at) {_DET}{_THING}{_THING_END}",
+        rf"^(?:what|which) {_PROP} (?:is|was|are|were) (?:used|needed|required) (?:for|on|in|by|with) {_DET}{_THING}{_THING_END}",
+        rf"^(?:list|show|give|tell|find|get|name)(?: me)? (?:the |all )?{_PROP} (?:of|for) {_DET}{_THING}{_THING_END}",
+        rf"^(?:what|which) {_PROP} (?:does|do|did|is|was|are|were) {_DET}{_THING} (?:have|has|had|need|needs|require|"
+        r"requires|use|uses|carry|carries|come in|belong to|run on)\b",
+        rf"^(?:what|which) {_DET}{_THING} (?:has|had|have|is|was|are|were) the {_MOST} {_PROP}(?: (?:in|of|among|for|at)\b|[?.]?$)",
+    )
 )
 # A relative clause ends the attribute: "the name of the nurse who cared for …".
 _CLAUSE = re.compile(r" (?:who|that|which|whom|whose|when|where)\b.*$")
@@ -293,6 +323,8 @@ class Grounding:
     of: str = ""  # asked of what the patient has, not of the patient ("marital status" of a daughter)
     thing: str = ""  # a property of a thing given to the patient ("the lot number of the insulin")
     whose: str = ""  # an event of someone the patient has ("did patient N's father die"), not the patient's
+    # A property asked of a thing the catalog names: the thing ("each insurance" in "the deductible of each insurance").
+    about: str = ""
 
     @property
     def grounded(self) -> bool:
@@ -405,7 +437,36 @@ def _asked(question: str, vocabulary: Vocabulary | None = None) -> tuple[str, st
         m = _WH_AGENT.search(text)
         if m and _owner_held(m.group("about"), vocabulary):
             return _CLAUSE.sub("", m.group("attr")).strip(" -'"), ""
+        return _of_a_thing(text, vocabulary)[0], ""
     return attribute, thing
+
+
+_A_FIGURE = re.compile(r" (?:of|at|=|is|equal to|above|below|over|under) [\d.]")
+
+
+def _of_a_thing(text: str, vocabulary: Vocabulary | None) -> tuple[str, str]:
+    """(the property, the thing) of a question asking a property of a thing the catalog names
+    (`OF_A_THING`), or ("", ""): the thing must have a word a column, a table, a value or an approved
+    question holds, and the property a content word (not "the value of", "the number of"). A numbered
+    item's property keeps `_ITEM_PROPERTY`'s reading, never a decline ("the human-readable label of lab
+    item N"), and a property of a figure is computed, not held ("the percentile ranking of a glucose
+    value of 176.0", answerable in EHRSQL train: the train CV blocked it); a code is a thing ("the long
+    title of icd-9 diagnosis code 4019" is held)."""
+    if vocabulary is None or _ITEM_PROPERTY.search(text):
+        return "", ""
+    for pattern in OF_A_THING:
+        m = pattern.search(text)
+        if not m:
+            continue
+        prop = _CLAUSE.sub("", m.group("attr")).strip(" -'")
+        about = m.group("about")
+        if _A_FIGURE.match(text, m.end("about")):
+            return "", ""  # of a figure ("a glucose value of 176.0"): a rank or a share is computed
+        if any(w not in GENERIC and len(w) > 2 for w in words(prop)) and any(
+            vocabulary.holds(w) for w in words(about) if w not in GENERIC and len(w) > 2
+        ):
+            return prop, about
+    return "", ""
 
 
 def _owner_held(about: str, vocabulary: Vocabulary | None) -> bool:
@@ -487,7 +548,11 @@ def ground(question: str, vocabulary: Vocabulary) -> Grounding | None:
         things = {stem(w) for w in words(m.group("x") or m.group("y")) if len(w) > 2}
         if things and not things & vocabulary.named:
             missing = ("name",)
-    return Grounding(attribute, missing, of=_owned(question, attribute) if missing else "", thing=thing)
+    prop, about = _of_a_thing(_plain(question), vocabulary) if missing and not thing else ("", "")
+    return Grounding(
+        attribute, missing, of=_owned(question, attribute) if missing else "", thing=thing,
+        about=about if prop == attribute else "",
+    )  # fmt: skip
 
 
 def _said_only_in_passing(

@@ -1328,9 +1328,43 @@ class AnswerabilityModel:
             f"The data is de-identified: it holds no names of people (providers and caregivers only as ids), so "
             f"askdb cannot answer this ({g.attribute})."
             if g.missing == ("name",)
-            else self._of_someone_else(g) or self._records_instead(g.attribute, near, g.thing)
+            else self._of_someone_else(g)
+            or self._held_about(g)
+            or self._records_instead(g.attribute, near, g.thing)
         )
         return rules.Finding("not_in_schema", "ungrounded_attribute", g.attribute, reason, True)
+
+    def _held_about(self, g: grounding.Grounding) -> str:
+        """ "No column records the deductible of each insurance; what the database holds about it is
+        admissions.insurance (the insurance / payer category…), with admission_type, language, …":
+        for a property asked of a thing the catalog names (`Grounding.about`), the column that names
+        the thing (sharing its words, the nearest in meaning) and its table's other columns, so a
+        researcher sees what can be asked of that thing instead; "" when no column is near."""
+        if not g.about or not self.meaning.names:
+            return ""
+        wanted = {
+            grounding.stem(w) for w in grounding.words(g.about) if w not in grounding.GENERIC and len(w) > 2
+        }
+        sims = self.meaning.similarity(g.about)
+        sharing = [
+            i for i, name in enumerate(self.meaning.names)
+            if wanted & self._column_words.get(name, (frozenset(), ()))[0]
+            or any(v and v <= wanted for v in self._column_words.get(name, (frozenset(), ()))[1])
+        ]  # fmt: skip
+        best = max(sharing, key=lambda i: sims[i]) if sharing else int(np.argmax(sims))
+        if not sharing and sims[best] < NEAR_COLUMN:
+            return ""
+        column = self.meaning.names[best]
+        table = column.rpartition(".")[0]
+        meaning = self.column_meanings.get(column, "").split(";")[0].rstrip(". ")
+        short = ".".join(column.split(".")[-2:])
+        others = [
+            n.rpartition(".")[2] for n in self.meaning.names if n.rpartition(".")[0] == table and n != column
+        ]
+        beside = f", with {', '.join(others[:5])}{' …' if len(others) > 5 else ''}" if others else ""
+        return (f"No column in this database records the {g.attribute} of {g.about}, so askdb cannot answer this. "
+                f"What it holds about {g.about} is {short}{f' ({_the(meaning)})' if meaning else ''}{beside}; "
+                "askdb can answer questions about those instead.")  # fmt: skip
 
     def _no_event(self, g: grounding.Grounding) -> str:
         """Why an event no doc records is declined: for "who", what the person columns do record
