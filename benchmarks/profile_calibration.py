@@ -12,17 +12,21 @@ caller. `--valid`: the 1,163 valid questions too, for time only (their accuracy 
 `--fresh`: the library's own questions asked again even when an earlier calibration of the same
 library kept their samples (askdb.services.calibration_reuse); they are kept either way. It also
 prints this process's garbage collections, their wall time and their CPU time by generation
-(calibration_worker.fewer_collections): on a loaded machine wall time says little, CPU time does.
+(calibration_worker.fewer_collections): on a loaded machine wall time says little, CPU time does;
+and each worker process's (its start wrapped here: _traced_start), with every process's peak RSS.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import cProfile
 import gc
 import json
+import os
 import resource
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -65,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile:
             profile_question.install_counters()
         profile = cProfile.Profile()
+        traced = _trace_workers()
         collected = _gc_timer()
         t0, c0 = time.perf_counter(), time.process_time()
         k0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -85,10 +90,18 @@ def main(argv: list[str] | None = None) -> int:
         embedded.release(started)
     print(f"calibration{' + valid' if args.valid else ''}: {wall:.1f} s wall, {cpu:.1f} s CPU here, "
           f"{children:.1f} s CPU in workers; load {_load()}")  # fmt: skip
-    by_generation = ", ".join(f"gen {g}: {n} taking {collected['cpu'][g]:.1f} s CPU"
+    by_generation = ", ".join(f"gen {g}: {n} taking {collected['cpu'][g]:.1f} s CPU, freeing {collected['freed'][g]:,}"
                               for g, n in enumerate(collected["by"]))  # fmt: skip
     print(f"garbage collections here: {collected['n']} ({collected['gen2']} of the oldest generation), "
           f"{collected['s']:.1f} s wall; {by_generation}")  # fmt: skip
+    print(f"peak RSS here: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    for worker in _workers_traced(traced):
+        by = ", ".join(
+            f"gen {g}: {n} taking {worker['cpu'][g]:.1f} s CPU, freeing {worker['freed'][g]:,}"
+            for g, n in enumerate(worker["by"])
+        )
+        print(f"worker {worker['pid']}: {worker['process_cpu']:.1f} s CPU, peak RSS {worker['maxrss_mb']:.0f} MB; "
+              f"garbage collections {worker['n']} ({worker['gen2']} of the oldest generation), {by}")  # fmt: skip
     print({k: v for k, v in report.items() if k not in ("risk", "at")})
     written = json.dumps({k: v for k, v in report.items() if k != "at"}, indent=1, sort_keys=True)
     if args.report is not None:
@@ -124,6 +137,7 @@ def _gc_timer() -> dict:
         "cpu_at": 0.0,
         "by": [0, 0, 0],
         "cpu": [0.0, 0.0, 0.0],
+        "freed": [0, 0, 0],
     }
 
     def callback(phase: str, info: dict) -> None:
@@ -136,10 +150,47 @@ def _gc_timer() -> dict:
         out["s"] += time.perf_counter() - out["at"]
         out["by"][generation] += 1
         out["cpu"][generation] += time.process_time() - out["cpu_at"]
+        out["freed"][generation] += info.get("collected", 0)
 
     out["callback"] = callback
     gc.callbacks.append(callback)
     return out
+
+
+_TRACE_DIR = "ASKDB_PROFILE_WORKER_GC"  # where each traced worker writes its collector's figures
+
+
+def _trace_workers() -> Path:
+    """Each worker process started from now on (calibration_worker.start, its pool's initializer)
+    counts its collections as this process does (_gc_timer) and writes them, its CPU time and its
+    peak RSS to a file in the returned directory as it ends (before calibration_worker.leave)."""
+    from askdb.services import calibration_worker
+
+    folder = Path(tempfile.mkdtemp(prefix="askdb-profile-workers-"))
+    os.environ[_TRACE_DIR] = str(folder)  # a spawned worker inherits it
+    calibration_worker.start = _traced_start  # type: ignore[assignment]
+    return folder
+
+
+def _traced_start(*args) -> None:
+    """calibration_worker.start in a worker, its collector timed (_trace_workers). The worker
+    imported calibration_worker afresh: its `start` there is the module's own."""
+    from askdb.services import calibration_worker
+
+    collected = _gc_timer()
+    calibration_worker.start(*args)
+
+    def written() -> None:  # registered after start's leave: runs before it
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        out = {k: collected[k] for k in ("n", "gen2", "by", "cpu", "freed")}
+        out.update(pid=os.getpid(), process_cpu=time.process_time(), maxrss_mb=usage.ru_maxrss / 1024)
+        Path(os.environ[_TRACE_DIR], f"{os.getpid()}.json").write_text(json.dumps(out))
+
+    atexit.register(written)
+
+
+def _workers_traced(folder: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
 
 
 def _load() -> str:

@@ -421,7 +421,7 @@ def library_cross_validate(
             run_parts = _in_workers(pool, processes - 1, asked, one_more) if pool is not None else None
             run_parts = _reusing(source, key, kept if reuse else None, context, run_parts, one_more)
             found = match.calibrate_library(
-                **context, progress=one_more, labelled=asked, run_parts=run_parts,
+                **context, progress=one_more, labelled=asked, run_parts=_settling(run_parts),
                 wrong_answer_cost=settings.ASKDB_WRONG_ANSWER_COST,
             )  # fmt: skip
     finally:
@@ -448,6 +448,22 @@ def _reusing(source, key: str, kept, context: dict, run_parts, one_more):
     content = content_hash(context)
     parts = kept[1] if kept is not None and kept[0] == content else None
     return reusing(run_parts, parts, one_more, lambda found: keep_parts(source, key, content, found))
+
+
+def _settling(run_parts):
+    """run_parts with every part this process does followed by calibration_worker.settle (a worker
+    settles after its own parts): what the part left behind for the next ones is frozen, its garbage
+    freed first."""
+
+    def run(parts: list, local) -> list:
+        def settled(part):
+            found = local(part)
+            calibration_worker.settle()
+            return found
+
+        return run_parts(parts, settled)
+
+    return run
 
 
 def _embed_in_worker(pool: ProcessPoolExecutor, source, labelled: list[tuple[str, str]]):
