@@ -22,6 +22,10 @@ class Pool:
         self.threads = ThreadPoolExecutor(1)
         self.done: list = []
         self.first = threading.Event()
+        # Set when this process has taken its first part. The worker's first part ends only then: a
+        # worker in a thread is done at once, and on a loaded machine the feeder could hand it every
+        # part before this process's thread ran at all (`here == []`, seen once under load 10).
+        self.taken = threading.Event()
         self.broken_after = broken_after
 
     def submit(self, fn, part, rows):
@@ -31,6 +35,7 @@ class Pool:
 
         def work():
             self.first.set()
+            self.taken.wait(10)
             return [("worker", part)], 0
 
         return self.threads.submit(work)
@@ -43,6 +48,7 @@ def _run(pool: Pool):
     def local(part):
         pool.first.wait(10)  # the worker has taken its first part before this process takes any
         here.append(part)
+        pool.taken.set()
         return [("here", part)]
 
     found = calibration._in_workers(pool, 1, [], lambda _: None)(parts, local)
