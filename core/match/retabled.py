@@ -41,15 +41,18 @@ import dataclasses
 import functools
 import re
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from core.match.index import Entry, LibraryIndex
-from core.match.items import ItemSwap, _name, _renamed, _renaming, shape_of
+from core.match.items import SHAPES_KEPT, ItemSwap, _name, _renamed, _renaming, _shape, shape_of
+from core.match.paths import Paths, library_paths
 from core.match.reading import Reading
 from core.match.spans import VALUE
 from core.match.template import Template, parsed_sql
@@ -79,6 +82,7 @@ class TableSwap(ItemSwap):
 
     old_subjects: frozenset[str] = frozenset()
     new_word: str = ""
+    paths: Paths | None = dataclasses.field(default=None, compare=False)  # a renaming across paths
 
     def apply(self, template: Template) -> tuple[str, str] | None:
         """The item swap, its wording outside the item said of the new side, or None."""
@@ -86,8 +90,21 @@ class TableSwap(ItemSwap):
         slots = [s for s in template.slots if s.type == VALUE and bare_column(s.column) == self.old_column]
         if made is None or len(slots) != 1:
             return None
+        sql = made[1] if self.paths is None else self._rerouted(made[1], template.dialect)
+        if sql is None:
+            return None
         before = self._reworded(template.question[: slots[0].start])
-        return before + self.text + self._reworded(template.question[slots[0].end :]), made[1]
+        return before + self.text + self._reworded(template.question[slots[0].end :]), sql
+
+    def _rerouted(self, sql: str, dialect: str) -> str | None:
+        """The renamed SQL read the library's way for its new tables (paths.py), or None."""
+        assert self.paths is not None
+        try:
+            tree = sqlglot.parse_one(sql, read=dialect)  # a composed SQL: not kept in parsed_sql's cache
+        except (SqlglotError, ValueError, RecursionError):
+            return None
+        done = self.paths.rerouted(tree, {n.rpartition(".")[2] for _, n in self.rename})
+        return None if done is None else done.sql(dialect=dialect, copy=False)
 
     def _reworded(self, text: str) -> str:
         return _reworded(text, self.old_subjects, self.new_word)
@@ -147,6 +164,7 @@ class LibraryTables:
     sources: dict[Renaming, tuple[int, ...]]
     subjects: dict[Renaming, tuple[frozenset[str], frozenset[str]]]
     columns: dict[Renaming, Renaming] = dataclasses.field(default_factory=dict)
+    paths: dict[Renaming, Paths] = dataclasses.field(default_factory=dict)  # renamings across paths
 
 
 def library_tables(index: LibraryIndex) -> LibraryTables:
@@ -177,8 +195,51 @@ def library_tables(index: LibraryIndex) -> LibraryTables:
             out.sources[tables] = tuple(sources[keys[0]])
             out.subjects[tables] = _subjects(*said[keys[0]], support[keys[0]])
             out.columns[tables] = tuple(p for p in keys[0] if _is_column(p))
+    _routed(index, out)
     index._compose_tables = out  # type: ignore[attr-defined]
     return out
+
+
+def _routed(index: LibraryIndex, out: LibraryTables) -> None:
+    """The third reading: the same pairs with each template's path read plain (paths.py: a chart value
+    read through its ICU stay and its dictionary's link, a lab value by the visit), kept where no
+    plain or role renaming renames the same tables (a lab value and a chart value)."""
+    paths = library_paths([e.template for e in index.entries if e.template is not None])
+    if not paths.hops and not paths.links:
+        return
+    token = repr((sorted(paths.hops.items()), sorted(paths.links.items())))
+    support, sources, said = _pairs(index, roles=False, shape=lambda e: _plain_shape(e, paths, token))
+    for key, n in support.items():
+        if n >= RENAME_SUPPORT and key not in out.sources:
+            out.sources[key] = tuple(sources[key])
+            out.subjects[key] = _subjects(*said[key], n)
+            out.paths[key] = paths
+
+
+def _plain_shape(entry: Entry, paths: Paths, token: str) -> tuple[str, tuple[str, ...]]:
+    """The entry's shape with its path read plain, once per template key and library paths (a
+    calibration's folds learn the same paths); the plain shape where its SQL has no path to read."""
+    found = shape_of(entry.template, entry.key)
+    template = entry.template
+    if not found[0] or template is None or not _has_path(template.sql_template, paths):
+        return found
+    memo = (entry.key, template.dialect, token)
+    if memo not in _PLAIN:
+        if len(_PLAIN) >= SHAPES_KEPT:
+            _PLAIN.clear()
+        tree = paths.plain(parsed_sql(template.sql_template, template.dialect).copy())
+        _PLAIN[memo] = _shape.__wrapped__(tree.sql(dialect=template.dialect), template.dialect)
+    return _PLAIN[memo]
+
+
+_PLAIN: dict[tuple[str, str, str], tuple[str, tuple[str, ...]]] = {}
+
+
+def _has_path(sql: str, paths: Paths) -> bool:
+    lowered = sql.lower()
+    return any(f"{hop[1]}." in lowered for hop in paths.hops.values()) or any(
+        f"{column} =" in lowered for column in paths.links.values()
+    )
 
 
 def _is_column(pair: tuple[str, str]) -> bool:
@@ -188,15 +249,17 @@ def _is_column(pair: tuple[str, str]) -> bool:
 COLUMN = "column:"  # a role renaming's column pairs, told from its table pairs in one key
 
 
-def _pairs(index: LibraryIndex, *, roles: bool) -> tuple[Counter, dict, dict]:
+def _pairs(
+    index: LibraryIndex, *, roles: bool, shape: Callable[[Entry], tuple] | None = None
+) -> tuple[Counter, dict, dict]:
     """Per renaming shown by two templates of one (role) shape: its shape pairs, the entries over
     its new side, and the core words each side says that the other does not. With `roles`, only
     pairs whose plain shapes differ (a column renamed), column pairs marked COLUMN."""
     by_shape: dict[str, dict[tuple[str, ...], list[int]]] = defaultdict(lambda: defaultdict(list))
     for i, entry in enumerate(index.entries):
-        shape, names = shape_of(entry.template, entry.key, roles=roles)
-        if shape:
-            by_shape[shape][names].append(i)
+        masked, names = shape(entry) if shape else shape_of(entry.template, entry.key, roles=roles)
+        if masked:
+            by_shape[masked][names].append(i)
     support: Counter[Renaming] = Counter()
     sources: dict[Renaming, list[int]] = defaultdict(list)
     said: dict[Renaming, tuple[Counter[str], Counter[str]]] = defaultdict(lambda: (Counter(), Counter()))
@@ -319,6 +382,7 @@ def table_plans(reading: Reading, index: LibraryIndex, base: int, vote: Vote) ->
             reading, key, slot.column, slot.text, learned.subjects[key], learned.columns.get(key, ())
         )
         if swap is not None:
+            swap = dataclasses.replace(swap, paths=learned.paths.get(key))
             sources = learned.sources[key]
             out.append((sources[int(np.argmax(vote.sims[np.asarray(sources)]))], swap))
     planned[0] += len(out)
@@ -343,7 +407,7 @@ def _subject_plans(
     out = []
     for key, sources in learned.sources.items():
         rename = tuple((o, n) for o, n in key if o in tables)
-        if key in learned.columns or not rename or {n for _, n in key} & tables:
+        if key in learned.columns or key in learned.paths or not rename or {n for _, n in key} & tables:
             continue
         old_subjects, new_subjects = learned.subjects[key]
         said_new = dict.fromkeys(t for t in _subject_words(reading.question, new_subjects))

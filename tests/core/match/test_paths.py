@@ -1,0 +1,158 @@
+"""A lab value asked of a chart template and the reverse (core/match/paths.py, read by retabled.py):
+the item's tables renamed across the path the library reads each side by (a chart value through its
+ICU stay and its dictionary's link, a lab value by the visit), with the attacks it must refuse (pure:
+no database)."""
+
+from __future__ import annotations
+
+import pytest
+import sqlglot
+
+from core.match import ValueIndex, build_template, mask_question, match_library
+from core.match.paths import library_paths
+from tests.core.match.test_library import embed, index_of
+
+FIRST = (
+    "(SELECT admissions.hadm_id FROM admissions WHERE admissions.subject_id = 10014354 AND "
+    "admissions.dischtime IS NOT NULL ORDER BY admissions.admittime ASC LIMIT 1)"
+)
+ANY = "(SELECT admissions.hadm_id FROM admissions WHERE admissions.subject_id = 10014354)"
+
+
+def lab(item: str, visit: str = FIRST) -> str:
+    return (
+        f"labevents.hadm_id IN {visit} AND labevents.itemid IN "
+        f"(SELECT d_labitems.itemid FROM d_labitems WHERE d_labitems.label = '{item}')"
+    )
+
+
+def chart(item: str, visit: str = FIRST, stay: str = "") -> str:
+    return (
+        f"chartevents.stay_id IN (SELECT icustays.stay_id FROM icustays WHERE icustays.hadm_id IN {visit}{stay}) "
+        f"AND chartevents.itemid IN (SELECT d_items.itemid FROM d_items WHERE d_items.label = '{item}' AND "
+        "d_items.linksto = 'chartevents')"
+    )
+
+
+# Two shapes over both sides: a lab value and a chart value are read alike but for their paths.
+ALIKE = [
+    ("what was the last glucose value of patient 10014354 on the first hospital visit?",
+     f"SELECT labevents.valuenum FROM labevents WHERE {lab('glucose')} ORDER BY labevents.charttime DESC LIMIT 1"),
+    ("what was the last heart rate value of patient 10014354 on the first hospital visit?",
+     f"SELECT chartevents.valuenum FROM chartevents WHERE {chart('heart rate')} "
+     "ORDER BY chartevents.charttime DESC LIMIT 1"),
+    ("what was the maximum glucose value of patient 10014354?",
+     f"SELECT MAX(labevents.valuenum) FROM labevents WHERE {lab('glucose', ANY)}"),
+    ("what was the maximum heart rate value of patient 10014354?",
+     f"SELECT MAX(chartevents.valuenum) FROM chartevents WHERE {chart('heart rate', ANY)}"),
+]  # fmt: skip
+# Shapes over one side only: the bases.
+LAB_TIME = (
+    "when was the glucose of patient 10014354 first measured on the first hospital visit?",
+    f"SELECT labevents.charttime FROM labevents WHERE {lab('glucose')} ORDER BY labevents.charttime ASC LIMIT 1",
+)
+CHART_MIN = (
+    "what was the minimum heart rate of patient 10014354 on the first hospital visit?",
+    f"SELECT MIN(chartevents.valuenum) FROM chartevents WHERE {chart('heart rate')}",
+)
+LAST_STAY = " AND icustays.outtime IS NOT NULL ORDER BY icustays.intime DESC LIMIT 1"
+CHART_ICU = (
+    "what was the average heart rate of patient 10014354 on the last icu visit?",
+    f"SELECT AVG(chartevents.valuenum) FROM chartevents WHERE {chart('heart rate', ANY, LAST_STAY)}",
+)
+OUTPUT = (  # the library links "foley" to outputevents: an output's item, never a chart value
+    "what was the total foley output of patient 10014354?",
+    "SELECT SUM(outputevents.value) FROM outputevents WHERE outputevents.stay_id IN (SELECT icustays.stay_id "
+    f"FROM icustays WHERE icustays.hadm_id IN {ANY}) AND outputevents.itemid IN (SELECT d_items.itemid FROM "
+    "d_items WHERE d_items.label = 'foley' AND d_items.linksto = 'outputevents')",
+)
+VALUES = {
+    "d_labitems.label": ["glucose", "sodium"],
+    "d_items.label": ["heart rate", "respiratory rate", "foley"],
+}
+
+
+@pytest.fixture(scope="module")
+def library():
+    return index_of([*ALIKE, LAB_TIME, CHART_MIN, CHART_ICU, OUTPUT, OUTPUT], dialect="sqlite")
+
+
+def rerouted(index, question, table):
+    values = ValueIndex(VALUES)
+    vector = embed([mask_question(question, values)])[0]
+    found = match_library(question, vector, index, lookup=lambda c, t: [], values=values)
+    return [r for r in found.results if r.composed_from and r.hard_ok and f"FROM {table}" in (r.sql or "")]
+
+
+def test_a_chart_value_asked_of_a_lab_template_is_read_through_its_icu_stay(library):
+    found = rerouted(library, "when was the respiratory rate of patient 10014354 first measured on the first "
+                              "hospital visit?", "chartevents")  # fmt: skip
+    assert found, "the path renaming should reach the lab template"
+    sql = found[0].sql
+    assert "labevents" not in sql and "d_labitems" not in sql, sql
+    assert "chartevents.stay_id IN (SELECT icustays.stay_id FROM icustays WHERE icustays.hadm_id IN" in sql
+    assert "d_items.label = 'respiratory rate' AND d_items.linksto = 'chartevents'" in sql, sql
+    assert "SELECT chartevents.charttime FROM chartevents" in sql and "admissions.dischtime" in sql
+
+
+def test_a_lab_value_asked_of_a_chart_template_is_read_by_the_visit(library):
+    found = rerouted(library, "what was the minimum sodium of patient 10014354 on the first hospital visit?",
+                     "labevents")  # fmt: skip
+    assert found, "the path renaming should reach the chart template"
+    sql = found[0].sql
+    assert "icustays" not in sql and "linksto" not in sql and "chartevents" not in sql, sql
+    assert "labevents.hadm_id IN (SELECT admissions.hadm_id FROM admissions" in sql, sql
+    assert "d_labitems.label = 'sodium'" in sql and "MIN(labevents.valuenum)" in sql, sql
+
+
+@pytest.mark.parametrize(
+    ("question", "table"),
+    [
+        # an ICU stay asked of a lab value: the stay has no path to labevents
+        ("what was the average sodium of patient 10014354 on the last icu visit?", "labevents"),
+        # an item the library links to outputs only, asked as a chart value
+        ("when was the foley of patient 10014354 first measured on the first hospital visit?", "chartevents"),
+        # a lab item named where the chart template's own item is named too: binding's, not a swap
+        ("what was the minimum heart rate and sodium of patient 10014354 on the first hospital visit?",
+         "labevents"),
+        # a negation
+        ("when was the respiratory rate of patient 10014354 not first measured on the first hospital visit?",
+         "chartevents"),
+        # an item neither dictionary holds
+        ("when was the potassium of patient 10014354 first measured on the first hospital visit?", "chartevents"),
+    ],
+)  # fmt: skip
+def test_no_path_renaming_for_the_attacks(library, question, table):
+    assert not rerouted(library, question, table)
+
+
+def test_no_path_renaming_where_the_library_shows_the_two_sides_alike_in_one_shape_only():
+    index = index_of([*ALIKE[:2], LAB_TIME, OUTPUT, OUTPUT], dialect="sqlite")
+    assert not rerouted(
+        index, "when was the respiratory rate of patient 10014354 first measured on the first hospital visit?",
+        "chartevents",
+    )  # fmt: skip
+
+
+def test_the_paths_are_learned_from_the_library_and_a_semijoin_is_no_hop():
+    """A count of admissions read through labevents has the form of a hop; it is none (labevents links
+    no dictionary), and neither is a table the library also reads by the visit directly."""
+    semijoin = (
+        "how many patients had a glucose test?",
+        "SELECT COUNT(DISTINCT admissions.subject_id) FROM admissions WHERE admissions.hadm_id IN (SELECT "
+        "labevents.hadm_id FROM labevents WHERE labevents.itemid IN (SELECT d_labitems.itemid FROM d_labitems "
+        "WHERE d_labitems.label = 'glucose'))",
+    )
+    pairs = [*ALIKE, semijoin, semijoin, OUTPUT, OUTPUT]
+    paths = library_paths([build_template(q, sql) for q, sql in pairs])
+    assert paths.hops == {
+        "chartevents": ("stay_id", "icustays", "hadm_id"),
+        "outputevents": ("stay_id", "icustays", "hadm_id"),
+    }
+    assert paths.links == {("d_items", "chartevents"): "linksto", ("d_items", "outputevents"): "linksto"}
+    assert paths.served[("d_items", "foley")] == frozenset({"outputevents"})
+    # rerouting a chart SQL whose ICU stay is chosen onto labevents leaves a stay: refused
+    tree = sqlglot.parse_one(
+        CHART_ICU[1].replace("chartevents", "labevents").replace("d_items", "d_labitems")
+    )
+    assert paths.rerouted(tree, {"labevents", "d_labitems"}) is None
