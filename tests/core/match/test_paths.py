@@ -156,3 +156,83 @@ def test_the_paths_are_learned_from_the_library_and_a_semijoin_is_no_hop():
         CHART_ICU[1].replace("chartevents", "labevents").replace("d_items", "d_labitems")
     )
     assert paths.rerouted(tree, {"labevents", "d_labitems"}) is None
+
+
+# --- a dictionary both sides share: an output asked of an input template ---------------------------
+
+
+def events(table: str, item: str, visit: str = ANY) -> str:
+    return (
+        f"{table}.stay_id IN (SELECT icustays.stay_id FROM icustays WHERE icustays.hadm_id IN {visit}) AND "
+        f"{table}.itemid IN (SELECT d_items.itemid FROM d_items WHERE d_items.label = '{item}' AND "
+        f"d_items.linksto = '{table}')"
+    )
+
+
+# Two shapes over both sides, one reading the amount alone and one its time too: one column renaming
+# (totalamount / starttime for value / charttime) shown in parts.
+IN_OUT = [
+    ("what was the total input of dextrose of patient 10014354?",
+     f"SELECT SUM(inputevents.totalamount) FROM inputevents WHERE {events('inputevents', 'dextrose')}"),
+    ("what was the total output of foley of patient 10014354?",
+     f"SELECT SUM(outputevents.value) FROM outputevents WHERE {events('outputevents', 'foley')}"),
+    ("what was the total input of dextrose of patient 10014354 since 2100?",
+     f"SELECT SUM(inputevents.totalamount) FROM inputevents WHERE {events('inputevents', 'dextrose')} AND "
+     "STRFTIME('%Y', inputevents.starttime) >= '2100'"),
+    ("what was the total output of foley of patient 10014354 since 2100?",
+     f"SELECT SUM(outputevents.value) FROM outputevents WHERE {events('outputevents', 'foley')} AND "
+     "STRFTIME('%Y', outputevents.charttime) >= '2100'"),
+]  # fmt: skip
+LAST_INPUT = (
+    "what was the last input of dextrose of patient 10014354?",
+    f"SELECT inputevents.totalamount FROM inputevents WHERE {events('inputevents', 'dextrose')} "
+    "ORDER BY inputevents.starttime DESC LIMIT 1",
+)
+IO_VALUES = {"d_items.label": ["dextrose", "foley", "heart rate", "urine"], "d_labitems.label": ["glucose"]}
+
+
+@pytest.fixture(scope="module")
+def in_out():
+    return index_of([*IN_OUT, LAST_INPUT, ALIKE[1], ALIKE[3]], dialect="sqlite")
+
+
+def outputs(index, question):
+    values = ValueIndex(IO_VALUES)
+    vector = embed([mask_question(question, values)])[0]
+    found = match_library(question, vector, index, lookup=lambda c, t: [], values=values)
+    return [r for r in found.results if r.composed_from and r.hard_ok and "FROM outputevents" in (r.sql or "")]
+
+
+def test_an_output_item_asked_of_an_input_template_is_read_from_outputs(in_out):
+    found = outputs(in_out, "what was the last output of foley of patient 10014354?")
+    assert found, "the role renaming should reach the input template for an item the library shows as an output"
+    sql = found[0].sql
+    assert "inputevents" not in sql and "totalamount" not in sql and "starttime" not in sql, sql
+    assert "SELECT outputevents.value FROM outputevents" in sql, sql
+    assert "d_items.label = 'foley' AND d_items.linksto = 'outputevents'" in sql, sql
+    assert "ORDER BY outputevents.charttime DESC LIMIT 1" in sql, sql
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "what was the last input of foley of patient 10014354?",  # the old side's word: an input asked
+        "what was the last output of heart rate of patient 10014354?",  # a chart item, no output's
+        "what was the last output of urine of patient 10014354?",  # an item the library never shows
+        "what was the last output of dextrose of patient 10014354?",  # an input's item, asked as output
+        "what was not the last output of foley of patient 10014354?",  # a negation
+        "what was the last output of foley and dextrose of patient 10014354?",  # both sides' items
+    ],
+)
+def test_no_output_for_the_attacks(in_out, question):
+    assert not outputs(in_out, question)
+
+
+def test_a_role_renaming_shown_in_parts_is_one_renaming_and_two_ways_are_none():
+    from core.match.retabled import _one_renaming
+
+    amount = ("column:inputevents.totalamount", "column:outputevents.value")
+    time = ("column:inputevents.starttime", "column:outputevents.charttime")
+    assert _one_renaming([amount, amount, time]) == tuple(sorted([amount, time]))
+    assert _one_renaming([amount, ("column:inputevents.totalamount", "column:outputevents.charttime")]) is None
+    assert _one_renaming([amount, ("column:inputevents.amount", "column:outputevents.value")]) is None
