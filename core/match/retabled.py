@@ -83,12 +83,18 @@ class TableSwap(ItemSwap):
     old_subjects: frozenset[str] = frozenset()
     new_word: str = ""
     paths: Paths | None = dataclasses.field(default=None, compare=False)  # a renaming across paths
+    # The item is one of a dictionary both sides share (d_items): a paraphrase that says an old side's
+    # word the question does not replace is left out, never reworded without it ("the daily average
+    # input" says its GROUP BY in "daily", a word the library also ties to the input side).
+    shared: bool = False
 
     def apply(self, template: Template) -> tuple[str, str] | None:
         """The item swap, its wording outside the item said of the new side, or None."""
         made = super().apply(template)
         slots = [s for s in template.slots if s.type == VALUE and bare_column(s.column) == self.old_column]
         if made is None or len(slots) != 1:
+            return None
+        if self.shared and not self.new_word and _subject_words(template.question, self.old_subjects):
             return None
         sql = made[1] if self.paths is None else self._rerouted(made[1], template.dialect)
         if sql is None:
@@ -532,4 +538,4 @@ def _swap(
         key, old_column, new_column, reading.question[a:b], value, old_text, tuple(columns.items())
     )
     return TableSwap(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)},
-                     old_subjects=old_subjects, new_word=" ".join(said_new))  # fmt: skip
+                     old_subjects=old_subjects, new_word=" ".join(said_new), shared=shared)  # fmt: skip

@@ -200,12 +200,16 @@ def outputs(index, question):
     values = ValueIndex(IO_VALUES)
     vector = embed([mask_question(question, values)])[0]
     found = match_library(question, vector, index, lookup=lambda c, t: [], values=values)
-    return [r for r in found.results if r.composed_from and r.hard_ok and "FROM outputevents" in (r.sql or "")]
+    return [
+        r for r in found.results if r.composed_from and r.hard_ok and "FROM outputevents" in (r.sql or "")
+    ]
 
 
 def test_an_output_item_asked_of_an_input_template_is_read_from_outputs(in_out):
     found = outputs(in_out, "what was the last output of foley of patient 10014354?")
-    assert found, "the role renaming should reach the input template for an item the library shows as an output"
+    assert found, (
+        "the role renaming should reach the input template for an item the library shows as an output"
+    )
     sql = found[0].sql
     assert "inputevents" not in sql and "totalamount" not in sql and "starttime" not in sql, sql
     assert "SELECT outputevents.value FROM outputevents" in sql, sql
@@ -234,5 +238,25 @@ def test_a_role_renaming_shown_in_parts_is_one_renaming_and_two_ways_are_none():
     amount = ("column:inputevents.totalamount", "column:outputevents.value")
     time = ("column:inputevents.starttime", "column:outputevents.charttime")
     assert _one_renaming([amount, amount, time]) == tuple(sorted([amount, time]))
-    assert _one_renaming([amount, ("column:inputevents.totalamount", "column:outputevents.charttime")]) is None
+    assert (
+        _one_renaming([amount, ("column:inputevents.totalamount", "column:outputevents.charttime")]) is None
+    )
     assert _one_renaming([amount, ("column:inputevents.amount", "column:outputevents.value")]) is None
+
+
+def test_a_shared_item_swap_never_drops_an_old_side_word_the_question_does_not_replace():
+    """ "the daily average input of X" says its GROUP BY in "daily", which the library may tie to the
+    input side: asked "the average heart rate since …", the wording would lose the word and the guard
+    the GROUP BY (answered wrong in the train CV until the paraphrase was left out)."""
+    from core.match.retabled import TableSwap
+
+    rename = (("inputevents", "chartevents"),)
+    common = (rename, "d_items.label", "d_items.label", "heart rate", "heart rate", "dextrose")
+    base = build_template(*LAST_INPUT)
+    kept = dict(old_subjects=frozenset({"input", "daily"}), shared=True)
+    assert TableSwap(*common, **kept).apply(base) is None
+    assert TableSwap(*common, **kept, new_word="weight").apply(base)[0] == (
+        "what was the last weight of heart rate of patient 10014354?"
+    )
+    quiet = build_template("what was the last dextrose of patient 10014354?", LAST_INPUT[1])
+    assert TableSwap(*common, **kept).apply(quiet)[0] == "what was the last heart rate of patient 10014354?"
