@@ -22,6 +22,13 @@ starttime: "present in the SICU" and "given heparin") show a renaming of the tab
 columns one to one; kept where no plain renaming renames the same tables and one column renaming
 alone is shown; never applied to a base that reads a column of the old table it does not rename.
 
+The path renaming is the same learning with each template's path read plain (paths.py): a chart
+value read through its ICU stay and its dictionary's link, a lab value by the visit, one shape once
+the hop is collapsed and the link left out; the renamed SQL is written back the way the library reads
+the new side. A role renaming whose item dictionary both sides share (d_items: an input's and an
+output's items) swaps the event table for the item the question names where the library links that
+item to the new table alone.
+
 The subject swap is the same renaming for a template that names no item ("was patient N given any
 procedure on the first visit?"): nothing to bind, so the question's subject word says the side (it must
 say one of the new side and none of the old, and name no value at all: an item would be a condition
