@@ -22,6 +22,13 @@ starttime: "present in the SICU" and "given heparin") show a renaming of the tab
 columns one to one; kept where no plain renaming renames the same tables and one column renaming
 alone is shown; never applied to a base that reads a column of the old table it does not rename.
 
+The path renaming is the same learning with each template's path read plain (paths.py): a chart
+value read through its ICU stay and its dictionary's link, a lab value by the visit, one shape once
+the hop is collapsed and the link left out; the renamed SQL is written back the way the library reads
+the new side. A role renaming whose item dictionary both sides share (d_items: an input's and an
+output's items) swaps the event table for the item the question names where the library links that
+item to the new table alone.
+
 The subject swap is the same renaming for a template that names no item ("was patient N given any
 procedure on the first visit?"): nothing to bind, so the question's subject word says the side (it must
 say one of the new side and none of the old, and name no value at all: an item would be a condition
@@ -41,18 +48,21 @@ import dataclasses
 import functools
 import re
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from core.match.index import Entry, LibraryIndex
-from core.match.items import ItemSwap, _name, _renamed, _renaming, shape_of
+from core.match.items import SHAPES_KEPT, ItemSwap, _name, _renamed, _renaming, _shape, shape_of
+from core.match.paths import Paths, library_paths
 from core.match.reading import Reading
 from core.match.spans import VALUE
-from core.match.template import Template, parsed_sql
+from core.match.template import Slot, Template, parsed_sql
 from core.match.values import bare_column
 from core.match.words import canonical, stem, tokenize
 
@@ -79,6 +89,11 @@ class TableSwap(ItemSwap):
 
     old_subjects: frozenset[str] = frozenset()
     new_word: str = ""
+    paths: Paths | None = dataclasses.field(default=None, compare=False)  # a renaming across paths
+    # The item is one of a dictionary both sides share (d_items): a paraphrase that says an old side's
+    # word the question does not replace is left out, never reworded without it ("the daily average
+    # input" says its GROUP BY in "daily", a word the library also ties to the input side).
+    shared: bool = False
 
     def apply(self, template: Template) -> tuple[str, str] | None:
         """The item swap, its wording outside the item said of the new side, or None."""
@@ -86,8 +101,23 @@ class TableSwap(ItemSwap):
         slots = [s for s in template.slots if s.type == VALUE and bare_column(s.column) == self.old_column]
         if made is None or len(slots) != 1:
             return None
+        if self.shared and not self.new_word and _subject_words(template.question, self.old_subjects):
+            return None
+        sql = made[1] if self.paths is None else self._rerouted(made[1], template.dialect)
+        if sql is None:
+            return None
         before = self._reworded(template.question[: slots[0].start])
-        return before + self.text + self._reworded(template.question[slots[0].end :]), made[1]
+        return before + self.text + self._reworded(template.question[slots[0].end :]), sql
+
+    def _rerouted(self, sql: str, dialect: str) -> str | None:
+        """The renamed SQL read the library's way for its new tables (paths.py), or None."""
+        assert self.paths is not None
+        try:
+            tree = sqlglot.parse_one(sql, read=dialect)  # a composed SQL: not kept in parsed_sql's cache
+        except (SqlglotError, ValueError, RecursionError):
+            return None
+        done = self.paths.rerouted(tree, {n.rpartition(".")[2] for _, n in self.rename})
+        return None if done is None else done.sql(dialect=dialect, copy=False)
 
     def _reworded(self, text: str) -> str:
         return _reworded(text, self.old_subjects, self.new_word)
@@ -147,6 +177,8 @@ class LibraryTables:
     sources: dict[Renaming, tuple[int, ...]]
     subjects: dict[Renaming, tuple[frozenset[str], frozenset[str]]]
     columns: dict[Renaming, Renaming] = dataclasses.field(default_factory=dict)
+    paths: dict[Renaming, Paths] = dataclasses.field(default_factory=dict)  # renamings across paths
+    routes: Paths | None = None  # the library's paths (its items' links, for a shared dictionary)
 
 
 def library_tables(index: LibraryIndex) -> LibraryTables:
@@ -156,7 +188,8 @@ def library_tables(index: LibraryIndex) -> LibraryTables:
     procedures), and tables renamed with their own columns (the SQL the same once column names are
     masked too, the columns renamed one to one with their tables: a stay in a care unit and an order
     of a drug, transfers.careunit / intime for prescriptions.drug / starttime). A role renaming is
-    kept only where no plain one renames the same tables and one column renaming alone is shown."""
+    kept only where no plain one renames the same tables and its shapes show one column renaming
+    (each shape the columns it reads: an input's amount alone, or its amount and its start time)."""
     cached = getattr(index, "_compose_tables", None)
     if cached is not None:
         return cached
@@ -165,20 +198,89 @@ def library_tables(index: LibraryIndex) -> LibraryTables:
     out = LibraryTables(
         {key: tuple(sources[key]) for key in kept},
         {key: _subjects(*said[key], support[key]) for key in kept},
+        routes=library_paths([e.template for e in index.entries if e.template is not None]),
     )
     support, sources, said = _pairs(index, roles=True)
     by_tables: dict[Renaming, list[Renaming]] = defaultdict(list)
-    for key, n in support.items():
+    for key in support:
         tables = tuple(p for p in key if not _is_column(p))
-        if n >= RENAME_SUPPORT and tables and tables not in out.sources:
+        if tables and tables not in out.sources:
             by_tables[tables].append(key)
     for tables, keys in by_tables.items():
-        if len(keys) == 1:
-            out.sources[tables] = tuple(sources[keys[0]])
-            out.subjects[tables] = _subjects(*said[keys[0]], support[keys[0]])
-            out.columns[tables] = tuple(p for p in keys[0] if _is_column(p))
+        # every shape's part of one renaming (an input's amount alone, or with its time), else the one
+        # renaming shown in RENAME_SUPPORT shapes
+        for group in (keys, [key for key in keys if support[key] >= RENAME_SUPPORT]):
+            columns = _one_renaming([p for key in group for p in key if _is_column(p)])
+            if columns is not None and sum(support[key] for key in group) >= RENAME_SUPPORT:
+                _keep_role(out, tables, columns, [(support[key], sources[key], said[key]) for key in group])
+                break
+    _routed(index, out)
     index._compose_tables = out  # type: ignore[attr-defined]
     return out
+
+
+def _routed(index: LibraryIndex, out: LibraryTables) -> None:
+    """The third reading: the same pairs with each template's path read plain (paths.py: a chart value
+    read through its ICU stay and its dictionary's link, a lab value by the visit), kept where no
+    plain or role renaming renames the same tables (a lab value and a chart value)."""
+    paths = out.routes
+    if paths is None or (not paths.hops and not paths.links):
+        return
+    token = repr((sorted(paths.hops.items()), sorted(paths.links.items())))
+    support, sources, said = _pairs(index, roles=False, shape=lambda e: _plain_shape(e, paths, token))
+    for key, n in support.items():
+        if n >= RENAME_SUPPORT and key not in out.sources:
+            out.sources[key] = tuple(sources[key])
+            out.subjects[key] = _subjects(*said[key], n)
+            out.paths[key] = paths
+
+
+def _plain_shape(entry: Entry, paths: Paths, token: str) -> tuple[str, tuple[str, ...]]:
+    """The entry's shape with its path read plain, once per template key and library paths (a
+    calibration's folds learn the same paths); the plain shape where its SQL has no path to read."""
+    found = shape_of(entry.template, entry.key)
+    template = entry.template
+    if not found[0] or template is None or not _has_path(template.sql_template, paths):
+        return found
+    memo = (entry.key, template.dialect, token)
+    if memo not in _PLAIN:
+        if len(_PLAIN) >= SHAPES_KEPT:
+            _PLAIN.clear()
+        tree = paths.plain(parsed_sql(template.sql_template, template.dialect).copy())
+        _PLAIN[memo] = _shape.__wrapped__(tree.sql(dialect=template.dialect), template.dialect)
+    return _PLAIN[memo]
+
+
+_PLAIN: dict[tuple[str, str, str], tuple[str, tuple[str, ...]]] = {}
+
+
+def _has_path(sql: str, paths: Paths) -> bool:
+    lowered = sql.lower()
+    return any(f"{hop[1]}." in lowered for hop in paths.hops.values()) or any(
+        f"{column} =" in lowered for column in paths.links.values()
+    )
+
+
+def _keep_role(
+    out: LibraryTables, tables: Renaming, columns: Renaming, shown: list[tuple[int, list, tuple]]
+) -> None:
+    """One role renaming kept, its shapes' entries and words together."""
+    old, new = Counter[str](), Counter[str]()
+    for _, _, (said_old, said_new) in shown:
+        old.update(said_old)
+        new.update(said_new)
+    out.sources[tables] = tuple(i for _, entries, _ in shown for i in entries)
+    out.subjects[tables] = _subjects(old, new, sum(n for n, _, _ in shown))
+    out.columns[tables] = columns
+
+
+def _one_renaming(pairs: list[tuple[str, str]]) -> Renaming | None:
+    """The column pairs of several role renamings of one table pair as one renaming, or None where
+    two of them rename one column two ways (or two columns onto one): two renamings, no answer."""
+    merged = dict(pairs)
+    if len(merged) != len(set(pairs)) or len(set(merged.values())) != len(merged):
+        return None
+    return tuple(sorted(merged.items()))
 
 
 def _is_column(pair: tuple[str, str]) -> bool:
@@ -188,15 +290,17 @@ def _is_column(pair: tuple[str, str]) -> bool:
 COLUMN = "column:"  # a role renaming's column pairs, told from its table pairs in one key
 
 
-def _pairs(index: LibraryIndex, *, roles: bool) -> tuple[Counter, dict, dict]:
+def _pairs(
+    index: LibraryIndex, *, roles: bool, shape: Callable[[Entry], tuple] | None = None
+) -> tuple[Counter, dict, dict]:
     """Per renaming shown by two templates of one (role) shape: its shape pairs, the entries over
     its new side, and the core words each side says that the other does not. With `roles`, only
     pairs whose plain shapes differ (a column renamed), column pairs marked COLUMN."""
     by_shape: dict[str, dict[tuple[str, ...], list[int]]] = defaultdict(lambda: defaultdict(list))
     for i, entry in enumerate(index.entries):
-        shape, names = shape_of(entry.template, entry.key, roles=roles)
-        if shape:
-            by_shape[shape][names].append(i)
+        masked, names = shape(entry) if shape else shape_of(entry.template, entry.key, roles=roles)
+        if masked:
+            by_shape[masked][names].append(i)
     support: Counter[Renaming] = Counter()
     sources: dict[Renaming, list[int]] = defaultdict(list)
     said: dict[Renaming, tuple[Counter[str], Counter[str]]] = defaultdict(lambda: (Counter(), Counter()))
@@ -303,6 +407,27 @@ def table_plans(reading: Reading, index: LibraryIndex, base: int, vote: Vote) ->
     ]
     if not plans:
         return []
+    slot, named = _slot(reading, template)
+    if slot is None:
+        return []
+    out = []
+    for key in plans:
+        renamed = learned.columns.get(key, ())
+        swap = _swap(
+            reading, key, slot.column, slot.text, learned.subjects[key], renamed, learned.routes, named
+        )
+        if swap is not None:
+            swap = dataclasses.replace(swap, paths=learned.paths.get(key))
+            sources = learned.sources[key]
+            out.append((sources[int(np.argmax(vote.sims[np.asarray(sources)]))], swap))
+    planned[0] += len(out)
+    return out
+
+
+def _slot(reading: Reading, template: Template) -> tuple[Slot | None, bool]:
+    """The template's one value slot the question names nothing of its column for (binding fills a
+    slot whose own column the question names), or its one value slot, named (an item of a dictionary
+    both sides share: d_items, for an input's and an output's items); (None, False) for neither."""
     unnamed = [
         s
         for s in template.slots
@@ -310,19 +435,10 @@ def table_plans(reading: Reading, index: LibraryIndex, base: int, vote: Vote) ->
         and not _contained(reading, s.column)
         and s.text.strip().lower() not in reading.lowered
     ]
-    if len(unnamed) != 1:  # binding fills a slot whose own column the question names
-        return []
-    slot = unnamed[0]
-    out = []
-    for key in plans:
-        swap = _swap(
-            reading, key, slot.column, slot.text, learned.subjects[key], learned.columns.get(key, ())
-        )
-        if swap is not None:
-            sources = learned.sources[key]
-            out.append((sources[int(np.argmax(vote.sims[np.asarray(sources)]))], swap))
-    planned[0] += len(out)
-    return out
+    named = [s for s in template.slots if s.type == VALUE] if not unnamed else []
+    if len(unnamed or named) != 1:
+        return None, False
+    return (unnamed or named)[0], bool(named)
 
 
 def _subject_plans(
@@ -343,7 +459,7 @@ def _subject_plans(
     out = []
     for key, sources in learned.sources.items():
         rename = tuple((o, n) for o, n in key if o in tables)
-        if key in learned.columns or not rename or {n for _, n in key} & tables:
+        if key in learned.columns or key in learned.paths or not rename or {n for _, n in key} & tables:
             continue
         old_subjects, new_subjects = learned.subjects[key]
         said_new = dict.fromkeys(t for t in _subject_words(reading.question, new_subjects))
@@ -377,6 +493,15 @@ def _covered(entry: Entry, key: Renaming, renamed: Renaming) -> bool:
     return all(name in columns for name in names if "." in name and name.partition(".")[0] in old)
 
 
+def _served(routes: Paths | None, key: Renaming, dictionary: str, value: str) -> bool:
+    """Whether the library links this item of a shared dictionary to a new table of the renaming and
+    to none of its old ones ("foley": outputevents only; an item it never shows: unknown, refused)."""
+    served = routes.served.get((dictionary, value.lower()), frozenset()) if routes else frozenset()
+    return any(n.rpartition(".")[2] in served for _, n in key) and not any(
+        o.rpartition(".")[2] in served for o, _ in key
+    )
+
+
 def _swap(
     reading: Reading,
     key: Renaming,
@@ -384,17 +509,23 @@ def _swap(
     old_text: str,
     subjects: tuple[frozenset[str], frozenset[str]],
     renamed: Renaming = (),
+    routes: Paths | None = None,
+    shared: bool = False,
 ) -> TableSwap | None:
     """The swap of the slot's column onto the renamed table (or the column a role renaming renames
     it to), if the question names one value of it and says no subject of the old side (its words for
-    the new side, in order, replace the base's)."""
+    the new side, in order, replace the base's). `shared`: the slot's column is a dictionary the
+    renaming keeps (d_items, for an input's and an output's items), and the question names its
+    item, which the library must link to the new side's table alone (`routes`: paths.Paths.served)."""
     old_column = bare_column(column)
     table, _, name = old_column.rpartition(".")
     new_table = next((n for o, n in key if o.rpartition(".")[2] == table), "")
-    if not new_table or reading.values is None:
+    if bool(new_table) == bool(shared) or reading.values is None:
         return None
     columns = {o.removeprefix(COLUMN): n.removeprefix(COLUMN) for o, n in renamed}
-    new_column = columns.get(old_column, f"{new_table.rpartition('.')[2]}.{name}")
+    new_column = (
+        columns.get(old_column, f"{new_table.rpartition('.')[2]}.{name}") if new_table else old_column
+    )
     found = _contained(reading, new_column)
     longest = max(found, key=lambda f: f[1] - f[0], default=None)
     if longest is None or len({v for a, b, v in found if b - a == longest[1] - longest[0]}) != 1:
@@ -402,6 +533,8 @@ def _swap(
     a, b, value = longest
     if (a, b) not in reading.values.spans(reading.question):
         return None  # a part of a longer value ("vascular" in a procedure's title): not the item named
+    if shared and not _served(routes, key, table, value):
+        return None
     rest = reading.question[:a] + " " + reading.question[b:]  # the value's own words say no side
     words = [(t.text, _word(t.text)) for t in tokenize(rest)]
     old_subjects, new_subjects = subjects
@@ -412,4 +545,4 @@ def _swap(
         key, old_column, new_column, reading.question[a:b], value, old_text, tuple(columns.items())
     )
     return TableSwap(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)},
-                     old_subjects=old_subjects, new_word=" ".join(said_new))  # fmt: skip
+                     old_subjects=old_subjects, new_word=" ".join(said_new), shared=shared)  # fmt: skip

@@ -145,6 +145,13 @@ MUST_ABSTAIN = [
     "was patient 10004235 given any diagnosis of sepsis on the first hospital visit?",
     "was patient 10004235 given any procedure or diagnosis on the first hospital visit?",
     "was patient 10004235 not given any diagnosis on the first hospital visit?",
+    # A lab value for a chart value across their paths (retabled.py with paths.py: the ICU stay hop
+    # and the dictionary's link learned from the library): never an ICU stay asked of a lab value, a
+    # chart item asked as a lab test, both sides' items, or a negation.
+    "what was the first lactate value of patient 10039708 during the last icu stay?",
+    "what was the first heart rate lab test value of patient 10039708?",
+    "was the last lactate of patient 10004235 greater than the first heart rate?",
+    "what was the last hemoglobin value of patient 10014354 not measured in the icu?",
     # "recently" names no period: a count over all time would drop it (answered until session 17;
     # "most recently" is the last one, which the operator signature reads).
     "how many times was heparin prescribed to patient 10004235 recently?",
