@@ -444,6 +444,13 @@ def _asked(question: str, vocabulary: Vocabulary | None = None) -> tuple[str, st
 _A_FIGURE = re.compile(r" (?:of|at|=|is|equal to|above|below|over|under) [\d.]")
 
 
+# A property that opens with a statistic is computed over the thing's rows, and the quantity it is of is
+# often one phrase cut at its "of" ("the mean length of stay per ward": length-of-stay, a `los` column):
+# no reading of a property of a thing (a SQLite ward table with `los_days` was declined "No column records
+# the mean length" in round 20's CI).
+_A_STATISTIC = re.compile(rf"^(?:{_STATISTIC}|avg|number|count|sum|amount)\b")
+
+
 def _of_a_thing(text: str, vocabulary: Vocabulary | None) -> tuple[str, str]:
     """(the property, the thing) of a question asking a property of a thing the catalog names
     (`OF_A_THING`), or ("", ""): the thing must have a word a column, a table, a value or an approved
@@ -460,6 +467,11 @@ def _of_a_thing(text: str, vocabulary: Vocabulary | None) -> tuple[str, str]:
             continue
         prop = _CLAUSE.sub("", m.group("attr")).strip(" -'")
         about = m.group("about")
+        if _A_STATISTIC.match(prop):
+            return (
+                "",
+                "",
+            )  # computed over the thing's rows, not held by it ("the mean length of stay per ward")
         if _A_FIGURE.match(text, m.end("about")):
             return "", ""  # of a figure ("a glucose value of 176.0"): a rank or a share is computed
         if any(w not in GENERIC and len(w) > 2 for w in words(prop)) and any(
