@@ -83,10 +83,14 @@ COLUMN_TOUCH_SET = ROOT / "tests" / "askdb" / "answerability" / "column_touch_se
 # column holds, beside the look-alike asking a property a column does hold (round 20, written before
 # round 20 changed the gate): the set round 20 built on, with --thing-property or --both-gates.
 THING_PROPERTY_SET = ROOT / "tests" / "askdb" / "answerability" / "thing_property_set.jsonl"
+# A column asked for in the words its name joins or shortens ("the normal high value" of `highnormalvalue`,
+# "the event text" of `event_txt`), beside a look-alike asking a property no column holds (round 21,
+# written before round 21 changed the gate): scored by both gates with --both-gates or a recording.
+SPLIT_WORDS_SET = ROOT / "tests" / "askdb" / "answerability" / "split_words_set.jsonl"
 # Every written set, as --both-gates and the recording score them.
 ALL_SETS = (DEMO_SET, NEW_KINDS_SET, SYNONYMS_SET, CATALOG_WORDS_SET, AMBIGUITY_SET, RESEARCHER_SET, UNANCHORED_SET,
             UNSEEN_WORDS_SET, ENTITY_ATTRIBUTES_SET, COHORT_SET, RELATIONS_SET, COLUMN_TOUCH_SET,
-            THING_PROPERTY_SET)  # fmt: skip
+            THING_PROPERTY_SET, SPLIT_WORDS_SET)  # fmt: skip
 # Held out: their numbers are read, their questions never listed.
 HELD_OUT = (RELATIONS_SET.stem, COLUMN_TOUCH_SET.stem)
 RECORDING = ROOT / ".askdb" / "cache" / "gate_record.pkl"
