@@ -754,10 +754,11 @@ def vocabulary_texts(
     for t in tables:
         lines = t.text.splitlines()
         names = [x for x in lines if x.startswith(("Table ", "Also called"))] or lines[:1]
-        holding.append("\n".join(names))
+        holding.append("\n".join([*names, grounding.name_words(t.qualified.rsplit(".", 1)[-1])]))
         context.append("\n".join(x for x in lines if x not in names))
     for c in columns:
-        holding.append(c.text)
+        # The name in words too: "highnormalvalue" is asked for as "the normal high value".
+        holding.append(f"{c.text}\n{grounding.name_words(c.qualified.rsplit('.', 1)[-1])}")
         (holding if grounding.names_things(c.qualified) else context).append(c.values)
     return [*holding, *values], context
 

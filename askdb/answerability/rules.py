@@ -172,7 +172,8 @@ RULES: tuple[Rule, ...] = (
          "This would identify a person ({evidence}); the data is de-identified and askdb will not help "
          "re-identify anyone."),
     Rule("contact", "private",
-         r"\b(?:contact|reach|call|e-?mail|text(?! values?\b)|locate|track down|get in touch with)\b[^?.]{0,30}\b"
+         r"\b(?:contact|reach|call|e-?mail|(?:(?<=^)|(?<=\bto )|(?<=\bcan )|(?<=\bi )|(?<=\bwe )|(?<=\byou )|"
+         r"(?<=please )|(?<=\band )|(?<=\bor ))text(?! values?\b)|locate|track down|get in touch with)\b[^?.]{0,30}\b"
          r"(?:patient|subject|family|relatives?|next of kin|him|her|them)\b(?![^?.]*\b(?:hospital|icu|ward|"
          r"emergency|careunit)\b)",
          "This asks how to contact or find a person ({evidence}); the data is de-identified and askdb "
