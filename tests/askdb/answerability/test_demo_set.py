@@ -233,9 +233,10 @@ def test_the_gate_on_attributes_of_real_entities_no_column_holds(gate):
     unit, caregiver, ordering provider). Held out: round 16 was built on the eighth set and the train
     CVs, and this set read before (F1 0.612, P 0.932, R 0.456; 3 blocked, 49 let through) and after (F1
     0.792, P 0.953, R 0.678; 3 blocked, 29 let through). Round 20 (a property of a thing the catalog
-    names): F1 0.808, R 0.700; 3 blocked, 27 let through. A floor: it can only get better."""
+    names): F1 0.808, R 0.700; 3 blocked, 27 let through. Round 21 (a column's name in words): F1 0.813,
+    2 blocked, 27 let through. A floor: it can only get better."""
     items = set_items(ENTITY_ATTRIBUTES_SET, each=80)
-    assert_floor("entity attributes", score_items(gate, items), f1=0.80, blocked=3, missed=27)
+    assert_floor("entity attributes", score_items(gate, items), f1=0.81, blocked=2, missed=27)
 
 
 COHORT_SET = HERE / "cohort_set.jsonl"
@@ -254,9 +255,10 @@ def test_the_gate_on_cohort_statistics_over_patients(gate):
     three hometowns of ..."), so the learned model alone decides. The EHRSQL gate: F1 0.593, 12 blocked
     (by the model), 32 let through. Round 18 (a statistic over patients read as the question it asks of one
     of them, built on this set): F1 0.609 (P 1.000, R 0.438), 0 blocked, 36 let through; the EHRSQL gate
-    0.642, 10 blocked, 29 let through. A floor: it can only get better."""
+    0.642, 10 blocked, 29 let through. Round 21 (an agent of a thing read to decline): F1 0.653, 0 blocked,
+    33 let through. A floor: it can only get better."""
     items = set_items(COHORT_SET, each=60)
-    assert_floor("cohort statistics", score_items(gate, items), f1=0.60, blocked=0, missed=36)
+    assert_floor("cohort statistics", score_items(gate, items), f1=0.65, blocked=0, missed=33)
 
 
 RELATIONS_SET = HERE / "relations_set.jsonl"
@@ -290,9 +292,11 @@ def test_the_gate_on_questions_whose_words_touch_a_real_column(gate):
     answerable blocked, 17 let through, AUC 0.919; the EHRSQL gate F1 0.748, 13 blocked, 18 let through, AUC
     0.827. Round 20 (a property of a thing the catalog names, built on the thirteenth set; numbers read
     once before and once after): F1 0.848, 4 blocked, 14 let through, AUC 0.934; the EHRSQL gate F1 0.770,
-    11 blocked, 17 let through, AUC 0.837. A floor: it can only get better."""
+    11 blocked, 17 let through, AUC 0.837. Round 21 (a column's name in words; numbers read once before and
+    once after): F1 0.855, 3 blocked, 14 let through, AUC 0.944; the EHRSQL gate F1 0.777, 10 blocked, 17 let
+    through, AUC 0.850. A floor: it can only get better."""
     items = set_items(COLUMN_TOUCH_SET, each=60)
-    assert_floor("column touch", score_items(gate, items), f1=0.84, blocked=4, missed=14)
+    assert_floor("column touch", score_items(gate, items), f1=0.85, blocked=3, missed=14)
 
 
 THING_PROPERTY_SET = HERE / "thing_property_set.jsonl"
@@ -305,6 +309,23 @@ def test_the_gate_on_a_property_asked_of_a_thing_a_column_names(gate):
     visiting policy), each beside a look-alike asking a property a column does hold (route, dose, fluid,
     category, care unit, insurance). Round 20 built the grounding of such a property on it (and on the
     train CV): F1 0.769 -> 0.848 (blocked 2 -> 2, let through 25 -> 17), AUC 0.902 -> 0.934; the EHRSQL
-    gate F1 0.742 -> 0.784 (blocked 8 -> 6, let through 24 -> 21). A floor: it can only get better."""
+    gate F1 0.742 -> 0.784 (blocked 8 -> 6, let through 24 -> 21). Round 21 (a column's name in words, "the
+    event text" no longer texting, an agent of a thing): F1 0.848 -> 0.871 (blocked 2 -> 0, let through 17 ->
+    16); the EHRSQL gate 0.784 -> 0.797 (blocked 6 -> 4). A floor: it can only get better."""
     items = set_items(THING_PROPERTY_SET, each=70)
-    assert_floor("thing property", score_items(gate, items), f1=0.84, blocked=2, missed=17)
+    assert_floor("thing property", score_items(gate, items), f1=0.87, blocked=0, missed=16)
+
+
+SPLIT_WORDS_SET = HERE / "split_words_set.jsonl"
+
+
+def test_the_gate_on_a_column_asked_in_the_words_its_name_joins_or_shortens(gate):
+    """72 + 72 questions written in round 21 before the gate changed: a column asked for in the words its
+    name joins or shortens ("the normal high value" of d_items.highnormalvalue, "the event text" of
+    emar.event_txt, "the total amount", "the emergency department registration time"), each beside a
+    look-alike asking a property no column holds in the same sentence ("the alarm high value", "the event
+    font", "the total price"). Round 21 built the reading of a name's words on it (and on the train CV):
+    F1 0.812 -> 0.844 (blocked 7 -> 2, let through 18 -> 18), AUC 0.891 -> 0.939; the EHRSQL gate F1 0.719
+    -> 0.754 (blocked 10 -> 4). A floor: it can only get better."""
+    items = set_items(SPLIT_WORDS_SET, each=72)
+    assert_floor("split words", score_items(gate, items), f1=0.84, blocked=2, missed=18)
