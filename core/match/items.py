@@ -30,7 +30,7 @@ from sqlglot.errors import SqlglotError
 
 from core.match.index import LibraryIndex
 from core.match.spans import VALUE
-from core.match.template import Slot, Template, parsed_sql
+from core.match.template import Slot, Template, parsed_sql, written
 from core.match.values import ValueFinder, bare_column
 
 if TYPE_CHECKING:  # the vote is library.py's, and library.py calls compose.py, which calls this module
@@ -59,7 +59,7 @@ class ItemSwap:
         """One paraphrase's question and SQL with its item swapped, or None where it has no plain
         value slot of the old column."""
         made = self.swapped(template)
-        return None if made is None else (made[0], made[1].sql(dialect=template.dialect, copy=False))
+        return None if made is None else (made[0], written(made[1], template.dialect))
 
     def swapped(self, template: Template) -> tuple[str, exp.Expr] | None:
         """`apply`'s question and its SQL as a tree (a copy, the caller's to change) before it is

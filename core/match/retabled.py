@@ -61,7 +61,7 @@ from core.match.items import SHAPES_KEPT, ItemSwap, _name, _renamed, _renaming, 
 from core.match.paths import Paths, library_paths
 from core.match.reading import Reading
 from core.match.spans import VALUE
-from core.match.template import Slot, Template, parsed_sql
+from core.match.template import Slot, Template, parsed_sql, written
 from core.match.values import bare_column
 from core.match.words import canonical, stem, tokenize
 
@@ -111,7 +111,7 @@ class TableSwap(ItemSwap):
         if tree is None:
             return None
         before = self._reworded(template.question[: slots[0].start])
-        sql = tree.sql(dialect=template.dialect, copy=False)
+        sql = written(tree, template.dialect)
         return before + self.text + self._reworded(template.question[slots[0].end :]), sql
 
     def _new_tables(self) -> set[str]:
@@ -160,7 +160,7 @@ class SubjectSwap:
             return None
         renamed = _renamed(tree, dict(self.rename))
         question = _reworded(template.question, self.old_subjects, self.new_word)
-        return question, renamed.sql(dialect=template.dialect, copy=False)
+        return question, written(renamed, template.dialect)
 
 
 def _subject_words(text: str, subjects: frozenset[str]) -> list[str]:
