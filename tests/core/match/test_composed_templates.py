@@ -122,3 +122,18 @@ def test_a_tree_kept_for_its_sql_is_what_parsed_sql_hands_out_once():
     template_module.parsed_sql.cache_clear()  # let go of it: the SQL is parsed again, the same tree
     again = template_module.parsed_sql(sql, "sqlite")
     assert again is not tree and shape(again) == shape(tree)
+
+
+def test_a_where_added_after_group_by_is_kept_in_the_parses_walk_order():
+    """The attack on the kept tree: a WHERE added to a SELECT with a GROUP BY and HAVING goes last among
+    its arguments, so its literal is walked after the HAVING's; kept in text order, the tree walks its
+    literals as the parse of its SQL does (a slot's literal index is its position in that walk)."""
+    sql = "SELECT p.drug FROM prescriptions AS p GROUP BY p.drug HAVING COUNT(*) > 2 ORDER BY p.drug LIMIT 5"
+    tree = template_module.parse_sql(sql, "sqlite")
+    tree.where("p.route = 'IV'", copy=False)
+    assert [lit.this for lit in tree.find_all(exp.Literal)] == ["5", "2", "IV"]  # as sqlglot leaves it
+    made = template_module.written(tree, "sqlite")
+    kept = template_module.parsed_sql(made, "sqlite")
+    parsed = template_module.without_positions(template_module.parse_sql(made, "sqlite"))
+    assert [lit.this for lit in kept.find_all(exp.Literal)] == ["5", "IV", "2"]
+    assert shape(kept) == shape(parsed) and repr(kept) == repr(parsed)
