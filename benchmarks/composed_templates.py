@@ -6,8 +6,11 @@ source, one process, nothing reused: import it first with `library_scale.py --pa
 composing.py's template maker wrapped: each composed (question, SQL) is built by build_template (which
 takes a composition's SQL text as its normal form when its self-check proves it, build._as_written)
 and by the general path (build._built: the parse written again first), and the two templates must
-be equal (`to_dict()` and `==`). Prints how many were taken as written, how many fell back, and the
-differences (the first few in full); exit status 1 on any difference. `--library`: instead, every
+be equal (`to_dict()` and `==`). And each tree a composition keeps as its SQL's parse
+(template.written) must be the tree sqlglot parses that SQL to (the same nodes in the same walk
+order, names, quoting, literals: `same_tree`). Prints how many were taken as written, how many fell
+back, how many kept trees were compared, and the differences (the first few in full); exit status 1
+on any difference. `--library`: instead, every
 train pair (question, gold SQL) both ways as the library builds it with `generated` (library_cache
 passes validate_sql's text, sqlglot's writing): the gold SQL as it is (mostly not sqlglot's writing)
 and as sqlglot writes it; no calibration, no database.
@@ -62,11 +65,28 @@ def main(argv: list[str] | None = None) -> int:
                     shown.append(f"{question!r}\n  {sql}\n  {template.to_dict()}\n  {general.to_dict()}")
             return template
 
+        from core.match import template as template_module
+
+        class Checked(dict):
+            """template._WRITTEN comparing each kept tree with the parse of its SQL."""
+
+            def __setitem__(self, key: tuple[str, str], tree) -> None:
+                parsed = template_module.without_positions(template_module.parse_sql(*key))
+                counts["kept trees"] = counts.get("kept trees", 0) + 1
+                if not same_tree(tree, parsed):
+                    counts["differ"] += 1
+                    if len(shown) < 5:
+                        shown.append(f"kept tree differs from the parse of\n  {key[0]}")
+                super().__setitem__(key, tree)
+
+        kept = template_module._WRITTEN
         composing._template = both  # type: ignore[assignment]
+        template_module._WRITTEN = Checked()
         try:
             library_cross_validate(source=library_scale.ensure_source(), processes=1, reuse=False)
         finally:
             composing._template = made  # type: ignore[assignment]
+            template_module._WRITTEN = kept
     finally:
         from infra import embedded
 
@@ -74,6 +94,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"distinct composed templates: {counts}")
     print("\n".join(shown))
     return 1 if counts["differ"] else 0
+
+
+def same_tree(a, b) -> bool:
+    """Whether two sqlglot trees are the same to every reader: node by node in walk order, its type,
+    where it hangs (arg key, list index, parent's type), its plain arguments and comments."""
+    from sqlglot import exp
+
+    def shape(tree) -> list:
+        return [
+            (type(n).__name__, n.arg_key, n.index, type(n.parent).__name__, n.comments,
+             sorted((k, v) for k, v in n.args.items() if not isinstance(v, (exp.Expr, list)) and v is not None))
+            for n in tree.walk()
+        ]  # fmt: skip
+
+    return repr(a) == repr(b) and shape(a) == shape(b)
 
 
 def _library() -> int:

@@ -43,7 +43,7 @@ from core.match.operators import _OPERATOR_PATTERNS, _TIME_WORDS
 from core.match.reading import Reading
 from core.match.spans import CALENDAR_TYPES, DATE, NUMBER, YEAR
 from core.match.swap import AggregateSwap
-from core.match.template import Template, dialect_named, parsed_sql
+from core.match.template import Template, dialect_named, parsed_sql, written
 from core.match.words import tokenize
 
 if TYPE_CHECKING:  # the vote is library.py's, and library.py calls compose.py, which calls this module
@@ -102,9 +102,7 @@ class ComparisonFlip:
         for node, c in found:
             node.replace(COMPARISONS[flips[(c.form, c.operator)]](this=node.this, expression=node.expression))
         question = template.question[:start] + self.new_word + template.question[end:]
-        return question, tree.sql(
-            dialect=dialect_named(template.dialect), copy=False
-        )  # our copy: not copied again
+        return question, written(tree, template.dialect)  # our copy, kept as its SQL's parse
 
 
 def comparison_plans(

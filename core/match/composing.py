@@ -26,7 +26,7 @@ from core.match.index import Entry, Family, LibraryIndex, entry_for
 from core.match.outer import conjuncts, outer_tables, read_below
 from core.match.precheck import refused_family
 from core.match.replace import replaced
-from core.match.template import Template, dialect_named, parsed_sql
+from core.match.template import Template, dialect_named, parsed_sql, written
 
 if TYPE_CHECKING:  # the vote is library.py's, and library.py calls compose.py, which calls this module
     from core.match.library import Vote
@@ -169,7 +169,7 @@ def _with(template: Template, cond: Condition) -> str:
     conjunct = cond.conjunct.copy()
     for column in conjunct.find_all(exp.Column):
         column.set("table", exp.to_identifier(aliases[0]))
-    return tree.where(conjunct, copy=False).sql(dialect=dialect_named(template.dialect), copy=False)
+    return written(tree.where(conjunct, copy=False), template.dialect)
 
 
 def _without(template: Template, cond: Condition) -> str:
@@ -189,9 +189,7 @@ def _without(template: Template, cond: Condition) -> str:
     if len(keep) == len(conjuncts(tree.args["where"].this)):
         return ""
     tree.set("where", None)
-    return (tree.where(*keep, copy=False) if keep else tree).sql(
-        dialect=dialect_named(template.dialect), copy=False
-    )
+    return written(tree.where(*keep, copy=False) if keep else tree, template.dialect)
 
 
 _FAMILIES: dict[tuple, Family] = {}

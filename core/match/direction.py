@@ -36,7 +36,7 @@ from sqlglot.errors import SqlglotError
 
 from core.match.index import UNANSWERABLE, Entry, LibraryIndex
 from core.match.operators import _OPERATOR_PATTERNS, _VISIT, _VISIT_NAMES, question_operators
-from core.match.template import Template, parsed_sql
+from core.match.template import Template, parsed_sql, written
 
 if TYPE_CHECKING:  # the vote is library.py's, and library.py calls compose.py, which calls this module
     from core.match.library import Vote
@@ -82,7 +82,7 @@ class OrderSwap:
             for term in _with_ties(node):  # and the NULLS order: each direction keeps its default
                 term.set("desc", not term.args.get("desc"))
                 term.set("nulls_first", not term.args.get("nulls_first"))
-        return question, tree.sql(dialect=template.dialect, copy=False)  # our copy: not copied again
+        return question, written(tree, template.dialect)  # our copy, kept as its SQL's parse
 
 
 def said_spans(question: str, operator: str, end: str) -> list[tuple[int, int]]:

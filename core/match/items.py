@@ -30,7 +30,7 @@ from sqlglot.errors import SqlglotError
 
 from core.match.index import LibraryIndex
 from core.match.spans import VALUE
-from core.match.template import Slot, Template, parsed_sql
+from core.match.template import Slot, Template, parsed_sql, written
 from core.match.values import ValueFinder, bare_column
 
 if TYPE_CHECKING:  # the vote is library.py's, and library.py calls compose.py, which calls this module
@@ -58,6 +58,13 @@ class ItemSwap:
     def apply(self, template: Template) -> tuple[str, str] | None:
         """One paraphrase's question and SQL with its item swapped, or None where it has no plain
         value slot of the old column."""
+        made = self.swapped(template)
+        return None if made is None else (made[0], written(made[1], template.dialect))
+
+    def swapped(self, template: Template) -> tuple[str, exp.Expr] | None:
+        """`apply`'s question and its SQL as a tree (a copy, the caller's to change) before it is
+        written: a swap that changes the SQL further (retabled.TableSwap's path) changes this tree
+        rather than parsing the written text again."""
         slots = [s for s in template.slots if s.type == VALUE and bare_column(s.column) == self.old_column]
         if len(slots) != 1 or any(u.like or not u.is_string for u in slots[0].uses):
             return None
@@ -70,8 +77,7 @@ class ItemSwap:
         literals = list(tree.find_all(exp.Literal))
         for use in slot.uses:
             literals[use.index].replace(exp.Literal.string(use.prefix + self.value + use.suffix))
-        renamed = _renamed(tree, dict(self.rename), dict(self.columns))
-        return question, renamed.sql(dialect=template.dialect, copy=False)
+        return question, _renamed(tree, dict(self.rename), dict(self.columns))
 
 
 def _renamed(tree: exp.Expr, rename: dict[str, str], columns: dict[str, str] | None = None) -> exp.Expr:

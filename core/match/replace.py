@@ -29,7 +29,7 @@ from core.match.index import LibraryIndex
 from core.match.outer import conjuncts, read_below
 from core.match.reading import Reading
 from core.match.spans import CALENDAR_TYPES, DATE, DECADE, NUMBER, PERIOD_TYPES, YEAR
-from core.match.template import TIME_COLUMN, Template, parsed_sql
+from core.match.template import TIME_COLUMN, Template, parsed_sql, written
 from core.match.words import tokenize
 
 if TYPE_CHECKING:  # conditions.py reads conditions and calls this module
@@ -130,7 +130,7 @@ def replaced(template: Template, mine: Condition, new: Condition) -> tuple[str, 
         col.set("table", exp.to_identifier(column.table) if column.table else None)
     target.replace(conjunct)
     question = template.question[: mine.start] + new.phrase + template.question[mine.end :]
-    return question, tree.sql(dialect=template.dialect, copy=False)  # our copy: not copied again
+    return question, written(tree, template.dialect)  # our copy, kept as its SQL's parse
 
 
 @functools.lru_cache(maxsize=16384)

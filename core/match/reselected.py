@@ -35,7 +35,7 @@ from sqlglot.errors import SqlglotError
 from core.match.index import UNANSWERABLE, LibraryIndex
 from core.match.outer import outer_tables_of
 from core.match.reading import Reading
-from core.match.template import Template, parsed_sql
+from core.match.template import Template, parsed_sql, written
 from core.match.words import tokenize
 
 if TYPE_CHECKING:  # the vote is library.py's, and library.py calls compose.py, which calls this module
@@ -121,7 +121,7 @@ def returning_column(sql: str, dialect: str, old: str, new: str) -> str | None:
     tree = parsed_sql(sql, dialect).copy()  # changed below: a copy
     column = tree.expressions[0].unalias()
     column.set("this", exp.to_identifier(new.split(".", 1)[1]))
-    return tree.sql(dialect=dialect, copy=False)
+    return written(tree, dialect)  # our copy, kept as its SQL's parse
 
 
 # --- what the library shows -------------------------------------------------------------------------

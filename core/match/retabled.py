@@ -53,7 +53,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
@@ -62,7 +61,7 @@ from core.match.items import SHAPES_KEPT, ItemSwap, _name, _renamed, _renaming, 
 from core.match.paths import Paths, library_paths
 from core.match.reading import Reading
 from core.match.spans import VALUE
-from core.match.template import Slot, Template, parsed_sql
+from core.match.template import Slot, Template, parsed_sql, written
 from core.match.values import bare_column
 from core.match.words import canonical, stem, tokenize
 
@@ -97,27 +96,26 @@ class TableSwap(ItemSwap):
 
     def apply(self, template: Template) -> tuple[str, str] | None:
         """The item swap, its wording outside the item said of the new side, or None."""
-        made = super().apply(template)
         slots = [s for s in template.slots if s.type == VALUE and bare_column(s.column) == self.old_column]
-        if made is None or len(slots) != 1:
+        if len(slots) != 1:
             return None
         if self.shared and not self.new_word and _subject_words(template.question, self.old_subjects):
             return None
-        sql = made[1] if self.paths is None else self._rerouted(made[1], template.dialect)
-        if sql is None:
+        made = self.swapped(template)
+        if made is None:
+            return None
+        # A renaming across paths is rerouted on the swapped tree itself, never on its SQL written and
+        # parsed again (a parse per composed paraphrase): the same SQL either way (test_paths, over
+        # every template of the EHRSQL train library under both path renamings it learns).
+        tree = made[1] if self.paths is None else self.paths.rerouted(made[1], self._new_tables())
+        if tree is None:
             return None
         before = self._reworded(template.question[: slots[0].start])
+        sql = written(tree, template.dialect)
         return before + self.text + self._reworded(template.question[slots[0].end :]), sql
 
-    def _rerouted(self, sql: str, dialect: str) -> str | None:
-        """The renamed SQL read the library's way for its new tables (paths.py), or None."""
-        assert self.paths is not None
-        try:
-            tree = sqlglot.parse_one(sql, read=dialect)  # a composed SQL: not kept in parsed_sql's cache
-        except (SqlglotError, ValueError, RecursionError):
-            return None
-        done = self.paths.rerouted(tree, {n.rpartition(".")[2] for _, n in self.rename})
-        return None if done is None else done.sql(dialect=dialect, copy=False)
+    def _new_tables(self) -> set[str]:
+        return {n.rpartition(".")[2] for _, n in self.rename}
 
     def _reworded(self, text: str) -> str:
         return _reworded(text, self.old_subjects, self.new_word)
@@ -162,7 +160,7 @@ class SubjectSwap:
             return None
         renamed = _renamed(tree, dict(self.rename))
         question = _reworded(template.question, self.old_subjects, self.new_word)
-        return question, renamed.sql(dialect=template.dialect, copy=False)
+        return question, written(renamed, template.dialect)
 
 
 def _subject_words(text: str, subjects: frozenset[str]) -> list[str]:

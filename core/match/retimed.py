@@ -49,7 +49,7 @@ from core.match.operators import _TIME_WORDS
 from core.match.outer import conjuncts
 from core.match.reading import Reading
 from core.match.spans import CALENDAR_TYPES, DATE, NUMBER, PERIOD_TYPES, YEAR
-from core.match.template import TIME_COLUMN, Template, dialect_named, parsed_sql, without_positions
+from core.match.template import TIME_COLUMN, Template, dialect_named, parsed_sql, without_positions, written
 from core.match.words import tokenize
 
 if TYPE_CHECKING:  # the vote is library.py's, and library.py calls compose.py, which calls this module
@@ -399,21 +399,21 @@ def _rewritten(
         return None
     for select, parts in found:
         target = next(iter(parts[0].find_all(exp.Column)))
-        written = [c.copy() for c in new]
-        for part in written:
+        renamed = [c.copy() for c in new]
+        for part in renamed:
             for col in part.find_all(exp.Column):
                 col.set("this", exp.to_identifier(target.name))
                 col.set("table", exp.to_identifier(target.table) if target.table else None)
         keep, placed = [], False
         for part in conjuncts(select.args["where"].this):
             if any(part is p for p in parts):
-                keep += [] if placed else written
+                keep += [] if placed else renamed
                 placed = True
                 continue
             keep.append(part)
         select.set("where", None)
         select.where(*keep, copy=False)
-    return tree.sql(dialect=dialect_named(dialect), copy=False)  # our copy
+    return written(tree, dialect)  # our copy, kept as its SQL's parse
 
 
 @functools.lru_cache(maxsize=4096)

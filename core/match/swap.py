@@ -31,7 +31,7 @@ from sqlglot.errors import SqlglotError
 
 from core.match.index import LibraryIndex
 from core.match.operators import _OPERATOR_PATTERNS
-from core.match.template import Template, parsed_sql
+from core.match.template import Template, parsed_sql, written
 
 if TYPE_CHECKING:  # the vote is library.py's, and library.py calls compose.py, which calls this module
     from core.match.library import Vote
@@ -89,7 +89,7 @@ class AggregateSwap:
         node.replace(_NEW[self.new](this=node.this.copy()))
         if alias is not None:
             alias.set("alias", exp.to_identifier(self._renamed(alias.alias)))
-        return question, tree.sql(dialect=template.dialect, copy=False)  # our copy: not copied again
+        return question, written(tree, template.dialect)  # our copy, kept as its SQL's parse
 
     def _renamed(self, name: str) -> str:
         """ "avg_age" for a minimum is "min_age": the output's name says the function it holds."""

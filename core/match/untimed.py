@@ -42,7 +42,7 @@ from core.match.outer import conjuncts
 from core.match.reading import Reading
 from core.match.retimed import TIME_KEYS, TIME_TYPES, _nested, _phrases, _timed, said_phrase, template_timing
 from core.match.spans import NUMBER
-from core.match.template import Template, parsed_sql
+from core.match.template import Template, parsed_sql, written
 
 if TYPE_CHECKING:  # the vote is library.py's, and library.py calls compose.py, which calls this module
     from core.match.library import Vote
@@ -181,7 +181,7 @@ def _dropped(sql: str, dialect: str, indices: tuple[int, ...], columns: tuple[st
     if not found:
         return None
     _leave_out(found)
-    return tree.sql(dialect=dialect, copy=False)  # our copy
+    return written(tree, dialect)  # our copy, kept as its SQL's parse
 
 
 def _leave_out(found: list[tuple[exp.Select, list[exp.Expr], str]]) -> None:
