@@ -71,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         profile = cProfile.Profile()
         traced = _trace_workers()
         collected = _gc_timer()
+        os.environ[_EPOCH] = str(time.time())  # the timelines' zero, in every process
+        timeline = _timeline()
         t0, c0 = time.perf_counter(), time.process_time()
         k0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         if args.profile:
@@ -102,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"worker {worker['pid']}: {worker['process_cpu']:.1f} s CPU, peak RSS {worker['maxrss_mb']:.0f} MB; "
               f"garbage collections {worker['n']} ({worker['gen2']} of the oldest generation), {by}")  # fmt: skip
+    _print_timelines(timeline, _workers_traced(traced))
     print({k: v for k, v in report.items() if k not in ("risk", "at")})
     written = json.dumps({k: v for k, v in report.items() if k != "at"}, indent=1, sort_keys=True)
     if args.report is not None:
@@ -177,16 +180,69 @@ def _traced_start(*args) -> None:
     imported calibration_worker afresh: its `start` there is the module's own."""
     from askdb.services import calibration_worker
 
+    import django
+
     collected = _gc_timer()
+    django.setup()  # as start does first: the modules _timeline wraps import Django's models
+    timeline = _timeline()
     calibration_worker.start(*args)
 
     def written() -> None:  # registered after start's leave: runs before it
         usage = resource.getrusage(resource.RUSAGE_SELF)
         out = {k: collected[k] for k in ("n", "gen2", "by", "cpu", "freed")}
         out.update(pid=os.getpid(), process_cpu=time.process_time(), maxrss_mb=usage.ru_maxrss / 1024)
+        out["timeline"] = timeline
         Path(os.environ[_TRACE_DIR], f"{os.getpid()}.json").write_text(json.dumps(out))
 
     atexit.register(written)
+
+
+_EPOCH = "ASKDB_PROFILE_EPOCH"  # time.time() when the calibration started, for every process's timeline
+
+
+def _timeline() -> list:
+    """This process's steps of a calibration as (what, start s, end s, CPU s) from _EPOCH: its
+    library built, written or read, its warm-up, and each part (core.match.run_part, as the calling
+    process and a worker each call it); the functions wrapped here, in this process only."""
+    from askdb.services import calibration, calibration_context, calibration_worker
+    from core import match
+    from core.match import calibrate
+
+    steps: list = []
+    epoch = float(os.environ[_EPOCH])
+
+    def timed(name, fn):
+        def run(*args, **kwargs):
+            t, c = time.time() - epoch, time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                what = name if name != "part" else f"{args[0].kind} {args[0].fold} {args[0].start}"
+                steps.append((what, round(t, 2), round(time.time() - epoch, 2), round(time.process_time() - c, 2)))
+
+        return run
+
+    calibration.cv_context = timed("library", calibration.cv_context)
+    calibration.cv_prepare = timed("write", calibration.cv_prepare)
+    calibration_context.cv_context = timed("library", calibration_context.cv_context)
+    calibration_worker._warm_up = timed("warm-up", calibration_worker._warm_up)
+    calibrate.run_part = timed("part", calibrate.run_part)
+    match.run_part = timed("part", match.run_part)
+    return steps
+
+
+def _print_timelines(here: list, workers: list[dict]) -> None:
+    """Each process's steps (_timeline) summed: library, warm-up, parts (count, wall, CPU), its
+    first and last part's times, and the tail: how long each process ended before the last."""
+    processes = [("here", here)] + [(f"worker {w['pid']}", w.get("timeline", [])) for w in workers]
+    ends = {name: max((s[2] for s in steps if " " in s[0]), default=0.0) for name, steps in processes}
+    for name, steps in processes:
+        parts = [s for s in steps if " " in s[0]]
+        other = [f"{s[0]} {s[1]:.1f}-{s[2]:.1f} s ({s[3]:.1f} s CPU)" for s in steps if " " not in s[0]]
+        busy, cpu = sum(s[2] - s[1] for s in parts), sum(s[3] for s in parts)
+        first = min((s[1] for s in parts), default=0.0)
+        print(f"{name}: {'; '.join(other)}; {len(parts)} parts {first:.1f}-{ends[name]:.1f} s, "
+              f"{busy:.1f} s wall, {cpu:.1f} s CPU in them; tail {max(ends.values()) - ends[name]:.1f} s")  # fmt: skip
 
 
 def _workers_traced(folder: Path) -> list[dict]:
