@@ -178,9 +178,9 @@ def _trace_workers() -> Path:
 def _traced_start(*args) -> None:
     """calibration_worker.start in a worker, its collector timed (_trace_workers). The worker
     imported calibration_worker afresh: its `start` there is the module's own."""
-    from askdb.services import calibration_worker
-
     import django
+
+    from askdb.services import calibration_worker
 
     collected = _gc_timer()
     django.setup()  # as start does first: the modules _timeline wraps import Django's models
@@ -218,7 +218,9 @@ def _timeline() -> list:
                 return fn(*args, **kwargs)
             finally:
                 what = name if name != "part" else f"{args[0].kind} {args[0].fold} {args[0].start}"
-                steps.append((what, round(t, 2), round(time.time() - epoch, 2), round(time.process_time() - c, 2)))
+                steps.append(
+                    (what, round(t, 2), round(time.time() - epoch, 2), round(time.process_time() - c, 2))
+                )
 
         return run
 
