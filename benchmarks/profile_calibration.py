@@ -9,7 +9,8 @@ model, threshold and counts); `--same-as FILE`: exit 1 unless the report is byte
 (another version's `--report`, with 1 or 2 processes: the report is the same either way). `--profile`: cProfile of this process (with `--processes 1`, all the
 work), saved beside the results, its top functions printed, and the sqlglot parses counted by
 caller. `--valid`: the 1,163 valid questions too, for time only (their accuracy is not read here).
-`--fresh`: the library's own questions asked again even when an earlier calibration of the same
+`--gc-young N`: the calibration's young-collection threshold (calibration_worker.GC_YOUNG) for this
+run, in every process, to compare collectors side by side. `--fresh`: the library's own questions asked again even when an earlier calibration of the same
 library kept their samples (askdb.services.calibration_reuse); they are kept either way. It also
 prints this process's garbage collections, their wall time and their CPU time by generation
 (calibration_worker.fewer_collections): on a loaded machine wall time says little, CPU time does;
@@ -46,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a --report of another version: exit 1 unless this report is byte-identical")  # fmt: skip
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--fresh", action="store_true", help="read no samples kept by an earlier calibration")
+    parser.add_argument("--gc-young", type=int, default=None,
+                        help="calibration_worker.GC_YOUNG for this run, here and in the workers (to compare)")  # fmt: skip
     args = parser.parse_args(argv)
     if not library_scale.available():
         print(f"{library_scale.DATA} is not there: nothing to profile")
@@ -69,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile:
             profile_question.install_counters()
         profile = cProfile.Profile()
+        if args.gc_young is not None:
+            os.environ[_GC_YOUNG] = str(args.gc_young)  # a spawned worker inherits it (_traced_start)
         traced = _trace_workers()
         collected = _gc_timer()
         os.environ[_EPOCH] = str(time.time())  # the timelines' zero, in every process
@@ -169,6 +174,7 @@ def _trace_workers() -> Path:
     peak RSS to a file in the returned directory as it ends (before calibration_worker.leave)."""
     from askdb.services import calibration_worker
 
+    _young()
     folder = Path(tempfile.mkdtemp(prefix="askdb-profile-workers-"))
     os.environ[_TRACE_DIR] = str(folder)  # a spawned worker inherits it
     calibration_worker.start = _traced_start  # type: ignore[assignment]
@@ -185,6 +191,7 @@ def _traced_start(*args) -> None:
     collected = _gc_timer()
     django.setup()  # as start does first: the modules _timeline wraps import Django's models
     timeline = _timeline()
+    _young()
     calibration_worker.start(*args)
 
     def written() -> None:  # registered after start's leave: runs before it
@@ -195,6 +202,17 @@ def _traced_start(*args) -> None:
         Path(os.environ[_TRACE_DIR], f"{os.getpid()}.json").write_text(json.dumps(out))
 
     atexit.register(written)
+
+
+_GC_YOUNG = "ASKDB_PROFILE_GC_YOUNG"  # --gc-young, for the workers too
+
+
+def _young() -> None:
+    """calibration_worker.GC_YOUNG as --gc-young says, in this process (each process sets its own)."""
+    from askdb.services import calibration_worker
+
+    if os.environ.get(_GC_YOUNG):
+        calibration_worker.GC_YOUNG = int(os.environ[_GC_YOUNG])
 
 
 _EPOCH = "ASKDB_PROFILE_EPOCH"  # time.time() when the calibration started, for every process's timeline
