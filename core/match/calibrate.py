@@ -224,21 +224,29 @@ LABELLED_PART = 200  # labelled questions per part: small enough that two proces
 # examples), and the process that finishes first waits for the other's last part, on average half of
 # one: small parts keep both cores busy to the end (each process builds a fold's library once).
 FOLD_PART = 250
+# The questions per part of the calibration's last fold (or of the labelled questions, when they come
+# last): processes share a fold from both ends and meet in it, and the last one to end its part is
+# the calibration's tail, the others idle meanwhile (EHRSQL train, 2 processes: a part of FOLD_PART
+# questions is ~3 s, a tail of ~1.5 s on average). Small parts there, and only there: each part costs
+# a worker a round trip and a collection (calibration_worker.settle).
+TAIL_PART = 50
 
 
 def calibration_parts(labelled: int, sizes: dict[tuple[str, int], int] | None = None) -> list[Part]:
     """The parts of a calibration with `labelled` labelled questions, in the order their samples go;
-    `sizes` (fold_sizes): each fold cut into parts of FOLD_PART questions, else one part per fold."""
+    `sizes` (fold_sizes): each fold cut into parts of FOLD_PART questions, else one part per fold;
+    the last fold with questions (the labelled ones when there are) in parts of TAIL_PART."""
+    counts = [((kind, f), sizes.get((kind, f), 0) if sizes is not None else 0)
+              for kind in ("fold", "siblings") for f in range(CV_FOLDS)]  # fmt: skip
+    counts.append((("labelled", 0), labelled))
+    last = max((n for n, (_, size) in enumerate(counts) if size), default=-1)
     parts = []
-    for kind in ("fold", "siblings"):
-        for f in range(CV_FOLDS):
-            n = sizes.get((kind, f), 0) if sizes is not None else 0
-            parts += [Part(kind, f, a, min(a + FOLD_PART, n)) for a in range(0, n, FOLD_PART)] or [
-                Part(kind, f)
-            ]
-    return parts + [
-        Part("labelled", 0, a, min(a + LABELLED_PART, labelled)) for a in range(0, labelled, LABELLED_PART)
-    ]
+    for n, ((kind, f), size) in enumerate(counts):
+        step = TAIL_PART if n == last else LABELLED_PART if kind == "labelled" else FOLD_PART
+        parts += [Part(kind, f, a, min(a + step, size)) for a in range(0, size, step)]
+        if not size and kind != "labelled":
+            parts.append(Part(kind, f))
+    return parts
 
 
 PartSamples = list[tuple[dict[str, float], bool, int, int]]  # (features, correct, fold, place)

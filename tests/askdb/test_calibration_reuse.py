@@ -11,7 +11,7 @@ import pytest
 
 from askdb.adapters.library_cache import LIBRARY
 from askdb.models import Example
-from askdb.services import calibration_reuse
+from askdb.services import calibration, calibration_reuse
 from askdb.services.calibration import library_cross_validate
 from askdb.services.examples import example_upsert
 from core import match
@@ -134,3 +134,29 @@ def test_kept_samples_under_another_content_are_never_used(source, library, aske
     path.write_bytes(pickle.dumps({"key": kept["key"]}))
     asked.clear()
     assert _calibrated(source, items)[0] == first and "fold" in asked
+
+
+def test_a_first_calibration_hashes_the_library_once_the_workers_have_their_parts(monkeypatch):
+    """With nothing kept to compare with, the library's content hash (~1 s of CPU on the EHRSQL train
+    library) is made in this process's first part, after run_parts has handed the workers theirs:
+    made before, it held every process back. The samples are kept under that same hash."""
+    events: list[str] = []
+    kept: dict = {}
+    monkeypatch.setattr(calibration, "content_hash", lambda context: events.append("hash") or "content")
+    monkeypatch.setattr(calibration, "keep_parts", lambda source, key, content, found: kept.update(c=content))
+
+    def run_parts(parts, local):
+        events.append("handed out")
+        return [local(p) for p in parts]
+
+    def local(part):
+        events.append(part.kind)
+        return []
+
+    parts = [calibrate.Part("fold", 0, 0, 1), calibrate.Part("siblings", 0, 0, 1)]
+    run = calibration._reusing(None, "key", None, {}, run_parts, lambda _: None)
+    assert run(parts, local) == [[], []]
+    assert events == ["handed out", "hash", "fold", "siblings"] and kept == {"c": "content"}
+    events.clear()  # in one process (no run_parts): hashed in the first part as well, once
+    assert calibration._reusing(None, "key", None, {}, None, lambda _: None)(parts, local) == [[], []]
+    assert events == ["hash", "fold", "siblings"]

@@ -40,6 +40,7 @@ def test_folds_cut_into_parts_fit_what_whole_folds_fit(monkeypatch):
     index = build_index(PAIRS)
     whole = _calibrate(index)
     monkeypatch.setattr(calibrate, "FOLD_PART", 2)
+    monkeypatch.setattr(calibrate, "TAIL_PART", 1)  # the last fold's parts: smaller still
     built, subset = [], L.LibraryIndex.subset
 
     def counted(self, keep):
@@ -81,7 +82,32 @@ def test_without_sizes_or_questions_a_fold_is_one_part():
         (250, 500),
         (500, 600),
     ]
-    assert [(p.start, p.stop) for p in labelled if p.kind == "labelled"] == [(0, 200), (200, 400), (400, 450)]
+    # the labelled questions come last: cut as the calibration's tail (TAIL_PART)
+    assert [(p.start, p.stop) for p in labelled if p.kind == "labelled"] == [
+        (a, min(a + calibrate.TAIL_PART, 450)) for a in range(0, 450, calibrate.TAIL_PART)
+    ]
+
+
+def test_the_last_fold_is_cut_small_so_that_the_processes_end_together():
+    """Processes share each fold from both ends and meet in it; in the last fold the one that ends
+    first waits for the other's part: there, and only there, parts of TAIL_PART questions (the
+    labelled questions' when they come last; a last fold with no question leaves it to the one before)."""
+    sizes = {(k, f): 600 for k in ("fold", "siblings") for f in range(calibrate.CV_FOLDS)}
+    last = ("siblings", calibrate.CV_FOLDS - 1)
+
+    def cut(parts, kind, fold):
+        return [(p.start, p.stop) for p in parts if (p.kind, p.fold) == (kind, fold)]
+
+    parts = calibrate.calibration_parts(0, sizes)
+    small = [(a, a + calibrate.TAIL_PART) for a in range(0, 600, calibrate.TAIL_PART)]
+    assert calibrate.TAIL_PART < calibrate.FOLD_PART and cut(parts, *last) == small
+    assert cut(parts, "siblings", calibrate.CV_FOLDS - 2) == [(0, 250), (250, 500), (500, 600)]
+    assert cut(parts, "fold", 0) == [(0, 250), (250, 500), (500, 600)]
+    with_labelled = calibrate.calibration_parts(300, sizes)
+    assert cut(with_labelled, *last) == [(0, 250), (250, 500), (500, 600)]
+    assert cut(with_labelled, "labelled", 0) == small[:6]
+    parts = calibrate.calibration_parts(0, {**sizes, last: 0})
+    assert cut(parts, *last) == [(0, 0)] and cut(parts, "siblings", calibrate.CV_FOLDS - 2) == small
 
 
 def test_a_fold_is_cut_by_family_and_its_parts_put_back_in_its_order(monkeypatch):
