@@ -209,7 +209,7 @@ def library_visits(index: LibraryIndex) -> LibraryVisits:
     said: dict[str, Counter] = defaultdict(Counter)
     sayers: dict[str, list[str]] = defaultdict(list)
     for shape, variants in groups.items():
-        for form_a, (key_a, ops_a, _) in variants.items():
+        for form_a, (_, ops_a, _) in variants.items():
             for form_b, (key_b, ops_b, noun_b) in variants.items():
                 pair = _pair(ops_a, ops_b) if form_a != form_b else None
                 if pair is None:
