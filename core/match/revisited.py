@@ -38,7 +38,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from core.match.index import UNANSWERABLE, LibraryIndex
-from core.match.operators import _VISIT, _VISIT_NAMES
+from core.match.operators import _VISIT, _VISIT_NAMES, VISIT_NOUNS
 from core.match.reading import Reading
 from core.match.template import Template, dialect_named, parsed_sql
 
@@ -53,6 +53,10 @@ _SLOT = "slot"
 _ATTACHED = re.compile(
     r"(?:,\s*)?\b(?:(?:on|in|during|at|for|within|throughout|from)\s+)?(?:(?:the|their|his|her|its)\s+)?$"
 )
+
+
+# A visit or stay said in any words: a question that says one is never read as every visit.
+_VISIT_WORD = re.compile(rf"\b(?:{'|'.join(VISIT_NOUNS)}|admission|admitted)s?\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -259,6 +263,8 @@ def visit_plans(reading: Reading, index: LibraryIndex, base: int, vote: Vote) ->
     new, old = ops.get("visit") or NONE, base_ops.get("visit") or NONE
     if new == old or "|" in new + old:
         return []  # the same visit, or two named: not this swap
+    if not new and _VISIT_WORD.search(reading.question):
+        return []  # a visit said in words the operators do not read ("their lab visit", "an elective admission")
     if any(
         (ops.get(k) or None) != (base_ops.get(k) or None) for k in (ops.keys() | base_ops.keys()) - {"visit"}
     ):
