@@ -48,6 +48,7 @@ if TYPE_CHECKING:  # the vote is library.py's, and library.py calls compose.py, 
 MIN_SHAPES = 2  # distinct SQL shapes that must show a renaming before it is used
 NONE = ""  # the visit of a question that names none (every visit)
 _SLOT = "slot"
+_HOLE = "VISIT_HOLE"
 # A visit phrase with the words that attach it ("during their first hospital visit"): what is added
 # to, or left out of, a paraphrase that says no visit.
 _ATTACHED = re.compile(
@@ -174,15 +175,11 @@ def _shapes_of(sql: str, dialect: str, slots: tuple[int, ...]) -> tuple[tuple[st
         if i < len(literals):
             literals[i].replace(exp.var(_SLOT))
     named = dialect_named(dialect)
-    forms = list(dict.fromkeys(s.sql(dialect=named) for s in _in_selects(tree)))
-    out = []
-    for form in forms:
-        holed = tree.copy()
-        for select in _in_selects(holed):
-            if select.sql(dialect=named) == form:
-                select.replace(exp.var("VISIT_HOLE"))
-        out.append((holed.sql(dialect=named, copy=False), form))
-    return tuple(out)
+    # A subquery is written alike alone and inside its IN's parentheses: the holes are cut as text
+    # (no tree copied per form), each form whole, never a form that is the start of a longer one.
+    whole = tree.sql(dialect=named)
+    forms = dict.fromkeys(s.sql(dialect=named) for s in _in_selects(tree))
+    return tuple((whole.replace(f"({form})", f"({_HOLE})"), form) for form in forms if f"({form})" in whole)
 
 
 @dataclass(frozen=True)
