@@ -256,6 +256,8 @@ def visit_plans(reading: Reading, index: LibraryIndex, base: int, vote: Vote) ->
     ops = reading.ops
     if template is None or not template.usable or ops.get("negation"):
         return []
+    if index.entries[base].key != next((k for k, _ in vote.ranked if k != UNANSWERABLE), None):
+        return []  # the best voted template alone: each plan composes three paraphrases (calibration CPU)
     base_ops = template.operators
     new, old = ops.get("visit") or NONE, base_ops.get("visit") or NONE
     if new == old or "|" in new + old:

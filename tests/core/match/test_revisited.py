@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.match import LibraryIndex, mask_question
+from core.match import LibraryIndex
 from core.match.library import Vote
 from core.match.reading import read_question
 from core.match.revisited import VisitSwap, library_visits, visit_plans
@@ -59,6 +59,8 @@ ITEMS = [
     # the minimum lab value on the first visit alone: the base whose own sibling the library lacks
     ("What is the minimum glucose value of patient 10023239 in the first hospital visit?", lab("MIN", FIRST, 10023239, "glucose")),
     ("What is patient 10015931's minimum glucose value in the first hospital visit?", lab("MIN", FIRST, 10015931, "glucose")),
+    ("What is the minimum glucose value of patient 10005817 in the first hospital visit?", lab("MIN", FIRST, 10005817, "glucose")),
+    ("Tell me the minimum glucose value of patient 10019777 in the first hospital visit.", lab("MIN", FIRST, 10019777, "glucose")),
     # the maximum heart rate on the first ICU stay: an ICU stay, another subquery (one shape)
     ("What is the maximum heart rate of patient 10004733 in the first icu stay?", CHART.format(v=ICU_FIRST.format(p=10004733), item="heart rate")),
 ]  # fmt: skip
@@ -71,7 +73,9 @@ def library():
 
 
 def plans(index, question, base=BASE):
-    vote = Vote.of(embed([mask_question(question)])[0], index)
+    """The plans for the question on `base`, with a vote that makes `base` the best voted (only the
+    best voted template is swapped: the plan's own rules are what these tests read)."""
+    vote = Vote.of(embed([index.entries[base].template.masked_question])[0], index)
     return visit_plans(read_question(question, None), index, base, vote)
 
 
@@ -162,9 +166,15 @@ def test_another_patients_first_visit_is_not_answered(library):
 def test_a_renaming_shown_in_one_shape_is_not_used(library):
     # the first ICU stay has no sibling anywhere: no renaming of it is learned, none planned
     question = "What is the maximum heart rate of patient 10020740 in the current icu stay?"
-    assert plans(library, question, base=10) == []
+    assert plans(library, question, base=12) == []
 
 
 def test_a_paraphrase_that_says_another_visit_is_not_reworded(library):
     swap = VisitSwap("first", "current", "x", "y", "current", "sqlite")
     assert swap.apply(library.entries[2].template) is None  # it says the current visit, not the first
+
+
+def test_only_the_best_voted_template_is_swapped(library):
+    question = "What is the minimum glucose value of patient 10020740 in the current hospital visit?"
+    vote = Vote.of(embed([library.entries[0].template.masked_question])[0], library)  # the sodium's
+    assert visit_plans(read_question(question, None), library, BASE, vote) == []
