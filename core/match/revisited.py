@@ -253,21 +253,9 @@ def visit_plans(reading: Reading, index: LibraryIndex, base: int, vote: Vote) ->
     """The visit renaming the question asks of the base entry's template, with the entry whose
     template says the question's visit over a renamed form (the nearest), or []."""
     template = index.entries[base].template
-    ops = reading.ops
-    if template is None or not template.usable or ops.get("negation"):
+    if template is None or not template.usable or _refused(reading, index, base, vote):
         return []
-    if index.entries[base].key != next((k for k, _ in vote.ranked if k != UNANSWERABLE), None):
-        return []  # the best voted template alone: each plan composes three paraphrases (calibration CPU)
-    base_ops = template.operators
-    new, old = ops.get("visit") or NONE, base_ops.get("visit") or NONE
-    if new == old or "|" in new + old:
-        return []  # the same visit, or two named: not this swap
-    if not new and _VISIT_WORD.search(reading.question):
-        return []  # a visit said in words the operators do not read ("their lab visit", "an elective admission")
-    if any(
-        (ops.get(k) or None) != (base_ops.get(k) or None) for k in (ops.keys() | base_ops.keys()) - {"visit"}
-    ):
-        return []  # refused before anything is read: the question differs in more than its visit
+    new, old = reading.ops.get("visit") or NONE, template.operators.get("visit") or NONE
     visits = library_visits(index)
     shapes = _shapes_of(template.sql_template, template.dialect, _slot_indices(template))
     noun = _noun(reading.question)
@@ -286,6 +274,25 @@ def visit_plans(reading: Reading, index: LibraryIndex, base: int, vote: Vote) ->
     form, (new_form, _) = found[0]
     source = sources[int(np.argmax(vote.sims[np.asarray(sources)]))]
     return [(source, VisitSwap(old, new, form, new_form, words, template.dialect))]
+
+
+def _refused(reading: Reading, index: LibraryIndex, base: int, vote: Vote) -> bool:
+    """The hard rules read before the library's renamings: a negation, a base that is not the best
+    voted, the same visit or two, every visit for a question that says one in other words, or
+    another operator word that differs."""
+    ops, base_ops = reading.ops, index.entries[base].template.operators  # type: ignore[union-attr]
+    if ops.get("negation"):
+        return True
+    if index.entries[base].key != next((k for k, _ in vote.ranked if k != UNANSWERABLE), None):
+        return True  # the best voted template alone: each plan composes three paraphrases (calibration CPU)
+    new, old = ops.get("visit") or NONE, base_ops.get("visit") or NONE
+    if new == old or "|" in new + old:
+        return True  # the same visit, or two named: not this swap
+    if not new and _VISIT_WORD.search(reading.question):
+        return True  # a visit said in words the operators do not read ("their lab visit", "an elective admission")
+    return any(  # the question differs in more than its visit
+        (ops.get(k) or None) != (base_ops.get(k) or None) for k in (ops.keys() | base_ops.keys()) - {"visit"}
+    )
 
 
 def _words(question: str, old: str, new: str) -> str | None:
