@@ -253,7 +253,7 @@ def visit_plans(reading: Reading, index: LibraryIndex, base: int, vote: Vote) ->
     """The visit renaming the question asks of the base entry's template, with the entry whose
     template says the question's visit over a renamed form (the nearest), or []."""
     template = index.entries[base].template
-    if template is None or not template.usable or _refused(reading, index, base, vote):
+    if template is None or not template.usable or _refused(reading, index, base):
         return []
     new, old = reading.ops.get("visit") or NONE, template.operators.get("visit") or NONE
     visits = library_visits(index)
@@ -276,15 +276,12 @@ def visit_plans(reading: Reading, index: LibraryIndex, base: int, vote: Vote) ->
     return [(source, VisitSwap(old, new, form, new_form, words, template.dialect))]
 
 
-def _refused(reading: Reading, index: LibraryIndex, base: int, vote: Vote) -> bool:
-    """The hard rules read before the library's renamings: a negation, a base that is not the best
-    voted, the same visit or two, every visit for a question that says one in other words, or
-    another operator word that differs."""
+def _refused(reading: Reading, index: LibraryIndex, base: int) -> bool:
+    """The hard rules read before the library's renamings: a negation, the same visit or two, every
+    visit for a question that says one in other words, or another operator word that differs."""
     ops, base_ops = reading.ops, index.entries[base].template.operators  # type: ignore[union-attr]
     if ops.get("negation"):
         return True
-    if index.entries[base].key != next((k for k, _ in vote.ranked if k != UNANSWERABLE), None):
-        return True  # the best voted template alone: each plan composes three paraphrases (calibration CPU)
     new, old = ops.get("visit") or NONE, base_ops.get("visit") or NONE
     if new == old or "|" in new + old:
         return True  # the same visit, or two named: not this swap
