@@ -26,6 +26,8 @@ Read it in this order; each module says why it is as it is:
     retabled, paths           compose's table swap: an item's tables renamed as other shapes of the
                               library show (retabled), across the path each side is read by: a
                               chart value through its ICU stay, a lab value by the visit (paths)
+    revisited                 compose's visit swap: a base's visit subquery (first, last, current,
+                              every visit) renamed as two shapes of the library show
     calibrate                 P(correct) fitted by grouped cross-validation; the decision to answer
 
 Pure: no Django, no database. Callers pass embeddings, the value index, a value lookup and a probe.

@@ -177,6 +177,15 @@ MUST_ABSTAIN = [
     "when was the first time patient 10021118 was discharged to home?",
     "when was patient 10021118's first discharge from the icu?",
     "when was patient 10021118 last discharged from the icu?",
+    # A visit swapped (core/match/revisited.py: the visit subquery renamed where two library shapes show
+    # it): never two visits named, a visit word with no visit meaning, the admission type, an ICU stay
+    # for a hospital visit, a negation, or another patient's visit.
+    "what was the insurance of patient 10021118 at the first hospital visit or the current hospital visit?",
+    "what was the insurance of patient 10021118 when they visit the lab?",
+    "what was the insurance of patient 10021118 on an urgent admission?",
+    "what was the insurance of patient 10021118 at the current icu stay?",
+    "what was the insurance of patient 10021118 not at the current hospital visit?",
+    "what was the insurance of patient 10021118 at the first hospital visit of patient 10035185?",
 ]
 ANSWERED_RIGHT = {
     "was the last heart rate of patient 10002428 less than the first heart rate?": (
