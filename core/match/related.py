@@ -350,7 +350,7 @@ def _read_tables(event: exp.Select) -> set[str]:
         value = event.args.get(key)
         for node in value if isinstance(value, list) else [value] if value is not None else []:
             if isinstance(node.this, exp.Table):
-                out.add(node.this.name.lower())
+                out |= {node.this.name.lower(), node.this.alias_or_name.lower()}  # as columns name it
     return out
 
 
