@@ -253,8 +253,8 @@ def _relation(sql: str, dialect: str, masks: tuple[tuple[int, str, str, str, str
         parsed = parsed_sql(sql, dialect)
     except (SqlglotError, ValueError, RecursionError):
         return None
-    if _related(parsed) is None:
-        return None  # most templates relate no two events: read without a copy
+    if "JOIN (SELECT" not in sql.upper() or _related(parsed) is None:
+        return None  # most templates relate no two events (no derived table joined): read without a copy
     tree = parsed.copy()  # changed below: a copy
     literals = list(tree.find_all(exp.Literal))
     names = {}
@@ -294,10 +294,11 @@ def _related(tree: exp.Expr) -> tuple[exp.Select, exp.Expr, dict[str, exp.Select
 
 
 def _derived(select: exp.Select) -> dict[str, exp.Select]:
+    """The SELECT's derived tables (FROM and JOIN subqueries) by alias, read from its own clauses."""
     out = {}
-    for sub in select.find_all(exp.Subquery):
-        within = isinstance(sub.parent, (exp.From, exp.Join)) and sub.parent.parent is select
-        if within and sub.alias and isinstance(sub.this, exp.Select):
+    for node in (select.args.get("from_"), *(select.args.get("joins") or ())):
+        sub = node.this if node is not None else None
+        if isinstance(sub, exp.Subquery) and sub.alias and isinstance(sub.this, exp.Select):
             out[sub.alias] = sub.this
     return out
 
