@@ -23,6 +23,9 @@ Read it in this order; each module says why it is as it is:
                               of its table the question names, the word learned from the library
     swap, items               compose's swaps: an aggregate for the one the question asks (swap), an
                               item for one of tables the library uses alike (items)
+    related                   compose's relation swap: the relation between two events ("within 2
+                              days", "in the same month", "within the same hospital visit") for the
+                              one another verified template writes for the question's phrase
     retabled, paths           compose's table swap: an item's tables renamed as other shapes of the
                               library show (retabled), across the path each side is read by: a
                               chart value through its ICU stay, a lab value by the visit (paths)

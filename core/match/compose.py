@@ -45,6 +45,7 @@ from core.match.items import item_plans, library_items
 from core.match.matcher import match_one
 from core.match.outer import outer_tables
 from core.match.reading import Reading
+from core.match.related import library_relations, relation_plans
 from core.match.replace import replacement_plans
 from core.match.reselected import column_plans, library_columns
 from core.match.retabled import table_plans
@@ -108,6 +109,7 @@ def compose_ready(index: LibraryIndex) -> None:
     library_columns(index)
     library_times(index)
     library_visits(index)
+    library_relations(index)
 
 
 def compose_follow_up(
@@ -229,9 +231,9 @@ def _plans(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[
 
 def _swaps(reading: Reading, index: LibraryIndex, key: str, vote: Vote) -> list[Composed]:
     """The swap the question asks of the base (swap.py, direction.py, compared.py, retimed.py, untimed.py,
-    reselected.py, timed.py, revisited.py), worded from its source."""
+    related.py, reselected.py, timed.py, revisited.py), worded from its source."""
     for base in sorted(index.members[key], key=lambda i: -vote.sims[i])[:MEMBERS_COMPOSED]:
-        plans = swap_plans(reading.question, index, base, vote) or order_plans(reading.question, index, base, vote) or comparison_plans(reading, index, base, vote) or period_plans(reading, index, base, vote) or untimed_plans(reading, index, base, vote) or column_plans(reading, index, base, vote) or time_plans(reading, index, base, vote) or visit_plans(reading, index, base, vote)  # fmt: skip
+        plans = swap_plans(reading.question, index, base, vote) or order_plans(reading.question, index, base, vote) or comparison_plans(reading, index, base, vote) or period_plans(reading, index, base, vote) or untimed_plans(reading, index, base, vote) or relation_plans(reading, index, base, vote) or column_plans(reading, index, base, vote) or time_plans(reading, index, base, vote) or visit_plans(reading, index, base, vote)  # fmt: skip
         if plans:  # the nearest paraphrase that says the base's function (or first/last) in one word
             source, swap = plans[0]
             wording = Condition(index.entries[source].example_id, "", exp.true(), "aggregate", swap.phrase)

@@ -40,7 +40,7 @@ from sqlglot.errors import SqlglotError
 from core.match.index import UNANSWERABLE, LibraryIndex
 from core.match.operators import _VISIT, _VISIT_NAMES, VISIT_NOUNS
 from core.match.reading import Reading
-from core.match.template import Template, dialect_named, parsed_sql
+from core.match.template import Template, dialect_named, parsed_sql, written
 
 if TYPE_CHECKING:  # the vote is library.py's, and library.py calls compose.py, which calls this module
     from core.match.library import Vote
@@ -103,7 +103,7 @@ class VisitSwap:
                 hole.replace(value.copy())
             select.replace(new)
             swapped += 1
-        return (question, tree.sql(dialect=dialect, copy=False)) if swapped else None
+        return (question, written(tree, template.dialect)) if swapped else None  # kept as its parse
 
 
 def _reworded(question: str, old: str, new: str, new_words: str) -> str | None:

@@ -186,8 +186,37 @@ MUST_ABSTAIN = [
     "what was the insurance of patient 10021118 at the current icu stay?",
     "what was the insurance of patient 10021118 not at the current hospital visit?",
     "what was the insurance of patient 10021118 at the first hospital visit of patient 10035185?",
+    # The relation between two events replaced (core/match/related.py: "within 2 days" for "within the
+    # same day" where the library shows both relations in one frame): never for the events in the other
+    # order, a unit the library shows for no relation, two relations, a negation, or a number with a
+    # unit that is no relation ("for 2 days").
+    "what drug was patient 10020740 prescribed within 2 days before the procedure insertion of endotracheal tube in 2150?",
+    "what drug was patient 10020740 prescribed within 2 months after the procedure insertion of endotracheal tube in 2150?",
+    "what drug was patient 10020740 prescribed within 2 days after the procedure insertion of endotracheal tube within the same hospital visit in 2150?",
+    "what drug was patient 10020740 not prescribed within 2 days after the procedure insertion of endotracheal tube in 2150?",
+    "what drug was patient 10020740 prescribed for 2 days after the procedure insertion of endotracheal tube in 2150?",
+    # … and right where the library shows it: the question's N bound, the visit returned by each event
+    "what drug was patient 10020740 prescribed within 3 days after the procedure insertion of endotracheal tube in 2150?",
+    "what drug was patient 10020740 prescribed within the same hospital visit after the procedure insertion of endotracheal tube in 2150?",
 ]
 ANSWERED_RIGHT = {
+    "what drug was patient 10020740 prescribed within 3 days after the procedure insertion of endotracheal tube in 2150?": (
+        "SELECT t2.drug FROM (SELECT pr.subject_id, pr.chartdate FROM mimiciv_hosp.procedures_icd AS pr JOIN "
+        "mimiciv_hosp.d_icd_procedures AS dp ON dp.icd_code = pr.icd_code WHERE pr.subject_id = 10020740 AND "
+        "dp.long_title = 'Insertion of endotracheal tube' AND EXTRACT(YEAR FROM pr.chartdate) = 2150) AS t1 J"
+        "OIN (SELECT p.subject_id, p.drug, p.starttime FROM mimiciv_hosp.prescriptions AS p WHERE p.subject_i"
+        "d = 10020740 AND EXTRACT(YEAR FROM p.starttime) = 2150) AS t2 ON t1.subject_id = t2.subject_id WHERE"
+        " t1.chartdate < t2.starttime AND t2.starttime BETWEEN t1.chartdate AND t1.chartdate + INTERVAL '3 DA"
+        "Y'"
+    ),
+    "what drug was patient 10020740 prescribed within the same hospital visit after the procedure insertion of endotracheal tube in 2150?": (
+        "SELECT t2.drug FROM (SELECT pr.subject_id, pr.chartdate, pr.hadm_id FROM mimiciv_hosp.procedures_icd"
+        " AS pr JOIN mimiciv_hosp.d_icd_procedures AS dp ON dp.icd_code = pr.icd_code WHERE pr.subject_id = 1"
+        "0020740 AND dp.long_title = 'Insertion of endotracheal tube' AND EXTRACT(YEAR FROM pr.chartdate) = 2"
+        "150) AS t1 JOIN (SELECT p.subject_id, p.drug, p.starttime, p.hadm_id FROM mimiciv_hosp.prescriptions"
+        " AS p WHERE p.subject_id = 10020740 AND EXTRACT(YEAR FROM p.starttime) = 2150) AS t2 ON t1.subject_i"
+        "d = t2.subject_id WHERE t1.chartdate < t2.starttime AND t1.hadm_id = t2.hadm_id"
+    ),
     "was the last heart rate of patient 10002428 less than the first heart rate?": (
         "SELECT (SELECT c.valuenum FROM mimiciv_icu.chartevents AS c JOIN mimiciv_icu.d_items AS di "
         "ON di.itemid = c.itemid WHERE c.subject_id = 10002428 AND di.label = 'Heart Rate' ORDER BY c.charttime DESC "
