@@ -47,7 +47,7 @@ from core.match.index import UNANSWERABLE, LibraryIndex
 from core.match.operators import VISIT_NOUNS, question_operators
 from core.match.outer import conjuncts
 from core.match.reading import Reading
-from core.match.retimed import MAPPING_SHARE, TIME_TYPES, UNITS, Phrase, _phrases
+from core.match.retimed import MAPPING_SHARE, TIME_TYPES, UNITS, Phrase, _phrases, slot_masks
 from core.match.spans import NUMBER, VALUE, blank, periods
 from core.match.template import TIME_COLUMN, Template, dialect_named, parsed_sql, without_positions, written
 from core.match.words import tokenize
@@ -236,14 +236,7 @@ def _source_parts(sql: str, dialect: str) -> tuple[str, tuple[tuple[str, str, st
 
 def template_relation(template: Template) -> Relation | None:
     """The template's one relation between two events, or None."""
-    masks = tuple(
-        sorted(
-            (use.index, use.prefix, use.suffix, slot.type, slot.name)
-            for slot in template.slots
-            for use in slot.uses
-        )
-    )
-    return _relation(template.sql_template, template.dialect, masks)
+    return _relation(template.sql_template, template.dialect, slot_masks(template))
 
 
 @functools.lru_cache(maxsize=16384)

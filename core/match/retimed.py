@@ -231,14 +231,19 @@ def _source(index: LibraryIndex, i: int) -> tuple[str, tuple[str, ...]] | None:
 def template_timing(template: Template) -> Timing | None:
     """The template's one time condition, or None (none, two, or one not the same in every WHERE and
     on every time column it filters)."""
-    masks = tuple(
+    return _timing(template.sql_template, template.dialect, slot_masks(template))
+
+
+def slot_masks(template: Template) -> tuple[tuple[int, str, str, str, str], ...]:
+    """The template's slots as a hashable key: a reading of its SQL cached per SQL must know which
+    literals are slots (the same SQL is a template in every fold's library)."""
+    return tuple(
         sorted(
             (use.index, use.prefix, use.suffix, slot.type, slot.name)
             for slot in template.slots
             for use in slot.uses
         )
     )
-    return _timing(template.sql_template, template.dialect, masks)
 
 
 @functools.lru_cache(maxsize=16384)
