@@ -247,6 +247,12 @@ def miss_cause(
             if (score(right) if score else right.confidence) < threshold
             else "another answer won"
         )
+    label = refusal_label(right)
+    return f"its template refused: {label}" if label else "its template refused: other"
+
+
+def refusal_label(result) -> str:
+    """The miss cause's words for a refused result's first reason ("" for one the causes do not name)."""
     from core.match import reasons as R
 
     labels = {R.WORDS_UNEXPLAINED: "a word no paraphrase says", R.WORDS_MISSING: "a word all paraphrases say is missing",
@@ -256,9 +262,23 @@ def miss_cause(
               R.VALUE_NOT_TOGETHER: "a value not found / not bound", R.VALUE_AMBIGUOUS: "a value in two places",
               R.VALUE_MISSING: "a value missing", R.EXTRA_VALUE: "an extra value", R.ANCHOR: "an anchor word missing",
               R.FIXED_VALUE: "a fixed value missing"}  # fmt: skip
-    if right.reason_codes and right.reason_codes[0] in labels:
-        return f"its template refused: {labels[right.reason_codes[0]]}"
-    return "its template refused: other"
+    return labels.get(result.reason_codes[0], "") if result.reason_codes else ""
+
+
+def nearest_cause(d: dict, threshold: float, score=None) -> str:
+    """Why a question whose template the library lacks got no answer, judged by what the match stage
+    tried (its best result): nothing tried, a candidate (verified or composed) that passed the rules
+    under the threshold, or the best one's first refusal. The causes a small library's misses need,
+    where "its template is not in the library" is every one of them."""
+    best = d["results"][0] if d["results"] else None
+    if best is None:
+        return "nothing tried"
+    kind = "composed" if best.composed_from else "a verified template"
+    if best.hard_ok and best.sql:
+        return f"{kind} passed the rules, P(correct) under the threshold"
+    return (
+        f"{kind} refused: {refusal_label(best) or (best.reason_codes[0] if best.reason_codes else 'other')}"
+    )
 
 
 def _cv_row(entry, found, idx, key_of: dict, fold_risk, threshold: float, runner: Runner, fold: int) -> dict:
@@ -530,9 +550,6 @@ def small_libraries(
     the rest of `library` (other templates, and unanswerable questions it does not hold). Those
     questions have no template in the small library by construction: what reaches them is
     composition from verified parts, and the misses by cause say what blocks the rest."""
-    import random
-
-    from core.match import bind_sql
     from evaluation import metrics
 
     _setup_django()
@@ -542,30 +559,63 @@ def small_libraries(
     for share in shares:
         for seed in seeds:
             sub = sample_library(lib, share, seed)
-            held = {e.example_id for e in sub.index.entries}
-            rest = [e for e in lib.index.entries if e.example_id not in held]
-            rest = random.Random(seed).sample(rest, min(asked, len(rest)))
-            items = [(str(e.example_id), e.question,
-                      bind_sql(e.template, {x.name: x.value for x in e.template.slots}) if e.template else "")
-                     for e in rest]  # fmt: skip
+            items = library_rest(lib, sub, asked=asked, seed=seed)
             risk, cv, lookup = calibrate(sub, runner, cost=cost, progress=False)
             scores, details, _latency = evaluate(sub, runner, risk, lookup, items, progress=False)
             causes, wrong = _misses(sub, risk, runner, scores, details)
+            nearest = _nearest_misses(risk, scores, details)
             answered = [s for s in scores if not s.abstained]
             right = sum(1 for s in answered if s.answerable and s.correct)
             row = {
                 "share": share, "seed": seed, "examples": len(sub.index.entries), "templates": len(sub.index.families),
                 "in_library_cv": {k: v for k, v in cv.items() if k not in ("fold_risks", "wrong_answers")},
-                "asked": len(items), "answered": len(answered), "right": right,
+                "asked": len(items), "answerable": sum(1 for s in scores if s.answerable),
+                "answered": len(answered), "right": right, "coverage": round(len(answered) / max(1, len(items)), 4),
+                "precision": round(right / len(answered), 4) if answered else None,
+                "unanswerable_answered": sum(1 for s in answered if not s.answerable),
                 "composed_right": sum(1 for d in details if d["composed"] and d["correct"]),
                 "rs10": metrics.reliability_scores(scores)["10"],  # as sample_efficiency scores valid
+                "threshold": round(risk.threshold, 4),
                 "misses": dict(causes.most_common()),
+                "unanswered_nearest": nearest[0], "examples_by_cause": nearest[1],
                 "wrong": [{"question": d["question"], "gold": d["gold"], "sql": d["answered"]} for d in wrong],
             }  # fmt: skip
             if progress:
                 print(f"small {share:.0%} seed {seed}: {json.dumps(row)}", file=sys.stderr)
             out.append(row)
     return out
+
+
+def library_rest(lib: Library, sub: Library, *, asked: int = 0, seed: int = 0) -> list[tuple[str, str, str]]:
+    """The questions of `lib` that the small library `sub` does not hold, as (id, question, gold SQL
+    or "") items: every paraphrase of the templates left out, and the unanswerable examples not
+    sampled. `asked` > 0 samples that many (seeded); 0 asks them all (the train-side proxy of the
+    valid measurement with a small library: its questions were never tuned on by that library)."""
+    import random
+
+    from core.match import bind_sql
+
+    held = {e.example_id for e in sub.index.entries}
+    rest = [e for e in lib.index.entries if e.example_id not in held]
+    if asked and asked < len(rest):
+        rest = random.Random(seed).sample(rest, asked)
+    return [(str(e.example_id), e.question,
+             bind_sql(e.template, {x.name: x.value for x in e.template.slots}) if e.template else "")
+            for e in rest]  # fmt: skip
+
+
+def _nearest_misses(risk, scores: list, details: list, per: int = 4) -> tuple[dict, dict]:
+    """The unanswered answerable questions by nearest_cause, and a few questions of each cause."""
+    causes: Counter = Counter()
+    out: dict[str, list[str]] = {}
+    for d, s in zip(details, scores, strict=True):
+        if s.answerable and s.abstained:
+            cause = nearest_cause(d, risk.threshold)
+            causes[cause] += 1
+            got = out.setdefault(cause, [])
+            if len(got) < per:
+                got.append(d["question"])
+    return dict(causes.most_common()), out
 
 
 def samples_table(rows: list[dict]) -> str:
@@ -688,6 +738,11 @@ def main(argv: list[str] | None = None) -> int:
         help="train only: libraries of these shares of the templates asked other templates' questions "
         "(e.g. 0.1,0.3; seeds from ASKDB_BENCH_SEEDS, default 0,1,2)",
     )  # fmt: skip
+    parser.add_argument(
+        "--asked", type=int, default=400,
+        help="with --small: how many of the rest of the library split to ask (seeded); 0 asks them all "
+        "(every other template's question and every unanswerable one the small library lacks)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.template_holdout is not None:
         from core.match import calibrate
@@ -700,7 +755,7 @@ def main(argv: list[str] | None = None) -> int:
         seeds = tuple(int(x) for x in os.environ.get("ASKDB_BENCH_SEEDS", "0,1,2").split(","))
         shares = tuple(float(x) for x in args.small.split(","))
         rows = small_libraries(
-            shares=shares, seeds=seeds, cost=args.cost, data=args.data, library=args.library
+            shares=shares, seeds=seeds, asked=args.asked, cost=args.cost, data=args.data, library=args.library
         )
         print(json.dumps(rows, indent=1))
         return 0
