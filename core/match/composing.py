@@ -23,9 +23,10 @@ from core.match.candidate import MatchResult, TemplateCandidate
 from core.match.compared import Swap
 from core.match.conditions import Condition, conditions_of
 from core.match.index import Entry, Family, LibraryIndex, entry_for
-from core.match.outer import conjuncts, outer_tables, read_below
+from core.match.outer import conjuncts, outer_tables, read_below, reads_other_below
 from core.match.precheck import refused_family
 from core.match.replace import replaced
+from core.match.spans import YEAR
 from core.match.template import Template, dialect_named, parsed_sql, written
 
 if TYPE_CHECKING:  # the vote is library.py's, and library.py calls compose.py, which calls this module
@@ -165,6 +166,8 @@ def _with(template: Template, cond: Condition) -> str:
     tree = parsed_sql(template.sql_template, template.dialect).copy()  # changed below: a copy
     aliases = [a for a, t in outer_tables(template).items() if t == cond.table]
     if len(aliases) != 1 or not isinstance(tree, exp.Select) or read_below(tree, cond.table):
+        return ""
+    if cond.slot_type == YEAR and reads_other_below(tree, cond.table):  # whose year: not known
         return ""
     conjunct = cond.conjunct.copy()
     for column in conjunct.find_all(exp.Column):

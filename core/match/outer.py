@@ -63,3 +63,17 @@ def read_below(tree: exp.Select, table: str) -> bool:
         if sub is not tree
         for t in sub.find_all(exp.Table)
     )
+
+
+def reads_other_below(tree: exp.Select, table: str) -> bool:
+    """Whether a subquery (or CTE) of `tree` reads a table other than `table`. "How many patients had
+    a protein test since 2100?" is written `FROM admissions WHERE hadm_id IN (SELECT hadm_id FROM
+    labevents …)`: a year said with it may be the test's as well as the admission's, and EHRSQL's
+    verified questions put it on the test (labevents.charttime); a year condition of the outer table
+    added there answers another question, right only where the data happen to agree."""
+    return any(
+        t.name.lower() != table
+        for sub in tree.find_all(exp.Select)
+        if sub is not tree
+        for t in sub.find_all(exp.Table)
+    )
