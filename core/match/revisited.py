@@ -20,8 +20,14 @@ hospital visit).
 Hard rules (refused before anything is built): no negation; the question names one visit (never
 two) and differs from the base in nothing else the operators read; the base's every paraphrase used
 says its visit the way the renaming's old side is said (its visit word replaced by the question's, or,
-from every visit, the question's visit phrase added; to every visit, its visit phrase left out). The
-composition then goes through the same rules, binding, validation and risk as any other (compose.py,
+from every visit, the question's visit phrase added; to every visit, its visit phrase left out).
+
+A period goes with every visit: "the daily average weight on their last hospital visit" beside a
+verified "… since 03/2100" (every visit) is the renaming with the base's period left out first
+(untimed.py's drop: a form the library shows left out, its phrase cut from the wording). Only from every
+visit to one, for a question that says no time word or value at all; never a period left out of a base
+that names a visit, nor another period written in (retimed.py replaces one; adding one is not read).
+The composition then goes through the same rules, binding, validation and risk as any other (compose.py,
 feature `composed`): the guard still judges every word.
 """
 
@@ -37,10 +43,13 @@ import numpy as np
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from core.match.build import build_template
 from core.match.index import UNANSWERABLE, LibraryIndex
 from core.match.operators import _VISIT, _VISIT_NAMES, VISIT_NOUNS
 from core.match.reading import Reading
+from core.match.retimed import TIME_KEYS
 from core.match.template import Template, dialect_named, parsed_sql, written
+from core.match.untimed import TimeDrop, says_time, time_drop
 
 if TYPE_CHECKING:  # the vote is library.py's, and library.py calls compose.py, which calls this module
     from core.match.library import Vote
@@ -71,14 +80,23 @@ class VisitSwap:
     new_form: str
     new_words: str  # the question's own wording: its visit word, or its whole visit phrase (old is "")
     dialect: str
+    # The base's period left out first (every visit renamed to one: "… on their last hospital visit"
+    # from the verified "… since 03/2100"), where the question says no time; None: no period left out.
+    drop: TimeDrop | None = None
 
     @property
     def phrase(self) -> str:
-        return f"{self.new_words or 'every visit'} instead of {self.old or 'every visit'}"
+        old = self.old or (self.drop.old_text if self.drop is not None else "every visit")
+        return f"{self.new_words or 'every visit'} instead of {old}"
 
     def apply(self, template: Template) -> tuple[str, str] | None:
         """One paraphrase's question and SQL with the visit renamed, or None where the paraphrase
         does not say its visit as the old side is said or holds no copy of the old subquery."""
+        if self.drop is not None:  # the period left out first, its result read again as a template
+            made = self.drop.apply(template)
+            template = _rebuilt(*made, template.dialect) if made is not None else None  # type: ignore[assignment]
+            if template is None or not template.usable:
+                return None
         question = _reworded(template.question, self.old, self.new, self.new_words)
         if question is None:
             return None
@@ -104,6 +122,13 @@ class VisitSwap:
             select.replace(new)
             swapped += 1
         return (question, written(tree, template.dialect)) if swapped else None  # kept as its parse
+
+
+@functools.lru_cache(maxsize=4096)
+def _rebuilt(question: str, sql: str, dialect: str) -> Template:
+    """A paraphrase with its period left out, as a template (its slots where its values now are):
+    built once, the same bases come back question after question, fold after fold."""
+    return build_template(question, sql, dialect=dialect, generated=True)
 
 
 def _reworded(question: str, old: str, new: str, new_words: str) -> str | None:
@@ -278,6 +303,12 @@ def visit_plans(reading: Reading, index: LibraryIndex, base: int, vote: Vote) ->
     if template is None or not template.usable or _refused(reading, index, base):
         return []
     new, old = reading.ops.get("visit") or NONE, template.operators.get("visit") or NONE
+    drop = None
+    if _period_left(reading.ops, template.operators):
+        found_drop = time_drop(index, template) if old == NONE and not says_time(reading) else None
+        if found_drop is None:
+            return []  # a period left out only where the base says every visit and the library shows it
+        drop = found_drop[1]
     visits = library_visits(index)
     shapes = _shapes_of(template.sql_template, template.dialect, _slot_indices(template))
     noun = _noun(reading.question)
@@ -295,12 +326,13 @@ def visit_plans(reading: Reading, index: LibraryIndex, base: int, vote: Vote) ->
         return []
     form, (new_form, _) = found[0]
     source = sources[int(np.argmax(vote.sims[np.asarray(sources)]))]
-    return [(source, VisitSwap(old, new, form, new_form, words, template.dialect))]
+    return [(source, VisitSwap(old, new, form, new_form, words, template.dialect, drop))]
 
 
 def _refused(reading: Reading, index: LibraryIndex, base: int) -> bool:
     """The hard rules read before the library's renamings: a negation, the same visit or two, every
-    visit for a question that says one in other words, or another operator word that differs."""
+    visit for a question that says one in other words, or another operator word that differs (but
+    the base's period, where the question names a visit and no time: visit_plans leaves it out)."""
     ops, base_ops = reading.ops, index.entries[base].template.operators  # type: ignore[union-attr]
     if ops.get("negation"):
         return True
@@ -309,9 +341,23 @@ def _refused(reading: Reading, index: LibraryIndex, base: int) -> bool:
         return True  # the same visit, or two named: not this swap
     if not new and _VISIT_WORD.search(reading.question):
         return True  # a visit said in words the operators do not read ("their lab visit", "an elective admission")
-    return any(  # the question differs in more than its visit
-        (ops.get(k) or None) != (base_ops.get(k) or None) for k in (ops.keys() | base_ops.keys()) - {"visit"}
-    )
+    if not _differ(ops, base_ops, set()):
+        return False  # the visit alone differs
+    if _differ(ops, base_ops, TIME_KEYS):
+        return True  # the question differs in more than its visit and its period
+    # Its period too: only the base's period left out, for one visit named (visit_plans reads the rest).
+    return not (new and _period_left(ops, base_ops))
+
+
+def _differ(ops: dict, base_ops: dict, besides: set | frozenset) -> bool:
+    """The two operator readings differ in a key other than the visit and `besides`."""
+    keys = (ops.keys() | base_ops.keys()) - {"visit"} - besides
+    return any((ops.get(k) or None) != (base_ops.get(k) or None) for k in keys)
+
+
+def _period_left(ops: dict, base_ops: dict) -> bool:
+    """The base says a period the question does not: the question says no time word at all."""
+    return any(base_ops.get(k) for k in TIME_KEYS) and not any(ops.get(k) for k in TIME_KEYS)
 
 
 def _words(question: str, old: str, new: str) -> str | None:

@@ -186,6 +186,14 @@ MUST_ABSTAIN = [
     "what was the insurance of patient 10021118 at the current icu stay?",
     "what was the insurance of patient 10021118 not at the current hospital visit?",
     "what was the insurance of patient 10021118 at the first hospital visit of patient 10035185?",
+    # … and a period left out with every visit renamed to one (revisited.py: "… on the first hospital
+    # visit" from the verified "… since 2150"): never a negation, an ICU stay for a hospital visit,
+    # another patient's visit, or a visit with another period the question says.
+    "how many times was heparin prescribed to patient 10004235 not on the first hospital visit?",
+    "how many times was heparin prescribed to patient 10004235 on the first icu stay?",
+    "how many times was heparin prescribed to patient 10004235 on the first hospital visit of patient 10006580?",
+    "how many times was heparin prescribed to patient 10004235 on the first hospital visit since 1 year ago?",
+    "what is the average glucose value of patient 10004235 during the last hospital visit since 1 year ago?",
     # The relation between two events replaced (core/match/related.py: "within 2 days" for "within the
     # same day" where the library shows both relations in one frame): never for the events in the other
     # order, a unit the library shows for no relation, two relations, a negation, or a number with a

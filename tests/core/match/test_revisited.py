@@ -172,3 +172,83 @@ def test_a_renaming_shown_in_one_shape_is_not_used(library):
 def test_a_paraphrase_that_says_another_visit_is_not_reworded(library):
     swap = VisitSwap("first", "current", "x", "y", "current", "sqlite")
     assert swap.apply(library.entries[2].template) is None  # it says the current visit, not the first
+
+
+# --- a period left out with the visit renamed (every visit -> one visit) ---------------------------
+
+IN_YEAR = " AND STRFTIME('%Y', labevents.charttime) = '{y}'"
+SINCE_AGO = " AND DATETIME(labevents.charttime) >= DATETIME(CURRENT_TIME, '-{n} month')"
+
+PERIOD_ITEMS = [
+    *ITEMS,
+    # the maximum sodium in 2100 beside the verified every-visit one: the library shows the year left out
+    ("What is the maximum sodium value of patient 10031404 in 2100?", lab("MAX", EVERY, 10031404, "sodium") + IN_YEAR.format(y=2100)),
+    # the average potassium in 2100 (every visit): the base, whose visit or untimed sibling the library lacks
+    ("What is the average potassium value of patient 10021487 in 2100?", lab("AVG", EVERY, 10021487, "potassium") + IN_YEAR.format(y=2100)),
+    ("What is patient 10029291's average potassium value in 2100?", lab("AVG", EVERY, 10029291, "potassium") + IN_YEAR.format(y=2100)),
+    ("Tell me the average potassium value of patient 10007818 in 2100.", lab("AVG", EVERY, 10007818, "potassium") + IN_YEAR.format(y=2100)),
+    # the average chloride since 5 months ago: a period form the library never shows left out
+    ("What is the average chloride value of patient 10021487 since 5 months ago?", lab("AVG", EVERY, 10021487, "chloride") + SINCE_AGO.format(n=5)),
+    ("What is patient 10029291's average chloride value since 7 months ago?", lab("AVG", EVERY, 10029291, "chloride") + SINCE_AGO.format(n=7)),
+    # the average calcium on the first visit in 2100: a base that names a visit and a period
+    ("What is the average calcium value of patient 10021487 in the first hospital visit in 2100?", lab("AVG", FIRST, 10021487, "calcium") + IN_YEAR.format(y=2100)),
+    ("What is patient 10029291's average calcium value in the first hospital visit in 2100?", lab("AVG", FIRST, 10029291, "calcium") + IN_YEAR.format(y=2100)),
+]  # fmt: skip
+POTASSIUM, CHLORIDE, CALCIUM = 14, 17, 19
+
+
+@pytest.fixture(scope="module")
+def periods():
+    return index_of(PERIOD_ITEMS)
+
+
+def test_a_period_left_out_with_every_visit_renamed_to_the_first(periods):
+    question = "What is the average potassium value of patient 10020740 in the first hospital visit?"
+    (_, swap), *_ = plans(periods, question, base=POTASSIUM)
+    assert (swap.old, swap.new) == ("", "first") and swap.drop is not None
+    assert swap.phrase == "in the first hospital visit instead of in 2100"
+    made = swap.apply(periods.entries[POTASSIUM].template)
+    assert made is not None
+    assert made[0] == "What is the average potassium value of patient 10021487 in the first hospital visit?"
+    assert "STRFTIME" not in made[1] and "ORDER BY admissions.admittime ASC LIMIT 1" in made[1]
+    best = swapped(periods, question)[0]
+    assert "STRFTIME" not in best.sql and "admissions.admittime ASC LIMIT 1" in best.sql
+    assert "AVG(" in best.sql and "'potassium'" in best.sql and "subject_id = 10020740" in best.sql
+    assert best.features["composed"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        # a period and a visit both named, the period another one: neither left out nor replaced here
+        "What is the average potassium value of patient 10020740 in the first hospital visit since 5 months ago?",
+        # a negation
+        "What is the average potassium value of patient 10020740 not in the first hospital visit?",
+        # an ICU stay is no hospital visit
+        "What is the average potassium value of patient 10020740 in the first icu stay?",
+        # no visit named: the period is untimed.py's to leave out, not this swap's
+        "What is the average potassium value of patient 10020740?",
+        # another operator word beside the visit ("maximum" for "average")
+        "What is the maximum potassium value of patient 10020740 in the first hospital visit?",
+        # a time value with no time word ("on 2100-05-01")
+        "What is the average potassium value of patient 10020740 in the first hospital visit on 05/01/2100?",
+    ],
+)
+def test_what_never_leaves_a_period_out(periods, question):
+    assert plans(periods, question, base=POTASSIUM) == []
+
+
+def test_a_period_form_the_library_never_shows_left_out_is_kept(periods):
+    question = "What is the average chloride value of patient 10020740 in the first hospital visit?"
+    assert plans(periods, question, base=CHLORIDE) == []
+
+
+def test_a_base_that_names_a_visit_keeps_its_period(periods):
+    # the first visit in 2100 is not renamed to the current visit with its year left out
+    question = "What is the average calcium value of patient 10020740 in the current hospital visit?"
+    assert plans(periods, question, base=CALCIUM) == []
+
+
+def test_another_patients_first_visit_leaves_no_period_out(periods):
+    question = "What is the average potassium value of patient 10020740 in the first hospital visit of patient 10002495?"
+    assert swapped(periods, question) == []
