@@ -52,13 +52,16 @@ def try_plan(
     plan: Composed, index: LibraryIndex, vote: Vote, match: Callable, ops: dict
 ) -> MatchResult | None:
     """The composition matched with the nearest paraphrases of the base template in turn; one the
-    operators rule refuses for `ops` with its operator family alone (precheck.py: the same results)."""
+    operators rule refuses for `ops` with its operator family alone (precheck.py: the same results),
+    and then its first paraphrase alone: the rule refuses every one, so none is hard_ok and the
+    result is the first's whichever others are matched (a refused match reads and changes nothing)."""
     composed = _composed_entries(plan, index, vote)
     if not composed:
         return None
-    family = refused_family(ops, composed) or composed_family(composed, index.families[plan.key])
+    refused = refused_family(ops, composed)
+    family = refused or composed_family(composed, index.families[plan.key])
     tried = []
-    for entry in composed:
+    for entry in composed[:1] if refused is not None else composed:
         assert entry.template is not None
         candidate = TemplateCandidate(
             entry.example_id, entry.template, float(vote.sims[plan.base]), entry.question, family

@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from core.match.index import Entry, Family, library_reading
+from core.match.index import Entry, Family, library_operators
 from core.match.operators import operator_signature
 from core.match.rules.operators import operator_reasons
 from core.match.spans import VALUE
@@ -31,14 +31,15 @@ from core.match.spans import VALUE
 
 def operator_family(entries: Sequence[Entry]) -> Family:
     """The family of one template's paraphrases (`entries`, one key) with its operator values and
-    signatures alone, read as LibraryIndex._families reads them (index.library_reading)."""
+    signatures alone, read as LibraryIndex._families reads them (index.library_reading's operators,
+    index.library_operators: without the words it reads too, which a refused family never needs)."""
     ops: dict[str, set] = defaultdict(set)
     signatures = set()
     for entry in entries:
         template = entry.template
         assert template is not None
         spans = tuple((s.start, s.end) for s in template.slots if s.type == VALUE)
-        said = library_reading(template.masked_question, template.question, spans)[2]
+        said = library_operators(template.question, spans)
         signatures.add(operator_signature(said))
         for name, value in said.items():
             ops[name].add(value)

@@ -1,7 +1,7 @@
 """The composition precheck (core/match/precheck.py) must not change a result: a composition the
-operators rule refuses is matched with its operator family alone, and every result of every corpus
-question (refused ones too: their reasons, features and masked question) is the one the whole family
-gives. Attack: a composition whose operator words agree must be judged by its whole family (the
+operators rule refuses is matched with its operator family alone (and its first paraphrase alone:
+composing.try_plan), and every result of every corpus question (refused ones too: their reasons,
+features and masked question) is the one the whole family, each paraphrase matched, gives. Attack: a composition whose operator words agree must be judged by its whole family (the
 meaning guard reads its words), never waved through or refused by the reduced one."""
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ def test_every_corpus_result_is_the_one_the_whole_family_gives(monkeypatch):
     lookup = corpus.lookup_in(corpus._values_by_column(built))
     cases = corpus.questions()
     vectors = corpus.vectors_for([mask_question(q, built.values) for _, q in cases])
-    used = []
+    used, several = [], []
 
     def counted(ops, entries):
         family = precheck.refused_family(ops, entries)
         used.append(family is not None)
+        several.append(family is not None and len(entries) > 1)
         return family
 
     monkeypatch.setattr(composing, "refused_family", counted)
@@ -40,6 +41,9 @@ def test_every_corpus_result_is_the_one_the_whole_family_gives(monkeypatch):
     whole = _results(built.index, built.values, lookup, cases, vectors)
     assert sum(used) >= 20, "the corpus must exercise the precheck"
     assert any(not u for u in used), "…and compositions it leaves to the whole family"
+    # Attack on try_plan's first paraphrase alone: a refused composition of several paraphrases must
+    # give the result matching each of them gives (the whole family's path matches each).
+    assert sum(several) >= 10, "the corpus must refuse compositions of several paraphrases"
     changed = [(q, a, b) for (_, q), a, b in zip(cases, prechecked, whole, strict=True) if a != b]
     assert not changed, f"{len(changed)} questions' results changed, e.g. {changed[0][0]!r}"
 
@@ -85,3 +89,20 @@ def test_the_reduced_family_stands_in_only_where_the_operators_refuse(question, 
     entries = _entries(SINCE)
     found = precheck.refused_family(question_operators(question), entries)
     assert (found is not None) is reduced
+
+
+def test_the_operator_family_is_the_whole_familys_operators_for_every_corpus_template():
+    """precheck.operator_family reads each paraphrase's operators alone (index.library_operators), not
+    its words: for every template of the corpus library, the same operators and signatures as the
+    family LibraryIndex reads with the words."""
+    built = corpus.build()
+    compared = 0
+    for key, members in built.index.members.items():
+        entries = [built.index.entries[i] for i in members]
+        if entries[0].template is None:
+            continue
+        reduced = precheck.operator_family(entries)
+        whole = built.index.families[key]
+        assert (reduced.operators, reduced.signatures) == (whole.operators, whole.signatures), key
+        compared += 1
+    assert compared >= 100
