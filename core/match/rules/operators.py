@@ -24,9 +24,36 @@ def check(reading: Reading, candidate: TemplateCandidate, bound: Bound) -> list[
     return operator_reasons(reading.ops, candidate.template, candidate.family)
 
 
+# (operator words, the template's operator keys) judged per family, at most: beyond, start again
+# (a web process's library lives long; a calibration's fold library asks far fewer).
+KEPT_PER_FAMILY = 4096
+
+
 def operator_reasons(ops: dict[str, Any], template: Template, family: Family | None) -> list[R.Reason]:
     """Why the question's operator words are not the template's (judged across its paraphrases):
-    one reason per operator key that differs, else the combination when no paraphrase has it."""
+    one reason per operator key that differs, else the combination when no paraphrase has it.
+
+    Remembered on the family per (operator words, the template's operator keys): judged against a
+    family, that is all the verdict reads of the template, and a question's candidates ask it of
+    the same few families again and again (130,000 times in a train calibration, from its templates,
+    their paraphrases and the compositions built on them). A family is built with its library
+    (index.LibraryIndex), so a library that changes judges afresh."""
+    if family is None:
+        return _reasons(ops, template, None)
+    try:
+        key = (tuple(sorted(ops.items())), tuple(sorted(template.operators)))
+        hash(key)
+    except TypeError:  # an unhashable operator value: judged afresh
+        return _reasons(ops, template, family)
+    memo: dict = family.__dict__.setdefault("_operator_reasons", {})
+    if key not in memo:
+        if len(memo) >= KEPT_PER_FAMILY:
+            memo.clear()
+        memo[key] = tuple(_reasons(ops, template, family))
+    return list(memo[key])
+
+
+def _reasons(ops: dict[str, Any], template: Template, family: Family | None) -> list[R.Reason]:
     reasons = []
     for key in sorted(set(ops) | set(template.operators)):
         if key in UNSAID_ALLOWED and not ops.get(key):

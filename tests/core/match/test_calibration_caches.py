@@ -1,9 +1,11 @@
 """The caches that make a calibration cheaper must not change a decision: the remembered validation
 verdict is validate_sql's (a refused SQL stays refused when asked again, and a verdict is never
-carried to another catalog), and a composition's one-parse template is the two-parse one."""
+carried to another catalog), a composition's one-parse template is the two-parse one, and the
+operators rule's remembered verdict is the fresh one (never carried to another family)."""
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 
 import pytest
@@ -11,6 +13,9 @@ import pytest
 from core.match.build import build_template
 from core.match.checked import validation_error
 from core.match.composing import _template
+from core.match.index import Family
+from core.match.operators import operator_signature
+from core.match.rules.operators import _reasons, operator_reasons
 from core.types import CatalogSchema, TableSchema
 from core.validation import SqlValidationError, validate_sql
 
@@ -76,3 +81,60 @@ def test_a_compositions_template_is_the_one_the_general_path_builds(question, sq
     general = build_template(question, sql, dialect=dialect)
     assert build_template(question, sql, dialect=dialect, generated=True) == general
     assert _template(question, sql, dialect) == general
+
+
+# --- the operators rule's verdicts, remembered per family (rules.operators.operator_reasons) ---------
+
+FIRST_SQL = "SELECT a.admittime FROM mimiciv_hosp.admissions AS a WHERE a.subject_id = 1 ORDER BY 1 LIMIT 1"
+TEMPLATE = build_template("when was patient 1 first admitted?", FIRST_SQL, dialect="postgres")
+
+
+def _said(**words) -> dict:
+    """A question's operator words: the template's, with `words` in their place."""
+    return {**TEMPLATE.operators, **words}
+
+
+def _family(orders: set[str]) -> Family:
+    """The family of TEMPLATE whose paraphrases say each of `orders`."""
+    said = [_said(order=o) for o in orders]
+    operators = {k: frozenset(s[k] for s in said) for k in said[0]}
+    return Family("k", operators, frozenset(), signatures=frozenset(operator_signature(s) for s in said))
+
+
+def test_a_remembered_operator_verdict_is_the_fresh_one_each_time():
+    family = _family({"first"})
+    for ops in (_said(order="last"), _said(order="first"), {}, _said(order="first", negation=True)):
+        expected = _reasons(ops, TEMPLATE, family)  # judged afresh
+        assert operator_reasons(ops, TEMPLATE, family) == expected
+        assert operator_reasons(ops, TEMPLATE, family) == expected  # asked again: remembered, the same
+    assert operator_reasons(_said(order="last"), TEMPLATE, family)  # "last" for a "first" family: refused
+    assert not operator_reasons(_said(order="first"), TEMPLATE, family)
+
+
+def test_a_remembered_operator_verdict_is_never_carried_to_another_family():
+    """Attack: a library that changed (a paraphrase saying "last" approved) builds its families anew;
+    the old family's refusal must not follow the template there, nor the new one's acceptance back."""
+    old, new = _family({"first"}), _family({"first", "last"})
+    assert operator_reasons(_said(order="last"), TEMPLATE, old)
+    assert not operator_reasons(_said(order="last"), TEMPLATE, new)
+    assert operator_reasons(_said(order="last"), TEMPLATE, old)
+    assert old == _family({"first"})  # the memo is no field: equality holds
+
+
+def test_a_remembered_operator_verdict_reads_the_templates_operator_keys():
+    """Attack: two templates of one family (a composition keeps its base's family) whose operator
+    keys differ must not share a verdict: a key the template has and the family never says refuses."""
+    other = dataclasses.replace(TEMPLATE, operators={**TEMPLATE.operators, "threshold": "above"})
+    family, ops = _family({"first"}), _said(order="first")
+    assert not operator_reasons(ops, TEMPLATE, family)
+    assert operator_reasons(ops, other, family) == _reasons(ops, other, family) != []
+    assert not operator_reasons(ops, TEMPLATE, family)
+
+
+def test_a_caller_changing_a_remembered_verdict_changes_nothing_after():
+    family = _family({"first"})
+    reasons = operator_reasons(_said(order="last"), TEMPLATE, family)
+    reasons.clear()
+    assert operator_reasons(_said(order="last"), TEMPLATE, family) == _reasons(
+        _said(order="last"), TEMPLATE, family
+    )

@@ -414,3 +414,23 @@ def test_the_visit_s_nouns_need_not_be_said_only_for_the_same_visit():
     assert not same_visit(first, frozenset({"last"}))
     assert not same_visit(first, frozenset({"first", "last"}))  # not every paraphrase reads it
     assert not same_visit(question_operators("when was patient 1 discharged?"), frozenset({None}))
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "what was the last potassium value of patient 10001 in 03/2100?",
+        "how many patients were given nacl 0.9% since 2100?",  # a number inside a named value: {value}
+        "what is the average age of male patients older than 65?",
+        "when did patient 10001 get heparin for the first time?",
+        "",
+    ],
+)
+def test_a_readings_masked_text_is_the_one_retrieval_embeds(question):
+    """The reading masks with the typed values it has read (not reading them again): the same text
+    as mask_question, also where a typed value lies inside a named one ("nacl 0.9%")."""
+    values = L.ValueIndex({"prescriptions.drug": ["nacl 0.9%", "heparin"], "d_labitems.label": ["potassium"]})
+    for finder in (values, None):
+        reading = L.read_question(question, finder)
+        assert reading.masked == mask_question(question, finder)
+    assert "{value}" in L.read_question(question, values).masked or "nacl" not in question
