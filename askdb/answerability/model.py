@@ -388,39 +388,13 @@ def catalog_signals(
     return np.stack([t.max(axis=1), ranked[:, 0], ranked[:, :3].mean(axis=1)], axis=1), c
 
 
-def catalog_coverage(texts: Sequence[str], vocabulary: grounding.Vocabulary) -> np.ndarray:
-    """[n, 1]: the share of each question's content words (three letters or more, not generic) that
-    the catalog's texts hold (names, docs, synonyms, linked values; `vocabulary_texts`): how much of
-    the question the catalog explains. Why a feature: the neighbour signals and the embedding know
-    the library's kinds; an answerable question of a kind the library lacks is still said in the
-    catalog's words, an unanswerable one often is not ("the outpatient schedule", "the copay")."""
-    out = np.ones((len(texts), 1))
-    for i, text in enumerate(texts):
-        said = [w for w in grounding.words(text) if len(w) >= 3 and w not in grounding.GENERIC]
-        if said:
-            out[i, 0] = sum(vocabulary.holds(w) for w in said) / len(said)
-    return out
-
-
-def catalog_vocabulary(
-    tables: Sequence[TableText], columns: Sequence[ColumnText], values: Sequence[str] = ()
-) -> grounding.Vocabulary:
-    """The catalog's words alone (no library question), for `catalog_coverage`: the same in every
-    fold of training and at scoring, so no fold's approved questions leak into it."""
-    holding, context = vocabulary_texts(tables, columns, values)
-    return grounding.Vocabulary(holding, context=context)
-
-
-def design_matrix(
-    signals: np.ndarray, catalog: np.ndarray, embeddings: np.ndarray, coverage: np.ndarray
-) -> np.ndarray:
-    """The combiner's input: the readable signals, the question's embedding, then the catalog's
-    coverage (last, so a combiner fitted before it, which reads its leading columns, is unchanged)."""
-    return np.hstack([signals, catalog, embeddings, coverage]).astype(np.float64)
+def design_matrix(signals: np.ndarray, catalog: np.ndarray, embeddings: np.ndarray) -> np.ndarray:
+    """The combiner's input: the readable signals, then the question's embedding."""
+    return np.hstack([signals, catalog, embeddings]).astype(np.float64)
 
 
 def feature_names(dims: int) -> tuple[str, ...]:
-    return (*SIGNAL_NAMES, *(f"embedding_{i}" for i in range(dims)), "catalog_coverage")
+    return (*SIGNAL_NAMES, *(f"embedding_{i}" for i in range(dims)))
 
 
 @dataclass
@@ -971,7 +945,6 @@ def train(
     phrases = value_phrases(values)
     named = np.array([names_value(t, phrases) for t in texts], dtype=bool)
     catalog, _ = catalog_signals(vectors, table_vecs, column_vecs)
-    coverage = catalog_coverage(texts, catalog_vocabulary(tables, columns, values))
     # What a question's nearest-example signals hide while fitting: an unanswerable question its
     # own family, as if it were the first of its kind (a new kind has no flagged paraphrase); an
     # answerable one only its own wording, as a new answerable question usually has approved
@@ -988,13 +961,13 @@ def train(
     y_all = np.tile(y, len(dealings))
     t0 = time.monotonic()
     settings = [(l2, st) for st in config.standardize_grid for l2 in config.l2_grid]
-    logits = _held_out_logits(vectors, catalog, coverage, y, garr, dealings, settings, say)
+    logits = _held_out_logits(vectors, catalog, y, garr, dealings, settings, say)
     selection, (l2, standardize), oof, threshold = _best_setting(logits, y_all, settings, config, say)
     stages["cross_validation"] = round(time.monotonic() - t0, 1)
 
     t0 = time.monotonic()
     signals, _ = neighbour_signals(vectors, vectors, y, query_groups=garr, library_groups=garr)
-    X = design_matrix(signals, catalog, vectors, coverage)
+    X = design_matrix(signals, catalog, vectors)
     combiner = Combiner.fit(
         X, y, l2=l2, standardize=standardize, feature_names=feature_names(vectors.shape[1])
     )
@@ -1031,7 +1004,7 @@ def train(
     )
 
 
-def _held_out_logits(vectors, catalog, coverage, y, garr, dealings, settings, say) -> np.ndarray:
+def _held_out_logits(vectors, catalog, y, garr, dealings, settings, say) -> np.ndarray:
     """Each setting's log-odds for every question, from fits that never saw its fold:
     [setting, dealing, question]."""
     t0 = time.monotonic()
@@ -1048,8 +1021,8 @@ def _held_out_logits(vectors, catalog, coverage, y, garr, dealings, settings, sa
             fit_sig, _ = neighbour_signals(vectors[fit_i], vectors[fit_i], y[fit_i],
                                            query_groups=garr[fit_i], library_groups=garr[fit_i])  # fmt: skip
             held_sig, _ = neighbour_signals(vectors[held], vectors[fit_i], y[fit_i])
-            X_fit = design_matrix(fit_sig, catalog[fit_i], vectors[fit_i], coverage[fit_i])
-            X_held = design_matrix(held_sig, catalog[held], vectors[held], coverage[held])
+            X_fit = design_matrix(fit_sig, catalog[fit_i], vectors[fit_i])
+            X_held = design_matrix(held_sig, catalog[held], vectors[held])
             for n, (l2, standardize) in enumerate(settings):
                 logits[n, r, held] = Combiner.fit(X_fit, y[fit_i], l2=l2, standardize=standardize).logit(
                     X_held
@@ -1233,7 +1206,6 @@ class AnswerabilityModel:
         self.absent = rules.absent_concepts(c.text for c in columns)
         self.specifics = specified.Specifics(tables, columns, self._values)
         self._catalog_words = vocabulary_texts(tables, columns, self._values)
-        self._catalog_vocabulary = catalog_vocabulary(tables, columns, self._values)
         self._column_words = holding_columns(columns)
         self._schema_texts = schema_texts(tables, columns)
         self._column_values = {c.qualified: c.values for c in columns}
@@ -1301,11 +1273,8 @@ class AnswerabilityModel:
         found in the data itself (a named patient it does not hold, `people`), decided as rules."""
         vec = self.question_vector(question, vector)
         signals, catalog, col_row, near_a, near_u = self._signals(vec)
-        coverage = catalog_coverage([question], self._catalog_vocabulary)
         probability = float(
-            self.combiner.predict(design_matrix(signals[None, :], catalog[None, :], vec[None, :], coverage))[
-                0
-            ]
+            self.combiner.predict(design_matrix(signals[None, :], catalog[None, :], vec[None, :]))[0]
         )
         found = rules.findings(question, absent=self.absent, as_of_year=self.as_of_year)
         found = rules.ordered([*found, *self.specifics.findings(question)])
@@ -1338,8 +1307,7 @@ class AnswerabilityModel:
             probability=probability, threshold=self.threshold, answerable=answerable, kind=kind, reason=reason,
             findings=found, per_table=per_table, per_column=per_column, nearest_answerable=near_a,
             nearest_unanswerable=near_u, version=self.version,
-            features={**dict(zip(SIGNAL_NAMES, (float(v) for v in [*signals, *catalog]), strict=True)),
-                      "catalog_coverage": float(coverage[0, 0])},
+            features=dict(zip(SIGNAL_NAMES, (float(v) for v in [*signals, *catalog]), strict=True)),
             asked_attribute=asked.attribute if asked else "", grounded_column=holding, margin=margin,
             meaning_column=by_meaning,
         )  # fmt: skip

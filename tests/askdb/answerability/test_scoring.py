@@ -12,9 +12,7 @@ from askdb.answerability.model import (
     ColumnText,
     Combiner,
     TableText,
-    catalog_coverage,
     catalog_signals,
-    catalog_vocabulary,
     neighbour_signals,
 )
 from tests.core.test_answerability_model import BagOfWordsEncoder
@@ -73,26 +71,3 @@ def test_a_question_the_pipeline_embedded_is_not_encoded_again_and_scores_the_sa
     # a vector of another size (an OpenAI embedding, 1536 dims) is not this model's: encoded here
     model.score(question, vector=[0.1] * 1536)
     assert len(model.encoder.calls) == before + 2
-
-
-def test_the_catalog_coverage_is_the_share_of_a_questions_words_the_catalog_holds():
-    """The feature the combiner reads last: 1 when every content word is the catalog's, lower as
-    words no catalog text holds are added; the one-question path reports what the batch computes."""
-    vocabulary = catalog_vocabulary(TABLES, COLUMNS)
-    said = catalog_coverage(["what is the measure3 of thing3?", "what is the measure3 of thing3's hobby?",
-                             "which hobby and favourite song?"], vocabulary)[:, 0]  # fmt: skip
-    assert said[0] == 1.0 and 0.0 < said[1] < 1.0 and said[2] == 0.0
-    model = _model([(1, "approved thing1 measure1", True), (2, "flagged thing2", False)])
-    question = "what is the measure3 of thing3's hobby?"
-    assert model.score(question).features["catalog_coverage"] == pytest.approx(said[1])
-
-
-def test_a_combiner_fitted_before_the_coverage_feature_scores_as_it_did():
-    """The coverage sits after the embedding and a combiner reads only its leading columns: a stored
-    model (9 signals + the embedding) gives the same probability with the new column in the row."""
-    model = _model([(1, "approved thing1 measure1", True), (2, "flagged thing2", False)])
-    question = "what is the measure1 of thing1 for patient 7?"
-    vec = model.encoder.encode_questions([question])[0]
-    signals, catalog, *_ = model._signals(vec)
-    without = model.combiner.predict(np.hstack([signals, catalog, vec])[None, :])[0]
-    assert model.score(question).probability == pytest.approx(float(without))
