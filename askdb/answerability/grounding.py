@@ -268,6 +268,10 @@ def stems_of(text: str) -> set[str]:
 # each part between underscores that is not an English word itself is split into English words (the
 # split whose words are the most frequent, symspellpy's English frequency dictionary, which the match
 # stage's speller already ships) and the shortenings columns use are read out in full.
+# symspellpy's own `SymSpell.word_segmentation` (edit distance 0) is not used: on the bundled catalog's
+# 229 name parts it reads 12 otherwise, 5 even with this dictionary (words of three letters or more,
+# the shortenings), because it admits pieces no dictionary holds: "hadm" → "had m", "emar" → "e mar",
+# "hcpcs" → "hc pcs" (round 22; test_grounding_name_words pins those whole).
 
 # Shortenings of words in column names, read out in full (MIMIC-IV's and common SQL naming).
 SHORTENED = {

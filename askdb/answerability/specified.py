@@ -125,20 +125,42 @@ _REASON_NOISE = frozenset(
 )
 
 
-def _reason_columns(columns: Iterable[Any]) -> list[frozenset[str]]:
-    """The content stems of each column that documents a reason: what it is the reason for."""
+def _reason_columns(columns: Iterable[Any]) -> list[tuple[frozenset[str], str]]:
+    """Each column that documents a reason: the content stems of what it is the reason for, and its
+    name's words stemmed and joined ("reason_for_no_barcode" → "reasonfornobarcode") when the name says
+    "reason": a question saying the name, spaced or not ("the reason for no bar code"), asks for the
+    column itself, whatever words of its doc it leaves out."""
     out = []
     for c in columns:
         doc = c.text.partition(": ")[2].lower()
-        if _REASON_DOC.search(doc) or _REASON_DOC.search(c.qualified.lower().replace("_", " ")):
-            said = {grounding.stem(w) for w in grounding.words(f"{c.qualified.rsplit('.', 1)[-1]} {doc}")}
+        name = grounding.words(c.qualified.rsplit(".", 1)[-1])
+        if _REASON_DOC.search(doc) or _REASON_DOC.search(" ".join(name)):
+            said = {grounding.stem(w) for w in grounding.words(f"{' '.join(name)} {doc}")}
             kept: list[str] = []
             for w in sorted(said, key=len):  # one word in two forms ("transfer", "transferred") counts once
                 content = w not in grounding.GENERIC and w not in _REASON_NOISE and len(w) > 3
                 if content and not any(grounding.same_word(w, k) for k in kept):
                     kept.append(w)
-            out.append(frozenset(kept))
+            out.append(
+                (
+                    frozenset(kept),
+                    "".join(map(grounding.stem, name)) if _REASON_DOC.search(" ".join(name)) else "",
+                )
+            )
     return out
+
+
+def _says(stems: Sequence[str], joined: str) -> bool:
+    """The words `stems` say `joined` in a run of whole words, spaced any way ("bar code", "barcode")."""
+    for i in range(len(stems)):
+        run = ""
+        for w in stems[i:]:
+            run += w
+            if run == joined:
+                return True
+            if not joined.startswith(run):
+                break
+    return False
 
 
 # A period said with no anchor: "recently", "lately", "in the past" (not "in the past 2 years"),
@@ -284,8 +306,11 @@ class Specifics:
         says it keeps one for that thing (the barcode not scanned), which the question must name."""
         if not _REASON.search(text):
             return None
-        asked = {grounding.stem(w) for w in grounding.words(text)} - grounding.GENERIC
-        for held in self.reasons:
+        said = [grounding.stem(w) for w in grounding.words(text)]
+        asked = set(said) - grounding.GENERIC
+        for held, name in self.reasons:
+            if name and _says(said, name):
+                return None  # the question says the column's name: it asks for the recorded reason
             shared = [h for h in held if any(a == h or grounding.same_word(a, h) for a in asked)]
             if held and len(shared) >= min(
                 2, len(held)

@@ -46,6 +46,8 @@ def test_a_name_is_read_as_the_words_it_joins_and_shortens(name, said):
         ("insurance", "insurance"),
         ("hadm_id", "hadm id"),  # would split only into "had" + a letter
         ("gsn", "gsn"),
+        ("emar", "emar"),  # symspellpy's word_segmentation reads "e mar"
+        ("hcpcs", "hcpcs"),  # and "hc pcs"
         ("ndc", "ndc"),
         ("", ""),
     ],

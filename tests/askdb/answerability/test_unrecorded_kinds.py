@@ -46,6 +46,9 @@ def _declined_by(catalog, specifics: Specifics, question: str) -> list[str]:
         ("for what reason was the heparin dose of patient 4 lowered?", "unrecorded_reason"),
         # Attack: a recorded reason's column named by one word only (the barcode), asked of something else.
         ("why was the barcode wristband of patient 4 replaced?", "unrecorded_reason"),
+        # Attack: the recorded reason's column name said of another thing ("reason for no barcode" → transfer).
+        ("what was the reason for no transfer of patient 4 to the micu?", "unrecorded_reason"),
+        ("what was the reason for the barcode of patient 4's last dose?", "unrecorded_reason"),
         ("did the chest ct of patient 4 show a pulmonary nodule?", "imaging_findings"),
         ("was a fracture visible on patient 4's hip x-ray?", "imaging_findings"),
         ("what was the ejection fraction on the last echocardiogram of patient 4?", "imaging_findings"),
@@ -69,6 +72,9 @@ def test_what_the_catalog_does_not_record_is_declined(catalog, specifics, questi
         # When and what happened, not why; the recorded reason itself (emar_detail.reason_for_no_barcode).
         "when was vancomycin stopped for patient 4?",
         "what was the reason the barcode was not scanned for patient 4's last dose?",
+        # The column's name said in words (reason_for_no_barcode), spaced either way: the column itself.
+        "what was the reason for no barcode at patient 4's last medication administration?",
+        "list the reasons for no bar code in patient 4's medication administrations",
         # A procedure is recorded; an imaging order's count too.
         "when did patient 4 last undergo a diagnostic ultrasound of heart procedure?",
         "how many patients had a diagnostic ultrasound of abdomen and retroperitoneum?",
