@@ -4,17 +4,15 @@ shows up as changed verdicts (the replay runs the current rules, it does not rea
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.benchmark_modules import load_benchmark
 
 
 class BagOfWords:
@@ -36,12 +34,7 @@ class BagOfWords:
 
 @pytest.fixture
 def causes(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    spec = importlib.util.spec_from_file_location("bench_gate_causes", BENCHMARKS / "gate_causes.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "bench_gate_causes", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark(monkeypatch, "gate_causes.py", "bench_gate_causes")
 
 
 @pytest.fixture

@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.benchmark_modules import load_benchmark
 
 
 @pytest.fixture
 def targets(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))  # targets.py imports its sibling _django
-    spec = importlib.util.spec_from_file_location("bench_targets", BENCHMARKS / "targets.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "bench_targets", module)  # its dataclass looks itself up there
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark(monkeypatch, "targets.py", "bench_targets")
 
 
 EPYC = "processor\t: 0\nmodel name\t: AMD EPYC 7B13\nflags\t\t: fpu sse2 avx2 fma\n"
@@ -66,10 +57,7 @@ def test_a_row_near_its_target_is_decided_by_the_middle_round_with_the_range_bes
 def test_the_pipeline_rounds_are_the_passes_over_its_questions(targets, monkeypatch):
     """Part 1 asks its questions several times in order: round k is the k-th pass, and a row's p50
     is taken per round (the latencies pooled within a round), failed runs left out."""
-    spec = importlib.util.spec_from_file_location("bench_pipeline", BENCHMARKS / "pipeline.py")
-    pipeline = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "bench_pipeline", pipeline)
-    spec.loader.exec_module(pipeline)
+    pipeline = load_benchmark(monkeypatch, "pipeline.py", "bench_pipeline")
 
     def ran(embed_ms: float, status: str = "succeeded"):
         return pipeline.RunTimes(status, "", {"embed": embed_ms}, {}, 0.0)
@@ -90,10 +78,7 @@ def test_the_50_at_once_row_is_the_middle_of_its_batches_and_counts_every_rounds
 ):
     """One batch of 50 swung ±0.3 s around its 5 s target: the row is the middle of three batches
     by wall time, their range beside it, and an error in any round fails the zero-error verdict."""
-    spec = importlib.util.spec_from_file_location("bench_pipeline", BENCHMARKS / "pipeline.py")
-    pipeline = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "bench_pipeline", pipeline)
-    spec.loader.exec_module(pipeline)
+    pipeline = load_benchmark(monkeypatch, "pipeline.py", "bench_pipeline")
     settings.CELERY_WORKER_POOL, settings.CELERY_WORKER_CONCURRENCY = "threads", 32
 
     def batch(wall_s: float, failed: int = 0):

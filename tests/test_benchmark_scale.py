@@ -3,23 +3,14 @@ the table's rows, an index lookup that hardly grew is not, and the targets table
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.benchmark_modules import load_benchmark
 
 
 @pytest.fixture
 def scale(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))  # scale.py imports its siblings
-    spec = importlib.util.spec_from_file_location("bench_scale", BENCHMARKS / "scale.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "bench_scale", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark(monkeypatch, "scale.py", "bench_scale")
 
 
 def _size(patients: int, labevents: int, templates: list[tuple[str, float, bool]]) -> dict:

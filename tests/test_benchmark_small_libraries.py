@@ -4,16 +4,11 @@ no answerable one of a template it holds, and the unanswerable questions it did 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from core.match import UNANSWERABLE, LibraryIndex, build_template, entry_for
-
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.benchmark_modules import load_benchmark
 
 PAIRS = [
     (f"what is the gender of patient {n}?", f"SELECT gender FROM patients WHERE subject_id = {n}") for n in (1, 2)
@@ -30,12 +25,7 @@ PAIRS = [
 
 @pytest.fixture
 def bench(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    spec = importlib.util.spec_from_file_location("bench_ehrsql_small", BENCHMARKS / "ehrsql.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "bench_ehrsql_small", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark(monkeypatch, "ehrsql.py", "bench_ehrsql_small")
 
 
 def library(bench):
