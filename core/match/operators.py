@@ -37,6 +37,12 @@ _TIME_WORDS = {
     "within": "within",
     "as of": "until",
 }
+# "the total of glucagon prescriptions" counts them (train's every such question is a COUNT); "the
+# total of pantoprazole patient N had been prescribed" sums a dose. Read as a sum, a count template's
+# family accepted "how much is the drug X?" (its price; issue 26, the 10 % library answered it with the
+# count). Only nouns that are counted, never amounts ("the sum total of inputs" is a volume).
+# The noun follows the item's name: "the total of X that patients received" is no count of patients.
+_COUNTED = r"(?:(?!(?:that|which|who|for|in|of)\b)[^?,.\s]+\s+){0,6}?(?:prescriptions|patients|visits|admissions|cases|times)\b"
 _OPERATOR_PATTERNS: dict[str, list[tuple[str, str]]] = {
     "order": [
         ("first", r"\b(?:first|earliest|initial|initially|1st)\b"),
@@ -53,12 +59,16 @@ _OPERATOR_PATTERNS: dict[str, list[tuple[str, str]]] = {
     ],
     "aggregate": [
         # "how often" is "how many times"
-        ("count", r"\b(?:how many|how often|number of|count|counts|counted|total number|total count)\b"),
+        (
+            "count",
+            r"\b(?:how many|how often|number of|count|counts|counted|total number|total count)\b"
+            rf"|\btotal of {_COUNTED}",
+        ),
         ("avg", r"\b(?:average|averages|avg|mean)\b"),
         # "how much" is an amount, not when the question is about a difference or a weight
         (
             "sum",
-            r"\b(?:sum|cumulative|accumulated|aggregate|overall)\b|\btotal\b(?!\s+(?:number|count)\b)"
+            rf"\b(?:sum|cumulative|accumulated|aggregate|overall)\b|\btotal\b(?!\s+(?:number|count)\b|\s+of {_COUNTED})"
             r"|\bhow much\b(?![^?]*\b(?:differ|difference|change|weigh)\b)",
         ),
     ],

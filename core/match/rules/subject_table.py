@@ -28,7 +28,8 @@ SUBJECTS = (
         ("diagnoses", re.compile(r"\bdiagnos[a-z]*"), frozenset({"diagnoses_icd", "d_icd_diagnoses"})),
         (
             "procedures",
-            re.compile(r"\b(?:procedur[a-z]*|surger(?:y|ies)|surgical|operations?)\b"),
+            # "the most common treatments": train's every treatment is a procedure
+            re.compile(r"\b(?:procedur[a-z]*|surger(?:y|ies)|surgical|operations?|treatments?)\b"),
             frozenset({"procedures_icd", "d_icd_procedures"}),
         ),
     ),
@@ -41,7 +42,8 @@ SUBJECTS = (
 
 def check(reading: Reading, candidate: TemplateCandidate, bound: Bound) -> list[R.Reason]:
     template = candidate.template
-    tables = template_tables(template.sql_template, template.dialect)
+    every = template_tables(template.sql_template, template.dialect)
+    answered = answer_tables(template.sql_template, template.dialect)
     text = re.sub(r"\{[^}]*\}", " ", reading.masked.lower())  # named values out
     for pair in SUBJECTS:
         said = [s for s in pair if s[1].search(text)]
@@ -49,6 +51,10 @@ def check(reading: Reading, candidate: TemplateCandidate, bound: Bound) -> list[
             continue
         name, _, own = said[0]
         (other, _, theirs) = next(s for s in pair if s is not said[0])
+        # A template that reads both sides ("the top 3 diagnoses after procedure X") is judged by the
+        # side it returns: "the top 3 procedures after X" is not its question (issue 26).
+        both = every & theirs and every & own
+        tables = answered if both and answered & (own | theirs) else every
         if tables & theirs and not tables & own:
             return [
                 R.Reason(
@@ -68,3 +74,18 @@ def template_tables(sql: str, dialect: str) -> frozenset[str]:
     except (SqlglotError, ValueError, RecursionError):
         return frozenset()
     return frozenset(t.name.lower() for t in tree.find_all(exp.Table))
+
+
+@functools.lru_cache(maxsize=32768)
+def answer_tables(sql: str, dialect: str) -> frozenset[str]:
+    """The tables the outermost SELECT reads itself (its FROM and JOINs, not its subqueries): what
+    the template returns rows of. Why: where a template reads both sides of a subject pair, the side
+    it answers with is its subject; the other only conditions it."""
+    try:
+        tree = parsed_sql(sql, dialect)  # the template's one parse: only read here
+    except (SqlglotError, ValueError, RecursionError):
+        return frozenset()
+    if not isinstance(tree, exp.Select):
+        return frozenset()
+    sources = [tree.args.get("from_"), *(tree.args.get("joins") or [])]
+    return frozenset(s.this.name.lower() for s in sources if s is not None and isinstance(s.this, exp.Table))

@@ -130,6 +130,84 @@ def test_a_diagnosis_title_that_says_surgery_is_still_about_diagnoses():
     assert best.hard_ok, best.reasons
 
 
+# the top diagnoses after a procedure (reads both sides, returns diagnoses), and its procedures twin
+DIAGNOSES_AFTER = (
+    "SELECT long_title FROM d_icd_diagnoses WHERE icd_code IN (SELECT icd_code FROM diagnoses_icd WHERE "
+    "hadm_id IN (SELECT hadm_id FROM procedures_icd WHERE icd_code = (SELECT icd_code FROM "
+    "d_icd_procedures WHERE long_title = '{v}')))"
+)
+PROCEDURES_AFTER = (
+    "SELECT long_title FROM d_icd_procedures WHERE icd_code IN (SELECT icd_code FROM procedures_icd WHERE "
+    "hadm_id IN (SELECT hadm_id FROM diagnoses_icd WHERE icd_code = (SELECT icd_code FROM "
+    "d_icd_diagnoses WHERE long_title = '{v}')))"
+)
+
+
+def test_a_template_that_reads_both_sides_answers_only_for_the_side_it_returns():
+    # 10 % library, seed 1: "top N procedures within 2 months after X" was answered from the top
+    # diagnoses after a procedure (it reads procedures too, so the subject was not judged)
+    index = build_index(
+        [
+            ("what are the top three diagnoses after the insertion of stent?", DIAGNOSES_AFTER.format(v="insertion of stent")),
+            ("what were the top three things patients had after hemodialysis?", DIAGNOSES_AFTER.format(v="hemodialysis")),
+        ]
+    )  # fmt: skip
+    lookup = exact(
+        {"d_icd_procedures.long_title": ["insertion of stent", "hemodialysis", "venous catheterization"]}
+    )
+    best = ask(index, "what are the top three procedures after venous catheterization?", TITLES, lookup)
+    assert not best.hard_ok and R.SUBJECT_TABLE in best.reason_codes, best.reasons
+    assert (
+        R.SUBJECT_TABLE
+        not in ask(
+            index, "what are the top three diagnoses after venous catheterization?", TITLES, lookup
+        ).reason_codes
+    )
+    # the twin returns procedures: "treatments" are procedures, said beside the diagnosis it follows
+    twin = build_index(
+        [
+            ("what are the top three procedures after a diagnosis of sepsis?", PROCEDURES_AFTER.format(v="sepsis")),
+            ("what were the top three treatments after being diagnosed with anemia?", PROCEDURES_AFTER.format(v="anemia")),
+        ]
+    )  # fmt: skip
+    lookup = exact({"d_icd_diagnoses.long_title": ["sepsis", "anemia", "atrial fibrillation"]})
+    question = "what are the top three treatments after being diagnosed with atrial fibrillation?"
+    assert R.SUBJECT_TABLE not in ask(twin, question, TITLES, lookup).reason_codes
+    best = ask(twin, "what are the top three diagnoses after atrial fibrillation?", TITLES, lookup)
+    assert not best.hard_ok and R.SUBJECT_TABLE in best.reason_codes, best.reasons
+
+
+PRESCRIPTION_COUNT = "SELECT COUNT(*) FROM prescriptions WHERE drug = '{v}'"
+
+
+def test_how_much_a_drug_is_is_not_answered_with_the_count_of_its_prescriptions():
+    # 10 % library, seed 1: "how much is the drug X?" (its price) was answered with the count,
+    # because "the total of X prescriptions" read as a sum
+    index = build_index(
+        [
+            ("what's the total of glucagon prescriptions?", PRESCRIPTION_COUNT.format(v="glucagon")),
+            ("how many prescriptions of avapro were there?", PRESCRIPTION_COUNT.format(v="avapro")),
+        ]
+    )
+    drugs = ["glucagon", "avapro", "aspirin"]
+    lookup = exact({"prescriptions.drug": drugs})
+    values = L.ValueIndex({"prescriptions.drug": drugs})
+    best = ask(index, "how much is the drug aspirin?", values, lookup)
+    assert not best.hard_ok and R.OPERATOR in best.reason_codes, best.reasons
+    assert ask(index, "what's the total of aspirin prescriptions?", values, lookup).hard_ok
+    assert (
+        question_operators("what's the total of aspirin 81 mg tab prescriptions since 2100?")["aggregate"]
+        == "count"
+    )
+    # a dose summed is still a sum, and so is a volume
+    for question in (
+        "what was the total of aspirin that patient 10001 had been prescribed?",
+        "what was the total of aspirin that patients had been prescribed?",
+        "provide the sum total of inputs for patient 10001.",
+    ):
+        assert question_operators(question)["aggregate"] == "sum", question
+
+
 TIME_SQL = "SELECT charttime FROM labevents WHERE subject_id = {p} ORDER BY charttime ASC LIMIT 1"
 
 
