@@ -177,6 +177,22 @@ def test_a_template_that_reads_both_sides_answers_only_for_the_side_it_returns()
     assert not best.hard_ok and R.SUBJECT_TABLE in best.reason_codes, best.reasons
 
 
+TOP_DRUGS = "SELECT drug FROM prescriptions GROUP BY drug ORDER BY COUNT(*) DESC LIMIT 3"
+
+
+def test_the_most_common_treatments_are_not_the_most_prescribed_drugs():
+    # 10 % library, seed 0: "give me the three most common treatments since 2100" was answered with drugs
+    index = build_index(
+        [
+            ("what are the three most commonly prescribed drugs?", TOP_DRUGS),
+            ("what are the three most frequent medications?", TOP_DRUGS),
+        ]
+    )
+    best = ask(index, "give me the three most common treatments.", TITLES, exact({}))
+    assert not best.hard_ok and R.SUBJECT_TABLE in best.reason_codes, best.reasons
+    assert ask(index, "what are the three most common medications?", TITLES, exact({})).hard_ok
+
+
 PRESCRIPTION_COUNT = "SELECT COUNT(*) FROM prescriptions WHERE drug = '{v}'"
 
 
