@@ -46,11 +46,12 @@ def operator_reasons(ops: dict[str, Any], template: Template, family: Family | N
     except TypeError:  # an unhashable operator value: judged afresh
         return _reasons(ops, template, family)
     memo: dict = family.__dict__.setdefault("_operator_reasons", {})
-    if key not in memo:
+    verdict = memo.get(key)  # one read: another thread of a web worker may clear it in between
+    if verdict is None:
         if len(memo) >= KEPT_PER_FAMILY:
             memo.clear()
-        memo[key] = tuple(_reasons(ops, template, family))
-    return list(memo[key])
+        verdict = memo[key] = tuple(_reasons(ops, template, family))
+    return list(verdict)
 
 
 def _reasons(ops: dict[str, Any], template: Template, family: Family | None) -> list[R.Reason]:
