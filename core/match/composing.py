@@ -15,14 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
 from sqlglot import exp
 
 from core.match.build import build_template
 from core.match.candidate import MatchResult, TemplateCandidate
 from core.match.compared import Swap
 from core.match.conditions import Condition, conditions_of
-from core.match.index import Entry, Family, LibraryIndex, entry_for
+from core.match.index import Entry, Family, LibraryIndex, entry_for, paraphrase_family
 from core.match.outer import conjuncts, outer_tables, read_below, reads_other_below
 from core.match.precheck import refused_family
 from core.match.replace import replaced
@@ -198,30 +197,9 @@ def _without(template: Template, cond: Condition) -> str:
     return written(tree.where(*keep, copy=False) if keep else tree, template.dialect)
 
 
-_FAMILIES: dict[tuple, Family] = {}
-
-
-def _own_family(entries: list[Entry]) -> Family:
-    """The composed paraphrases' own family, read once per set of compositions (keyed by content:
-    a composed entry's template is made from its question and SQL alone)."""
-    key = tuple((e.question, e.template.sql_template if e.template else "", e.key) for e in entries)
-    if key not in _FAMILIES:
-        if len(_FAMILIES) > 20_000:
-            _FAMILIES.clear()
-        mini = LibraryIndex(entries, np.zeros((len(entries), 1), dtype=np.float32))
-        _FAMILIES[key] = mini.families[entries[0].key]
-    return _FAMILIES[key]
-
-
 def composed_family(entries: list[Entry], base: Family) -> Family:
     """The composed paraphrases' family, read as the library reads its own (index.LibraryIndex),
-    with the library's wording, synonyms and subjects of the base template's family."""
-    family = _own_family(entries)
-    return dataclasses.replace(
-        family,
-        neutral=base.neutral,
-        synonyms=base.synonyms,
-        subjects=base.subjects,
-        core=family.core - base.neutral,
-        paraphrases=tuple(dict.fromkeys((w - base.neutral, o) for w, o in family.paraphrases)),
-    )
+    with the library's wording, synonyms and subjects of the base template's family. Made afresh
+    for each composition: nothing of it is shared with the library's families but the library-wide
+    wording they share already, so a rule's memo on it (rules.operators) lives as long as the match."""
+    return paraphrase_family(entries, base)

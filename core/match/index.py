@@ -8,6 +8,7 @@ import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -260,9 +261,7 @@ class LibraryIndex:
         return value_names(e.template for e in self.entries if e.template)
 
     def _families(self) -> dict[str, Family]:
-        readings = {i: library_reading(e.template.masked_question, e.template.question,
-                                       tuple((x.start, x.end) for x in e.template.slots if x.type == VALUE))
-                    for i, e in enumerate(self.entries) if e.template}  # fmt: skip
+        readings = {i: _reading(e.template) for i, e in enumerate(self.entries) if e.template}
         sequence_of = {i: r[0] for i, r in readings.items()}
         said_by = {i: set(r[1]) for i, r in readings.items()}
         ops_by = {i: r[2] for i, r in readings.items()}
@@ -278,28 +277,59 @@ class LibraryIndex:
             groups, said_by, same_place, [s["signature_words"] for s in summary.values()]
         )
         subjects = _subjects(groups, said_by, neutral)
-        return {
-            key: Family(
-                key,
-                {k: frozenset(v) for k, v in s["ops"].items()},
-                frozenset(s["words"]),
-                neutral,
-                len(self.members[key]),
-                frozenset(s["signatures"]),
-                s["signature_words"],
-                s["core"] - neutral,  # wording is no subject
-                synonyms,
-                tuple(
-                    dict.fromkeys((frozenset(said_by[i] - neutral), ops_key(ops_by[i])) for i in groups[key])
-                ),
-                subjects,
-            )
-            for key, s in summary.items()
-        }
+        wording = Family("", {}, frozenset(), neutral, synonyms=synonyms, subjects=subjects)
+        return {key: _family(key, s, [said_by[i] for i in groups[key]], [ops_by[i] for i in groups[key]], wording)
+                for key, s in summary.items()}  # fmt: skip
 
     def subset(self, keep: Sequence[int]) -> LibraryIndex:
         """The library with only these entries (cross-validation leaves whole groups out)."""
         return LibraryIndex([self.entries[i] for i in keep], self.matrix[list(keep)])
+
+
+def paraphrase_family(entries: Sequence[Entry], wording: Family) -> Family:
+    """The family of one template's paraphrases (`entries`, one key, none unanswerable), read as
+    LibraryIndex reads each of its own, with the library-wide wording (`neutral`, `synonyms`,
+    `subjects`) of `wording`, one family of that library.
+
+    Why apart from LibraryIndex: a composition's paraphrases are matched as a family of their own
+    with the base library's wording, and building a whole LibraryIndex of them (8,957 times in a
+    train calibration) mined synonyms and library wording only to throw them away. The same family
+    either way: a LibraryIndex of one template's paraphrases finds no wording of its own (a word is
+    wording when paraphrases leave it out in OPTIONAL_TEMPLATES = 3 templates; it has one), so its
+    core and paraphrases lose only `wording`'s neutral words, as here (tests/core/match/test_index.py
+    compares the two over every composition of the corpus)."""
+    readings = [_reading(e.template) for e in entries if e.template]
+    said = [set(r[1]) for r in readings]
+    ops = [r[2] for r in readings]
+    summary = _paraphrases_say(list(range(len(readings))), dict(enumerate(said)), dict(enumerate(ops)))
+    # The library's synonyms, read only: a caller's change to this family never reaches the library's.
+    shared = Family("", {}, frozenset(), wording.neutral, synonyms=MappingProxyType(wording.synonyms),  # type: ignore[arg-type]
+                    subjects=wording.subjects)  # fmt: skip
+    return _family(entries[0].key, summary, said, ops, shared)
+
+
+def _reading(template: Template) -> tuple[tuple[str, ...], frozenset[str], dict[str, Any]]:
+    spans = tuple((x.start, x.end) for x in template.slots if x.type == VALUE)
+    return library_reading(template.masked_question, template.question, spans)
+
+
+def _family(key: str, s: dict[str, Any], said: list[set[str]], ops: list[dict], wording: Family) -> Family:
+    """One template's Family from what its paraphrases say together (`s`: _paraphrases_say), each
+    one's words and operators (`said`, `ops`, in the paraphrases' order) and the library's wording."""
+    neutral = wording.neutral
+    return Family(
+        key,
+        {k: frozenset(v) for k, v in s["ops"].items()},
+        frozenset(s["words"]),
+        neutral,
+        len(said),
+        frozenset(s["signatures"]),
+        s["signature_words"],
+        s["core"] - neutral,  # wording is no subject
+        wording.synonyms,
+        tuple(dict.fromkeys((frozenset(w - neutral), ops_key(o)) for w, o in zip(said, ops, strict=True))),
+        wording.subjects,
+    )
 
 
 def _paraphrases_say(idx: list[int], said_by: dict[int, set[str]], ops_by: dict[int, dict]) -> dict[str, Any]:
