@@ -267,10 +267,11 @@ class LibraryIndex:
         ops_by = {i: r[2] for i, r in readings.items()}
         groups = {key: idx for key, idx in self.members.items() if key != UNANSWERABLE}
         summary = {key: _paraphrases_say(idx, said_by, ops_by) for key, idx in groups.items()}
+        signature_of = {i: operator_signature(ops) for i, ops in ops_by.items()}  # once per paraphrase
         synonyms, same_place = _mine(
-            [sequence_of[i] for i in idx if operator_signature(ops_by[i]) == sig]
+            [sequence_of[i] for i in idx if signature_of[i] == sig]
             for idx in groups.values()  # one paraphrase swaps nothing, yet tells templates apart
-            for sig in {operator_signature(ops_by[i]) for i in idx}
+            for sig in {signature_of[i] for i in idx}
         )
         self.synonyms = synonyms
         neutral = _library_wording(
@@ -357,8 +358,9 @@ def _paraphrases_say(idx: list[int], said_by: dict[int, set[str]], ops_by: dict[
     by_signature: dict[tuple, set[str]] = defaultdict(set)
     for i in idx:
         words.update(said_by[i])
-        signatures.add(operator_signature(ops_by[i]))
-        by_signature[operator_signature(ops_by[i])].update(said_by[i])
+        signature = operator_signature(ops_by[i])  # one reading: a pure function of the operators
+        signatures.add(signature)
+        by_signature[signature].update(said_by[i])
         for name, value in ops_by[i].items():
             ops[name].add(value)
     return {

@@ -4,8 +4,8 @@ none its composed paraphrases use.
 Why: most compositions a calibration tries are refused by the first rule (rules.operators: in the
 EHRSQL train cross-validation about half of the composed candidates matched, and nearly all of the
 refused ones, by an operator word such as "since" where the composed wordings say "in"), and reading
-the composed paraphrases as a family (a small LibraryIndex: their words, synonyms, wording) costs
-more than the matches themselves.
+the composed paraphrases as a family (index.paraphrase_family: all their words, not only their
+operators) costs more than the matches themselves.
 
 Why the same decisions, proven: matcher.match_one runs the operators rule first (rules.RULES, the one
 QUESTION rule that runs whatever came before), and when it refuses, every later QUESTION rule is
