@@ -436,7 +436,11 @@ def library_cross_validate(
             pool.shutdown(wait=True, cancel_futures=True)
         if prepared is not None:
             shutil.rmtree(prepared.parent, ignore_errors=True)
-    index = context["index"]
+    return _report(found, context["index"], bool(labelled), timeouts)
+
+
+def _report(found: match.LibraryCalibration, index, labelled: bool, timeouts: collections.Counter) -> dict:
+    """library_cross_validate's report of a calibration (`labelled`: with labelled questions)."""
     samples, siblings, risk, at = found.samples, found.siblings, found.risk, found.expected
     return {
         "risk": risk.to_dict(), "threshold": round(risk.threshold, 4),
