@@ -181,13 +181,16 @@ class Vote:
         return cls(sims, top, sorted(((key, w / total) for key, w in votes.items()), key=lambda p: -p[1]))
 
     @classmethod
-    def each(cls, vectors: Sequence[Sequence[float] | np.ndarray], index: LibraryIndex) -> list[Vote]:
+    def each(cls, vectors: Sequence[Sequence[float] | np.ndarray], index: LibraryIndex) -> list[Vote | None]:
         """Vote.of for each vector, one after another. Why: the product with the library's matrix
         (a few MB) is bound by reading the matrix from memory; made once per question between two
         whole matches, which push it out of the CPU's caches, it was the calibration's fifth most
         costly function of its own. Made for a calibration part's questions together, the matrix is
         read from memory once. The very same products (the same arrays, one by one), so the same
-        votes to the last bit: a batched product (one matrix by matrix) sums in another order."""
+        votes to the last bit: a batched product (one matrix by matrix) sums in another order.
+        None for each when the library is empty: it has no vote (match_library finds nothing)."""
+        if not index.entries:
+            return [None] * len(vectors)
         return [cls.of(vector, index) for vector in vectors]
 
     def features(self, key: str, rank: int, share: float, nearest: int, family_size: int) -> dict[str, float]:

@@ -233,3 +233,10 @@ def test_a_value_cache_cleared_by_another_thread_never_fails_a_question():
     values._longer = _ClearedBetween(values._longer)
     assert values._all(question) == found
     assert values.longer("d_labitems.label", "potassium") == longer
+
+
+def test_an_empty_fold_library_has_no_votes():
+    """A small library's fold may keep nothing to match against (its matrix has no columns to
+    multiply): no vote, and match_library answers nothing, as it did when it voted itself."""
+    empty = SimpleNamespace(matrix=np.zeros((0, 1), dtype=np.float32), entries=[])
+    assert Vote.each([np.ones(24, dtype=np.float32)] * 2, empty) == [None, None]
