@@ -22,7 +22,7 @@ from django.utils import timezone
 from askdb.adapters.library_cache import LIBRARY
 from askdb.models import Example
 from askdb.services import calibration_worker
-from askdb.services.calibration_context import cv_context, cv_prepare
+from askdb.services.calibration_context import TIMEOUT_KINDS, cv_context, cv_prepare
 from askdb.services.calibration_reuse import content_hash, keep_parts, kept_parts, reuse_key, reusing
 from askdb.services.examples import example_upsert
 from askdb.services.exports import examples_import
@@ -182,12 +182,15 @@ def calibration_summary(report: dict) -> str:
             "holds more paraphrases of each template"
         )
     precision = "n/a" if report["precision"] is None else f"{report['precision']:.3f}"
+    timed_out = sum((report.get("timeouts") or {}).values())  # reports made before it have none
     return (
         f"{report['mode']}: {report['held_out']} questions ({report['templates']} templates), "
         f"{report['matched']} matched a template ({report['correct_matches']} correctly); {threshold}: "
         f"expected coverage {report['expected_coverage']}, answering {report['answered']} "
         f"with precision {precision}"
-    )
+        + (f"; {timed_out} statements ran out of time (a busy machine: it may decide otherwise when idle)"
+           if timed_out else "")
+    )  # fmt: skip
 
 
 SUPPRESSED = re.compile(r"<\d+")  # a small count withheld (core/privacy.py)
@@ -395,10 +398,11 @@ def library_cross_validate(
         Path(tempfile.mkdtemp(prefix="askdb-calibration-")) / "library.pickle" if processes > 1 else None
     )
     pool = _workers(source, processes - 1, prepared) if prepared is not None else None
+    timeouts: collections.Counter = collections.Counter()  # this process's and its workers' (cv_context)
     try:
         embedding = _embed_in_worker(pool, source, labelled) if pool is not None and labelled else None
         with calibration_worker.fewer_collections():  # the library it builds lives as long as this
-            context = cv_context(source)
+            context = cv_context(source, timeouts=timeouts)
         # From here to the fit with the library frozen too (this second fewer_collections freezes what
         # the first built): the workers' file, the masking and the content hash (_reusing) once ran
         # between the two with the default collector, whose collections walked the whole library
@@ -419,7 +423,9 @@ def library_cross_validate(
                     progress(count[0])
 
             asked = [(q, gold, v) for (q, gold), v in zip(labelled, masked, strict=True)]
-            run_parts = _in_workers(pool, processes - 1, asked, one_more) if pool is not None else None
+            run_parts = (
+                _in_workers(pool, processes - 1, asked, one_more, timeouts) if pool is not None else None
+            )
             run_parts = _reusing(source, key, kept if reuse else None, context, run_parts, one_more)
             found = match.calibrate_library(
                 **context, progress=one_more, labelled=asked, run_parts=_settling(run_parts),
@@ -430,7 +436,11 @@ def library_cross_validate(
             pool.shutdown(wait=True, cancel_futures=True)
         if prepared is not None:
             shutil.rmtree(prepared.parent, ignore_errors=True)
-    index = context["index"]
+    return _report(found, context["index"], bool(labelled), timeouts)
+
+
+def _report(found: match.LibraryCalibration, index, labelled: bool, timeouts: collections.Counter) -> dict:
+    """library_cross_validate's report of a calibration (`labelled`: with labelled questions)."""
     samples, siblings, risk, at = found.samples, found.siblings, found.risk, found.expected
     return {
         "risk": risk.to_dict(), "threshold": round(risk.threshold, 4),
@@ -440,6 +450,7 @@ def library_cross_validate(
         "answered": at["answered"], "expected_coverage": at["coverage"], "precision": at["precision"],
         "templates": len(index.families), "examples": len(index.entries),
         "mode": "grouped cross-validation" + (" + file" if labelled else ""), "at": timezone.now().isoformat(),
+        "timeouts": {kind: timeouts[kind] for kind in TIMEOUT_KINDS},
     }  # fmt: skip
 
 
@@ -517,7 +528,9 @@ def _workers(source, n: int, prepared: Path) -> ProcessPoolExecutor:
     return pool
 
 
-def _in_workers(pool: ProcessPoolExecutor, workers: int, labelled: list, one_more):
+def _in_workers(
+    pool: ProcessPoolExecutor, workers: int, labelled: list, one_more, timeouts: collections.Counter
+):
     """match.calibrate_library's `run_parts`: fold by fold (and then the labelled questions), this
     process takes the fold's parts from its first one on, and a thread hands the workers its parts
     from the last one back, one each at a time (no part waits in a worker's queue while this process
@@ -526,7 +539,8 @@ def _in_workers(pool: ProcessPoolExecutor, workers: int, labelled: list, one_mor
     Why fold by fold, from both ends: a fold's parts are cut in family order (core.match.calibrate.by_family), so
     this process asks the families at one end of every fold and the workers those at the other, and
     each composes, parses and reads for its own families' templates; taken from both ends of the
-    whole calibration, each process asked every family (by_family has the figures)."""
+    whole calibration, each process asked every family (by_family has the figures). `timeouts`
+    gets the workers' parts' statements that ran out of time."""
 
     def run(parts: list, local) -> list:
         lock = threading.Lock()
@@ -588,7 +602,8 @@ def _in_workers(pool: ProcessPoolExecutor, workers: int, labelled: list, one_mor
         for part in parts:
             if part not in found:
                 try:
-                    found[part] = futures[part].result()[0]
+                    found[part], _, timed_out = futures[part].result()
+                    timeouts.update(timed_out)
                 except BrokenProcessPool:  # a worker died (or could not start): this process does it
                     logger.warning("calibration: a worker process failed; part %s done here", part)
                     found[part] = local(part)

@@ -14,10 +14,12 @@ import gc
 import logging
 import os
 import sys
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 _WORKER: dict[str, Any] = {}  # this process's library and callbacks, made once by `start`
+_TIMEOUTS: Counter = Counter()  # this process's statements that ran out of time (cv_context)
 
 
 def start(source_pk: int, database: str, prepared: str = "") -> None:
@@ -39,10 +41,10 @@ def start(source_pk: int, database: str, prepared: str = "") -> None:
     atexit.register(leave)  # the last handler registered runs first: before the interpreter's teardown
     with fewer_collections():  # what it reads lives as long as this process
         if prepared:
-            _WORKER["_later"] = lambda: cv_context(source, prepared=prepared)
+            _WORKER["_later"] = lambda: cv_context(source, prepared=prepared, timeouts=_TIMEOUTS)
             _warm_up(source)
         else:
-            _WORKER.update(cv_context(source))
+            _WORKER.update(cv_context(source, timeouts=_TIMEOUTS))
 
 
 def leave() -> None:
@@ -84,15 +86,16 @@ def _warm_up(source) -> None:
     )
 
 
-def part(part: Any, labelled: Sequence[tuple[str, str, Sequence[float]]] = ()) -> tuple[list, int]:
-    """One part's samples (core.match.calibrate.run_part) and how many questions it asked, for the
-    parent's progress. `labelled`: the part's own labelled questions (the part's slice of them)."""
+def part(part: Any, labelled: Sequence[tuple[str, str, Sequence[float]]] = ()) -> tuple[list, int, dict]:
+    """One part's samples (core.match.calibrate.run_part), how many questions it asked (for the
+    parent's progress) and its statements that ran out of time, by kind (for the parent's report).
+    `labelled`: the part's own labelled questions (the part's slice of them)."""
     from core import match
 
     if "_later" in _WORKER:  # the parent's library, written before it handed out any part
         with fewer_collections():  # millions of objects read back: no collection walks them as they come
             _WORKER.update(_WORKER.pop("_later")())
-    asked = [0]
+    asked, before = [0], Counter(_TIMEOUTS)
 
     def count(_: int) -> None:
         asked[0] += 1
@@ -102,7 +105,7 @@ def part(part: Any, labelled: Sequence[tuple[str, str, Sequence[float]]] = ()) -
     with fewer_collections():
         found = match.run_part(part, **_WORKER, labelled=padded, progress=count)  # type: ignore[arg-type]
         settle()
-    return found, asked[0]
+    return found, asked[0], dict(_TIMEOUTS - before)
 
 
 def embed(texts: list[str]) -> list:

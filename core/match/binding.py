@@ -3,6 +3,7 @@ through the value index and lookup), and the bound SQL checked."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Callable
@@ -78,13 +79,38 @@ class Bound:
         self.reasons.append(text)
 
 
-def _token_status(token: Token, fixed: set[str]) -> str:
-    if token.lower in NEUTRAL_WORDS:
+def _token_status(token: Token, fixed: frozenset[str]) -> str:
+    return _status(token.text, token.lower, fixed)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _status(text: str, lower: str, fixed: frozenset[str]) -> str:
+    """_token_status, judged once per word and set of fixed words. Why: a question's templates and
+    the compositions built on them bind against the same few families, each word against all of a
+    family's words by edit distance (730,000 judgements in a train calibration). It reads the word
+    and the (frozen) set alone; the lock of lru_cache makes it safe for a web worker's threads."""
+    if lower in NEUTRAL_WORDS:
         return "neutral"
-    s = stem(token.text)
+    s = stem(text)
     if s in fixed or (len(s) >= 5 and any(fuzz.ratio(s, f) >= 90 for f in fixed if len(f) >= 5)):
         return "fixed"
     return "content"
+
+
+def family_fixed_words(family: Family) -> frozenset[str]:
+    """The family's words and the words the library uses for them ("sex" for "gender"): what
+    leftover_runs leaves out of the runs named values are looked for in. Made once per family (a
+    family is frozen; a library that changes builds new ones), not once per template tried: one
+    question binds against the same few families again and again. Read once (`.get`) and stored
+    whole: two threads of a web worker may both make it, alike."""
+    fixed = family.__dict__.get("_fixed_words")
+    if fixed is None:
+        fixed = frozenset(family.words | {w for w, same in family.synonyms.items() if same & family.words})
+        family.__dict__["_fixed_words"] = fixed
+    return fixed
+
+
+_BREAK = re.compile(r"[,;?!()]")  # punctuation between two words ends a run of them
 
 
 def leftover_runs(
@@ -95,7 +121,11 @@ def leftover_runs(
     fixed_words: frozenset[str] | None = None,
 ) -> list[Span]:
     """Runs of content words that are neither the template's fixed words nor typed values."""
-    fixed = set(fixed_words) if fixed_words is not None else set(content_words(template.masked_question))
+    fixed = (
+        frozenset(fixed_words)
+        if fixed_words is not None
+        else frozenset(content_words(template.masked_question))
+    )
     taken = [(s.start, s.end) for s in spans]
     runs: list[list[Token]] = [[]]
     for token in tokens:
@@ -103,16 +133,11 @@ def leftover_runs(
         status = "typed" if inside else _token_status(token, fixed)
         current = runs[-1]
         gap = question[current[-1].end : token.start] if current else ""
-        if status == "content" and not re.search(r"[,;?!()]", gap):
+        if status == "content" and not _BREAK.search(gap):
             current.append(token)
         elif status == "content":
             runs.append([token])
-        elif (
-            status == "neutral"
-            and token.lower in FUNCTION_WORDS
-            and current
-            and not re.search(r"[,;?!()]", gap)
-        ):
+        elif status == "neutral" and token.lower in FUNCTION_WORDS and current and not _BREAK.search(gap):
             current.append(token)  # may join "disorders of lipoid metabolism"; trimmed below
         else:
             runs.append([])
@@ -460,14 +485,26 @@ def bound_column_words(work: Bound) -> set[str]:
 
 
 def outside_values(reading: Reading, bound: Bound) -> list[Token]:
-    """The question's content-word tokens outside its values (typed or bound)."""
-    taken = [(s.start, s.end) for s in reading.typed] + [(p.start, p.end) for p in bound.placed.values()]
-    tokens = reading.tokens
-    return [
-        t
-        for i, t in enumerate(tokens)
-        if not overlaps(t.start, t.end, taken) and not is_neutral(tokens, i) and not NUMERIC.fullmatch(t.text)
-    ]
+    """The question's content-word tokens outside its values (typed or bound).
+
+    Remembered on the reading per set of spans the values take: a question's templates and the
+    compositions built on them mostly place its values alike (61,000 bindings in a train calibration,
+    a few distinct placements per question). A reading is one question's, made for it."""
+    taken = tuple((s.start, s.end) for s in reading.typed) + tuple(
+        (p.start, p.end) for p in bound.placed.values()
+    )
+    memo = reading.__dict__.setdefault("_outside_values", {})
+    found = memo.get(taken)
+    if found is None:
+        tokens, spans = reading.tokens, list(taken)
+        found = memo[taken] = tuple(
+            t
+            for i, t in enumerate(tokens)
+            if not overlaps(t.start, t.end, spans)
+            and not is_neutral(tokens, i)
+            and not NUMERIC.fullmatch(t.text)
+        )
+    return list(found)
 
 
 def question_words(reading: Reading, bound: Bound) -> list[str]:
@@ -508,9 +545,7 @@ def bind_values(
     question = reading.question
     free, _missing = fixed_value_hits(reading, template)
     assign_typed(template, question, free, bound)
-    fixed = (
-        family.words | {w for w, same in family.synonyms.items() if same & family.words} if family else None
-    )
+    fixed = family_fixed_words(family) if family else None
     if values is not None:
         assign_contained(template, question, list(reading.typed), values, bound)
     taken = list(reading.typed) + list(reading.quoted) + list(bound.placed.values())

@@ -17,7 +17,7 @@ from core.match.candidate import MatchResult
 from core.match.compose import conditions_of
 from core.match.index import UNANSWERABLE, Entry, LibraryIndex, library_reading
 from core.match.items import shape_of
-from core.match.library import LibraryMatch, match_library
+from core.match.library import LibraryMatch, Vote, match_library
 from core.match.risk import Calibration, expected, fit_risk, fold_risks
 from core.match.spans import VALUE
 from core.match.template import Template
@@ -109,11 +109,13 @@ def cross_validate(
             at = sorted(by_family(index, held)[within[0] : within[1]])
             held = [held[n] for n in at]
         vectors = vectors_of(held)
-        for n, i, vector in zip(at, held, vectors, strict=True):
+        votes = Vote.each(vectors, train)  # the fold library's matrix read once for the part
+        for n, i, vector, vote in zip(at, held, vectors, votes, strict=True):
             entry = index.entries[i]
             found = match_library(
-                entry.question, vector, train, lookup=lookup, values=values, catalog=catalog, probe=probe
-            )
+                entry.question, vector, train, lookup=lookup, values=values, catalog=catalog, probe=probe,
+                vote=vote,
+            )  # fmt: skip
             if observe is not None:
                 observe(entry, found, train)
             best = found.best
@@ -273,10 +275,11 @@ def run_part(
     ordinary folds' questions, `progress` the labelled ones too."""
     if part.kind == "labelled":
         samples: PartSamples = []
-        for n in range(part.start, part.stop):
+        votes = Vote.each([labelled[n][2] for n in range(part.start, part.stop)], index)
+        for n, vote in zip(range(part.start, part.stop), votes, strict=True):
             question, gold, vector = labelled[n]
             best = match_library(
-                question, vector, index, lookup=lookup, values=values, catalog=catalog, probe=probe
+                question, vector, index, lookup=lookup, values=values, catalog=catalog, probe=probe, vote=vote
             ).best
             if best is not None and best.hard_ok and best.sql:
                 ok = bool(gold) and same is not None and same(best.sql, gold)

@@ -74,10 +74,12 @@ def match_library(
     risk: Calibration | None = None,
     masked_question: str = "",
     probe: Callable[[str], bool] | None = None,
+    vote: Vote | None = None,
 ) -> LibraryMatch:
     """Rank templates for `question` by a vote of its nearest masked paraphrases, bind the best few.
 
-    `vector` embeds `reading.mask_question(question, values)`. Each result's confidence is P(correct)
+    `vector` embeds `reading.mask_question(question, values)`; `vote`: its vote on `index` when the
+    caller made it (Vote.each: a calibration part votes for all its questions at once). Each result's confidence is P(correct)
     from `risk`; results that fail a rule (operators, the meaning guard, binding) have confidence 0.
     The first result is the one to answer with if its confidence clears the threshold.
     """
@@ -85,7 +87,7 @@ def match_library(
     if not index.entries:
         return LibraryMatch([], masked_question, [])
     values = values.with_names(index.names) if values is not None else None
-    vote = Vote.of(vector, index)
+    vote = vote or Vote.of(vector, index)
     reading = read_question(
         question,
         values,
@@ -178,6 +180,19 @@ class Vote:
         total = sum(votes.values())
         return cls(sims, top, sorted(((key, w / total) for key, w in votes.items()), key=lambda p: -p[1]))
 
+    @classmethod
+    def each(cls, vectors: Sequence[Sequence[float] | np.ndarray], index: LibraryIndex) -> list[Vote | None]:
+        """Vote.of for each vector, one after another. Why: the product with the library's matrix
+        (a few MB) is bound by reading the matrix from memory; made once per question between two
+        whole matches, which push it out of the CPU's caches, it was the calibration's fifth most
+        costly function of its own. Made for a calibration part's questions together, the matrix is
+        read from memory once. The very same products (the same arrays, one by one), so the same
+        votes to the last bit: a batched product (one matrix by matrix) sums in another order.
+        None for each when the library is empty: it has no vote (match_library finds nothing)."""
+        if not index.entries:
+            return [None] * len(vectors)
+        return [cls.of(vector, index) for vector in vectors]
+
     def features(self, key: str, rank: int, share: float, nearest: int, family_size: int) -> dict[str, float]:
         """What the risk model reads of the vote for one template."""
         others = [s for k2, s in self.ranked if k2 != key]
@@ -232,10 +247,11 @@ def _operators_fit(ops: dict[str, Any], index: LibraryIndex, key: str, said: tup
         return not operator_reasons(ops, index.entries[index.members[key][0]].template, index.families[key])
     memo_key = (said, key)
     memo = index.__dict__.setdefault("_operators_fit", {})
-    if memo_key not in memo:
+    fits = memo.get(memo_key)  # one read, as operator_reasons' memo is read
+    if fits is None:
         template = index.entries[index.members[key][0]].template
-        memo[memo_key] = not operator_reasons(ops, template, index.families[key])
-    return memo[memo_key]
+        fits = memo[memo_key] = not operator_reasons(ops, template, index.families[key])
+    return fits
 
 
 def _try_members(

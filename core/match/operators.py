@@ -115,6 +115,34 @@ _VISIT_NAMES = {"initial": "first", "earliest": "first", "1st": "first", "latest
                 "final": "last", "present": "current", "this": "current", "ongoing": "current"}  # fmt: skip
 
 
+# question_operators' other patterns, compiled once (re's own cache is looked up on every call, and
+# a calibration reads ~43,000 distinct texts, ~9 such calls each).
+_SPACES = re.compile(r"\s+")
+# "how many times" counts events; "total number of times" too: both set `times`, not `sum`.
+_TIMES = re.compile(r"\b(?:how many times|number of times|how often|times)\b")
+_PERIODS = re.compile(rf"\b(this|last|past|previous|current|next)\s+(?:(\d+)\s+)?({_UNITS})\b")
+_NOW_WORDS = tuple(
+    (word, re.compile(rf"\b{word}\b")) for word in ("today", "yesterday", "tomorrow", "now", "currently")
+)
+_EVER = re.compile(r"\bever\b")
+# Asking for a time ("when", "what time", "what date") is another answer than asking for a thing;
+# "when" inside a statement ("the admission type when patient … entered", "the total bill when it
+# includes …") is a condition, not a question: it asks when it opens the question or a clause.
+_WHEN = re.compile(
+    r"(?:^\s*|[,;:]\s*|\b(?:me|know|us)\s+)when\b|\bwhen\s+(?:was|did|is|were|has|had|does|do|will|are)\b"
+    r"|\bwhat (?:time|date|day)\b|\bthe (?:time|date) (?:of|when)\b|\b(?:instance|moment|occasion) when\b"
+    r"|\b(?:what|which) (?:is|was|were) the (?:\w+ )?(?:first|last|latest|earliest|initial) time\b"
+)
+# A yes/no question ("has patient … been …?", "was … given?") asks whether, not what or how much;
+# "do you know the average …" asks what, not whether.
+_YES_NO = re.compile(
+    r"\s*(?:(?:tell me|can you tell me|please|in \S+|since \S+),?\s+|[^,?]{3,60},\s+)?"
+    r"(?:has|have|had|is|was|were|are|did|does|do)\b"
+)
+_DO_YOU_KNOW = re.compile(r"^\s*do you know\s+(?!if\b|whether\b)")
+_NEGATION = re.compile(r"\b(?:not|no|never|without|none|neither|nor|excluding|except)\b|n't\b")
+
+
 def same_visit(ops: dict[str, Any], visits: frozenset) -> bool:
     """Whether the question (its operators `ops`) reads the one visit every paraphrase of a template
     reads (`visits`: the values of their "visit" key), so that VISIT_NOUNS need not be said."""
@@ -141,7 +169,7 @@ def _operators_of(question: str) -> dict[str, Any]:
     question in its fold and again in the sibling pass; ~50,000 readings of train's, 6 % of the
     time. The same dict either way: it depends on the text alone (this module's patterns and word
     lists), and its values (strings, None, booleans) cannot change; callers get a copy of it."""
-    text = " " + re.sub(r"\s+", " ", question.lower().replace("’", "'")) + " "
+    text = " " + _SPACES.sub(" ", question.lower().replace("’", "'")) + " "
     asked = text  # "what was the last time patient N was discharged": the visit's words may ask a time
     visits = [
         (m.start(), m.end(), _VISIT_NAMES.get(word, word))
@@ -155,50 +183,25 @@ def _operators_of(question: str) -> dict[str, Any]:
     for key, patterns in _OPERATOR_REGEXES.items():
         found = sorted({name for name, pattern in patterns if pattern.search(text)})
         ops[key] = "|".join(found) or None
-    # "how many times" counts events; "total number of times" too: both set `times`, not `sum`.
-    times_pattern = r"\b(?:how many times|number of times|how often|times)\b"
-    times = bool(re.search(times_pattern, text))
+    times = bool(_TIMES.search(text))
     time_found, sequence = _time_words(text)
     periods = set()
-    for m in re.finditer(rf"\b(this|last|past|previous|current|next)\s+(?:(\d+)\s+)?({_UNITS})\b", text):
+    for m in _PERIODS.finditer(text):
         which = {"past": "last", "previous": "last", "current": "this"}.get(m.group(1), m.group(1))
         periods.add(f"{which} {'n ' if m.group(2) else ''}{unit_of_word(m.group(3))}")
-    for word in ("today", "yesterday", "tomorrow", "now", "currently"):
-        if re.search(rf"\b{word}\b", text):
-            periods.add(word)
+    periods.update(word for word, pattern in _NOW_WORDS if pattern.search(text))
     ops["in_units"], units = _units(text)
     ops["time"] = "|".join(sorted(time_found)) or None
     ops["sequence"] = "|".join(sorted(sequence)) or None
     ops["period"] = "|".join(sorted(periods)) or None
     ops["units"] = "|".join(sorted(units)) or None
-    ops["ever"] = bool(re.search(r"\bever\b", text))
-    # Asking for a time ("when", "what time", "what date") is another answer than asking for a thing;
-    # "when" inside a statement ("the admission type when patient … entered", "the total bill when it
-    # includes …") is a condition, not a question: it asks when it opens the question or a clause.
-    ops["when"] = bool(
-        re.search(
-            r"(?:^\s*|[,;:]\s*|\b(?:me|know|us)\s+)when\b|\bwhen\s+(?:was|did|is|were|has|had|does|do|will|are)\b"
-            r"|\bwhat (?:time|date|day)\b|\bthe (?:time|date) (?:of|when)\b|\b(?:instance|moment|occasion) when\b"
-            r"|\b(?:what|which) (?:is|was|were) the (?:\w+ )?(?:first|last|latest|earliest|initial) time\b",
-            asked,
-        )
-        or _OPENS_WITH_TIME.search(asked.strip())
-    )
-    # A yes/no question ("has patient … been …?", "was … given?") asks whether, not what or how much.
-    ops["yes_no"] = bool(
-        re.match(
-            r"\s*(?:(?:tell me|can you tell me|please|in \S+|since \S+),?\s+|[^,?]{3,60},\s+)?"
-            r"(?:has|have|had|is|was|were|are|did|does|do)\b",
-            # "do you know the average …" asks what, not whether
-            re.sub(r"^\s*do you know\s+(?!if\b|whether\b)", " tell me ", text),
-        )
-    )
+    ops["ever"] = bool(_EVER.search(text))
+    ops["when"] = bool(_WHEN.search(asked) or _OPENS_WITH_TIME.search(asked.strip()))
+    ops["yes_no"] = bool(_YES_NO.match(_DO_YOU_KNOW.sub(" tell me ", text)))
     ops["times"] = times
     ops["manner"] = True if _MANNER.search(text) else None
     ops["group"] = True if groups_by(text) else None  # None, not False: libraries stored before it read alike
-    ops["negation"] = bool(
-        re.search(r"\b(?:not|no|never|without|none|neither|nor|excluding|except)\b|n't\b", text)
-    )
+    ops["negation"] = bool(_NEGATION.search(text))
     return ops
 
 
@@ -215,7 +218,9 @@ def _time_words(text: str) -> tuple[set[str], set[str]]:
     "within the same visit" is "in the same visit": no time limit of its own; "between" is a time
     only between times ("the difference between weights …" is none)."""
     time_found, sequence = set(), set()
-    for name, kind, pattern in _TIME_REGEXES:
+    for phrase, (name, kind, pattern) in zip(_TIME_WORDS, _TIME_REGEXES, strict=True):
+        if phrase not in text:  # each pattern says its phrase as written (_time_regex): none matches
+            continue
         if kind == "sequence":
             for m in pattern.finditer(text):
                 timed = _TIMED.match(text[m.end() :])

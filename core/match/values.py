@@ -81,8 +81,9 @@ class ValueIndex:
         return len(self._by_text)
 
     def _all(self, question: str) -> list[tuple[int, int, dict[str, str]]]:
-        if question in self._cache:
-            return self._cache[question]
+        cached = self._cache.get(question)  # one read: another thread of a web worker may clear it
+        if cached is not None:
+            return cached
         lowered = question.lower()
         starts = [m.start() for m in self._START.finditer(lowered)]
         ends = [m.start() for m in self._END.finditer(lowered)]
@@ -158,7 +159,8 @@ class ValueIndex:
         col, text = bare_column(column), " ".join(value.lower().split())
         if not text:
             return []
-        if (col, text) not in self._longer:  # one scan of the index per value asked: values recur
+        kept = self._longer.get((col, text))  # one read: another thread may clear it in between
+        if kept is None:  # one scan of the index per value asked: values recur
             word = re.compile(r"(?<![a-z0-9])" + re.escape(text) + r"(?![a-z0-9])")
             found = {
                 value
@@ -167,8 +169,8 @@ class ValueIndex:
             }
             if len(self._longer) > 20000:
                 self._longer.clear()
-            self._longer[(col, text)] = sorted(found, key=lambda v: (len(v), v))
-        return self._longer[(col, text)][:limit]
+            kept = self._longer[(col, text)] = sorted(found, key=lambda v: (len(v), v))
+        return kept[:limit]
 
 
 class _NamedValues(ValueIndex):

@@ -5,6 +5,7 @@ samples come back in the parts' order, and parts a broken pool could not take ar
 
 from __future__ import annotations
 
+import collections
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -36,7 +37,7 @@ class Pool:
         def work():
             self.first.set()
             self.taken.wait(10)
-            return [("worker", part)], 0
+            return [("worker", part)], 0, {"probes": 1}  # (samples, asked, timeouts): one timed out
 
         return self.threads.submit(work)
 
@@ -51,7 +52,8 @@ def _run(pool: Pool):
         pool.taken.set()
         return [("here", part)]
 
-    found = calibration._in_workers(pool, 1, [], lambda _: None)(parts, local)
+    pool.timeouts = collections.Counter()
+    found = calibration._in_workers(pool, 1, [], lambda _: None, pool.timeouts)(parts, local)
     pool.threads.shutdown()
     return parts, here, found
 
@@ -76,3 +78,11 @@ def test_parts_a_broken_pool_refuses_are_done_here():
     parts, here, found = _run(pool)
     assert [got[0][1] for got in found] == parts
     assert len(pool.done) == 1 and sorted(here, key=parts.index) == [p for p in parts if p not in pool.done]
+
+
+def test_the_workers_timeouts_reach_the_count():
+    """calibration_worker.part says how many of its statements ran out of time: the report adds
+    every worker part's (a loaded run that decides otherwise shows whether a timeout decided)."""
+    pool = Pool()
+    _run(pool)
+    assert pool.timeouts == {"probes": len(pool.done)} and pool.done

@@ -1,21 +1,29 @@
 """The caches that make a calibration cheaper must not change a decision: the remembered validation
 verdict is validate_sql's (a refused SQL stays refused when asked again, and a verdict is never
-carried to another catalog), a composition's one-parse template is the two-parse one, and the
-operators rule's remembered verdict is the fresh one (never carried to another family)."""
+carried to another catalog), a composition's one-parse template is the two-parse one, the
+operators rule's remembered verdict is the fresh one (never carried to another family), a part's
+votes are each question's own, binding's remembered fixed words are each family's own, and the
+value index's caches survive another thread's clear."""
 
 from __future__ import annotations
 
 import dataclasses
 import pickle
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
+from core.match.binding import family_fixed_words, leftover_runs
 from core.match.build import build_template
 from core.match.checked import validation_error
 from core.match.composing import _template
 from core.match.index import Family
+from core.match.library import Vote
 from core.match.operators import operator_signature
 from core.match.rules.operators import _reasons, operator_reasons
+from core.match.values import ValueIndex
+from core.match.words import tokenize
 from core.types import CatalogSchema, TableSchema
 from core.validation import SqlValidationError, validate_sql
 
@@ -138,3 +146,97 @@ def test_a_caller_changing_a_remembered_verdict_changes_nothing_after():
     assert operator_reasons(_said(order="last"), TEMPLATE, family) == _reasons(
         _said(order="last"), TEMPLATE, family
     )
+
+
+# --- a calibration part's votes made together (library.Vote.each) ------------------------------------
+
+
+def _voting_library(entries: int = 400, dims: int = 24, seed: int = 3) -> SimpleNamespace:
+    """What a vote reads of a library: its normalised matrix and each entry's template key."""
+    rng = np.random.default_rng(seed)
+    matrix = rng.standard_normal((entries, dims)).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    return SimpleNamespace(matrix=matrix, entries=[SimpleNamespace(key=f"t{i % 37}") for i in range(entries)])
+
+
+def test_a_parts_votes_are_each_questions_own_vote_to_the_last_bit():
+    """The report must not move: each vote of Vote.each is Vote.of's, bit for bit (a batched
+    matrix product sums in another order and differed by 7.8e-5 on train)."""
+    library = _voting_library()
+    questions = np.random.default_rng(4).standard_normal((60, 24)).astype(np.float32)
+    for together, vector in zip(Vote.each(questions, library), questions, strict=True):
+        alone = Vote.of(vector, library)
+        assert together.sims.tobytes() == alone.sims.tobytes()
+        assert together.top.tolist() == alone.top.tolist()
+        assert together.ranked == alone.ranked
+
+
+# --- the words binding leaves out of value runs, remembered per family (binding) ---------------------
+
+
+def _words_family(words: set[str], synonyms: dict | None = None) -> Family:
+    return Family("k", {}, frozenset(words), synonyms=synonyms or {})
+
+
+def test_a_familys_fixed_words_are_the_fresh_ones_and_made_once():
+    family = _words_family(
+        {"prescrib", "drug"}, {"medic": frozenset({"drug"}), "dose": frozenset({"amount"})}
+    )
+    fixed = family_fixed_words(family)
+    assert fixed == {"prescrib", "drug", "medic"}  # a synonym of a family word, not of another
+    assert family_fixed_words(family) is fixed  # remembered
+    assert family == _words_family(
+        {"prescrib", "drug"}, {"medic": frozenset({"drug"}), "dose": frozenset({"amount"})}
+    )
+
+
+def test_remembered_fixed_words_are_never_carried_to_another_family():
+    """Attack: a library that changed (a paraphrase saying "aspirin" approved) builds its families
+    anew, under the same template key: the old family's words must not decide the new one's runs,
+    nor the new one's the old one's (a memo by template key, or a word's status remembered without
+    the family's words, fails here)."""
+    question = "how many patients were prescribed aspirin?"
+    tokens = tokenize(question)
+    template = build_template("how many patients were prescribed heparin?",
+                              "SELECT COUNT(*) FROM p WHERE p.drug = 'heparin'", dialect="postgres")  # fmt: skip
+    old, new = _words_family({"patient", "prescrib"}), _words_family({"patient", "prescrib", "aspirin"})
+
+    def runs(family: Family) -> list[str]:
+        return [r.text for r in leftover_runs(question, tokens, [], template, family_fixed_words(family))]
+
+    assert runs(old) == ["aspirin"]
+    assert runs(new) == []
+    assert runs(old) == ["aspirin"]
+
+
+# --- the value index's caches read once (values.ValueIndex) -----------------------------------------
+
+
+class _ClearedBetween(dict):
+    """A cache another thread of a web worker clears between a check and a read: `in` finds the
+    key, and the cache is empty by the time it is read."""
+
+    def __contains__(self, key) -> bool:
+        found = super().__contains__(key)
+        self.clear()
+        return found
+
+
+def test_a_value_cache_cleared_by_another_thread_never_fails_a_question():
+    """Attack: the check-then-read the values' caches did (`if key in cache: return cache[key]`)
+    raised KeyError when another thread cleared the cache in between."""
+    values = ValueIndex({"d_labitems.label": ["potassium", "potassium, whole blood"]})
+    question = "the last potassium value of patient 1"
+    found, longer = values._all(question), values.longer("d_labitems.label", "potassium")
+    assert longer == ["potassium, whole blood"]
+    values._cache = _ClearedBetween(values._cache)
+    values._longer = _ClearedBetween(values._longer)
+    assert values._all(question) == found
+    assert values.longer("d_labitems.label", "potassium") == longer
+
+
+def test_an_empty_fold_library_has_no_votes():
+    """A small library's fold may keep nothing to match against (its matrix has no columns to
+    multiply): no vote, and match_library answers nothing, as it did when it voted itself."""
+    empty = SimpleNamespace(matrix=np.zeros((0, 1), dtype=np.float32), entries=[])
+    assert Vote.each([np.ones(24, dtype=np.float32)] * 2, empty) == [None, None]
