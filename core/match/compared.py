@@ -207,14 +207,15 @@ def _single_votes(
     paired = set(votes)
     for template_key, members in index.members.items():
         for (key, form, word), operator in _template_sayings(index, template_key, members).items():
-            if operator and (form, word) not in paired:
+            if (form, word) not in paired:
                 votes[(form, word)][operator] += 1
                 sayers[(key, word)].append(template_key)
 
 
 def _template_sayings(index: LibraryIndex, template_key: str, members: list[int]) -> dict[tuple, str]:
     """(key, form, word) -> the operator a template's paraphrases write for that word: each paraphrase
-    that says one word governing comparisons of one form and one operator; "" where two disagree."""
+    that says one word governing comparisons of one form and one operator (its paraphrases share one
+    SQL, so a word governs the same comparisons in each)."""
     first = index.entries[members[0]].template if template_key != UNANSWERABLE else None
     comparisons = _comparisons(first) if first is not None and first.usable else ()
     out: dict[tuple, str] = {}
@@ -227,8 +228,7 @@ def _template_sayings(index: LibraryIndex, template_key: str, members: list[int]
             governed = {(c.form, c.operator) for _, c in _governed([(None, c) for c in comparisons], said[3])}
             if len(governed) == 1:
                 ((form, operator),) = governed
-                if out.setdefault((key, form, said[0]), operator) != operator:
-                    out[(key, form, said[0])] = ""
+                out[(key, form, said[0])] = operator
     return out
 
 
