@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import re
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -188,7 +189,9 @@ def library_orders(index: LibraryIndex) -> LibraryOrders:
                     votes[column][(operator, first_desc)] += 1
                     sayers[(operator, end_a)].append(key_a)
                     sayers[(operator, end_b)].append(key_b)
-    _single_votes(groups, votes, sayers, _agreed(votes))
+    _single_votes(
+        groups, votes, sayers, _agreed(votes), lambda key: index.entries[index.members[key][0]].template
+    )
     out = LibraryOrders(
         _agreed(votes),
         {
@@ -215,6 +218,7 @@ def _single_votes(
     votes: dict[str, Counter],
     sayers: dict[tuple[str, str], list[str]],
     paired: dict[str, tuple[str, bool]],
+    index_template: Callable[[str], Template | None],
 ) -> None:
     """One template's own evidence, added to the pairs' votes: every paraphrase that says an end says
     the same one, and exactly one ordered column is left for exactly one operator once the columns the
@@ -230,7 +234,8 @@ def _single_votes(
     for variants in groups.values():
         for terms, (key, ops) in variants.items():
             ends = _ends(ops)
-            if ends is None:
+            template = index_template(key)
+            if ends is None or template is None or not _picks_an_end(template.sql_template, template.dialect):
                 continue
             left = {c for c, _ in terms if c not in paired}  # a pair's column keeps the pairs' reading
             spoken = {
@@ -244,6 +249,21 @@ def _single_votes(
             desc = next(d for c, d in terms if c == column)
             votes[column][(operator, desc if end == "first" else not desc)] += 1
             sayers[(operator, end)].append(key)
+
+
+@functools.lru_cache(maxsize=16384)
+def _picks_an_end(sql: str, dialect: str) -> bool:
+    """Whether every ORDER BY of the SQL picks rows at one end (its SELECT has a LIMIT): an end word
+    says which end is picked, and a list sorted for reading ("the average stay for each first care
+    unit", sorted by the average) shows no end, whatever "first" it says. Once per SQL."""
+    try:
+        tree = parsed_sql(sql, dialect)
+    except (SqlglotError, ValueError, RecursionError):
+        return False
+    orders = list(tree.find_all(exp.Order))
+    return bool(orders) and all(
+        isinstance(o.parent, exp.Select) and o.parent.args.get("limit") for o in orders
+    )
 
 
 def _ends(ops: list[dict]) -> dict[str, str] | None:

@@ -185,6 +185,15 @@ _LACTATE = (
                 " WHERE a.subject_id = 10039708 ORDER BY a.dischtime ASC LIMIT 1) ORDER BY l.charttime ASC LIMIT 1",
             )
         ],
+        # a list sorted for reading, no end picked: "first" is the care unit's name (corpus case 564)
+        [
+            (
+                "what was the average lactate of patient 10039708 for each first care unit?",
+                "SELECT i.first_careunit, AVG(l.valuenum) AS avg_lactate FROM mimiciv_hosp.labevents AS l JOIN"
+                " mimiciv_icu.icustays AS i ON i.hadm_id = l.hadm_id WHERE l.subject_id = 10039708"
+                " GROUP BY i.first_careunit ORDER BY l.charttime DESC",
+            )
+        ],
         # templates that disagree: neither reading reaches MAPPING_SHARE
         [
             (
