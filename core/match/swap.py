@@ -8,10 +8,12 @@ library: a word (an operator word of operators.py: "average", "lowest", "peak" â
 only where the library's own one-aggregate questions show that mapping (MAPPING_SUPPORT templates at
 least, MAPPING_SHARE of them), and a column takes an arithmetic aggregate (average, total) only where
 the library already averages or sums it: the average of a text column or of a time is never composed.
-The swap is planned only when the question says exactly one such word, the base paraphrase exactly
-one other, and neither says two functions ("the average count", "the maximum total"); the composed
-question (the base paraphrase with its word replaced) then goes through the same rules, binding,
-validation and risk as any composition (compose.py), so the guard still judges every word.
+The swap is planned only when the question says as many such words as the base paraphrase and they
+map to the same functions but for one, the base's outer function ("the maximum total cost" for a
+verified "the minimum total cost": MIN over the visit's SUM becomes MAX, the total kept; never "the
+average count" for "the count", nor two functions changed); the composed question (the base paraphrase
+with its word replaced) then goes through the same rules, binding, validation and risk as any
+composition (compose.py), so the guard still judges every word.
 
 A count is read (its words keep a question with two functions apart) but never swapped: COUNT(*) or a
 count of ids has no column an average could read.
@@ -65,6 +67,7 @@ class AggregateSwap:
     old_word: str  # the base question's word, for the composition's wording
     new_word: str
     old_words: frozenset[str]  # every word the library maps to `old`: a paraphrase may say another
+    said: int = 1  # aggregate words the base says ("the minimum total cost": 2, the total kept)
 
     @property
     def phrase(self) -> str:
@@ -74,9 +77,10 @@ class AggregateSwap:
         """One paraphrase's question and SQL with the function and its word swapped, or None where
         this paraphrase does not say the old function with exactly the one word."""
         said = aggregate_words(template.question)
-        if len(said) != 1 or said[0][2] not in self.old_words:
+        old = [w for w in said if w[2] in self.old_words]
+        if len(said) != self.said or len(old) != 1:
             return None
-        start, end, _ = said[0]
+        start, end, _ = old[0]
         question = template.question[:start] + self.new_word + template.question[end:]
         try:
             tree = parsed_sql(template.sql_template, template.dialect).copy()  # changed below: a copy
@@ -151,9 +155,12 @@ def library_swaps(index: LibraryIndex) -> LibrarySwaps:
             continue
         columns[function].add(column)
         said = {word for _, _, word in aggregate_words(entry.question)}
+        # a paraphrase that says two words ("the minimum total cost") shows neither's function alone:
+        # which one is the outer is not said; a value's own words ("platelet count") are not said
+        alone = {word for _, _, word in aggregate_words(entry.template.masked_question)}  # type: ignore[union-attr]
         for word in said:
             sayers[word].append(i)
-            if (word, entry.key) not in seen:  # a template counts once, however many paraphrases
+            if alone == {word} and (word, entry.key) not in seen:  # a template counts once
                 seen.add((word, entry.key))
                 counts[word][function] += 1
     mapping = {}
@@ -195,13 +202,18 @@ def swap_plans(question: str, index: LibraryIndex, base: int, vote: Vote) -> lis
     said = aggregate_words(question)
     base_entry = index.entries[base]
     base_said = aggregate_words(base_entry.question)
-    if len(said) != 1 or len(base_said) != 1:  # "the average count": two functions, no swap
+    if not said or len(said) != len(base_said):  # "the average count" for "the count": no swap
         return []
-    new_word, old_word = said[0][2], base_said[0][2]
-    new, old = swaps.mapping.get(new_word), swaps.mapping.get(old_word)
+    functions = [swaps.mapping.get(w) for _, _, w in said]
+    base_functions = [swaps.mapping.get(w) for _, _, w in base_said]
+    differ = [i for i, (a, b) in enumerate(zip(functions, base_functions, strict=True)) if a != b]
+    if len(differ) != 1 or None in functions or None in base_functions:
+        return []  # two functions changed, or a word the library does not map
+    new_word, old_word = said[differ[0]][2], base_said[differ[0]][2]
+    new, old = functions[differ[0]], base_functions[differ[0]]
     function, column = _function_of(base_entry.template)
-    if not new or not old or new == old or old != function or new not in SWAPPABLE or old not in SWAPPABLE:
-        return []
+    if old != function or new not in SWAPPABLE or old not in SWAPPABLE or base_functions.count(old) != 1:
+        return []  # the word swapped is the outer function's, said once; the others stay as they are
     if new in READS and not any(column in swaps.columns.get(f, ()) for f in READS[new]):
         return []  # no average of a text or a time, no total of an age
     sources = swaps.sayers.get(new_word, ())
@@ -209,4 +221,4 @@ def swap_plans(question: str, index: LibraryIndex, base: int, vote: Vote) -> lis
         return []
     source = sources[int(np.argmax(vote.sims[np.asarray(sources)]))]
     old_words = frozenset(w for w, f in swaps.mapping.items() if f == old)
-    return [(source, AggregateSwap(old, new, old_word, new_word, old_words))]
+    return [(source, AggregateSwap(old, new, old_word, new_word, old_words, len(said)))]

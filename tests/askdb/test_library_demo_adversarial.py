@@ -18,7 +18,7 @@ from askdb.adapters.ports import DjangoPorts
 from askdb.services.calibration import library_cross_validate
 from askdb.services.exports import examples_import
 from core import match
-from tests.core.match.corpus import ANSWERED_RIGHT, MUST_ABSTAIN
+from tests.core.match.corpus import MUST_ABSTAIN, answered_right
 
 pytestmark = pytest.mark.django_db
 
@@ -39,7 +39,7 @@ def test_one_condition_more_than_a_demo_example_abstains_or_is_composed_right(po
     for question in MUST_ABSTAIN:
         results, threshold = ports.library_match(question, ports.embed(question))
         best, _ = match.decide(results, threshold)
-        if best is not None and not (best.composed_from and ANSWERED_RIGHT.get(question) == best.sql):
+        if best is not None and not (best.composed_from and answered_right(question, best.sql)):
             answered[question] = (best.example_question, best.sql)
     assert not answered, answered
 

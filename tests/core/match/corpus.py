@@ -90,10 +90,22 @@ MUST_ABSTAIN = [
     "what is the minimum average age of male patients?",
     "what is the total age of male patients?",
     # First and last swapped (core/match/direction.py): right where the library shows the column
-    # ordered both ways; never for a column it does not (the microbiology test, the service), nor
-    # for two operators flipped at once, nor for a visit that is neither first nor last.
+    # ordered both ways, or one template says one end and picks it on that column alone (the
+    # microbiology test, the service: answered right); never for two operators flipped at once, a
+    # visit that is neither first nor last, a list sorted for reading ("for each first care unit": a
+    # column's name), both ends, or a negation.
     "what organism was found in the last blood culture test of patient 10037861?",
     "what was the last service of patient 10020740 in the last hospital visit?",
+    "what was the average ICU length of stay in days for each last care unit?",
+    "what organism was found in the first and the last blood culture test of patient 10037861?",
+    "what organism was not found in the last blood culture test of patient 10037861?",
+    # A comparison word learned from one template ("since 2148" beside "in 2150"): never a word no
+    # template writes for that form ("before"), nor two time words.
+    "how many hospital admissions have there been before 2148?",
+    "how many hospital admissions have there been since 2148 until 2150?",
+    # The outer of two functions swapped (swap.py): never one word for two, nor a count.
+    "what is the minimum total age of male patients?",
+    "what is the number of the average age of male patients?",
     "what was the first potassium value of patient 10002428 in the last hospital visit?",
     "what was the insurance of patient 10021118 at the current hospital visit?",
     # A comparison flipped (core/match/compared.py): right where the library shows both words' operators
@@ -207,7 +219,7 @@ MUST_ABSTAIN = [
     "what drug was patient 10020740 prescribed within 3 days after the procedure insertion of endotracheal tube in 2150?",
     "what drug was patient 10020740 prescribed within the same hospital visit after the procedure insertion of endotracheal tube in 2150?",
 ]
-ANSWERED_RIGHT = {
+ANSWERED_RIGHT: dict[str, str | tuple[str, ...]] = {
     "what drug was patient 10020740 prescribed within 3 days after the procedure insertion of endotracheal tube in 2150?": (
         "SELECT t2.drug FROM (SELECT pr.subject_id, pr.chartdate FROM mimiciv_hosp.procedures_icd AS pr JOIN "
         "mimiciv_hosp.d_icd_procedures AS dp ON dp.icd_code = pr.icd_code WHERE pr.subject_id = 10020740 AND "
@@ -235,6 +247,18 @@ ANSWERED_RIGHT = {
     "what is the minimum age of male patients?": (
         "SELECT MIN(p.anchor_age) AS min_age FROM mimiciv_hosp.patients AS p WHERE p.gender = 'M'"
     ),
+    "what organism was found in the last blood culture test of patient 10037861?": (
+        # the corpus's "first blood culture" template flipped, and the demo's "first urine test" (the app's
+        # library: its date, charttime and event id order, each flipped)
+        "SELECT m.org_name FROM mimiciv_hosp.microbiologyevents AS m WHERE m.subject_id = 10037861 AND "
+        "m.spec_type_desc = 'BLOOD CULTURE' ORDER BY m.charttime DESC LIMIT 1",
+        "SELECT m.org_name, m.chartdate FROM mimiciv_hosp.microbiologyevents AS m WHERE m.subject_id = 10037861 "
+        "AND m.spec_type_desc = 'BLOOD CULTURE' AND m.org_name IS NOT NULL "
+        "ORDER BY m.chartdate DESC, m.charttime DESC, m.microevent_id DESC LIMIT 1",
+    ),
+    "what was the last service of patient 10020740 in the last hospital visit?": (
+        "SELECT s.curr_service, s.transfertime FROM mimiciv_hosp.services AS s WHERE s.hadm_id = (SELECT a.hadm_id FROM mimiciv_hosp.admissions AS a WHERE a.subject_id = 10020740 ORDER BY a.admittime DESC LIMIT 1) ORDER BY s.transfertime DESC LIMIT 1"
+    ),
     "count the number of female patients older than 65.": (
         "SELECT COUNT(*) AS n_patients FROM mimiciv_hosp.patients AS p WHERE p.anchor_age > 65 AND p.gender = 'F'"
     ),
@@ -251,6 +275,15 @@ ANSWERED_RIGHT = {
         "WHERE a.subject_id = 10014354 AND a.admission_location = 'EMERGENCY ROOM'"
     ),
 }
+
+
+def answered_right(question: str, sql: str) -> bool:
+    """Whether `sql` is a right answer to the adversarial `question` (ANSWERED_RIGHT: one SQL, or the
+    right SQL of each library that composes it another way)."""
+    right = ANSWERED_RIGHT.get(question, ())
+    return sql in ((right,) if isinstance(right, str) else right)
+
+
 # How people write what the library says another way (issue 26), and the attacks on each reading:
 # a time asked for is not answered with a value, nor the reverse ("first time patient … was
 # prescribed a drug" wants the time; "the lactate the first time it was measured" the value); group-by

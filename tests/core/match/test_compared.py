@@ -45,11 +45,19 @@ def base_of(index, start):
 
 def test_the_library_shows_which_operator_a_comparison_word_writes(library):
     index, _ = library
-    # "greater than" and "less than" of the last creatinine / potassium value against the first
-    assert library_comparisons(index).words == {"_q ? _q": {">": "GT", "<": "LT"}}
-    # a library without such a pair of templates maps nothing: nothing is flipped
+    # "greater than" and "less than" of the last creatinine / potassium value against the first (a
+    # pair), and each template's own word before the one value it compares ("older than 65": GT)
+    assert library_comparisons(index).words == {
+        "_q ? _q": {">": "GT", "<": "LT"},
+        "_c ? _v": {">": "GT", ">=": "GTE"},
+        "EXTRACT(YEAR FROM _c) ? _v": {"in": "EQ", "since": "GTE"},
+        "CAST(_c AS DATE) ? _v": {"in": "EQ"},
+    }
+    # a library where no template says "less than" for two values maps only "greater than": no flip
     lone = [e for e in index.entries if "potassium value" not in e.question]
-    assert library_comparisons(LibraryIndex(lone, embed([e.question for e in lone]))).words == {}
+    assert library_comparisons(LibraryIndex(lone, embed([e.question for e in lone]))).words["_q ? _q"] == {
+        ">": "GT"
+    }
 
 
 @pytest.fixture(scope="module")
@@ -204,3 +212,60 @@ def test_a_time_word_flips_the_year_compared_inside_a_subquery(years):
 def test_no_time_flip_the_library_does_not_show(years, question):
     index, _ = years
     assert not plans(index, question, base_of(index, "what was the admission type"))
+
+
+INPUT = (
+    "SELECT SUM(i.amount) FROM mimiciv_icu.inputevents AS i WHERE i.subject_id = {p} "
+    "AND CAST(i.starttime AS DATE) {op} '{d}'"
+)
+LAB = "SELECT COUNT(*) FROM mimiciv_hosp.labevents AS l WHERE l.subject_id = {p} AND CAST(l.charttime AS DATE) {op} '{d}'"
+
+
+def _lone(items):
+    from tests.core.match.test_library import index_of
+
+    return index_of(items, dialect="postgres")
+
+
+def test_one_template_per_word_shows_what_each_writes():
+    """No pair: "since" a day from the inputs' template, "on" a day from the labs' (another SQL), so
+    "the total input on 03/10/2100" is the inputs' template with the day compared for equality."""
+    index = _lone([
+        ("what was the total input of patient 10019777 since 2100-06-23?", INPUT.format(p=10019777, op=">=", d="2100-06-23")),
+        ("how many lab tests did patient 10004235 have on 2100-03-02?", LAB.format(p=10004235, op="=", d="2100-03-02")),
+    ])  # fmt: skip
+    assert library_comparisons(index).words == {"CAST(_c AS DATE) ? _v": {"since": "GTE", "in": "EQ"}}
+    question = "what was the total input of patient 10019777 on 2100-03-10?"
+    (source, flip), *_ = plans(index, question, base_of(index, "what was the total input"))
+    assert (flip.key, flip.old_word, flip.new_word) == ("time", "since", "on")
+    assert index.entries[source].question.startswith("how many lab tests")
+    _, sql = flip.apply(index.entries[base_of(index, "what was the total input")].template)
+    assert "CAST(i.starttime AS DATE) = '2100-06-23'" in sql
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        # two templates that disagree: neither reaches MAPPING_SHARE
+        [("how many lab tests did patient 10004235 have on 2100-03-02?", LAB.format(p=10004235, op="=", d="2100-03-02")),
+         ("what was the total input of patient 10019777 on 2100-06-23?", INPUT.format(p=10019777, op=">=", d="2100-06-23"))],
+        # one word before a day compared twice, with two operators: which one it writes is not shown
+        [("how many lab tests did patient 10004235 have on 2100-03-02?",
+          LAB.format(p=10004235, op="=", d="2100-03-02") + " AND CAST(l.storetime AS DATE) >= '2100-03-02'")],
+    ],
+)  # fmt: skip
+def test_one_template_teaches_no_comparison_it_does_not_show(items):
+    words = library_comparisons(_lone(items)).words
+    assert "in" not in words.get("CAST(_c AS DATE) ? _v", {}), words
+
+
+def test_a_word_learned_for_another_form_flips_nothing():
+    """ "since" is shown only for a year, "on" only for a day: "since" a day is not composed."""
+    years = "SELECT COUNT(*) FROM mimiciv_hosp.labevents AS l WHERE l.subject_id = {p} AND EXTRACT(YEAR FROM l.charttime) >= {y}"
+    index = _lone([
+        ("how many lab tests did patient 10004235 have since 2100?", years.format(p=10004235, y=2100)),
+        ("what was the total input of patient 10019777 on 2100-06-23?", INPUT.format(p=10019777, op="=", d="2100-06-23")),
+    ])  # fmt: skip
+    question = "what was the total input of patient 10019777 since 2100-03-10?"
+    assert "since" not in library_comparisons(index).words["CAST(_c AS DATE) ? _v"]
+    assert not plans(index, question, base_of(index, "what was the total input"))

@@ -14,6 +14,7 @@ from sqlglot import exp
 
 from core.match import LibraryIndex, ValueIndex, build_template, entry_for, mask_question, match_library
 from core.match.conditions import conditions_of
+from core.match.swap import library_swaps
 from tests.core.match.test_library import embed, indexed
 
 TRAIN = Path(__file__).resolve().parents[3] / "benchmarks" / "data" / "mimiciv" / "train.json"
@@ -226,6 +227,61 @@ def test_no_average_of_a_column_the_library_never_averages():
     assert found and found[0].sql.startswith("SELECT MIN(a.admittime)")
 
 
+VISIT_COST = (
+    "what is the minimum total cost of a hospital visit?",
+    "SELECT MIN(t1.c1) FROM (SELECT SUM(c.cost) AS c1 FROM mimiciv_hosp.cost AS c GROUP BY c.hadm_id) AS t1",
+)
+ONE_WORD = [
+    ("what is the maximum age of male patients?",
+     "SELECT MAX(p.anchor_age) FROM mimiciv_hosp.patients AS p WHERE p.gender = 'M'"),
+    ("what is the average age of female patients?",
+     "SELECT AVG(p.anchor_age) FROM mimiciv_hosp.patients AS p WHERE p.gender = 'F'"),
+    ("what is the minimum amount of input of patient 10004235?",
+     "SELECT MIN(i.amount) FROM mimiciv_icu.inputevents AS i WHERE i.subject_id = 10004235"),
+    ("what is the total amount of input of patient 10014354?",
+     "SELECT SUM(i.amount) FROM mimiciv_icu.inputevents AS i WHERE i.subject_id = 10014354"),
+]  # fmt: skip
+
+
+def test_the_outer_of_two_functions_is_swapped_and_the_inner_kept():
+    """ "the maximum total cost" for the verified "the minimum total cost": MIN over the visits' SUM
+    becomes MAX, the total kept; what each word writes is shown by one-word questions."""
+    index = _mini([VISIT_COST, *ONE_WORD])
+    found = swapped(ask(index, "what is the maximum total cost of a hospital visit?"))
+    assert found and found[0].sql.startswith("SELECT MAX(t1.c1) FROM (SELECT SUM(c.cost)")
+    assert found[0].composed_with == "maximum instead of minimum"
+
+
+def test_a_question_saying_two_words_shows_neither_function():
+    """The cost question alone maps neither "minimum" nor "total": which one is the outer is not said."""
+    assert library_swaps(_mini([VISIT_COST])).mapping == {}
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "what is the maximum average cost of a hospital visit?",  # two functions changed
+        "what is the minimum maximum cost of a hospital visit?",  # the inner changed, not the outer
+        "what is the number of the total cost of a hospital visit?",  # a count: never swapped
+        "what is the maximum cost of a hospital visit?",  # one word for two: not the same question
+        "what is the maximum total cost of a hospital visit for total parenteral nutrition?",  # a value's word
+    ],
+)
+def test_no_swap_of_two_functions_but_the_outer_one(question):
+    from core.match.library import Vote
+    from core.match.swap import swap_plans
+
+    index = _mini([VISIT_COST, *ONE_WORD])
+    assert not swap_plans(question, index, 0, Vote.of(embed([mask_question(question)])[0], index))
+    found = ask(index, question)
+    assert not swapped(found), [(r.sql, r.composed_with) for r in swapped(found)]
+
+
+def test_a_negated_outer_swap_is_refused_by_the_guard():
+    found = ask(_mini([VISIT_COST, *ONE_WORD]), "what is not the maximum total cost of a hospital visit?")
+    assert not swapped(found)
+
+
 # --- the item swap (core/match/items.py) ----------------------------------------------------------
 
 LAB_LAST = (
@@ -303,9 +359,12 @@ def test_no_item_swap_for_a_like_pattern_written_from_the_question():
         CHART_FIRST[1].replace("di.label = 'Heart Rate'", "di.label LIKE '%heart rate%'"),
     )
     index = _mini([like, first, chart])
-    assert not items_swapped(
+    found = items_swapped(
         ask_with_values(index, "what was the last respiratory rate value of patient 10014354?")
     )
+    # the chart template's own order flipped (direction.py) reads the words as its pattern, as the
+    # verified template does: no item swap
+    assert all(r.composed_with == "last instead of first" for r in found), [r.composed_with for r in found]
 
 
 def test_an_item_swap_renames_every_reference_to_the_table_not_only_its_from():
@@ -427,7 +486,10 @@ def test_a_time_condition_said_another_way_takes_the_place_of_the_templates_own(
     best = found[0]
     assert "STRFTIME('%Y-%m', labevents.charttime) = '2150-05'" in best.sql
     assert ">=" not in best.sql and "starttime" not in best.sql and "d_labitems.label = 'sodium'" in best.sql
-    assert best.composed_from == (1, 2) and best.composed_with == "in 04/2151 instead of since 03/2150"
+    # the drug question's condition in place of the lab's (replace.py), or the lab's own comparison
+    # written as "in" writes it (compared.py: each template shows its word's comparison): one SQL
+    assert best.composed_from == (1, 2)
+    assert best.composed_with in ("in 04/2151 instead of since 03/2150", "in instead of since")
 
 
 @pytest.mark.parametrize(
@@ -473,7 +535,8 @@ def test_one_replacement_per_role_of_condition():
     )
     index = _mini_sqlite([LAB_SINCE, DRUG_IN, micro_in])
     found = replaced(ask_labs(index, "what was the first sodium value of patient 10014354 in 05/2150?"))
-    assert len(found) == 1
+    assert len([r for r in found if r.composed_with != "in instead of since"]) == 1  # the flip aside
+    assert {r.sql for r in found} == {found[0].sql}
     assert "STRFTIME('%Y-%m', labevents.charttime) = '2150-05'" in found[0].sql
 
 

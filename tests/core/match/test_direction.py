@@ -45,8 +45,9 @@ def test_the_library_shows_which_column_a_first_or_last_orders(library):
     assert mapping["admissions.admittime"] == ("visit", False)  # "first" is ascending
     assert mapping["icustays.intime"] == ("visit", False)
     assert mapping["labevents.charttime"] == ("order", False)  # the first lactate, the last hemoglobin
-    # no pair of its templates orders the microbiology events both ways: no mapping, no swap
-    assert "microbiologyevents.charttime" not in mapping
+    # no pair orders the microbiology events both ways, but its own "first blood culture" template
+    # says "first" and orders one column ascending: one template's evidence
+    assert mapping["microbiologyevents.charttime"] == ("order", False)
 
 
 def test_the_other_visit_is_composed_on_the_tree_from_the_verified_template(visits):
@@ -68,8 +69,8 @@ def test_a_verified_template_of_the_asked_end_is_never_composed(library):
 @pytest.mark.parametrize(
     "question",
     [
-        # a column the library never shows ordered both ways
-        "what organism was found in the last blood culture test of patient 10037861?",
+        # a column the library never orders with a first or last word (the charted output's time)
+        "what was the last output of patient 10037861 measured?",
         # neither end: the current visit is another SQL (no discharge time), not a flipped order
         "what was the insurance of patient 10021118 at the current hospital visit?",
         # both ends at once
@@ -126,3 +127,89 @@ def test_a_plan_only_where_the_question_flips_first_and_last(library):
     assert "first" in index.entries[source].question  # a question that says the new end
     same = "what was the marital status of patient 10037928 during the latest hospital visit?"
     assert not order_plans(same, index, base, Vote.of(embed([mask_question(same)])[0], index))
+
+
+def test_one_template_saying_first_teaches_the_last_of_its_column(library):
+    """No pair orders the microbiology events both ways; the verified "first blood culture" template
+    orders them ascending for "first", so "the last blood culture" is that SQL descending."""
+    index, ids = library
+    found = ask(index, "what organism was found in the last blood culture test of patient 10037861?")
+    best = composed(found)[0]
+    assert best.sql.endswith("ORDER BY m.charttime DESC LIMIT 1") and "BLOOD CULTURE" in best.sql
+    assert (
+        ids["what organism was found in the first blood culture test of patient 10037861?"]
+        in best.composed_from
+    )
+    assert best.composed_with == "last instead of first"
+
+
+_LACTATE = (
+    "SELECT l.valuenum FROM mimiciv_hosp.labevents AS l WHERE l.subject_id = 10039708 AND l.itemid = 50813"
+)
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        # the end word beside an extreme: the ORDER BY is the extreme's, the end only its tie-breaker's
+        [
+            (
+                "when was the highest lactate of patient 10039708 first measured?",
+                _LACTATE.replace("l.valuenum", "l.charttime")
+                + " ORDER BY l.valuenum DESC, l.charttime ASC LIMIT 1",
+            )
+        ],
+        # two ends said by one template: which one orders the column is not shown
+        [
+            (
+                "what was the first lactate of patient 10039708 on the last hospital visit?",
+                _LACTATE + " ORDER BY l.charttime ASC LIMIT 1",
+            )
+        ],
+        # two paraphrases of one template that say different ends
+        [
+            (
+                "what was the first lactate of patient 10039708?",
+                _LACTATE + " ORDER BY l.charttime ASC LIMIT 1",
+            ),
+            (
+                "what was the last lactate of patient 10039708?",
+                _LACTATE + " ORDER BY l.charttime ASC LIMIT 1",
+            ),
+        ],
+        # two columns ordered for one end word (the visit's discharge, the lactate's time)
+        [
+            (
+                "what was the first lactate of patient 10039708?",
+                _LACTATE + " AND l.hadm_id = (SELECT a.hadm_id FROM mimiciv_hosp.admissions AS a"
+                " WHERE a.subject_id = 10039708 ORDER BY a.dischtime ASC LIMIT 1) ORDER BY l.charttime ASC LIMIT 1",
+            )
+        ],
+        # a list sorted for reading, no end picked: "first" is the care unit's name (corpus case 564)
+        [
+            (
+                "what was the average lactate of patient 10039708 for each first care unit?",
+                "SELECT i.first_careunit, AVG(l.valuenum) AS avg_lactate FROM mimiciv_hosp.labevents AS l JOIN"
+                " mimiciv_icu.icustays AS i ON i.hadm_id = l.hadm_id WHERE l.subject_id = 10039708"
+                " GROUP BY i.first_careunit ORDER BY l.charttime DESC",
+            )
+        ],
+        # templates that disagree: neither reading reaches MAPPING_SHARE
+        [
+            (
+                "what was the first lactate of patient 10039708?",
+                _LACTATE + " ORDER BY l.charttime ASC LIMIT 1",
+            ),
+            (
+                "what was the final lactate of patient 10039708 today?",
+                _LACTATE + " ORDER BY l.charttime ASC LIMIT 1",
+            ),
+        ],
+    ],
+)
+def test_one_template_teaches_nothing_it_does_not_show(items):
+    from tests.core.match.test_library import index_of
+
+    index = index_of(items, dialect="postgres")
+    assert "labevents.charttime" not in library_orders(index).mapping, library_orders(index).mapping
+    assert "labevents.valuenum" not in library_orders(index).mapping
