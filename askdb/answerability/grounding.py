@@ -713,7 +713,8 @@ def apart(attribute: str, vocabulary: Vocabulary) -> tuple[str, ...]:
 
 def confidently_grounded(g: Grounding | None, catalog: Vocabulary) -> bool:
     """Whether the attribute asked for is held in so many words by the catalog itself (`catalog`: the
-    columns' names and docs, the tables' names and synonyms, linked values; not approved questions):
+    columns' names, docs and example values, the tables' names and synonyms; not linked values, whose
+    diagnosis titles hold nearly any word, nor approved questions):
     grounded, every content word held by a text that records things (not only said in passing, "room"
     in "EMERGENCY ROOM"), and a compound's words by one text together (`apart`). Never an event, a
     property of a thing given or an attribute of someone else (their words are held for the patient or
