@@ -143,12 +143,14 @@ def cv_causes(cv: dict) -> dict:
     by_rule = m.rule_verdicts(texts, absent, AS_OF_YEAR, m.specified.Specifics(tables, columns, cv["values"]))
     encoder = m.MiniLMEncoder.installed()
     meaning = m.MeaningGrounding(encoder, columns, encoder.encode_docs([c.text for c in columns]))
-    by_ground = m.grounding_verdicts(questions, tables, columns, cv["values"], dealings, meaning)
+    readings = m.grounding_readings(questions, tables, columns, cv["values"], dealings, meaning)
+    by_ground = readings.ungrounded
     held = m.held_verdicts(questions, tables, columns, cv["values"], dealings) & ~by_rule[None, :]
     phrases = m.value_phrases(cv["values"])
     named = np.array([m.names_value(t, phrases) for t in texts], dtype=bool)
+    margin = m.margin_of(named[None, :], readings.confident)
     gate = m.gate_probability(
-        oof.ravel(), (by_rule[None, :] | by_ground).ravel(), held.ravel(), np.tile(named, len(dealings))
+        oof.ravel(), (by_rule[None, :] | by_ground).ravel(), held.ravel(), margin.ravel()
     )
     passed = (gate >= threshold).reshape(len(dealings), -1)
     metrics = m.classification_metrics(gate, np.tile(y, len(dealings)), threshold)
@@ -163,7 +165,7 @@ def cv_causes(cv: dict) -> dict:
             if q.answerable and cause:
                 blocked[(cause, q.text)] += 1
             elif not q.answerable and not cause:
-                by_model = oof[r, i] >= threshold * (m.VALUE_MARGIN if named[i] else 1.0)
+                by_model = oof[r, i] >= threshold * margin[r, i]
                 let_through[("held" if held[r, i] and not by_model else "model", q.text)] += 1
     return {"gate": metrics, "model": model_only, "blocked": blocked, "let_through": let_through,
             "dealings": len(dealings), "floor": floor_causes(cv, passed, y), "passed": passed}  # fmt: skip

@@ -365,6 +365,15 @@ def named_of(text: str) -> set[str]:
 _COLUMN_NAME = re.compile(r"^[a-z0-9_]+\.([a-z0-9_]+): ")
 
 
+def _texts_of(texts: Iterable[str]) -> dict[str, frozenset[int]]:
+    """Each stem with the indexes of the texts that say it."""
+    out: dict[str, set[int]] = {}
+    for n, t in enumerate(texts):
+        for s in stems_of(t):
+            out.setdefault(s, set()).add(n)
+    return {s: frozenset(ns) for s, ns in out.items()}
+
+
 class Vocabulary:
     """Every word stem the catalog's texts use (names split at underscores, docs, synonyms, linked
     values, approved questions): what the database can be asked about in words; and the things
@@ -402,6 +411,24 @@ class Vocabulary:
         self.named |= {
             stem(w) for t in texts for w in words(_COLUMN_NAME.findall(t)[0] if _COLUMN_NAME.match(t) else "")
         }
+        self._texts = texts  # indexed by `texts_of` only when a phrase is first checked
+
+    @functools.cached_property
+    def texts_of(self) -> dict[str, frozenset[int]]:
+        """Which texts say each stem, so the words of one phrase must be said by one text together
+        (`together`). Empty when the vocabulary was given stems alone: no phrase is checked then."""
+        return _texts_of(self._texts)
+
+    def together(self, a: str, b: str) -> bool:
+        """Whether one text (a column's, a table's names, a value, an approved question) holds both
+        words: "room temperature" is not held where one text says "emergency room" and another
+        "temperature". True when no texts were indexed (nothing to check against)."""
+        if not self.texts_of:
+            return True
+        return bool(self._texts_saying(a) & self._texts_saying(b))
+
+    def _texts_saying(self, word: str) -> frozenset[int]:
+        return self.texts_of.get(stem(word), frozenset()) | self.texts_of.get(word, frozenset())
 
     def __contains__(self, word: str) -> bool:
         return stem(word) in self.stems or word in self.stems or stem(word) in self.context
@@ -667,6 +694,38 @@ def ground(question: str, vocabulary: Vocabulary) -> Grounding | None:
         attribute, missing, of=_owned(question, attribute) if missing else "", thing=thing,
         about=about if prop == attribute else "",
     )  # fmt: skip
+
+
+def apart(attribute: str, vocabulary: Vocabulary) -> tuple[str, ...]:
+    """The words of a noun compound ("room temperature", "tubing length") that no one text holds
+    together with its head (the last word), when the head is held: the compound is then held only
+    word by word, not as a phrase. Why: each word was held by some text ("emergency room" in an
+    approved question, "tubing change" in a table's synonyms), so a room's temperature or a tube's
+    length read as grounded as "the marital status". Not a decline by itself (the demo catalog says
+    "body temperature" nowhere either); `confidently_grounded` needs the phrase held. Only the
+    compound before a preposition ("the tubing length of the iv": the length of the tubing)."""
+    compound = re.split(r" (?:of|for|in|on|at|from|by|with|during|after|before) ", attribute, maxsplit=1)[0]
+    content = [w for w in words(compound) if w not in GENERIC and len(w) > 2]
+    if len(content) < 2 or not vocabulary.holds(content[-1]):
+        return ()
+    return tuple(w for w in content[:-1] if not vocabulary.together(w, content[-1]))
+
+
+def confidently_grounded(g: Grounding | None, catalog: Vocabulary) -> bool:
+    """Whether the attribute asked for is held in so many words by the catalog itself (`catalog`: the
+    columns' names, docs and example values, the tables' names and synonyms; not linked values, whose
+    diagnosis titles hold nearly any word, nor approved questions):
+    grounded, every content word held by a text that records things (not only said in passing, "room"
+    in "EMERGENCY ROOM"), and a compound's words by one text together (`apart`). Never an event, a
+    property of a thing given or an attribute of someone else (their words are held for the patient or
+    the thing, not for what is asked). What makes the learned model's veto need more evidence
+    (model.GROUND_MARGIN): the model knows the library's kinds, and blocked answerable questions about
+    attributes the library never asks for (marital situation, injection sites) though the catalog
+    holds them."""
+    if g is None or not g.grounded or g.event or g.thing or g.of:
+        return False
+    content = [w for w in words(g.attribute) if w not in GENERIC and len(w) > 2]
+    return bool(content) and all(catalog.holds(w) for w in content) and not apart(g.attribute, catalog)
 
 
 def _said_only_in_passing(

@@ -146,5 +146,5 @@ def test_a_question_naming_a_value_needs_a_margin_for_the_model_alone_to_decline
     assert not gate.score("should patient 7 stop taking gt flush?").answerable
     assert not gate.score("what is the lot number of the gt flush given to patient 7?").answerable
     # The CV's gate probability applies the same margin through the one threshold.
-    out = gate_probability(np.array([p, p]), np.array([False, False]), None, np.array([True, False]))
+    out = gate_probability(np.array([p, p]), np.array([False, False]), None, np.array([VALUE_MARGIN, 1.0]))
     assert out[0] >= threshold > out[1]
