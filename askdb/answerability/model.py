@@ -756,19 +756,6 @@ def grounding_readings(
     return GroundingReadings(ungrounded, confident)
 
 
-def grounding_verdicts(
-    questions: Sequence[TrainQuestion],
-    tables: Sequence[TableText],
-    columns: Sequence[ColumnText],
-    values: Sequence[str],
-    dealings: Sequence[Sequence[Sequence[int]]],
-    meaning: MeaningGrounding | None = None,
-) -> np.ndarray:
-    """[dealing, question]: True where the asked-for attribute is not grounded in the catalog and
-    the approved questions of the other folds, nor by `meaning` (`grounding_readings`)."""
-    return grounding_readings(questions, tables, columns, values, dealings, meaning).ungrounded
-
-
 _PERSON_COLUMN = re.compile(r"(?:provider|caregiver)(?:_id)?$", re.IGNORECASE)
 
 

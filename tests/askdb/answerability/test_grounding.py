@@ -15,7 +15,7 @@ from askdb.answerability.model import (
     Combiner,
     TableText,
     TrainQuestion,
-    grounding_verdicts,
+    grounding_readings,
     held_by_column,
     holding_columns,
 )
@@ -162,15 +162,15 @@ def test_cross_validation_never_lets_a_held_out_question_ground_itself():
         TrainQuestion("3", "what is the insulin dose of patient 9?", True, sql="SELECT 2"),
     ]
     # both lipase questions in one fold: nothing else says "lipase", so the CV counts them declined
-    verdicts = grounding_verdicts(questions, TABLES, COLUMNS, [], [[[0, 1], [2]]])
+    verdicts = grounding_readings(questions, TABLES, COLUMNS, [], [[[0, 1], [2]]]).ungrounded
     assert verdicts.tolist() == [[True, True, False]]
     # split across folds, each grounds the other; linked values ground them too
-    assert grounding_verdicts(questions, TABLES, COLUMNS, [], [[[0], [1, 2]]]).tolist() == [
+    assert grounding_readings(questions, TABLES, COLUMNS, [], [[[0], [1, 2]]]).ungrounded.tolist() == [
         [False, False, False]
     ]
-    assert grounding_verdicts(questions, TABLES, COLUMNS, ["Lipase"], [[[0, 1], [2]]]).tolist() == [
-        [False] * 3
-    ]
+    assert grounding_readings(
+        questions, TABLES, COLUMNS, ["Lipase"], [[[0, 1], [2]]]
+    ).ungrounded.tolist() == [[False] * 3]
     held = held_by_column(
         ["what is the race of patient 1?", "what is the room of patient 1?"], TABLES, COLUMNS, []
     )

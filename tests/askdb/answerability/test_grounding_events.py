@@ -17,7 +17,7 @@ from askdb.answerability.model import (
     Combiner,
     TableText,
     TrainQuestion,
-    grounding_verdicts,
+    grounding_readings,
     schema_texts,
 )
 from tests.core.test_answerability_model import BagOfWordsEncoder
@@ -167,8 +167,16 @@ def test_cross_validation_grounds_an_event_only_from_other_folds():
     ]
     together = [[[0, 1], [2]]]  # a question and its paraphrase held out together
     apart = [[[0], [1], [2]]]
-    assert grounding_verdicts(questions, TABLES, COLUMNS, (), together)[0].tolist() == [True, True, False]
-    assert grounding_verdicts(questions, TABLES, COLUMNS, (), apart)[0].tolist() == [False, False, False]
+    assert grounding_readings(questions, TABLES, COLUMNS, (), together).ungrounded[0].tolist() == [
+        True,
+        True,
+        False,
+    ]
+    assert grounding_readings(questions, TABLES, COLUMNS, (), apart).ungrounded[0].tolist() == [
+        False,
+        False,
+        False,
+    ]
 
 
 def test_an_event_decline_does_not_veto_a_confident_library_answer_a_rule_does():

@@ -20,7 +20,7 @@ from askdb.answerability.model import (
     Combiner,
     MeaningGrounding,
     TrainQuestion,
-    grounding_verdicts,
+    grounding_readings,
 )
 from tests.askdb.answerability.test_grounding import COLUMNS, TABLES, VOCABULARY
 from tests.core.test_answerability_model import BagOfWordsEncoder
@@ -107,10 +107,12 @@ def test_the_cross_validation_grounds_by_meaning_as_the_gate_does():
         TrainQuestion("3", "what is the insulin dose of patient 9?", True, sql="SELECT 2"),
     ]
     dealings = [[[0, 1], [2]]]
-    assert grounding_verdicts(questions, TABLES, COLUMNS, [], dealings).tolist() == [[True, True, False]]
+    assert grounding_readings(questions, TABLES, COLUMNS, [], dealings).ungrounded.tolist() == [
+        [True, True, False]
+    ]
     meaning = MeaningGrounding(
         SynonymEncoder(), COLUMNS, SynonymEncoder().encode_docs([c.text for c in COLUMNS])
     )
-    assert grounding_verdicts(questions, TABLES, COLUMNS, [], dealings, meaning).tolist() == [
+    assert grounding_readings(questions, TABLES, COLUMNS, [], dealings, meaning).ungrounded.tolist() == [
         [False, True, False]
     ]
