@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from collections.abc import Callable
 
@@ -461,27 +462,42 @@ def _case_of(text: str) -> str:
 def _find_name_span(question: str, core: str, spans: list[Span], claims: dict) -> tuple[int, int] | None:
     """Where the question names a literal: whole words, case-insensitive, else the best fuzzy window.
 
-    A number inside the name as written ("closed fracture of seven ribs") is part of the name."""
-    taken = [(s.start, s.end) for s in spans] + list(claims)
+    A number inside the name as written ("closed fracture of seven ribs") is part of the name.
+    Found once per question, name and what is taken (_name_span)."""
+    return _name_span(question, core, tuple((s.start, s.end) for s in spans), tuple(claims))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _name_span(
+    question: str, core: str, spans: tuple[tuple[int, int], ...], claimed: tuple[tuple[int, int], ...]
+) -> tuple[int, int] | None:
+    """_find_name_span for the question's value spans and the spans literals claimed before. Why kept:
+    a composed question comes back with each SQL composed for it (a template per question and SQL),
+    and its names are looked for again in the same question with the same spans taken; the fuzzy
+    window search is the costliest part of a composed template's build."""
+    claims = list(claimed)
+    taken = list(spans) + claims
     for m in name_pattern(core.strip()).finditer(question):
         cut = [(a, b) for a, b in taken if not (m.start() <= a and b <= m.end())]
-        if not overlaps(m.start(), m.end(), list(claims) + cut):
+        if not overlaps(m.start(), m.end(), claims + cut):
             return m.start(), m.end()
     core_words = [w.lower() for w in re.findall(r"[A-Za-z0-9.%]+", core) if w.lower() not in FUNCTION_WORDS]
     if not core_words:
         return None
     tokens = tokenize(question)
+    lowered = core.lower()
     near: dict[str, frozenset[str]] = {}  # each word's near spellings among the name's, once per word
     best: tuple[float, int, tuple[int, int]] | None = None
-    for i in range(len(tokens)):
+    for i, first in enumerate(tokens):
+        if first.lower in FUNCTION_WORDS:
+            continue  # no window starts with a function word
         for j in range(i + 1, min(len(tokens), i + len(core_words) + 2) + 1):
-            window = tokens[i:j]
-            if window[0].lower in FUNCTION_WORDS or window[-1].lower in FUNCTION_WORDS:
+            if tokens[j - 1].lower in FUNCTION_WORDS:
                 continue
-            start, end = window[0].start, window[-1].end
+            start, end = first.start, tokens[j - 1].end
             if overlaps(start, end, taken):
-                continue
-            score = _window_score(question[start:end].lower(), window, core, core_words, near)
+                break  # a longer window from the same word overlaps it too
+            score = _window_score(question[start:end].lower(), tokens[i:j], lowered, core_words, near)
             if score is None:
                 continue
             key = (score, j - i, (start, end))
@@ -497,7 +513,7 @@ def _window_score(
     0.88) by its words when every one is a near spelling of a word of the name; None when it is not.
     `near`: each word's near spellings among `core_words`, kept by the caller across its windows
     (a word is in up to a name's length of windows; the same ratios either way)."""
-    score = fuzz.ratio(text, core.lower()) / 100
+    score = fuzz.ratio(text, core) / 100  # `core` lowercased by the caller, once per name
     if score >= 0.88:
         return score
     words = [t.lower for t in window if t.lower not in FUNCTION_WORDS]

@@ -82,6 +82,19 @@ def match_features(
     }
 
 
+def refused_features(template: Template, work: Bound) -> dict[str, float]:
+    """The features of a template the rules refused: what says why (values it could not place, slots
+    left unbound), without the risk model's similarities, overlaps and missing words. Why: a refused
+    result's confidence is 0 whatever they say, and nothing reads them (the library and composition
+    score only hard_ok results; calibration samples only answers); they were most of the feature
+    work, as most tried templates are refused."""
+    return {
+        "all_slots_bound": float(all(s.name in work.bindings for s in template.slots)),
+        "unplaced_values": float(len(work.unplaced)),
+        "slots": float(len(template.slots)),
+    }
+
+
 def paraphrase_missing(said: set[str], family: Family, ops: dict[str, Any] | None = None) -> int:
     """How many content words the paraphrase nearest to the question says and the question does not,
     plus one when its operator words are not the question's (`ops`).

@@ -29,7 +29,13 @@ from collections.abc import Callable, Sequence
 from core.match import reasons as R
 from core.match.binding import MIN_VALUE_SCORE, Bound, bind_and_check, bind_values
 from core.match.candidate import MatchResult, TemplateCandidate
-from core.match.features import masked_with, match_features, paraphrase_missing, visit_words_compared
+from core.match.features import (
+    masked_with,
+    match_features,
+    paraphrase_missing,
+    refused_features,
+    visit_words_compared,
+)
 from core.match.reading import Reading
 from core.match.risk import DEFAULT_CALIBRATION, Calibration
 from core.match.rules import BOUND, QUESTION, SQL, TEMPLATE, apply_rules
@@ -77,13 +83,17 @@ def match_one(
     if not bound.reasons:
         bound.sql = bind_and_check(template, bound, catalog)
     apply_rules(SQL, reading, candidate, bound)
+    if bound.reasons:  # refused: no risk model reads its features (confidence 0), only why it failed
+        return _result(
+            candidate, example_question, bound, refused_features(template, bound), 0.0, reading.question
+        )
     compared = visit_words_compared(reading.ops, candidate.family)
     features = match_features(
         reading.question, candidate, template, bound, bound.runs, list(reading.quoted), compared
     )
     if candidate.family is not None:
         features["paraphrase_missing"] = float(paraphrase_missing(bound.said, candidate.family, reading.ops))
-    confidence = 0.0 if bound.reasons else calibration.predict(features)
+    confidence = calibration.predict(features)
     return _result(candidate, example_question, bound, features, confidence, reading.question)
 
 

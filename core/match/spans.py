@@ -4,6 +4,7 @@ names), typed like the template slots they can fill."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -143,7 +144,17 @@ def period_spans(question: str) -> list[Span]:
 
 
 def extract_typed_spans(question: str) -> list[Span]:
-    """Ids, numbers, years, dates, calendar pieces, periods and gender words, in order of appearance."""
+    """Ids, numbers, years, dates, calendar pieces, periods and gender words, in order of appearance
+    (a new list: callers add to it)."""
+    return list(_typed_spans(question))
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def _typed_spans(question: str) -> tuple[Span, ...]:
+    """extract_typed_spans, once per text (Spans are frozen). Why: a calibration reads the same
+    questions again and again: the library's paraphrases, the held-out questions fold after fold, and
+    each composition's question, which comes back with every SQL composed for it (a composed
+    template is built per question and SQL)."""
     tokens = tokenize(question)
     spans: list[Span] = _calendar_spans(question)
     spans += [
@@ -152,23 +163,24 @@ def extract_typed_spans(question: str) -> list[Span]:
     taken = [(s.start, s.end) for s in spans]
     for i, token in enumerate(tokens):
         text = token.text
-        before = [t.lower for t in tokens[max(0, i - 3) : i]]
-        if overlaps(token.start, token.end, taken):
+        if taken and overlaps(token.start, token.end, taken):
             # "05/this": only the calendar part is a value; a trailing word is left to the words.
             continue
-        if ISO_DATE.fullmatch(text) and _valid_date(text):
-            spans.append(Span(DATE, text, token.start, token.end, text))
-        elif NUMBER_RE.fullmatch(text):
-            spans.append(
-                Span(_number_type(text, before), text, token.start, token.end, canonical_number(text))
-            )
-        elif _DECADE.fullmatch(text):  # "in their 40s": the decade's first year of age
-            spans.append(Span(DECADE, text, token.start, token.end, text[:-1]))
+        if text[0].isdigit():  # a date, a number and a decade start with a digit; no word does
+            if ISO_DATE.fullmatch(text) and _valid_date(text):
+                spans.append(Span(DATE, text, token.start, token.end, text))
+            elif NUMBER_RE.fullmatch(text):
+                before = [t.lower for t in tokens[max(0, i - 3) : i]]
+                spans.append(
+                    Span(_number_type(text, before), text, token.start, token.end, canonical_number(text))
+                )
+            elif _DECADE.fullmatch(text):  # "in their 40s": the decade's first year of age
+                spans.append(Span(DECADE, text, token.start, token.end, text[:-1]))
         elif token.lower in NUMBER_WORDS:  # "the top four diagnoses": LIMIT / rank 4
             spans.append(Span(NUMBER, text, token.start, token.end, str(NUMBER_WORDS[token.lower])))
         elif token.lower in GENDER_WORDS:
             spans.append(Span(GENDER, text, token.start, token.end, GENDER_WORDS[token.lower]))
-    return sorted(spans, key=lambda s: s.start)
+    return tuple(sorted(spans, key=lambda s: s.start))
 
 
 def _number_type(text: str, before: list[str]) -> str:

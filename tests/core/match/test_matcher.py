@@ -252,6 +252,19 @@ def test_an_extra_patient_id_cannot_be_placed():
     assert "2 patient ids" in r.reasons[0]
 
 
+def test_a_refused_result_says_why_without_the_risk_features_an_answer_gets():
+    """A refused template's confidence is 0 whatever its features say: it keeps those that say why
+    (a value it could not place, slots left unbound) and skips the risk model's similarities and word
+    counts, which an answer gets in full (the risk model reads every one of them)."""
+    refused = top("how many times was fentanyl prescribed to patient 10004235 and patient 10006580?", ids={2})
+    assert refused.confidence == 0 and refused.features["unplaced_values"] == 1
+    assert "all_slots_bound" in refused.features and refused.features["slots"] == 2
+    assert "masked_similarity" not in refused.features and "paraphrase_missing" not in refused.features
+    answer = top("how many times was fentanyl prescribed to patient 10004235?", ids={2})
+    assert answer.hard_ok and answer.features["unplaced_values"] == 0
+    assert {"masked_similarity", "lexical_overlap", "missing_words"} <= set(answer.features)
+
+
 def test_a_value_the_template_has_no_slot_for_is_rejected():
     # The elective example has no year; "in 2150" would be silently ignored by its SQL.
     r = top("what is the average length of stay of elective admissions in 2150?", ids={4})

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 import sqlglot
@@ -378,6 +380,21 @@ def test_typed_spans_use_mimic_id_ranges_and_context_words():
     assert [s.type for s in extract_typed_spans("patients older than 65")] == ["number"]
 
 
+def test_typed_spans_are_read_once_but_each_caller_gets_its_own_list():
+    """extract_typed_spans is kept per text (a calibration reads the same questions again and
+    again); binding.extract_values adds its runs to the list it gets. The attack: a cached list
+    handed out as it is, which one caller's additions would change for every later one."""
+    question = "how many female patients were admitted in 2150 with elective admission?"
+    first = extract_typed_spans(question)
+    expected = [(s.type, s.text, s.start, s.end, s.value) for s in first]
+    first.append(first[0])
+    first.clear()
+    again = extract_typed_spans(question)
+    assert again is not first
+    assert [(s.type, s.text, s.start, s.end, s.value) for s in again] == expected
+    assert [s.type for s in again] == ["gender", "year"]
+
+
 def test_a_slot_used_on_two_columns_takes_the_first_uses_column_whatever_the_hash_seed():
     # '07' is compared with both visits' times; a set picked one by string hash (per process).
     sql = (
@@ -612,3 +629,75 @@ def test_one_dialect_instance_reads_and_writes_sql_as_its_name_does(dialect):
         assert by_instance.sql(dialect=shared) == by_name.sql(dialect=dialect)
         assert parse_sql(sql, dialect).sql(dialect=shared) == by_name.sql(dialect=dialect)
     assert vars(shared) == before == vars(sqlglot.Dialect.get_or_raise(dialect))
+
+
+def _name_span_the_long_way(question, core, spans, claims):
+    """build._find_name_span as it was before its windows were cut short (session 24): every window
+    of up to the name's length + 2 words scored, its checks in the original order."""
+    from core.match.build import _window_score
+    from core.match.words import FUNCTION_WORDS, name_pattern, overlaps, tokenize
+
+    taken = [(s.start, s.end) for s in spans] + list(claims)
+    for m in name_pattern(core.strip()).finditer(question):
+        cut = [(a, b) for a, b in taken if not (m.start() <= a and b <= m.end())]
+        if not overlaps(m.start(), m.end(), list(claims) + cut):
+            return m.start(), m.end()
+    words = [w.lower() for w in re.findall(r"[A-Za-z0-9.%]+", core) if w.lower() not in FUNCTION_WORDS]
+    if not words:
+        return None
+    tokens = tokenize(question)
+    near: dict = {}
+    best = None
+    for i in range(len(tokens)):
+        for j in range(i + 1, min(len(tokens), i + len(words) + 2) + 1):
+            window = tokens[i:j]
+            if window[0].lower in FUNCTION_WORDS or window[-1].lower in FUNCTION_WORDS:
+                continue
+            start, end = window[0].start, window[-1].end
+            if overlaps(start, end, taken):
+                continue
+            score = _window_score(question[start:end].lower(), window, core.lower(), words, near)
+            if score is None:
+                continue
+            key = (score, j - i, (start, end))
+            if best is None or key[:2] > best[:2]:
+                best = key
+    return best[2] if best else None
+
+
+def test_a_name_span_found_with_windows_cut_short_is_the_one_every_window_finds():
+    """_find_name_span stops widening a window at the first value it would cover and skips windows
+    that start with a function word: the same span as scoring every window (the long way), for every
+    name of the fixture library's SQL in its own question and in the others', with and without the
+    question's values claimed (the attack: a cut that drops a longer, better window)."""
+    from core.match.build import _find_name_span
+
+    library = json.loads((Path(__file__).parent / "fixtures" / "library.json").read_text())
+    questions = [e["question"] for e in library] + [
+        "count the number of patients diagnosed with sepsis, unspecified organsm since 2150",
+        "what was the last sodium chlorde 0.9% flush dose of patient 10004235 in 2150?",
+        "how many patients got the closed fracture of seven ribs in 2150 or 2151?",
+        "how many patients got the closed fractre of the seven ribs in 2150?",
+        "count the patients with sepsis of the unspecifid organism in 2150",
+        "was patient 10004235 given sodium chlorde in the 0.9% flush in 2150?",
+    ]
+    names = sorted(
+        {
+            lit.this.strip("%")
+            for e in library
+            if e.get("sql")
+            for lit in sqlglot.parse_one(e["sql"], dialect="postgres").find_all(exp.Literal)
+            if lit.is_string and len(re.sub(r"[^A-Za-z]", "", lit.this)) >= 2
+        }
+        | {"Sepsis, unspecified organism", "sodium chloride 0.9% flush", "closed fracture of seven ribs"}
+    )
+    compared = 0
+    for question in questions:
+        spans = extract_typed_spans(question)
+        for claims in ({}, {(s.start, s.end): [] for s in spans[:1]}):
+            for name in names:
+                assert _find_name_span(question, name, spans, claims) == _name_span_the_long_way(
+                    question, name, spans, claims
+                ), (question, name, claims)
+                compared += 1
+    assert compared > 1000
