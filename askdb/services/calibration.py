@@ -22,7 +22,7 @@ from django.utils import timezone
 from askdb.adapters.library_cache import LIBRARY
 from askdb.models import Example
 from askdb.services import calibration_worker
-from askdb.services.calibration_context import TIMEOUT_KINDS, cv_context, cv_prepare
+from askdb.services.calibration_context import TIMEOUT_KINDS, cv_context, cv_prepare, shared_answers
 from askdb.services.calibration_reuse import content_hash, keep_parts, kept_parts, reuse_key, reusing
 from askdb.services.examples import example_upsert
 from askdb.services.exports import examples_import
@@ -401,8 +401,10 @@ def library_cross_validate(
     timeouts: collections.Counter = collections.Counter()  # this process's and its workers' (cv_context)
     try:
         embedding = _embed_in_worker(pool, source, labelled) if pool is not None and labelled else None
+        # With workers, probes and compared results go through a file they all read (shared_answers).
+        shared = shared_answers(prepared) if prepared is not None else None
         with calibration_worker.fewer_collections():  # the library it builds lives as long as this
-            context = cv_context(source, timeouts=timeouts)
+            context = cv_context(source, timeouts=timeouts, shared=shared)
         # From here to the fit with the library frozen too (this second fewer_collections freezes what
         # the first built): the workers' file, the masking and the content hash (_reusing) once ran
         # between the two with the default collector, whose collections walked the whole library

@@ -34,14 +34,17 @@ def start(source_pk: int, database: str, prepared: str = "") -> None:
 
     connections["default"].close()
     connections["default"].settings_dict["NAME"] = database
-    from askdb.services.calibration_context import cv_context
+    from askdb.services.calibration_context import cv_context, shared_answers
     from metadata_admin.models import ClinicalSource
 
     source = ClinicalSource.objects.get(pk=source_pk)
     atexit.register(leave)  # the last handler registered runs first: before the interpreter's teardown
     with fewer_collections():  # what it reads lives as long as this process
         if prepared:
-            _WORKER["_later"] = lambda: cv_context(source, prepared=prepared, timeouts=_TIMEOUTS)
+            shared = shared_answers(prepared)  # the probes and results every process shares
+            _WORKER["_later"] = lambda: cv_context(
+                source, prepared=prepared, timeouts=_TIMEOUTS, shared=shared
+            )
             _warm_up(source)
         else:
             _WORKER.update(cv_context(source, timeouts=_TIMEOUTS))
