@@ -390,9 +390,19 @@ class Vocabulary:
         events: Iterable[str] = (),
         categories: Iterable[str] = (),
         context: Iterable[str] = (),
+        values: Iterable[str] = (),
     ) -> None:
-        texts = list(texts)
+        texts, values = list(texts), list(values)
         self.stems: frozenset[str] = frozenset(stems).union(*(stems_of(t) for t in texts))
+        # Linked values (drug names, lab labels, ICD titles) hold nearly every English word ("car",
+        # "school", "guardian" in diagnosis titles), so a word only they say holds an attribute only
+        # where the attribute names one of them in full (`unnamed_values`): "the hemoglobin of patient
+        # N" names the lab label "Hemoglobin"; "the car of patient N" names no value.
+        value_stems = frozenset().union(*(stems_of(v) for v in values))
+        self.value_words: frozenset[str] = value_stems - self.stems
+        self.value_names: dict[str, tuple[frozenset[str], ...]] = _value_names(values, self.value_words)
+        self.stems |= value_stems
+        texts = [*texts, *values]
         # Words said only in passing: a table's prose ("time windows for vitals") or a category's
         # values ("EMERGENCY ROOM" in admission_location). They may qualify an attribute ("room
         # temperature") but never hold it: "the windows of the icu" or "the hospital room" is not
@@ -436,6 +446,41 @@ class Vocabulary:
     def holds(self, word: str) -> bool:
         """A column, a table's names, a thing's value or an approved question says the word."""
         return stem(word) in self.stems or word in self.stems
+
+    def unnamed_values(self, content: Iterable[str]) -> tuple[str, ...]:
+        """The words of an attribute (its content words) that only linked values say, and no value
+        the attribute names in full says: "car" in "what car does patient N drive" (a diagnosis title
+        says "car driver injured …", which the attribute does not name), not "glucose" in "the
+        glucose of patient N" (the lab label "Glucose (whole blood)" is named whole)."""
+        content = list(content)
+        said = {stem(w) for w in content}
+        return tuple(
+            w
+            for w in content
+            if not _QUALIFIER.fullmatch(w)
+            and stem(w) in self.value_words
+            and (w not in self.stems or w in self.value_words)
+            and not any(name <= said for name in self.value_names.get(stem(w), ()))
+        )
+
+
+# A participle qualifies what is asked ("the body mass index noted", "the last lab drawn"), never names
+# it: a value saying it grounds it as before.
+_QUALIFIER = re.compile(r"[a-z]+ed|found|grown|made|read|held|kept|sent|taken|given|drawn|run|done")
+
+
+def _value_names(values: Iterable[str], value_words: frozenset[str]) -> dict[str, tuple[frozenset[str], ...]]:
+    """Each word only values say → the names of the values that say it: a value's content stems
+    without its parentheses ("BMI (kg/m2)" → {bmi}), and its head before a comma ("Anxiety state,
+    unspecified" → {anxiety, state}), so an attribute naming either names the value."""
+    out: dict[str, set[frozenset[str]]] = {}
+    for v in values:
+        plain = re.sub(r"\([^)]*\)", " ", str(v))
+        for part in {plain, plain.split(",", 1)[0]}:
+            name = frozenset(stem(w) for w in words(part) if w not in GENERIC and len(w) > 2)
+            for s in name & value_words:
+                out.setdefault(s, set()).add(name)
+    return {s: tuple(names) for s, names in out.items()}
 
 
 @dataclass(frozen=True)
@@ -679,7 +724,7 @@ def ground(question: str, vocabulary: Vocabulary) -> Grounding | None:
     content = [w for w in words(attribute) if w not in GENERIC and len(w) > 2]
     if not content:
         return ground_event(question, vocabulary)
-    missing = tuple(w for w in content if w not in vocabulary)
+    missing = tuple(w for w in content if w not in vocabulary) or vocabulary.unnamed_values(content)
     if missing and thing:
         attribute = f"{attribute} of the {thing}"
     if not missing:

@@ -726,9 +726,9 @@ def grounding_readings(
     and by `meaning` (a column close in meaning), as `AnswerabilityModel.score` reads it; whether it is
     confident is the catalog's own texts' alone (no fold can leak into it)."""
     schema, people, categories = schema_texts(tables, columns)
-    holding, context = vocabulary_texts(tables, columns, values)
+    holding, context = vocabulary_texts(tables, columns)
     catalog = grounding.Vocabulary(
-        holding, schema=schema, people=people, categories=categories, context=context
+        holding, schema=schema, people=people, categories=categories, context=context, values=values
     )
     own = grounding.Vocabulary(vocabulary_texts(tables, columns)[0])  # confidence: no linked value
     stems = [grounding.stems_of(q.text) if q.answerable else set() for q in questions]
@@ -748,6 +748,9 @@ def grounding_readings(
             vocabulary.categories = catalog.categories
             vocabulary.context = catalog.context
             vocabulary.events = frozenset(events[i] for i in fit) - {""}
+            # A word an approved question of another fold says is held by it, not by a value alone.
+            vocabulary.value_words = catalog.value_words.difference(*(stems[i] for i in fit))
+            vocabulary.value_names = catalog.value_names
             for i in held:
                 g = grounding.ground(questions[i].text, vocabulary)
                 by_meaning = bool(meaning and meaning.column(g))
@@ -760,11 +763,13 @@ _PERSON_COLUMN = re.compile(r"(?:provider|caregiver)(?:_id)?$", re.IGNORECASE)
 
 
 def vocabulary_texts(
-    tables: Sequence[TableText], columns: Sequence[ColumnText], values: Sequence[str] = ()
+    tables: Sequence[TableText], columns: Sequence[ColumnText]
 ) -> tuple[list[str], list[str]]:
     """The catalog's texts that can hold an attribute (tables' names and synonyms, columns' names
-    and docs, the values of columns that name things, linked values) and those that only mention
-    words in passing (tables' prose, categories' values): `grounding.Vocabulary`'s `context`."""
+    and docs, the example values of columns that name things) and those that only mention words in
+    passing (tables' prose, categories' values): `grounding.Vocabulary`'s `context`. Linked values
+    are given to the Vocabulary apart (`values=`): a word only they say holds an attribute only
+    where the attribute names a value in full."""
     holding, context = [], []
     for t in tables:
         lines = t.text.splitlines()
@@ -775,7 +780,7 @@ def vocabulary_texts(
         # The name in words too: "highnormalvalue" is asked for as "the normal high value".
         holding.append(f"{c.text}\n{grounding.name_words(c.qualified.rsplit('.', 1)[-1])}")
         (holding if grounding.names_things(c.qualified) else context).append(c.values)
-    return [*holding, *values], context
+    return holding, context
 
 
 def schema_texts(
@@ -867,8 +872,8 @@ def held_by_column(
 ) -> np.ndarray:
     """True where a column records the asked-for attribute in so many words (the catalog alone
     decides, so no fold can leak into it)."""
-    holding, context = vocabulary_texts(tables, columns, values)
-    vocabulary = grounding.Vocabulary(holding, context=context)
+    holding, context = vocabulary_texts(tables, columns)
+    vocabulary = grounding.Vocabulary(holding, context=context, values=values)
     own = holding_columns(columns)
     return np.array(
         [bool(grounding.column_holding(grounding.ground(t, vocabulary), own)) for t in texts], dtype=bool
@@ -1242,7 +1247,7 @@ class AnswerabilityModel:
         self.meaning = MeaningGrounding(self.encoder, columns, self.column_vectors)
         self.absent = rules.absent_concepts(c.text for c in columns)
         self.specifics = specified.Specifics(tables, columns, self._values)
-        self._catalog_words = vocabulary_texts(tables, columns, self._values)
+        self._catalog_words = vocabulary_texts(tables, columns)
         # The catalog's own texts (no linked value, no approved question): what an attribute must be
         # held by to be grounded confidently (`grounding.confidently_grounded`).
         self._catalog_vocabulary = grounding.Vocabulary(vocabulary_texts(tables, columns)[0])
@@ -1270,6 +1275,7 @@ class AnswerabilityModel:
             people=people,
             categories=categories,
             events={grounding.event_key(t) for t in approved} - {""},
+            values=self._values,
         )
         self._library_attributes = {grounding.attribute_key(t) for t in approved} - {frozenset()}
 

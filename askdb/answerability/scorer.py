@@ -240,14 +240,15 @@ def _grounding_finding(source, question: str, version: Hashable | None = None):
     cached = _vocabulary.get(source.pk)
     if cached is None or cached[0] != signature:
         tables, columns = table_texts(source), column_texts(source)
-        holding, context = vocabulary_texts(tables, columns, value_texts(source))
+        holding, context = vocabulary_texts(tables, columns)
+        values = value_texts(source)
         approved = [q for _, q, answerable in library_items(source) if answerable]
         schema, people, categories = schema_texts(tables, columns)
         vocabulary = grounding.Vocabulary(
             [*holding, *approved], context=context, schema=schema, people=people, categories=categories,
-            events={grounding.event_key(q) for q in approved} - {""},
+            events={grounding.event_key(q) for q in approved} - {""}, values=values,
         )  # fmt: skip
-        cached = (signature, vocabulary, specified.Specifics(tables, columns, value_texts(source)), columns)
+        cached = (signature, vocabulary, specified.Specifics(tables, columns, values), columns)
         _vocabulary[source.pk] = cached
     unsaid = cached[2].findings(question)
     if unsaid:

@@ -110,9 +110,11 @@ def test_a_catalog_that_records_radiology_text_or_reasons_lets_them_through(cata
 def vocabulary_of(catalog, values: tuple[str, ...]) -> grounding.Vocabulary:
     """The grounding's vocabulary of a catalog with these linked values (the kinds' tests share it)."""
     tables, columns = catalog
-    holding, context = vocabulary_texts(tables, columns, values)
+    holding, context = vocabulary_texts(tables, columns)
     schema, people, categories = schema_texts(tables, columns)
-    return grounding.Vocabulary(holding, context=context, schema=schema, people=people, categories=categories)
+    return grounding.Vocabulary(
+        holding, context=context, schema=schema, people=people, categories=categories, values=values
+    )
 
 
 def _vocabulary(catalog) -> grounding.Vocabulary:
