@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from core.match import reasons as R
 from core.match.build import build_template
 from core.match.candidate import MatchResult, TemplateCandidate
 from core.match.compose import BASES_TRIED, compose_follow_up, compose_results, match_composed
@@ -47,6 +48,7 @@ NEIGHBOURS = 50  # masked paraphrases that vote
 TEMPLATES_TRIED = 5  # templates (best voted first) whose binding is tried
 COMPOSE_VOTED = 2  # best voted templates a swap is tried on, whether or not their operator words fit
 MEMBERS_TRIED = 3  # paraphrases per template whose wording is tried for binding
+ONE_APART_TRIED = 3  # voted templates past those a swap is asked of, one operator word apart (_one_apart)
 VOTE_TEMPERATURE = 0.03  # softmax temperature of the vote over cosine similarities
 
 
@@ -110,7 +112,8 @@ def match_library(
     if not any(r.hard_ok for r in results):  # composed from verified parts only where no template fits
         match = match_composed(reading, lookup=lookup, catalog=catalog, values=values, probe=probe)
         results += compose_results(reading, index, tried, vote, risk=risk, match=match)
-        results += compose_swaps(reading, index, _voted(tried, vote), vote, risk=risk, match=match)
+        bases = _voted(tried, vote) + _one_apart(reading, index, tried, vote)
+        results += compose_swaps(reading, index, bases, vote, risk=risk, match=match)
     results = refuse_ambiguous_values(results)
     if isinstance(values, ValueIndex):
         results = refuse_unlike_library(results, index, values)
@@ -226,6 +229,31 @@ def _voted(tried: list[tuple[int, str, float]], vote: Vote) -> list[tuple[int, s
     question's, which _templates_to_try puts after those that fit."""
     voted = [(r, k, s) for r, (k, s) in enumerate(p for p in vote.ranked if p[0] != UNANSWERABLE)]
     return [v for v in voted[:COMPOSE_VOTED] if v not in tried[:BASES_TRIED]]
+
+
+def _one_apart(
+    reading: Reading, index: LibraryIndex, tried: list[tuple[int, str, float]], vote: Vote
+) -> list[tuple[int, str, float]]:
+    """Voted templates past the COMPOSE_VOTED best whose operator words differ from the question's in
+    one word alone (one operator reason, no combination), ONE_APART_TRIED at most, best voted first:
+    the bases a swap (first for last, minimum for average, "greater" for "less") is asked of. Why: a
+    small library's vote often puts templates that differ in two or three operator words above the
+    one a single swap fits ("the last time the heart rate was greater than …" votes for two
+    blood-pressure templates before "the last time … measured …"); the vote order is kept, as the
+    composition's risk features read it."""
+    done = {k for _, k, _ in tried[:BASES_TRIED]} | {k for _, k, _ in _voted(tried, vote)}
+    out = []
+    for rank, (key, share) in enumerate(p for p in vote.ranked if p[0] != UNANSWERABLE):
+        if key in done:
+            continue
+        reasons = operator_reasons(
+            reading.ops, index.entries[index.members[key][0]].template, index.families[key]
+        )
+        if len(reasons) == 1 and reasons[0].code == R.OPERATOR:
+            out.append((rank, key, share))
+            if len(out) >= ONE_APART_TRIED:
+                break
+    return out
 
 
 def _said_key(ops: dict[str, Any]) -> tuple | None:

@@ -1062,3 +1062,34 @@ def test_a_value_of_two_columns_is_read_as_the_library_reads_it():
     # question's match reads the values together with the library's other names for them.
     names = L.ValueIndex({"d_labitems.label": ["anion gap"]})
     assert column_readings(index, values.with_names(names)) is column_readings(index, values)
+
+
+def test_a_swap_is_asked_of_a_voted_template_one_operator_word_apart_past_the_best_voted(monkeypatch):
+    """The bases a swap is tried on past the COMPOSE_VOTED best: only a template whose operator words
+    differ from the question's in one word (a swap changes one), never one two words apart ("the
+    maximum … since 2100" for "the last …"), never one already tried, in the vote's order."""
+    monkeypatch.setattr(library, "COMPOSE_VOTED", 0)
+    sql = "SELECT c.valuenum FROM chartevents c WHERE c.subject_id = {p} ORDER BY c.charttime {d} LIMIT 1"
+    pairs = [
+        ("what was the maximum heart rate of patient 10001 since 2100?",
+         "SELECT MAX(c.valuenum) FROM chartevents c WHERE c.subject_id = 10001 AND strftime('%Y', c.charttime) >= '2100'"),
+        ("what was the first heart rate of patient 10002?", sql.format(p=10002, d="ASC")),
+        ("what was the first heart rate of patient 10003 in 2100?",
+         "SELECT c.valuenum FROM chartevents c WHERE c.subject_id = 10003 AND strftime('%Y', c.charttime) = '2100' "
+         "ORDER BY c.charttime ASC LIMIT 1"),
+        ("what was the last heart rate of patient 10004 in 2100?",
+         "SELECT c.valuenum FROM chartevents c WHERE c.subject_id = 10004 AND strftime('%Y', c.charttime) = '2100' "
+         "ORDER BY c.charttime DESC LIMIT 1"),
+    ]  # fmt: skip
+    index = build_index(pairs)
+    reading = L.read_question("what was the last heart rate of patient 10020?", VALUES)
+    keys = {e.question: e.key for e in index.entries}
+    ranked = [(keys[q], share) for (q, _), share in zip(pairs, (0.4, 0.3, 0.2, 0.1), strict=True)]
+    vote = library.Vote(np.ones(len(index.entries)), np.arange(len(index.entries)), ranked)
+    apart = library._one_apart(reading, index, [], vote)
+    # the first heart rate (a direction swap) and the last in 2100 (its time left out), each one word
+    # apart; never the maximum since 2100 nor the first in 2100 (two words apart each)
+    assert [key for _, key, _ in apart] == [keys[pairs[1][0]], keys[pairs[3][0]]]
+    assert [rank for rank, _, _ in apart] == [1, 3]  # the vote's ranks, for the risk features
+    tried = [(1, keys[pairs[1][0]], 0.3)]
+    assert [key for _, key, _ in library._one_apart(reading, index, tried, vote)] == [keys[pairs[3][0]]]
