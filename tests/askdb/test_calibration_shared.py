@@ -52,7 +52,7 @@ def test_a_timeout_is_not_shared_each_process_asks_and_counts_its_own(tmp_path):
     """Attack: a process on a loaded moment times out; had it shared "no row", the other process
     would read a timeout as the data's answer and decide otherwise without counting any timeout."""
     path = shared_answers(tmp_path / "library.pickle")
-    first, timeouts_a, probe_a, same_a = _process(path)
+    _first, timeouts_a, probe_a, same_a = _process(path)
     second, timeouts_b, probe_b, same_b = _process(path)
     assert probe_a("SELECT 1 WHERE slow") is False
     assert same_a("SELECT 2 /* slow */", "SELECT 2 /* gold */") is False
