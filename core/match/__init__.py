@@ -31,6 +31,8 @@ Read it in this order; each module says why it is as it is:
                               chart value through its ICU stay, a lab value by the visit (paths)
     revisited                 compose's visit swap: a base's visit subquery (first, last, current,
                               every visit) renamed as two shapes of the library show
+    chained                   two changes at once where no one change fits: a composition composed
+                              once more by a second change planned on it (feature `chained`)
     calibrate                 P(correct) fitted by grouped cross-validation; the decision to answer
 
 Pure: no Django, no database. Callers pass embeddings, the value index, a value lookup and a probe.

@@ -48,13 +48,14 @@ class Composed:
 
 
 def try_plan(
-    plan: Composed, index: LibraryIndex, vote: Vote, match: Callable, ops: dict
+    plan: Composed, index: LibraryIndex, vote: Vote, match: Callable, ops: dict, then: Composed | None = None
 ) -> MatchResult | None:
     """The composition matched with the nearest paraphrases of the base template in turn; one the
     operators rule refuses for `ops` with its operator family alone (precheck.py: the same results),
     and then its first paraphrase alone: the rule refuses every one, so none is hard_ok and the
-    result is the first's whichever others are matched (a refused match reads and changes nothing)."""
-    composed = _composed_entries(plan, index, vote)
+    result is the first's whichever others are matched (a refused match reads and changes nothing).
+    `then`: a second change made on the first's composition (a chain, chained.py), planned on it."""
+    composed = _composed_entries(plan, index, vote, then)
     if not composed:
         return None
     refused = refused_family(ops, composed)
@@ -73,22 +74,36 @@ def try_plan(
     return dataclasses.replace(
         result,
         example_question=base_question,
-        composed_from=(index.entries[plan.base].example_id,)
-        + (() if plan.drop else (plan.condition.example_id,)),
-        composed_with=("without " if plan.drop else "")
-        + plan.condition.phrase
-        + (f" instead of {plan.old.phrase}" if plan.old is not None else ""),
+        composed_from=(
+            index.entries[plan.base].example_id,
+            *(p.condition.example_id for p in (plan, then) if p is not None and not p.drop),
+        ),
+        composed_with=" and ".join(_shown(p) for p in (plan, then) if p is not None),
     )
 
 
-def _composed_entries(plan: Composed, index: LibraryIndex, vote: Vote) -> list[Entry]:
-    """The base template's nearest paraphrases, each composed (question and SQL) alike."""
+def _shown(plan: Composed) -> str:
+    """One change's words as the answer shows them ("without male", "older than 65 instead of …")."""
+    return (
+        ("without " if plan.drop else "")
+        + plan.condition.phrase
+        + (f" instead of {plan.old.phrase}" if plan.old is not None else "")
+    )
+
+
+def _composed_entries(
+    plan: Composed, index: LibraryIndex, vote: Vote, then: Composed | None = None
+) -> list[Entry]:
+    """The base template's nearest paraphrases, each composed (question and SQL) alike; with `then`,
+    each composition composed once more by the second change."""
     members = sorted(index.members[plan.key], key=lambda i: -vote.sims[i])[:MEMBERS_COMPOSED]
     out = []
     for i in members:
         entry = index.entries[i]
         assert entry.template is not None
         composed = composed_entry(entry, plan.condition, drop=plan.drop, swap=plan.swap, old=plan.old)
+        if composed is not None and then is not None:
+            composed = composed_entry(composed, then.condition, drop=then.drop, swap=then.swap, old=then.old)
         if composed is not None:
             out.append(composed)
     keys = {e.key for e in out}

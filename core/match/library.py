@@ -32,6 +32,7 @@ import numpy as np
 from core.match import reasons as R
 from core.match.build import build_template
 from core.match.candidate import MatchResult, TemplateCandidate
+from core.match.chained import chain_results
 from core.match.compose import BASES_TRIED, compose_follow_up, compose_results, match_composed
 from core.match.index import UNANSWERABLE, LibraryIndex, entry_for
 from core.match.matcher import match_one
@@ -114,6 +115,8 @@ def match_library(
         results += compose_results(reading, index, tried, vote, risk=risk, match=match)
         bases = _voted(tried, vote) + _one_apart(reading, index, tried, vote)
         results += compose_swaps(reading, index, bases, vote, risk=risk, match=match)
+        if not any(r.hard_ok for r in results):  # two changes at once only where no one change fits
+            results += chain_results(reading, index, tried, vote, risk=risk, match=match, swapped=bases)
     results = refuse_ambiguous_values(results)
     if isinstance(values, ValueIndex):
         results = refuse_unlike_library(results, index, values)

@@ -185,6 +185,7 @@ RISK_FEATURES = (
     "slots",
     "paraphrase_missing",
     "composed",  # 1 for a composition of verified parts (compose.py): its own share of wrong answers
+    "chained",  # 1 for two changes at once (chained.py): how chains fail, apart from one change
 )
 
 # Hand-set until calibrate: a clear vote, a close paraphrase and clean values score high.
