@@ -105,7 +105,7 @@ def _chains(
             continue
         view: Any = _Rebased(index, base, made)
         for then in _seconds(reading, view, key, base, vote):
-            if _same_change(first, then):
+            if _same_change(first, then) or (_added(first) and then.swap is not None):
                 continue
             yield first, dataclasses.replace(then, base=base)
 
@@ -147,6 +147,14 @@ def _swap_planners(reading: Reading, view: Any, base: int, vote: Vote) -> Iterat
     yield order_plans(reading.question, view, base, vote)
     for planner in (comparison_plans, period_plans, untimed_plans, relation_plans, column_plans, time_plans, visit_plans):  # fmt: skip
         yield planner(reading, view, base, vote)
+
+
+def _added(plan: Composed) -> bool:
+    """Whether the change adds a condition. Such a change comes second after a swap, never first:
+    planned on the swap's composition, compose._plans refuses a condition on a column that
+    composition reads ("the gender of patient X for female patients" is no gender swap of "the age
+    of patient X" with "female" added first, on a base that did not read the gender)."""
+    return plan.swap is None and not plan.drop and plan.old is None
 
 
 def _same_change(first: Composed, then: Composed) -> bool:

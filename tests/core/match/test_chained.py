@@ -38,6 +38,9 @@ def passed(found):
         "what is the maximum age of patients older than 65?",  # narrows the column the base reads
         "what is the maximum age of patients who were not male?",  # a negation
         "what is the maximum age of patients next year?",  # the future
+        # a condition on the column a swap then returns: "female" added to "the anchor age of
+        # patient X" reads no gender, but the column swap to the gender would narrow what it returns
+        "what is the gender of patient 10004235 for female patients?",
     ],
 )
 def test_a_chain_is_refused_where_a_change_has_no_verified_part(demo, question):
