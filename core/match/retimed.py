@@ -17,8 +17,11 @@ Which condition a time phrase writes comes from the library, never from a list: 
 are the same SQL but for their time condition on one column (the frame), whose paraphrases each say
 one time phrase made of exactly the condition's slots ("since <number> months ago", "in
 <month>/<period_year>"), show which condition each phrase writes; a phrase whose paraphrases agree
-on one condition (MAPPING_SHARE) is mapped. The condition's form masks its column and its slot
-values, so a phrase learned over a lab's charttime applies to a drug's starttime.
+on one condition (MAPPING_SHARE) is mapped. A small library seldom holds such a pair (issue 26), so
+a template alone in its frame votes too, for a phrase no pair reads, where every one of its paraphrases
+says one time phrase made of exactly its condition's slots with a word of its own ("in 2100"; never a
+bare "2100"): the phrase is then what says the condition (said_by_family). The condition's form masks
+its column and its slot values, so a phrase learned over a lab's charttime applies to a drug's starttime.
 
 Hard rules (refused before anything is built): no negation in the question; the question says one
 time phrase (its time values and the words around them) and the library maps it; the base paraphrase
@@ -183,6 +186,7 @@ def library_timings(index: LibraryIndex) -> LibraryTimings:
         for form, keys in forms.items():
             for key in keys:
                 _said_by(index, key, form, votes, sayers)
+    _single_votes(index, frames, votes, sayers)
     mapped = {}
     for pattern, by in votes.items():
         form, n = by.most_common(1)[0]
@@ -194,6 +198,54 @@ def library_timings(index: LibraryIndex) -> LibraryTimings:
     )
     index._compose_timings = out  # type: ignore[attr-defined]
     return out
+
+
+def _single_votes(index: LibraryIndex, frames: dict, votes: dict, sayers: dict) -> None:
+    """One template's own evidence, added to the pairs' votes where no pair reads that phrase: a
+    template alone in its frame whose every paraphrase says one time phrase made of exactly its
+    condition's slots, with a word of its own (said_by_family), shows the condition that phrase writes,
+    as a pair does.
+
+    Why: a pair of templates alike but for their time condition is rare in a small library (issue 26),
+    so a phrase said by one template alone was never mapped. Every vote still has to agree
+    (MAPPING_SHARE) with the other templates that say the phrase."""
+    single: dict[tuple[str, ...], Counter] = defaultdict(Counter)
+    said: dict[tuple[str, ...], list[int]] = defaultdict(list)
+    for forms in frames.values():
+        if len(forms) != 1:
+            continue
+        for form, keys in forms.items():
+            for key in keys:
+                if said_by_family(index, key, form):
+                    _said_by(index, key, form, single, said)
+    for pattern, by in single.items():
+        if pattern not in votes:
+            votes[pattern] = by
+            sayers[pattern] = said[pattern]
+
+
+def said_by_family(index: LibraryIndex, key: str, form: tuple[str, ...]) -> bool:
+    """Whether every paraphrase of the template `key` says one time phrase made of exactly its time
+    condition's slots (of `form`), with a word of its own ("in 2100", "since 5 months ago"; never a
+    bare "2100" whose "in the year" is left around it): the template's own evidence that its phrase is
+    what says its condition (here and untimed.py)."""
+    members = index.members.get(key, ())
+    for i in members:
+        template = index.entries[i].template
+        timing = template_timing(template) if template is not None and template.usable else None
+        said = said_phrase(template, timing) if template is not None and timing is not None else None
+        if timing is None or said is None or timing.form != form or not _worded(said.pattern):
+            return False
+    return bool(members)
+
+
+def _worded(pattern: tuple[str, ...]) -> bool:
+    """A phrase pattern with a word besides its values ("in", "months ago") or a period, whose value is
+    said in words ("this year"): not a bare time value ("2100", whose "in the year" stays around it)."""
+    return any(t[:1].isalpha() or t in _PERIOD_VALUES for t in pattern)
+
+
+_PERIOD_VALUES = frozenset(f"<{t}>" for t in PERIOD_TYPES.values())
 
 
 def _said_by(index: LibraryIndex, key: str, form: tuple[str, ...], votes: dict, sayers: dict) -> None:

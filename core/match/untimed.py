@@ -13,14 +13,19 @@ condition, with nothing written in its place).
 
 Which time conditions may be left out comes from the library, never from a list: two templates that
 are the same SQL but for one having a time condition of that form (its column and values masked) and
-the other none show that the library's questions leave it out by saying no time; a form never shown
-so is refused.
+the other none show that the library's questions leave it out by saying no time. A small library
+seldom holds such a pair (issue 26: the 10 % library's largest group of misses), so one template's own
+evidence shows it too: where every paraphrase of the base template says one time phrase made of
+exactly its condition's slots, with a word of its own ("in 2100", "since 5 months ago"), the phrase is
+what says the condition, and a question that says no time asks without it (retimed.said_by_family).
+A form neither shows is refused.
 
 Hard rules (refused before anything is built): no negation in the question; the question says no
-time (no time value, no time, period or unit word: operators.py's `time`, `period`, `units`) and
-differs from the base in nothing else the operators read; the base paraphrase says one time phrase
-made of exactly its time condition's slots; the base template has one time condition (the same in
-every WHERE that has it) of a form the library shows left out. The composition then goes through the
+time (no time value, no time, period or unit word: operators.py's `time`, `period`, `units`; no time
+said in words no operator reads: "in the past", "recently", "previously") and differs from the base
+in nothing else the operators read; the base paraphrase says one time phrase made of exactly its time
+condition's slots; the base template has one time condition (the same in every WHERE that has it) of
+a form the library shows left out, or its own paraphrases show it as above. The composition then goes through the
 same rules, binding, validation and risk as any other (compose.py, feature `composed`): the guard
 still judges every word (a time word the cut leaves in the wording, "throughout", refuses it).
 """
@@ -40,13 +45,31 @@ from sqlglot.errors import SqlglotError
 from core.match.index import UNANSWERABLE, LibraryIndex
 from core.match.outer import conjuncts
 from core.match.reading import Reading
-from core.match.retimed import TIME_KEYS, TIME_TYPES, _nested, _phrases, _timed, said_phrase, template_timing
+from core.match.retimed import (
+    TIME_KEYS,
+    TIME_TYPES,
+    _nested,
+    _phrases,
+    _timed,
+    said_by_family,
+    said_phrase,
+    template_timing,
+)
 from core.match.spans import NUMBER
 from core.match.template import Template, parsed_sql, written
 
 if TYPE_CHECKING:  # the vote is library.py's, and library.py calls compose.py, which calls this module
     from core.match.library import Vote
 
+# A time said in words no operator reads: "in the past" (no unit after it, so no period), "recently",
+# "lately", "previously", "now". The guard reads "past", "previous", "now" as operator words (neutral:
+# the operators compare them), so a question that says them with no time value passed it, and the
+# time drop answered "… in the past?" with the all-time value. "Most recent(ly)" is the last one (an
+# order the operators compare), not a time.
+_TIME_SAID = re.compile(
+    r"\b(?:past|previous|previously|lately|ago|today|yesterday|tonight|now|currently|nowadays|earlier|formerly)\b"
+    r"|(?<!\bmost )\brecent(?:ly)?\b"
+)
 _SPACE_BEFORE = re.compile(r"\s+([?.,;:!])")
 _OPENING = re.compile(r"^[\s,;:]+")
 
@@ -91,7 +114,7 @@ def untimed_plans(reading: Reading, index: LibraryIndex, base: int, vote: Vote) 
         return []  # the question says a time word, or differs in more than its time
     if says_time(reading):
         return []
-    found = time_drop(index, template)
+    found = time_drop(index, template, key=index.entries[base].key)
     if found is None:
         return []
     sources, drop = found
@@ -99,21 +122,32 @@ def untimed_plans(reading: Reading, index: LibraryIndex, base: int, vote: Vote) 
     return [(source, drop)]
 
 
-def time_drop(index: LibraryIndex, template: Template) -> tuple[tuple[int, ...], TimeDrop] | None:
+def time_drop(
+    index: LibraryIndex, template: Template, *, key: str | None = None
+) -> tuple[tuple[int, ...], TimeDrop] | None:
     """The drop of the template's one time condition, where its paraphrase says it in one phrase and
-    the library shows that form left out, with the entries of the templates without it; else None.
+    the library shows that form left out (with the entries of the templates without it) or, for the
+    template of `key`, its own paraphrases show that their phrase says it (retimed.said_by_family:
+    with the template's own entries as the sources); else None.
     Why apart: revisited.py leaves a period out together with a visit renamed ("… during their last
     hospital visit" from the verified "… since 03/2100"), under its own hard rules."""
     timing = template_timing(template)
     said = said_phrase(template, timing) if timing is not None else None
-    sources = library_untimed(index).get(timing.form, ()) if timing is not None else ()
-    if said is None or not sources:
+    if timing is None or said is None:
         return None
-    return sources, TimeDrop(timing.form, template.question[said.start : said.end])  # type: ignore[union-attr]
+    sources = library_untimed(index).get(timing.form, ())
+    if not sources and key is not None and said_by_family(index, key, timing.form):
+        sources = tuple(index.members[key])
+    if not sources:
+        return None
+    return sources, TimeDrop(timing.form, template.question[said.start : said.end])
 
 
 def says_time(reading: Reading) -> bool:
-    """The question names a time value or a number with a unit after it ("5 months ago")."""
+    """The question names a time value or a number with a unit after it ("5 months ago"), or says a
+    time in words no operator reads ("in the past", "recently", "previously", "now")."""
+    if _TIME_SAID.search(reading.lowered):
+        return True
     spans = tuple((s.start, s.end, s.type) for s in reading.typed if s.type in TIME_TYPES or s.type == NUMBER)
     return bool(_phrases(reading.question, spans))
 

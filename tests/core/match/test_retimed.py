@@ -97,9 +97,44 @@ def test_the_library_shows_which_condition_a_time_phrase_writes(library):
         "STRFTIME('%m', _c) = '<month>'",
     )
     assert forms[("in", "<year>")] == ("STRFTIME('%Y', _c) = '<year>'",)
-    # a library with no two templates alike but for their time condition maps nothing
+    # with no two templates alike but for their time condition, a template alone maps the phrase its
+    # every paraphrase says (its own evidence: the phrase made of exactly its condition's slots)
     lone = [e for e in library.entries if "heart rate" in e.question]
+    assert library_timings(LibraryIndex(lone, embed([e.question for e in lone]))).forms == {
+        ("in", "<year>"): ("STRFTIME('%Y', _c) = '<year>'",)
+    }
+    # …never where one paraphrase says the year bare ("in the year 2100": the phrase is "2100" alone)
+    bare = "What was the first heart rate of patient 10038081 in the year 2100?"
+    lone.append(entry_for(9, bare, chart(10038081, "heart rate", year(2100), "ASC"), build_template(bare, chart(10038081, "heart rate", year(2100), "ASC"), dialect="sqlite")))  # fmt: skip
     assert library_timings(LibraryIndex(lone, embed([e.question for e in lone]))).forms == {}
+
+
+# One template alone says each phrase (no pair in the library): the daily weight since N months ago,
+# the first heart rate in a year.
+SINGLE = [
+    ("What was the last daily weight of patient 10002495 since 19 months ago?", chart(10002495, "daily weight", ago(19))),
+    ("Tell me the last daily weight of patient 10010471 since 27 months ago.", chart(10010471, "daily weight", ago(27))),
+    ("What was the first heart rate of patient 10004235 in 2100?", chart(10004235, "heart rate", year(2100), "ASC")),
+    ("Tell me the first heart rate of patient 10038081 in 2100.", chart(10038081, "heart rate", year(2100), "ASC")),
+]  # fmt: skip
+
+
+def test_a_phrase_one_template_alone_says_replaces_the_time_of_another():
+    from tests.core.match.test_library import index_of
+
+    index = index_of(SINGLE)
+    question = "What was the first heart rate of patient 10002428 since 5 months ago?"
+    best = retimed(index, question)[0]
+    assert best.sql.count("DATETIME(chartevents.charttime) >= DATETIME(CURRENT_TIME, '-5 month')") == 2
+    assert "'%Y'" not in best.sql and "ORDER BY chartevents.charttime ASC" in best.sql
+    # a phrase neither template says, a time in other words, two phrases: never
+    for other in (
+        "What was the first heart rate of patient 10002428 since 5 weeks ago?",
+        "What was the first heart rate of patient 10002428 in the last year?",
+        "What was the first heart rate of patient 10002428 in 03/this year since 5 months ago?",
+        "What was the first heart rate of patient 10002428 not since 5 months ago?",
+    ):
+        assert not retimed(index, other), other
 
 
 def test_every_copy_of_the_time_condition_is_replaced(library):
