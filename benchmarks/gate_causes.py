@@ -87,10 +87,14 @@ THING_PROPERTY_SET = ROOT / "tests" / "askdb" / "answerability" / "thing_propert
 # "the event text" of `event_txt`), beside a look-alike asking a property no column holds (round 21,
 # written before round 21 changed the gate): scored by both gates with --both-gates or a recording.
 SPLIT_WORDS_SET = ROOT / "tests" / "askdb" / "answerability" / "split_words_set.jsonl"
+# Kinds none of the other sets holds (physiological tests, body measures no column records, who viewed or
+# edited the record, exposures, safety incidents, communication needs, implants, biobank samples), each
+# beside a look-alike MIMIC-IV holds (session 25, written before session 25 changed the gate).
+FRESH25_SET = ROOT / "tests" / "askdb" / "answerability" / "fresh25_set.jsonl"
 # Every written set, as --both-gates and the recording score them.
 ALL_SETS = (DEMO_SET, NEW_KINDS_SET, SYNONYMS_SET, CATALOG_WORDS_SET, AMBIGUITY_SET, RESEARCHER_SET, UNANCHORED_SET,
             UNSEEN_WORDS_SET, ENTITY_ATTRIBUTES_SET, COHORT_SET, RELATIONS_SET, COLUMN_TOUCH_SET,
-            THING_PROPERTY_SET, SPLIT_WORDS_SET)  # fmt: skip
+            THING_PROPERTY_SET, SPLIT_WORDS_SET, FRESH25_SET)  # fmt: skip
 # Held out: their numbers are read, their questions never listed.
 HELD_OUT = (RELATIONS_SET.stem, COLUMN_TOUCH_SET.stem)
 RECORDING = ROOT / ".askdb" / "cache" / "gate_record.pkl"
